@@ -1,0 +1,206 @@
+"""The ``looplab`` command line (also ``python -m bench``).
+
+Verbs: (none) the main report, ``list``, ``run``, ``serve``, ``bench``, ``compare``,
+``merge``, ``trace``. Exit codes: 0 ok, 1 a verdict or regression check failed,
+2 usage error, 3 environment missing. A user mistake is one line on stderr, never a
+traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import signal
+import sys
+
+import kernels
+
+kernels.check_ours(kernels)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
+APPS = ("echo", "sink", "proxy", "reqresp", "push")
+
+
+class Usage(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+def _addr(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not (0 <= int(port) <= 65535):
+        raise Usage(f"bad address {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9000")
+    return host or "127.0.0.1", int(port)
+
+
+def _variants_for(app: str) -> tuple[str, ...]:
+    from protocols import callback, stream, task
+    seen: list[str] = []
+    for mod in (callback, stream, task):
+        for v in mod.VARIANTS[app]:
+            if v not in seen:
+                seen.append(v)
+    return tuple(seen)
+
+
+# ---------------------------------------------------------------------------
+# list
+
+def cmd_list(args) -> int:
+    from protocols import runtimes
+    what = args.what
+    if what == "runtimes":
+        for info in runtimes.RUNTIMES.values():
+            rt = runtimes.parse(info.id)
+            reason = rt.unavailable_reason()
+            status = "available" if reason is None else f"UNAVAILABLE: {reason}"
+            ref = f" (compare with {', '.join(info.compared_with)})" if info.compared_with else ""
+            print(f"{info.id:18} {info.style:8} {info.summary}{ref} -- {status}")
+            for opt in info.options:
+                print(f"    {opt.describe()}")
+        return EXIT_OK
+    if what == "scenarios":
+        from bench import scenarios
+        for sc in scenarios.SCENARIOS.values():
+            print(f"{sc.id:4} {sc.title}  [variants: {', '.join(sc.variants)}]")
+        return EXIT_OK
+    if what == "cells":
+        from bench import scenarios
+        for cell in scenarios.plan(args.scenarios, args.runtimes, args.variants, args.preset):
+            print(cell.id)
+        return EXIT_OK
+    if what == "apps":
+        for app in APPS:
+            print(f"{app:8} variants: {', '.join(_variants_for(app))}")
+        return EXIT_OK
+    raise Usage(f"unknown list {what!r}; choose runtimes, scenarios, cells or apps")
+
+
+# ---------------------------------------------------------------------------
+# serve
+
+def _sigterm_as_sigint(signum, frame):
+    # Re-deliver as SIGINT so every runtime ends the way it ends on Ctrl-C (trio
+    # installs its own SIGINT handling; raising KeyboardInterrupt from here would
+    # land at an arbitrary point inside its run loop).
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def cmd_serve(args) -> int:
+    from protocols import runtimes
+    rt = runtimes.parse(args.runtime)
+    reason = rt.unavailable_reason()
+    if reason:
+        print(f"looplab serve: runtime {rt.id} is unavailable: {reason}", file=sys.stderr)
+        return EXIT_ENV
+    variants = _variants_for(args.app)
+    if args.variant not in variants:
+        raise Usage(f"unknown variant {args.variant!r} for {args.app}; valid: {', '.join(variants)}")
+    if args.app == "proxy" and not args.upstream:
+        raise Usage("serve proxy needs --upstream HOST:PORT")
+    host, port = _addr(args.listen)
+    params = {"sockbuf": args.sockbuf, "forever": args.forever,
+              "two_way": args.two_way, "response_bytes": args.response_bytes}
+    if args.upstream:
+        params["upstream"] = _addr(args.upstream)
+    try:
+        sock = runtimes.bind_listener(host, port, sockbuf=args.sockbuf)
+    except OSError as exc:
+        what = "port in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        print(f"looplab serve: cannot listen on {host}:{port}: {what}", file=sys.stderr)
+        return EXIT_USAGE
+    h, p = sock.getsockname()[:2]
+    print(f"listening on {h}:{p}", flush=True)
+    if rt.style == "task" and args.variant in ("naive", "fixed"):
+        print("note: on the task port naive and fixed are the same code", file=sys.stderr)
+    driver = _driver(rt.style)
+    signal.signal(signal.SIGTERM, _sigterm_as_sigint)
+    port_obj = rt.open()
+    try:
+        try:
+            driver.serve(port_obj, args.app, sock, args.variant, params)
+        except* KeyboardInterrupt:   # trio delivers it inside an exception group
+            pass
+    finally:
+        port_obj.close()
+        sock.close()
+    return EXIT_OK
+
+
+def _driver(style: str):
+    from protocols import callback, stream, task
+    return {"callback": callback, "stream": stream, "task": task}[style]
+
+
+# ---------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="looplab",
+        description="Event-loop laboratory: backpressure, causality and shutdown data loss "
+                    "measured side by side on our callback/hybrid/coro kernels and on asyncio, "
+                    "uvloop, trio and curio. With no verb: the main report (S1, S3, S4, S5, S6 "
+                    "at the quick preset on every available runtime).")
+    p.add_argument("--out", default="looplab-report", help="report folder for the main job")
+    sub = p.add_subparsers(dest="verb", metavar="VERB")
+
+    ls = sub.add_parser("list", help="what exists: runtimes, scenarios, cells, apps")
+    ls.add_argument("what", choices=["runtimes", "scenarios", "cells", "apps"])
+    ls.add_argument("--scenarios", default=None, help="for cells: comma list (default: all)")
+    ls.add_argument("--runtimes", default=None, help="for cells: comma list of runtime specs")
+    ls.add_argument("--variants", default=None, help="for cells: comma list")
+    ls.add_argument("--preset", default="quick", help="for cells: quick|blog")
+    ls.set_defaults(fn=cmd_list)
+
+    sv = sub.add_parser("serve", help="run one app as a plain server for outside clients",
+                        description="Run one app on one runtime. With port 0 the first stdout "
+                        "line is 'listening on HOST:PORT'. SIGINT/SIGTERM end it with exit 0. "
+                        "The proxy serves one connection then exits, as in the 2016 post, unless "
+                        "--forever. On the task port (coro, trio, curio) naive and fixed are the "
+                        "same code: send_all blocks, so there is nothing to fix.")
+    sv.add_argument("app", choices=APPS)
+    sv.add_argument("--runtime", required=True, help="runtime spec, e.g. coro or callback:write=defer")
+    sv.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (default 127.0.0.1:0)")
+    sv.add_argument("--upstream", default=None, help="HOST:PORT for the proxy")
+    sv.add_argument("--variant", default="naive", help="naive|fixed (push: unbounded|block|drop|disconnect)")
+    sv.add_argument("--sockbuf", type=int, default=None, metavar="BYTES",
+                    help="pin SO_SNDBUF/SO_RCVBUF on every socket it opens")
+    sv.add_argument("--forever", action="store_true", help="proxy: keep serving after the first connection")
+    sv.add_argument("--two-way", action="store_true", help="proxy: relay both ways, propagating half-close")
+    sv.add_argument("--response-bytes", type=int, default=65536, help="reqresp: bytes per response")
+    sv.set_defaults(fn=cmd_serve)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+
+    def usage_error(message):
+        print(f"looplab: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+    parser.error = usage_error
+    for action in parser._subparsers._group_actions if parser._subparsers else []:
+        for sp in action.choices.values():
+            sp.error = usage_error
+    args = parser.parse_args(argv)
+    from protocols.runtimes import Unavailable, UsageError
+    try:
+        if args.verb is None:
+            from bench import report
+            return report.main_job(args)
+        return args.fn(args)
+    except (Usage, UsageError) as exc:
+        print(f"looplab: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Unavailable as exc:
+        print(f"looplab: {exc}", file=sys.stderr)
+        return EXIT_ENV
+    except KeyboardInterrupt:
+        print("looplab: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:      # `looplab list runtimes | head`
+        sys.stderr.close()
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""Callback-port drivers: the apps as asyncio-style Protocol classes.
+
+The same classes run on our reactor and on asyncio's or uvloop's loop (the port
+hides the difference). Variants, as N. J. Smith's 2016 post wrote them:
+``naive`` writes whatever arrives and ignores ``pause_writing()`` -- the transport
+buffers without bound; ``fixed`` turns the destination's ``pause_writing()`` into
+``pause_reading()`` on the source, which is the whole of callback-style flow control.
+"""
+from __future__ import annotations
+
+import collections
+import sys
+
+from protocols import cores
+
+VARIANTS = {"echo": ("naive", "fixed"), "sink": ("naive", "fixed"),
+            "proxy": ("naive", "fixed"), "reqresp": ("naive", "fixed"),
+            "push": ("unbounded", "block", "drop", "disconnect")}
+
+
+class _Base:
+    """The six Protocol methods, so a driver class never needs a kernel's base class."""
+    transport = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        pass
+
+    def eof_received(self):
+        return False          # let the transport close itself once its buffer drains
+
+    def connection_lost(self, exc):
+        pass
+
+    def pause_writing(self):
+        pass
+
+    def resume_writing(self):
+        pass
+
+
+class Echo(_Base):
+    def __init__(self, fixed: bool):
+        self.core = cores.EchoCore()
+        self.fixed = fixed
+
+    def data_received(self, data):
+        self.transport.write(self.core.receive(data))
+
+    def pause_writing(self):
+        if self.fixed:
+            self.transport.pause_reading()
+
+    def resume_writing(self):
+        if self.fixed:
+            self.transport.resume_reading()
+
+
+class Sink(_Base):
+    def __init__(self):
+        self.core = cores.SinkCore()
+
+    def data_received(self, data):
+        self.core.receive(data, 0.0)
+
+
+class ReqResp(Echo):
+    """Answers pipelined requests. ``naive`` writes every response at once (Twisted
+    ticket 8868); ``fixed`` stops reading requests while the transport is paused."""
+
+    def __init__(self, fixed: bool, response_bytes: int):
+        self.core = cores.ReqRespCore(response_bytes)
+        self.fixed = fixed
+
+    def data_received(self, data):
+        try:
+            responses = self.core.receive(data)
+        except cores.ProtocolError as exc:
+            print(f"reqresp: {exc}; closing that connection", file=sys.stderr)
+            self.transport.abort()
+            return
+        self.transport.writelines(responses)
+
+
+class ProxyIn(_Base):
+    """The accepted (source) side. Reading waits until the upstream connects."""
+
+    def __init__(self, app):
+        self.app = app
+        self.out = None           # upstream transport
+
+    def connection_made(self, transport):
+        self.transport = transport
+        transport.pause_reading()
+        host, port = self.app.upstream
+        self.app.port.connect(lambda: ProxyOut(self), host, port, self._connected,
+                              sockbuf=self.app.sockbuf)
+
+    def _connected(self, transport, protocol, exc):
+        if exc is not None:
+            print(f"proxy: upstream {self.app.upstream[0]}:{self.app.upstream[1]} "
+                  f"failed: {exc}", file=sys.stderr)
+            self.transport.abort()
+            self.app.finished()
+            return
+        self.out = transport
+        self.transport.resume_reading()
+
+    def data_received(self, data):
+        self.out.write(data)
+
+    def eof_received(self):
+        if self.app.two_way:
+            self.out.write_eof()
+            return True           # keep the other direction flowing
+        self.out.close()          # the post's program: EOF -> close the destination
+        return False
+
+    def connection_lost(self, exc):
+        if self.out is not None and not self.out.is_closing():
+            (self.out.abort if exc else self.out.close)()
+
+
+class ProxyOut(_Base):
+    def __init__(self, inbound: ProxyIn):
+        self.inbound = inbound
+
+    def data_received(self, data):        # two-way only: upstream -> client
+        self.inbound.transport.write(data)
+
+    def eof_received(self):
+        if self.inbound.app.two_way:
+            self.inbound.transport.write_eof()
+            return True
+        return False
+
+    def pause_writing(self):
+        if self.inbound.app.fixed:
+            self.inbound.transport.pause_reading()
+
+    def resume_writing(self):
+        if self.inbound.app.fixed:
+            self.inbound.transport.resume_reading()
+
+    def connection_lost(self, exc):
+        inbound = self.inbound.transport
+        if not inbound.is_closing():
+            (inbound.abort if exc else inbound.close)()
+        self.inbound.app.finished()
+
+
+class Push(_Base):
+    """A push client connection: the server only writes to it."""
+
+    def __init__(self, app):
+        self.app = app
+        self.paused = False
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.cid = id(self)
+        self.app.core.add_client(self.cid)
+        self.app.clients[self.cid] = self
+
+    def pause_writing(self):
+        self.paused = True
+
+    def resume_writing(self):
+        self.paused = False
+        self.app.unblock(self.cid)
+
+    def connection_lost(self, exc):
+        if self.app.clients.pop(self.cid, None) is not None:
+            self.app.core.remove_client(self.cid)
+        self.app.unblock(self.cid)
+
+
+class App:
+    """One app instance on a callback port: builds protocol factories and decides
+    when a one-shot program is over."""
+
+    def __init__(self, port, name, variant, params):
+        self.port = port
+        self.name = name
+        self.fixed = variant == "fixed"
+        self.variant = variant
+        self.params = params
+        self.upstream = params.get("upstream")
+        self.two_way = params.get("two_way", False)
+        self.sockbuf = params.get("sockbuf")
+        self.forever = params.get("forever", False)
+        self.server = None
+        if name == "push":
+            limit = 0 if variant == "block" else params.get("queue_limit", 16)
+            self.core = cores.PushCore(variant, limit)
+            self.clients = {}
+            self.blocked = None
+            self.message = bytes(params.get("message_bytes", 10_000))
+
+    def factory(self):
+        name = self.name
+        if name == "echo":
+            return Echo(self.fixed)
+        if name == "sink":
+            return Sink()
+        if name == "reqresp":
+            return ReqResp(self.fixed, self.params.get("response_bytes", 65536))
+        if name == "proxy":
+            if not self.forever:      # serve exactly one connection, as the post's program
+                self.server.close()
+            return ProxyIn(self)
+        if name == "push":
+            return Push(self)
+        raise ValueError(f"unknown app {name!r}")
+
+    def finished(self):
+        if not self.forever:
+            self.port.stop()
+
+    def tick(self):
+        """Push: offer one message to every client under the overload policy."""
+        size = len(self.message)
+        for cid, proto in self.clients.items():
+            self.core.backlog(cid, proto.transport.get_write_buffer_size() // size)
+        self._act(collections.deque(self.core.broadcast(self.message)))
+
+    def _act(self, actions):
+        # A callback can't wait, so "block" parks the rest of this broadcast until
+        # that client's transport calls resume_writing(): the callback-style
+        # spelling of "write; drain per client in turn".
+        while actions:
+            kind, cid, *rest = actions.popleft()
+            proto = self.clients.get(cid)
+            if proto is None:
+                continue
+            if kind == "block":
+                if proto.paused:
+                    self.blocked = (cid, actions)
+                    return
+            elif kind in ("send", "enqueue"):
+                proto.transport.write(rest[0])
+            elif kind == "disconnect":
+                proto.transport.abort()
+            # "drop": nothing is written to that client.
+        self.port.call_later(self.params.get("interval_s", 0.005), self.tick)
+
+    def unblock(self, cid):
+        if self.blocked is not None and self.blocked[0] == cid:
+            actions, self.blocked = self.blocked[1], None
+            self._act(actions)
+
+
+def serve(port, name, sock, variant="naive", params=None):
+    """Run app ``name`` on a callback port, accepting on ``sock``, until the app
+    finishes (one-shot proxy) or the port is stopped."""
+    app = App(port, name, variant, params or {})
+
+    def setup(port):
+        app.server = port.listen(app.factory, sock)
+        if name == "push":
+            port.call_later(0, app.tick)
+
+    port.run(setup)
+    return app
