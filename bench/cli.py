@@ -126,6 +126,45 @@ def cmd_serve(args) -> int:
     return EXIT_OK
 
 
+def cmd_run(args) -> int:
+    from bench import report, scenarios
+    cells = scenarios.plan(args.scenarios, args.runtimes, args.variants, args.preset, args.repeat)
+    if args.shard:
+        from bench import results
+        cells = results.shard(cells, args.shard)
+    if not cells:
+        raise Usage("the matrix is empty: no cell matches those scenarios, runtimes and variants")
+    print(f"looplab run: {len(cells)} cells", file=sys.stderr)
+    return report.run_and_report(cells, args.out, args.json, args.jobs)
+
+
+def cmd_trace(args) -> int:
+    """Run one server cell with tracing on and write Chrome trace-event JSON."""
+    import os
+    from bench import scenarios
+    from protocols import runtimes
+    if args.scenario not in scenarios.TRACEABLE:
+        raise Usage(f"trace works on the server scenarios {', '.join(scenarios.TRACEABLE)}, "
+                    f"not {args.scenario!r}")
+    rt = runtimes.parse(args.runtime)
+    if not rt.ours:
+        raise Usage(f"tracing needs one of our kernels (callback, hybrid, coro); {rt.id} is a "
+                    "reference library whose internals we only see through public APIs")
+    spec = rt.spec + ("," if ":" in rt.spec else ":") + "trace=true"
+    cells = scenarios.plan(args.scenario, spec, args.variant, args.preset)
+    if not cells:
+        raise Usage(f"no cell for {args.scenario} {rt.id} {args.variant}")
+    cell = cells[0]
+    cell.params["trace_path"] = os.path.abspath(args.out)
+    result = scenarios.run_cell(cell)
+    if result["errors"] or not os.path.exists(args.out):
+        print(f"looplab trace: the cell failed: {'; '.join(result['errors']) or 'no trace written'}",
+              file=sys.stderr)
+        return EXIT_FAILED
+    print(f"trace: {args.out} (open it in https://ui.perfetto.dev or chrome://tracing)")
+    return EXIT_OK
+
+
 def _driver(style: str):
     from protocols import callback, stream, task
     return {"callback": callback, "stream": stream, "task": task}[style]
@@ -150,6 +189,34 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--variants", default=None, help="for cells: comma list")
     ls.add_argument("--preset", default="quick", help="for cells: quick|blog")
     ls.set_defaults(fn=cmd_list)
+
+    rn = sub.add_parser("run", help="run a matrix of scenarios x runtimes x variants",
+                        description="Run a matrix; each cell in its own process, peers in another. "
+                        "A crashing or hanging cell is recorded and the matrix goes on. Ctrl-C keeps "
+                        "the finished cells.")
+    rn.add_argument("--scenarios", default=None, help="comma list, e.g. S1,S3 (default: all)")
+    rn.add_argument("--runtimes", default=None,
+                    help="comma list of runtime specs, e.g. callback,asyncio-protocol or "
+                         "coro:ready_order=random-7; 'all', 'ours' (default: all)")
+    rn.add_argument("--variants", default=None, help="comma list, e.g. naive,fixed (default: all)")
+    rn.add_argument("--preset", default="quick", help="quick (small, CI-sized) or blog (the post's scale)")
+    rn.add_argument("--repeat", type=int, default=1, help="repeats per cell; racy outcomes become frequencies")
+    rn.add_argument("--out", default=None, metavar="DIR", help="write report.md, results.json/csv and plots")
+    rn.add_argument("--json", default=None, metavar="PATH", help="write the results JSON here")
+    rn.add_argument("--shard", default=None, metavar="I/N", help="run only shard I of N (merge with looplab merge)")
+    rn.add_argument("--jobs", type=int, default=1, help="cells run at once (default 1)")
+    rn.set_defaults(fn=cmd_run)
+
+    tr = sub.add_parser("trace", help="write a Chrome trace of one cell (Perfetto opens it)",
+                        description="Run one server-scenario cell (S1, S5, S6) on one of our kernels "
+                        "with trace=true and write Chrome trace-event JSON: a track per task or "
+                        "connection, buffer-size counters, flow arrows from wake-up to step.")
+    tr.add_argument("scenario", help="S1, S5 or S6")
+    tr.add_argument("--runtime", required=True, help="callback, hybrid or coro (with options)")
+    tr.add_argument("--variant", default="naive")
+    tr.add_argument("--preset", default="quick")
+    tr.add_argument("--out", default="trace.json", help="output path (default trace.json)")
+    tr.set_defaults(fn=cmd_trace)
 
     sv = sub.add_parser("serve", help="run one app as a plain server for outside clients",
                         description="Run one app on one runtime. With port 0 the first stdout "

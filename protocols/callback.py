@@ -18,6 +18,16 @@ VARIANTS = {"echo": ("naive", "fixed"), "sink": ("naive", "fixed"),
             "push": ("unbounded", "block", "drop", "disconnect")}
 
 
+def _count(counters: dict, name: str, n: int) -> None:
+    counters[name] = counters.get(name, 0) + n
+
+
+def _push_counters(core, counters: dict) -> None:
+    counters.update(dropped_count=core.dropped_count,
+                    disconnected_count=core.disconnected_count,
+                    broadcasts_count=core.broadcasts_count)
+
+
 class _Base:
     """The six Protocol methods, so a driver class never needs a kernel's base class."""
     transport = None
@@ -70,9 +80,10 @@ class ReqResp(Echo):
     """Answers pipelined requests. ``naive`` writes every response at once (Twisted
     ticket 8868); ``fixed`` stops reading requests while the transport is paused."""
 
-    def __init__(self, fixed: bool, response_bytes: int):
+    def __init__(self, fixed: bool, response_bytes: int, counters: dict):
         self.core = cores.ReqRespCore(response_bytes)
         self.fixed = fixed
+        self.counters = counters
 
     def data_received(self, data):
         try:
@@ -82,14 +93,18 @@ class ReqResp(Echo):
             self.transport.abort()
             return
         self.transport.writelines(responses)
+        _count(self.counters, "requests_handled_count", len(responses))
 
 
 class ProxyIn(_Base):
-    """The accepted (source) side. Reading waits until the upstream connects."""
+    """The accepted (source) side. Reading pauses until the upstream connects; what
+    arrives anyway (uvloop starts reading after connection_made) is held and
+    relayed on connect."""
 
     def __init__(self, app):
         self.app = app
         self.out = None           # upstream transport
+        self.early: list = []     # data (and b"" for EOF) before the upstream exists
 
     def connection_made(self, transport):
         self.transport = transport
@@ -106,16 +121,34 @@ class ProxyIn(_Base):
             self.app.finished()
             return
         self.out = transport
-        self.transport.resume_reading()
+        early, self.early = self.early, []
+        for data in early:
+            if data:
+                transport.write(data)
+            else:
+                self._eof()
+        if not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def data_received(self, data):
-        self.out.write(data)
+        if self.out is None:
+            self.early.append(data)
+        else:
+            self.out.write(data)
 
     def eof_received(self):
+        if self.out is None:
+            self.early.append(b"")
+            return True           # act on it once the upstream exists
+        return self._eof()
+
+    def _eof(self):
         if self.app.two_way:
             self.out.write_eof()
             return True           # keep the other direction flowing
         self.out.close()          # the post's program: EOF -> close the destination
+        if self.transport.get_write_buffer_size() == 0:
+            self.transport.close()
         return False
 
     def connection_lost(self, exc):
@@ -191,6 +224,7 @@ class App:
         self.two_way = params.get("two_way", False)
         self.sockbuf = params.get("sockbuf")
         self.forever = params.get("forever", False)
+        self.counters = params.get("counters", {})
         self.server = None
         if name == "push":
             limit = 0 if variant == "block" else params.get("queue_limit", 16)
@@ -206,10 +240,11 @@ class App:
         if name == "sink":
             return Sink()
         if name == "reqresp":
-            return ReqResp(self.fixed, self.params.get("response_bytes", 65536))
+            return ReqResp(self.fixed, self.params.get("response_bytes", 65536), self.counters)
         if name == "proxy":
             if not self.forever:      # serve exactly one connection, as the post's program
-                self.server.close()
+                # (closed on the next pass: asyncio's Server must still attach this one)
+                self.port.call_soon(self.server.close)
             return ProxyIn(self)
         if name == "push":
             return Push(self)
@@ -244,6 +279,7 @@ class App:
             elif kind == "disconnect":
                 proto.transport.abort()
             # "drop": nothing is written to that client.
+        _push_counters(self.core, self.counters)
         self.port.call_later(self.params.get("interval_s", 0.005), self.tick)
 
     def unblock(self, cid):

@@ -25,7 +25,9 @@ With ``instrument=false`` the proxies are left out, for benchmarks.
 """
 from __future__ import annotations
 
+import signal
 import socket
+import threading
 import weakref
 
 from kernels.probe import Probe
@@ -708,8 +710,42 @@ class CurioPort(TaskPort):
         return self._curio.timeout_after(seconds)
 
     def run(self, main, *args):
+        """curio lets a KeyboardInterrupt land in the middle of a task step, which
+        breaks its kernel. So during the run SIGINT/SIGTERM only write to a wake-up
+        socket (``signal.set_wakeup_fd``); a watcher task reads it and ends ``main``
+        by cancellation, and KeyboardInterrupt is raised once the kernel is done."""
+        curio = self._curio
         self.stats.exit_report.update(policy="cancel")
-        return self.kernel.run(main, self, *args)
+        if threading.current_thread() is not threading.main_thread():
+            return self.kernel.run(main, self, *args)     # signals reach only the main thread
+        outcome = {}
+        rsock, wsock = socket.socketpair()
+        rsock.setblocking(False)
+        wsock.setblocking(False)
+
+        async def guarded():
+            async with curio.TaskGroup(wait=any) as g:
+                task = await g.spawn(main, self, *args)
+                watcher = await g.spawn(curio.io.Socket(rsock).recv, 1)
+            if watcher.terminated and not watcher.cancelled:
+                outcome["interrupted"] = True
+            else:
+                outcome["task"] = task
+
+        ignore = lambda *a: None  # noqa: E731
+        old = [signal.signal(signal.SIGINT, ignore), signal.signal(signal.SIGTERM, ignore)]
+        old_fd = signal.set_wakeup_fd(wsock.fileno())
+        try:
+            self.kernel.run(guarded)
+        finally:
+            signal.set_wakeup_fd(old_fd)
+            signal.signal(signal.SIGINT, old[0])
+            signal.signal(signal.SIGTERM, old[1])
+            rsock.close()
+            wsock.close()
+        if "interrupted" in outcome:
+            raise KeyboardInterrupt
+        return outcome["task"].result
 
     def _wrap(self, sock):
         stream = _CurioStream(sock)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from protocols import cores
+from protocols.callback import _count, _push_counters
 
 VARIANTS = {"echo": ("naive", "fixed"), "sink": ("naive", "fixed"),
             "proxy": ("naive", "fixed", "limits0"), "reqresp": ("naive", "fixed"),
@@ -52,7 +53,9 @@ async def reqresp(port, reader, writer, variant, params):
     core, fixed = cores.ReqRespCore(params.get("response_bytes", 65536)), variant != "naive"
     try:
         while data := await reader.read(65536):
-            writer.writelines(core.receive(data))
+            responses = core.receive(data)
+            writer.writelines(responses)
+            _count(params.get("counters", {}), "requests_handled_count", len(responses))
             if fixed:
                 await writer.drain()
     except cores.ProtocolError as exc:
@@ -134,6 +137,7 @@ async def push_ticker(port, app, params):
                     pass
             elif kind == "disconnect":
                 writer.transport.abort()
+        _push_counters(app.core, params.get("counters", {}))
         await port.sleep(interval)
 
 

@@ -12,6 +12,7 @@ import collections
 import sys
 
 from protocols import cores
+from protocols.callback import _count, _push_counters
 
 VARIANTS = {"echo": ("naive", "fixed"), "sink": ("naive", "fixed"),
             "proxy": ("naive", "fixed", "limits0"), "reqresp": ("naive", "fixed"),
@@ -45,6 +46,7 @@ async def reqresp(port, stream, params):
         while data := await stream.receive_some(65536):
             for response in core.receive(data):
                 await stream.send_all(response)
+                _count(params.get("counters", {}), "requests_handled_count", 1)
     except cores.ProtocolError as exc:
         print(f"reqresp: {exc}; closing that connection", file=sys.stderr)
     except ConnectionError:
@@ -148,6 +150,7 @@ async def _push_ticker(port, app, params):
                 app.boxes[cid].put(message)
             elif kind == "disconnect":
                 await stream.aclose()
+        _push_counters(app.core, params.get("counters", {}))
         await port.sleep(interval)
 
 

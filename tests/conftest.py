@@ -81,3 +81,34 @@ def no_leaks(request):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "allow_leaks: skip the fd/thread/child leak check")
+
+
+# ---------------------------------------------------------------------------
+# runtimes (anyio's anyio_backend pattern): `runtime` is parametrized over every
+# runtime id, or over `--runtimes a,b`; an unavailable one is a skip with its reason.
+
+def pytest_addoption(parser):
+    parser.addoption("--runtimes", default=None,
+                     help="comma list of runtime specs to test (default: all)")
+
+
+def _runtime_specs(config) -> list[str]:
+    from protocols import runtimes
+    text = config.getoption("--runtimes")
+    return [rt.spec for rt in runtimes.parse_list(text)]
+
+
+def pytest_generate_tests(metafunc):
+    if "runtime" in metafunc.fixturenames:
+        metafunc.parametrize("runtime", _runtime_specs(metafunc.config), indirect=True)
+
+
+@pytest.fixture
+def runtime(request):
+    """A parsed ``protocols.runtimes.Runtime``; skips when its library is missing."""
+    from protocols import runtimes
+    rt = runtimes.parse(request.param)
+    reason = rt.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    return rt

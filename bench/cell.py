@@ -1,0 +1,129 @@
+"""The app side of one cell, in its own process: ``python -m bench.cell JSON``.
+
+Each cell's kernel under test runs here, alone, so its RSS, its leaks and its crashes
+are its own. The orchestrator (``bench.scenarios``) talks to this process over
+stdout, one JSON object per line:
+
+  {"event": "listening", "addr": [host, port]}   a server is accepting
+  {"event": "result", ...}                         what the app side measured
+
+A server runs until its app finishes (the one-shot proxy) or the orchestrator sends
+SIGINT; ``max_s`` bounds it regardless. RSS growth is the peak resident set during
+the run (VmHWM, reset before the run where the kernel allows) minus the resident set
+just before it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+
+def _rss_bytes(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak() -> None:
+    try:   # "5" resets VmHWM to the current RSS (Linux >= 4.0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def emit(obj) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _deadline(max_s: float) -> threading.Timer:
+    """Bound every run: after max_s, interrupt the main thread as Ctrl-C would."""
+    timer = threading.Timer(max_s, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def run_server(spec: dict) -> dict:
+    from protocols import callback, runtimes, stream, task
+    rt = runtimes.parse(spec["runtime"])
+    params = dict(spec.get("params", {}))
+    if params.get("upstream"):
+        params["upstream"] = tuple(params["upstream"])
+    counters: dict = {}
+    params["counters"] = counters
+    sock = runtimes.bind_listener("127.0.0.1", 0, sockbuf=params.get("sockbuf"))
+    driver = {"callback": callback, "stream": stream, "task": task}[rt.style]
+    port = rt.open()
+    emit({"event": "listening", "addr": list(sock.getsockname()[:2])})
+    interrupted = False
+    base = _rss_bytes("VmRSS")
+    _reset_peak()
+    timer = _deadline(spec.get("max_s", 60))
+    try:
+        try:
+            driver.serve(port, spec["app"], sock, spec["variant"], params)
+        except* KeyboardInterrupt:
+            interrupted = True
+    finally:
+        timer.cancel()
+        peak = _rss_bytes("VmHWM")
+        port.close()
+        sock.close()
+    trace = port.trace() if hasattr(port, "trace") else None
+    if spec.get("trace_path") and trace is not None:
+        with open(spec["trace_path"], "w") as f:
+            json.dump(trace.to_chrome(), f)
+    return {"probe": port.probe(), "counters": counters, "interrupted": interrupted,
+            "rss_growth_bytes": (peak - base) if peak is not None and base is not None else None}
+
+
+def run_program(spec: dict) -> dict:
+    from bench import programs
+    fn = getattr(programs, spec["program"])
+    base = _rss_bytes("VmRSS")
+    _reset_peak()
+    timer = _deadline(spec.get("max_s", 60))
+    try:
+        result = fn(spec["runtime"], *spec.get("args", []), **spec.get("kwargs", {}))
+    finally:
+        timer.cancel()
+    result["loop_stopped_at"] = time.monotonic()
+    peak = _rss_bytes("VmHWM")
+    result["rss_growth_bytes"] = (peak - base) if peak is not None and base is not None else None
+    # Stay alive so the peer can tell "the close completed" from "the process exited".
+    emit({"event": "stopped", "at": result["loop_stopped_at"]})
+    time.sleep(spec.get("linger_s", 0.0))
+    return result
+
+
+def run_probe(spec: dict) -> dict:
+    from bench import causality
+    return causality.fingerprint(spec["runtime"], **spec.get("kwargs", {}))
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(argv[1] if len(argv) > 1 else sys.stdin.read())
+    kind = spec["kind"]
+    runner = {"server": run_server, "program": run_program, "probe": run_probe}[kind]
+    result = {"error": "interrupted"}
+    try:
+        result = runner(spec)
+    except* KeyboardInterrupt:
+        pass
+    emit({"event": "result", **result})
+    return 1 if "error" in result else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

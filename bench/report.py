@@ -1,0 +1,299 @@
+"""Reports: the terminal table, the report folder, the fidelity table, and the main job.
+
+The terminal table is grouped by scenario and style, our kernel first and its
+reference libraries beside it, so a row of ours reads against the rows it must
+reproduce. The *fidelity table* asks, for each scenario and variant: does our
+kernel's verdict equal its references'? Mismatches are printed, never hidden.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from protocols import runtimes as rtmod
+
+STYLE_ORDER = ("callback", "stream", "task")
+OUR_BY_STYLE = {"callback": "callback", "stream": "hybrid", "task": "coro"}
+
+# The columns each scenario shows: (metric, header, formatter)
+def _mb(v):
+    return "?" if v is None else f"{v / 1e6:.2f} MB"
+
+
+def _mbs(v):
+    return "?" if v is None else f"{v / 1e6:.2f} MB/s"
+
+
+def _s(v):
+    return "?" if v is None else f"{v:.2f} s"
+
+
+def _n(v):
+    return "?" if v is None else f"{v:,.0f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+
+def _pct(v):
+    return "?" if v is None else f"{100 * v:.1f} %"
+
+
+def _frac(v):
+    return "?" if v is None else f"{v:.2f}"
+
+
+COLUMNS = {
+    "S1": [("source_rate_Bps", "source", _mbs), ("peak_user_buffer_bytes", "user buffer peak", _mb),
+           ("rss_growth_bytes", "RSS growth", _mb), ("queue_delay_s", "queue delay", _s),
+           ("pause_writing_count", "pause_writing", _n)],
+    "S3": [("bytes_accepted", "accepted", _n), ("bytes_delivered", "delivered", _n),
+           ("bytes_lost", "lost", _n), ("eof_after_stop_s", "EOF after stop", _s)],
+    "S4": [("child_ran_before_spawn_returned", "child before spawn returns", _n),
+           ("child_first_after_yield_fraction", "child first after yield", _frac),
+           ("user_buffered_after_write_bytes", "buffered after write(1MB)", _n),
+           ("closed_when_close_returned", "closed at close()", _n),
+           ("other_tasks_during_nonblocking_sends_count", "turns during sends", _n),
+           ("cancel_semantics", "cancel", _n), ("error_surface", "reset surfaces", _n)],
+    "S5": [("requests_handled_count", "requests handled", _n), ("rss_growth_bytes", "RSS growth", _mb),
+           ("peak_user_buffer_bytes", "user buffer peak", _mb)],
+    "S6": [("healthy_share_fraction", "healthy got", _pct), ("rss_growth_bytes", "RSS growth", _mb),
+           ("dropped_count", "dropped", _n), ("peak_user_buffer_bytes", "user buffer peak", _mb)],
+    "S7": [("bytes_delivered_after_timeout", "delivered", _n), ("bytes_sent_known", "bytes_sent known", _n)],
+    "S8": [("bytes_delivered", "delivered", _n), ("warnings", "warnings", _n)],
+}
+
+
+def _order_key(r):
+    style = STYLE_ORDER.index(r["style"]) if r.get("style") in STYLE_ORDER else 9
+    return (r["scenario"], r["variant"], style, 0 if r.get("ours") else 1, r["runtime"])
+
+
+def table_rows(results: list[dict]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """[(title, header, rows)] per scenario, rows grouped by variant and style."""
+    out = []
+    for sid in sorted({r["scenario"] for r in results}):
+        from bench.scenarios import SCENARIOS
+        cols = COLUMNS.get(sid, [])
+        header = ["runtime", "variant"] + [h for _, h, _ in cols] + ["verdicts"]
+        rows = []
+        for r in sorted((r for r in results if r["scenario"] == sid), key=_order_key):
+            if r.get("skipped"):
+                rows.append([r["runtime"], r["variant"]] + ["-"] * len(cols) + ["skipped: " + r["skipped"][:40]])
+                continue
+            if r["errors"] and not r["metrics"]:
+                rows.append([r["runtime"], r["variant"]] + ["-"] * len(cols) + ["ERROR: " + r["errors"][0][:60]])
+                continue
+            verdicts = " ".join(f"{k}={'yes' if v else 'NO'}" for k, v in r["verdicts"].items())
+            rows.append([("* " if r.get("ours") else "  ") + r["runtime"], r["variant"]]
+                        + [fmt(r["metrics"].get(m)) for m, _, fmt in cols] + [verdicts])
+        out.append((f"{sid} — {SCENARIOS[sid].title}", header, rows))
+    return out
+
+
+def format_table(header: list[str], rows: list[list[str]], markdown: bool = False) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
+        return "\n".join(lines)
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    fmt = lambda row: "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def fidelity(results: list[dict]) -> list[list[str]]:
+    """For each scenario x variant x style: our verdicts vs each reference's."""
+    rows = []
+    by_key: dict = {}
+    for r in results:
+        if r.get("skipped") or not r["verdicts"]:
+            continue
+        by_key.setdefault((r["scenario"], r["variant"], r["style"]), []).append(r)
+    for (sid, variant, style), group in sorted(by_key.items()):
+        ours = [r for r in group if r.get("ours")]
+        refs = [r for r in group if not r.get("ours")]
+        for o in ours:
+            for ref in refs:
+                same = o["verdicts"] == ref["verdicts"]
+                diff = "" if same else "; ".join(
+                    f"{k}: ours={o['verdicts'].get(k)} ref={ref['verdicts'].get(k)}"
+                    for k in sorted(set(o["verdicts"]) | set(ref["verdicts"]))
+                    if o["verdicts"].get(k) != ref["verdicts"].get(k))
+                rows.append([sid, variant, o["runtime"], ref["runtime"], "yes" if same else "NO", diff])
+    return rows
+
+
+def render_terminal(results: list[dict]) -> str:
+    parts = []
+    for title, header, rows in table_rows(results):
+        parts.append(f"\n{title}  (* = our kernel)\n" + format_table(header, rows))
+    fid = fidelity(results)
+    if fid:
+        same = sum(1 for r in fid if r[4] == "yes")
+        parts.append(f"\nFidelity: our verdict equals the reference's in {same} of {len(fid)} comparisons")
+        bad = [r for r in fid if r[4] != "yes"]
+        if bad:
+            parts.append(format_table(["scenario", "variant", "ours", "reference", "same", "difference"], bad))
+    notes = sorted({f"{r['scenario']} {r['runtime']} {r['variant']}: {n}" for r in results for n in r.get("notes", [])})
+    errors = [f"{r['id']}: {e}" for r in results for e in r.get("errors", [])]
+    if errors:
+        parts.append("\nErrors:\n" + "\n".join("  " + e for e in errors))
+    if notes:
+        parts.append(f"\n{len(notes)} notes in report.md")
+    return "\n".join(parts)
+
+
+def render_markdown(doc: dict, plots: list[str]) -> str:
+    results = doc["cells"]
+    env = doc.get("env", {})
+    lines = ["# looplab report", "",
+             f"run `{doc.get('run_id', '?')}` — looplab {doc.get('looplab')} — Python {env.get('python', '?')} "
+             f"— {env.get('platform', '?')}", "",
+             "Rows marked `*` are our kernels; the rows beside them are the reference libraries "
+             "of the same style. Sizes in MB are 10^6 bytes.", ""]
+    for title, header, rows in table_rows(results):
+        lines += [f"## {title}", "", format_table(header, rows, markdown=True), ""]
+        sid = title.split()[0]
+        for p in plots:
+            if os.path.basename(p).startswith(sid.lower()):
+                lines += [f"![{sid}]({os.path.basename(p)})", ""]
+    fid = fidelity(results)
+    lines += ["## Fidelity: does our kernel's verdict equal its references'?", ""]
+    lines += [format_table(["scenario", "variant", "ours", "reference", "same", "difference"], fid, markdown=True)
+              if fid else "(no comparable cells)", ""]
+    notes = sorted({f"{r['scenario']} `{r['runtime']}` {r['variant']}: {n}" for r in results for n in r.get("notes", [])})
+    if notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    errors = [f"`{r['id']}`: {e}" for r in results for e in r.get("errors", [])]
+    if errors:
+        lines += ["## Errors", ""] + [f"- {e}" for e in errors] + [""]
+    return "\n".join(lines)
+
+
+def plot(results: list[dict], out_dir: str) -> list[str]:
+    """PNG plots, one figure per scenario; empty if matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:
+        return []
+    written = []
+
+    def bars(sid, metric, ylabel, scale=1.0):
+        cells = [r for r in results if r["scenario"] == sid and r["metrics"].get(metric) is not None]
+        if not cells:
+            return
+        cells.sort(key=_order_key)
+        labels = [f"{'*' if r.get('ours') else ''}{r['runtime']}\n{r['variant']}" for r in cells]
+        values = [r["metrics"][metric] * scale for r in cells]
+        colors = ["tab:orange" if r.get("ours") else "tab:blue" for r in cells]
+        fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(cells)), 4.2))
+        ax.bar(range(len(cells)), values, color=colors)
+        ax.set_xticks(range(len(cells)), labels, rotation=70, fontsize=7)
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{sid}: {ylabel} (orange = our kernels)")
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"{sid.lower()}_{metric}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    s1 = [r for r in results if r["scenario"] == "S1" and r.get("series")]
+    if s1:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+        for r in sorted(s1, key=_order_key):
+            series = r["series"]
+            label = f"{'*' if r.get('ours') else ''}{r['runtime']} {r['variant']}"
+            style = "-" if r["variant"] == "naive" else "--"
+            if series.get("in_flight"):
+                t, v = zip(*series["in_flight"])
+                ax1.plot(t, [x / 1e6 for x in v], style, label=label, linewidth=1)
+            if series.get("latency"):
+                t, v = zip(*series["latency"])
+                ax2.plot(t, v, style, label=label, linewidth=1)
+        ax1.set_title("S1: bytes in flight, source sent - sink received (MB)")
+        ax1.set_xlabel("s")
+        ax2.set_title("S1: queue delay of arriving frames (s)")
+        ax2.set_xlabel("s")
+        ax2.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        path = os.path.join(out_dir, "s1_buffer_and_delay.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    else:
+        bars("S1", "peak_user_buffer_bytes", "user-space buffer peak (MB)", 1e-6)
+    bars("S3", "bytes_delivered", "bytes delivered (MB)", 1e-6)
+    bars("S5", "requests_handled_count", "requests handled of 300")
+    bars("S6", "healthy_share_fraction", "healthy client's share")
+    return written
+
+
+def write_report(doc: dict, out_dir: str) -> dict:
+    from bench import results as resmod
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {"json": os.path.join(out_dir, "results.json"), "csv": os.path.join(out_dir, "results.csv"),
+             "md": os.path.join(out_dir, "report.md")}
+    resmod.write_json(doc, paths["json"])
+    resmod.write_csv(doc, paths["csv"])
+    plots = plot(doc["cells"], out_dir)
+    with open(paths["md"], "w") as f:
+        f.write(render_markdown(doc, plots))
+    paths["plots"] = plots
+    return paths
+
+
+def check_writable(out_dir: str) -> None:
+    """Fail before any cell runs if the report folder can't be written."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        probe = os.path.join(out_dir, ".looplab-write-test")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as exc:
+        raise rtmod.UsageError(f"cannot write to --out {out_dir!r}: {exc.strerror or exc}") from None
+
+
+def progress_printer(stream=sys.stderr):
+    start = time.monotonic()
+
+    def show(i, n, result):
+        status = "skipped" if result.get("skipped") else ("ERROR" if result["errors"] and not result["metrics"]
+                                                           else "ok")
+        stream.write(f"\r[{i}/{n}] {time.monotonic() - start:5.1f}s {result['id']:<60} {status}\n")
+        stream.flush()
+    return show
+
+
+def run_and_report(cells, out_dir: str | None, json_path: str | None, jobs: int) -> int:
+    from bench import results as resmod
+    from bench import scenarios
+    if out_dir:
+        check_writable(out_dir)
+    results, interrupted = scenarios.run_matrix(cells, jobs=jobs, progress=progress_printer())
+    doc = resmod.new_document(results)
+    print(render_terminal(results))
+    if out_dir:
+        paths = write_report(doc, out_dir)
+        print(f"\nreport: {paths['md']} (results.json, results.csv, {len(paths['plots'])} plots)")
+    if json_path:
+        resmod.write_json(doc, json_path)
+    if interrupted:
+        print("interrupted: finished cells were kept", file=sys.stderr)
+        return 130
+    failed = any(r["errors"] for r in results)
+    return 1 if failed else 0
+
+
+def main_job(args) -> int:
+    """``looplab`` with no verb: S1, S3, S4, S5, S6 at the quick preset, every
+    available runtime, the table in the terminal and the report folder."""
+    from bench import scenarios
+    available, missing = rtmod.available_runtimes()
+    for spec, reason in missing.items():
+        print(f"skipping {spec}: {reason}", file=sys.stderr)
+    cells = scenarios.plan(",".join(scenarios.MAIN_JOB), ",".join(r.spec for r in available), None, "quick")
+    cells = [c for c in cells if not (c.scenario == "S3" and c.variant not in ("naive", "fixed"))
+             and not (c.scenario == "S6" and c.variant == "disconnect")]
+    print(f"looplab: {len(cells)} cells on {len(available)} runtimes (quick preset)", file=sys.stderr)
+    return run_and_report(cells, args.out, None, jobs=2)

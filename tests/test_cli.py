@@ -1,0 +1,203 @@
+"""The command line as a user meets it: serve on every runtime, byte-exact through
+echo and through the proxy; bad input is one line and the documented exit code."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+LOOPLAB = [sys.executable, "-m", "bench"]
+
+
+def _looplab(*args, timeout=30):
+    return subprocess.run(LOOPLAB + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+class Served:
+    """``looplab serve`` in a child process; always ended on exit."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen(LOOPLAB + ["serve", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().strip()
+        assert line.startswith("listening on "), (line, self.proc.stderr.read() if self.proc.poll() is not None else "")
+        host, port = line.rsplit(" ", 1)[1].rsplit(":", 1)
+        self.addr = (host, int(port))
+
+    def stop(self, sig=signal.SIGTERM, timeout=10) -> tuple[int, str]:
+        if self.proc.stderr.closed:
+            return self.proc.returncode, ""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        err = self.proc.stderr.read()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return rc, err
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _roundtrip(addr, payload: bytes, timeout=20.0) -> bytes:
+    """Send payload (then EOF) while reading everything back."""
+    with socket.create_connection(addr, timeout=timeout) as s:
+        t = threading.Thread(target=lambda: (s.sendall(payload), s.shutdown(socket.SHUT_WR)))
+        t.start()
+        got = bytearray()
+        while chunk := s.recv(65536):
+            got += chunk
+        t.join(timeout)
+    return bytes(got)
+
+
+def _payload(n: int, seed: int = 0) -> bytes:
+    return bytes((i * 7 + seed) % 251 for i in range(256)) * (n // 256)
+
+
+def test_echo_through_serve_is_byte_exact(runtime):
+    with Served("echo", "--runtime", runtime.spec) as srv:
+        results = []
+        threads = [threading.Thread(target=lambda k=k: results.append(
+            _roundtrip(srv.addr, _payload(256 * 1024, k)) == _payload(256 * 1024, k))) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        rc, err = srv.stop()
+    assert results == [True] * 8
+    assert rc == 0, err
+
+
+def test_proxy_relays_one_connection_then_exits(runtime):
+    """The post's program: one connection, copy until EOF, then the program ends."""
+    sink = socket.socket()
+    sink.bind(("127.0.0.1", 0))
+    sink.listen(1)
+    sink.settimeout(20)
+    got = bytearray()
+
+    def serve_sink():
+        conn, _ = sink.accept()
+        with conn:
+            conn.settimeout(20)
+            while chunk := conn.recv(65536):
+                got.extend(chunk)
+
+    t = threading.Thread(target=serve_sink)
+    t.start()
+    payload = _payload(1024 * 1024)
+    try:
+        with Served("proxy", "--runtime", runtime.spec, "--variant", "fixed",
+                    "--upstream", "%s:%d" % sink.getsockname()) as srv:
+            with socket.create_connection(srv.addr, timeout=20) as c:
+                c.sendall(payload)
+                c.shutdown(socket.SHUT_WR)
+                c.recv(1)    # the proxy closes us once it is done
+            rc = srv.proc.wait(20)     # exits by itself: one connection only
+            assert rc == 0, srv.proc.stderr.read()
+        t.join(20)
+    finally:
+        sink.close()
+    assert bytes(got) == payload
+
+
+def test_two_way_proxy_echoes_through_upstream(runtime):
+    with Served("echo", "--runtime", "asyncio-protocol") as upstream:
+        with Served("proxy", "--runtime", runtime.spec, "--two-way", "--forever",
+                    "--upstream", "%s:%d" % upstream.addr) as proxy:
+            assert _roundtrip(proxy.addr, _payload(512 * 1024)) == _payload(512 * 1024)
+            rc, err = proxy.stop()
+            assert rc == 0, err
+
+
+def test_upstream_refused_is_one_line_and_server_survives(runtime):
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    dead = free.getsockname()
+    free.close()     # nothing listens there now
+    with Served("proxy", "--runtime", runtime.spec, "--forever", "--upstream", "%s:%d" % dead) as srv:
+        for _ in range(2):
+            with socket.create_connection(srv.addr, timeout=10) as c:
+                c.settimeout(10)
+                try:
+                    assert c.recv(1) == b""
+                except ConnectionResetError:
+                    pass
+        assert srv.proc.poll() is None, "a refused upstream must not end the server"
+        rc, err = srv.stop()
+    assert rc == 0
+    lines = [ln for ln in err.splitlines() if "upstream" in ln]
+    assert lines and "Traceback" not in err
+
+
+def test_port_in_use_is_one_line_exit_2():
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    try:
+        r = _looplab("serve", "echo", "--runtime", "asyncio-protocol", "--listen",
+                     "127.0.0.1:%d" % holder.getsockname()[1])
+    finally:
+        holder.close()
+    assert r.returncode == 2
+    assert "port in use" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["serve", "echo", "--runtime", "nope"], "valid runtimes"),
+    (["serve", "echo", "--runtime", "coro:bogus=1"], "valid options"),
+    (["serve", "echo", "--runtime", "coro", "--variant", "weird"], "valid"),
+    (["run", "--scenarios", "S99"], "valid scenarios"),
+    (["run", "--preset", "huge"], "valid presets"),
+    (["run", "--scenarios", "S1", "--variants", "odd"], "valid variants"),
+    (["list", "cells", "--runtimes", "nope"], "valid runtimes"),
+])
+def test_user_mistakes_are_one_line_exit_2(args, needle):
+    r = _looplab(*args)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_unwritable_out_fails_before_any_cell(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    r = _looplab("run", "--scenarios", "S4", "--runtimes", "asyncio-protocol", "--out", str(blocker / "sub"))
+    assert r.returncode == 2 and "cannot write" in r.stderr
+    assert "cells" not in r.stdout
+
+
+def test_list_runtimes_shows_options_and_every_id():
+    r = _looplab("list", "runtimes")
+    assert r.returncode == 0
+    from protocols.runtimes import RUNTIMES
+    for rid in RUNTIMES:
+        assert any(line.startswith(rid + " ") for line in r.stdout.splitlines()), rid
+    for opt in ("high_water=65536", "io_schedule_point=false", "ready_order=fifo", "drain=asyncio"):
+        assert opt in r.stdout
+
+
+def test_python_m_bench_is_looplab():
+    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "looplab"), "list", "apps"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout == _looplab("list", "apps").stdout
+
+
+@pytest.mark.parametrize("verb", ["list", "run", "serve", "trace"])
+def test_every_verb_has_help(verb):
+    r = _looplab(verb, "--help")
+    assert r.returncode == 0 and "usage: looplab " + verb in r.stdout
