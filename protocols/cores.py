@@ -1,0 +1,1014 @@
+"""Sans-IO protocol cores: every looplab app as a pure state machine.
+
+A *core* is the part of a protocol that decides; a *driver* is the part that
+does. Cores take bytes and events in and give actions (or bytes) back. They
+never touch a socket, never read a clock, never import a kernel: the time, when
+a core needs it, arrives as the float argument ``now``. That buys three things:
+
+* one core runs unchanged under every driver -- callback, stream and task ports,
+  on our kernels and on asyncio, uvloop, trio and curio -- so when two runtimes
+  behave differently the difference is in the kernel and the driver, never in
+  the protocol logic;
+* a core is tested exhaustively without I/O (hypothesis feeds it any chunking of
+  any bytes, a simulated clock replaces sleeping);
+* the peers (``bench/peers.py``, blocking sockets in another process) use the
+  same framing code to check what the kernel under test delivered.
+
+The contract every core keeps, in the style of h11:
+
+* **Chunking never matters.** The same byte stream split anywhere gives the same
+  outcome: the same frames, responses, relayed bytes and the same error.
+* **Bad peer input raises ProtocolError** (a ValueError) whose message says what
+  was wrong and at which byte offset of the stream. A core that raised stays
+  failed: the connection is broken, the driver closes it. Results decoded in the
+  same call before the bad byte ride on the exception as ``.partial`` so nothing
+  good is lost to the error.
+* **Driver mistakes raise** TypeError (not bytes), ValueError (bad argument) or
+  RuntimeError (a call in the wrong state, e.g. data after EOF) -- never a
+  silent misbehaviour.
+* **Actions are tuples** whose first item names what to do, e.g.
+  ``("send", "b", data)``; drivers dispatch on it. Cores return lists of them
+  and never expect a reply except through their own event methods.
+
+What lives here:
+
+``encode_frame`` / ``FrameDecoder`` / ``FrameStats``
+    fixed-size frames carrying a sequence number and a send timestamp, for
+    latency, order and loss measurements;
+``EchoCore``, ``SinkCore``, ``SourceCore`` (token bucket), ``ProxyCore``
+    (one-way and two-way with half-close, optional relay limit),
+    ``ReqRespCore`` (pipelined request lines), ``PushCore`` (broadcast with a
+    per-client overload policy).
+
+Cores count what they see in plain attributes; the kernels' probes
+(``kernels/probe.py``) count what the kernels see. The two are compared, never
+merged.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import struct
+from typing import NamedTuple
+
+__all__ = [
+    "ProtocolError",
+    "FRAME_MAGIC", "FRAME_HEADER_BYTES", "Frame", "encode_frame", "frame_payload",
+    "FrameDecoder", "FrameStats",
+    "EchoCore", "SinkCore", "SourceCore", "ProxyCore", "ReqRespCore", "PushCore",
+]
+
+
+class ProtocolError(ValueError):
+    """The peer sent bytes that break the protocol.
+
+    ``offset`` is the byte offset in the stream (counted from the first byte the
+    core ever received) where the offending unit starts, or None when no single
+    byte is to blame. ``partial`` holds what the failing call had already
+    decoded before the bad byte (frames, responses), so that "any chunking gives
+    the same outcome" stays true even for streams that end in garbage.
+    """
+
+    def __init__(self, message: str, offset: int | None = None, partial: list | None = None):
+        super().__init__(message)
+        self.offset = offset
+        self.partial = [] if partial is None else partial
+
+
+def _owned_bytes(data, what: str = "data") -> bytes:
+    """``data`` as immutable bytes: the object itself when it already is (no
+    copy on the hot path), else a copy -- drivers may reuse a bytearray or a
+    memoryview into their read buffer as soon as the call returns."""
+    if type(data) is bytes:
+        return data
+    return _as_bytes_view(data, what).tobytes()
+
+
+def _as_bytes_view(data, what: str = "data") -> memoryview:
+    """A flat byte view of ``data``; TypeError for anything that isn't bytes-like."""
+    if isinstance(data, str):
+        raise TypeError(f"{what} must be bytes-like, not str (encode it first)")
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TypeError(f"{what} must be bytes-like, not {type(data).__name__}") from None
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
+# ---------------------------------------------------------------------------
+# Framing
+#
+# A frame is a 24-byte big-endian header -- magic b"LLF1", total length (header
+# included) as u32, sequence number as u64, send timestamp as f64 -- followed by
+# filler. The filler is a pure function of (seq, position): byte i of the
+# payload of frame seq is (seq + i) % 251. A receiver that asks (verify=True)
+# can therefore check every payload byte with a memcmp against a cached
+# pattern, without anything in the frame to carry a checksum. 251 is prime so
+# the pattern never lines up with power-of-two chunk or buffer sizes: a chunk
+# duplicated, dropped or shifted by a driver shows up as a mismatch.
+#
+# The decoder never buffers payload bytes. It collects at most one header (24
+# bytes) and then only *counts* payload bytes as they stream past (comparing
+# them in place when verifying). A sink reading 64 KiB chunks of 32 KiB frames
+# costs one header unpack per frame and no copies, which keeps the peers --
+# the ground truth -- cheap enough not to be the bottleneck they measure.
+
+FRAME_MAGIC = b"LLF1"
+FRAME_HEADER_BYTES = 24
+_HEADER = struct.Struct(">4sIQd")
+_MAX_U32 = 2**32 - 1
+_MAX_U64 = 2**64 - 1
+_PERIOD = 251
+
+assert _HEADER.size == FRAME_HEADER_BYTES
+
+# bytes(i % 251 for i in range(...)), grown on demand and never shrunk; slices
+# of it are the filler. Replaced whole (never mutated), so threads (the peers
+# run roles in threads) only ever see a complete buffer.
+_pattern = bytes(i % _PERIOD for i in range(_PERIOD + 65536))
+
+
+def _pattern_view(phase: int, length: int) -> memoryview:
+    """``length`` filler bytes starting at pattern phase ``phase`` (0..250)."""
+    global _pattern
+    if _PERIOD + length > len(_pattern):
+        size = len(_pattern)
+        while size < _PERIOD + length:
+            size *= 2
+        _pattern = bytes(range(_PERIOD)) * (size // _PERIOD + 1)
+    return memoryview(_pattern)[phase:phase + length]
+
+
+class Frame(NamedTuple):
+    """One decoded frame: its sequence number, the sender's timestamp (seconds
+    on the sender's clock; ``time.monotonic()`` is system-wide on Linux) and its
+    total length in bytes, header included."""
+    seq: int
+    send_ts: float
+    length: int
+
+
+def frame_payload(seq: int, payload_bytes: int) -> bytes:
+    """The filler that follows the header of frame ``seq`` (for tests and
+    peers that want to build or check frames by hand)."""
+    return bytes(_pattern_view(seq % _PERIOD, payload_bytes))
+
+
+def encode_frame(seq: int, send_ts: float, frame_bytes: int) -> bytes:
+    """One frame of exactly ``frame_bytes`` bytes (header included).
+
+    ``seq`` is 0 .. 2**64-1, ``send_ts`` a finite float (the sender's ``now``),
+    ``frame_bytes`` at least the 24-byte header and at most 2**32-1. Anything
+    else is a TypeError or ValueError: a frame the decoder would reject is never
+    produced.
+    """
+    if isinstance(seq, bool) or not isinstance(seq, int):
+        raise TypeError(f"seq must be an int, not {type(seq).__name__}")
+    if not 0 <= seq <= _MAX_U64:
+        raise ValueError(f"seq must be in 0..2**64-1, got {seq}")
+    if isinstance(frame_bytes, bool) or not isinstance(frame_bytes, int):
+        raise TypeError(f"frame_bytes must be an int, not {type(frame_bytes).__name__}")
+    if frame_bytes < FRAME_HEADER_BYTES:
+        raise ValueError(f"frame_bytes must be >= {FRAME_HEADER_BYTES} (the header), "
+                         f"got {frame_bytes}")
+    if frame_bytes > _MAX_U32:
+        raise ValueError(f"frame_bytes must fit the u32 length field, got {frame_bytes}")
+    if isinstance(send_ts, bool) or not isinstance(send_ts, (int, float)):
+        raise TypeError(f"send_ts must be a float, not {type(send_ts).__name__}")
+    if not math.isfinite(send_ts):
+        raise ValueError(f"send_ts must be finite, got {send_ts}")
+    return _encode(seq, float(send_ts), frame_bytes)
+
+
+def _encode(seq: int, send_ts: float, frame_bytes: int) -> bytes:
+    # One copy: join() reads the header and a view of the cached pattern.
+    header = _HEADER.pack(FRAME_MAGIC, frame_bytes, seq, send_ts)
+    return b"".join((header, _pattern_view(seq % _PERIOD, frame_bytes - FRAME_HEADER_BYTES)))
+
+
+class FrameDecoder:
+    """Bytes in, ``Frame``s out.
+
+    ``feed(data)`` returns the frames completed by ``data`` (possibly none);
+    any split of the same stream gives the same frames in the same order.
+    ``eof()`` says the stream ended: if it ended inside a frame it raises
+    ``ProtocolError("truncated frame: N of M bytes ...")``.
+
+    Errors, each a ProtocolError with the frame's start offset: bad magic
+    (checked as soon as 4 header bytes are in), a length below the 24-byte
+    header or above ``max_frame_bytes`` (checked as soon as 8 are in), and with
+    ``verify=True`` a payload byte that isn't the filler of that frame's seq.
+    After an error the decoder stays failed: every later ``feed``/``eof`` raises
+    again -- there is no resynchronising on a byte stream without delimiters.
+
+    Counters: ``frames_count``, ``offset`` (bytes consumed so far).
+    Hazard: the decoder checks structure, not order; order, gaps and latency
+    are ``FrameStats``'s job.
+    """
+
+    def __init__(self, max_frame_bytes: int = 16 * 1024 * 1024, verify: bool = False):
+        if isinstance(max_frame_bytes, bool) or not isinstance(max_frame_bytes, int):
+            raise TypeError("max_frame_bytes must be an int")
+        if not FRAME_HEADER_BYTES <= max_frame_bytes <= _MAX_U32:
+            raise ValueError(f"max_frame_bytes must be in {FRAME_HEADER_BYTES}..{_MAX_U32}, "
+                             f"got {max_frame_bytes}")
+        self.max_frame_bytes = max_frame_bytes
+        self.verify = bool(verify)
+        self.frames_count = 0
+        self.offset = 0              # stream bytes consumed by feed()
+        self._header = bytearray()   # a header split across feeds
+        self._frame_start = 0        # stream offset of the current frame
+        self._current: Frame | None = None   # header decoded, payload streaming
+        self._remaining = 0          # payload bytes still to come for _current
+        self._failed: ProtocolError | None = None
+        self._eof = False
+
+    @property
+    def in_frame(self) -> bool:
+        """True when the stream stopped in the middle of a frame."""
+        return bool(self._header) or self._current is not None
+
+    def _fail(self, message: str, offset: int | None, frames: list) -> ProtocolError:
+        err = ProtocolError(message, offset, frames)
+        self._failed = err
+        return err
+
+    def _check_prefix(self, header, frames) -> None:
+        """Validate what is known of a header; the same checks run in the same
+        order whether the header arrived whole or in pieces."""
+        n = len(header)
+        if n >= 4 and header[:4] != FRAME_MAGIC:
+            raise self._fail(f"bad magic {bytes(header[:4])!r} at byte offset {self._frame_start} "
+                             f"(expected {FRAME_MAGIC!r})", self._frame_start, frames)
+        if n >= 8:
+            length = int.from_bytes(header[4:8], "big")
+            if length < FRAME_HEADER_BYTES:
+                raise self._fail(f"frame length {length} at byte offset {self._frame_start} is "
+                                 f"below the {FRAME_HEADER_BYTES}-byte header",
+                                 self._frame_start, frames)
+            if length > self.max_frame_bytes:
+                raise self._fail(f"frame length {length} at byte offset {self._frame_start} "
+                                 f"exceeds max_frame_bytes={self.max_frame_bytes}",
+                                 self._frame_start, frames)
+
+    def _verify(self, chunk: memoryview, frames: list) -> None:
+        cur = self._current
+        done = cur.length - FRAME_HEADER_BYTES - self._remaining  # payload bytes already seen
+        expected = _pattern_view((cur.seq + done) % _PERIOD, len(chunk))
+        if chunk != expected:
+            bad = next(i for i in range(len(chunk)) if chunk[i] != expected[i])
+            at = self._frame_start + FRAME_HEADER_BYTES + done + bad
+            raise self._fail(f"payload mismatch in frame seq {cur.seq} (at byte offset "
+                             f"{self._frame_start}) at byte offset {at}: got {chunk[bad]}, "
+                             f"expected {expected[bad]}", self._frame_start, frames)
+
+    def feed(self, data) -> list[Frame]:
+        """Consume ``data`` (bytes-like) and return the frames it completed."""
+        if self._failed is not None:
+            raise ProtocolError(f"decoder already failed: {self._failed}", self._failed.offset)
+        if self._eof:
+            raise RuntimeError("FrameDecoder.feed() after eof()")
+        view = _as_bytes_view(data)
+        n = len(view)
+        base = self.offset
+        frames: list[Frame] = []
+        i = 0
+        while i < n:
+            if self._current is not None:
+                # Inside a payload: count (and maybe compare) bytes, never copy.
+                take = min(self._remaining, n - i)
+                if self.verify:
+                    self._verify(view[i:i + take], frames)
+                i += take
+                self._remaining -= take
+                if self._remaining == 0:
+                    frames.append(self._current)
+                    self._current = None
+                    self.frames_count += 1
+                continue
+            header = self._header
+            if not header:
+                self._frame_start = base + i
+                if n - i >= FRAME_HEADER_BYTES:
+                    # Fast path: the whole header is in this chunk.
+                    magic, length, seq, ts = _HEADER.unpack_from(view, i)
+                    if magic != FRAME_MAGIC or not FRAME_HEADER_BYTES <= length <= self.max_frame_bytes:
+                        self._check_prefix(view[i:i + 8], frames)
+                    i += FRAME_HEADER_BYTES
+                    self._start_payload(Frame(seq, ts, length), frames)
+                    continue
+            take = min(FRAME_HEADER_BYTES - len(header), n - i)
+            header += view[i:i + take]
+            i += take
+            self._check_prefix(header, frames)
+            if len(header) == FRAME_HEADER_BYTES:
+                magic, length, seq, ts = _HEADER.unpack(header)
+                header.clear()
+                self._start_payload(Frame(seq, ts, length), frames)
+        self.offset = base + n
+        return frames
+
+    def _start_payload(self, frame: Frame, frames: list) -> None:
+        if frame.length == FRAME_HEADER_BYTES:
+            frames.append(frame)
+            self.frames_count += 1
+        else:
+            self._current = frame
+            self._remaining = frame.length - FRAME_HEADER_BYTES
+
+    def eof(self) -> None:
+        """The stream ended. Raises ProtocolError if it ended inside a frame
+        (or if the decoder had already failed); idempotent otherwise."""
+        if self._failed is not None:
+            raise ProtocolError(f"decoder already failed: {self._failed}", self._failed.offset)
+        self._eof = True
+        if self._current is not None:
+            have = self._current.length - self._remaining
+            raise self._fail(f"truncated frame: {have} of {self._current.length} bytes "
+                             f"(frame seq {self._current.seq} at byte offset {self._frame_start})",
+                             self._frame_start, [])
+        if self._header:
+            have = len(self._header)
+            if have >= 8:
+                total = f"{int.from_bytes(self._header[4:8], 'big')} bytes"
+            else:
+                total = f"at least {FRAME_HEADER_BYTES} bytes (header incomplete)"
+            raise self._fail(f"truncated frame: {have} of {total} "
+                             f"(frame at byte offset {self._frame_start})", self._frame_start, [])
+
+
+class FrameStats:
+    """What a frame sink computes from the frames it got: ``add(frame, now)``.
+
+    Sequence numbers are expected to run 0, 1, 2, ... . A frame beyond the next
+    expected one opens a gap (``missing_count`` grows by its width); a frame
+    that fills a hole in a gap arrived late (``out_of_order_count`` += 1,
+    ``missing_count`` -= 1); a frame whose seq was already seen is a duplicate.
+    So at any moment ``missing_count`` is the number of seqs below the highest
+    seen that never arrived. Gaps are kept as intervals, so memory grows with
+    the number of gaps, not with the number of frames or the width of a jump.
+
+    Latency is ``now - frame.send_ts`` (both on one clock: ``time.monotonic()``
+    is system-wide on Linux). ``max_latency_s`` is exact; ``latencies`` and the
+    parallel ``latency_times`` (the ``now`` of each sample) keep every sample
+    up to ``max_samples``, then are thinned deterministically to every 2nd,
+    4th, ... frame -- a uniform subsample that keeps time order, so they still
+    draw a latency-vs-time series. Before any frame ``max_latency_s`` is None
+    (unknown, not zero).
+    """
+
+    def __init__(self, max_samples: int = 10000):
+        if isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 2:
+            raise ValueError(f"max_samples must be an int >= 2, got {max_samples!r}")
+        self.max_samples = max_samples
+        self.count = 0
+        self.bytes = 0
+        self.out_of_order_count = 0
+        self.missing_count = 0
+        self.duplicate_count = 0
+        self.max_latency_s: float | None = None
+        self.latencies: list[float] = []
+        self.latency_times: list[float] = []
+        self.last_seq: int | None = None
+        self._next = 0                       # highest seq seen + 1
+        self._gap_starts: list[int] = []     # sorted, disjoint [start, end) holes
+        self._gap_ends: list[int] = []
+        self._stride = 1                     # keep every stride-th latency sample
+        self._skip = 0
+
+    def add(self, frame: Frame, now: float) -> None:
+        seq = frame.seq
+        self.count += 1
+        self.bytes += frame.length
+        latency = now - frame.send_ts
+        if self.max_latency_s is None or latency > self.max_latency_s:
+            self.max_latency_s = latency
+        self._skip += 1
+        if self._skip >= self._stride:
+            self._skip = 0
+            self.latencies.append(latency)
+            self.latency_times.append(now)
+            if len(self.latencies) >= self.max_samples:
+                del self.latencies[1::2]
+                del self.latency_times[1::2]
+                self._stride *= 2
+        self.last_seq = seq
+        nxt = self._next
+        if seq == nxt:
+            self._next = seq + 1
+        elif seq > nxt:
+            self._gap_starts.append(nxt)
+            self._gap_ends.append(seq)
+            self.missing_count += seq - nxt
+            self._next = seq + 1
+        else:
+            self._fill(seq)
+
+    def _fill(self, seq: int) -> None:
+        starts, ends = self._gap_starts, self._gap_ends
+        k = bisect.bisect_right(starts, seq) - 1
+        if k < 0 or seq >= ends[k]:
+            self.duplicate_count += 1
+            return
+        self.out_of_order_count += 1
+        self.missing_count -= 1
+        start, end = starts[k], ends[k]
+        if start == seq and end == seq + 1:
+            del starts[k], ends[k]
+        elif start == seq:
+            starts[k] = seq + 1
+        elif end == seq + 1:
+            ends[k] = seq
+        else:
+            ends[k] = seq
+            starts.insert(k + 1, seq + 1)
+            ends.insert(k + 1, end)
+
+    def latency_quantile(self, q: float) -> float | None:
+        """The q-quantile (0..1, nearest rank) of the kept latency samples, or
+        None before any frame."""
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"q must be within 0..1, got {q}")
+        if not self.latencies:
+            return None
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def summary(self) -> dict:
+        """The counters in the results vocabulary (snake_case, unit suffix)."""
+        return {
+            "frames_count": self.count,
+            "frames_bytes": self.bytes,
+            "out_of_order_count": self.out_of_order_count,
+            "missing_count": self.missing_count,
+            "duplicate_count": self.duplicate_count,
+            "max_latency_s": self.max_latency_s,
+            "p50_latency_s": self.latency_quantile(0.5),
+            "last_seq": self.last_seq,
+        }
+
+
+# ---------------------------------------------------------------------------
+# Echo, sink, source
+#
+# The simplest cores, kept as classes anyway so every app has the same shape
+# (a driver holds one core per connection and feeds it) and so their counters
+# sit where the drivers of the other apps expect them.
+
+def _check_now(now, last: float | None, who: str) -> float:
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        raise TypeError(f"{who}: now must be a finite float (seconds), got {now!r}")
+    if last is not None and now < last:
+        raise ValueError(f"{who}: now went backwards ({now} < {last}); pass a monotonic clock")
+    return float(now)
+
+
+def _check_size(value, name: str, minimum: int, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+class EchoCore:
+    """Echo server: every byte received is sent back, in order.
+
+    Event ``receive(data)`` returns the bytes to send: ``data`` itself when it
+    is ``bytes``, else a copy (drivers may reuse their read buffers).
+    ``received_bytes`` counts them. The core has no flow control of its own --
+    what an echo server does when the client stops reading is exactly what the
+    drivers and kernels are compared on.
+    """
+
+    def __init__(self):
+        self.received_bytes = 0
+
+    def receive(self, data) -> bytes:
+        data = _owned_bytes(data)
+        self.received_bytes += len(data)
+        return data
+
+
+class SinkCore:
+    """Counting sink: ``receive(data, now)``, then ``eof()``.
+
+    Counts ``received_bytes``. With ``frame_bytes`` it also decodes the stream
+    into frames no longer than ``frame_bytes`` (a source ending on a total that
+    is not a whole number of frames sends a shorter last frame) and feeds them
+    to ``stats`` (a FrameStats) at ``now`` -- only then is ``now`` used, and it
+    must be a float. Framing errors and a stream that ends mid-frame raise
+    ProtocolError (``verify=True`` also checks every payload byte).
+    ``eof_seen`` turns True at ``eof()``.
+    Hazard: ``now`` is when the *driver* got the bytes, so a kernel that sits on
+    data shows up as latency -- which is the point.
+    """
+
+    def __init__(self, frame_bytes: int | None = None, verify: bool = False):
+        _check_size(frame_bytes, "frame_bytes", FRAME_HEADER_BYTES, optional=True)
+        self.frame_bytes = frame_bytes
+        self.received_bytes = 0
+        self.eof_seen = False
+        self.decoder = None if frame_bytes is None else FrameDecoder(frame_bytes, verify)
+        self.stats = None if frame_bytes is None else FrameStats()
+
+    def receive(self, data, now: float) -> None:
+        if self.eof_seen:
+            raise RuntimeError("SinkCore.receive() after eof()")
+        view = _as_bytes_view(data)
+        self.received_bytes += len(view)
+        if self.decoder is not None:
+            now = _check_now(now, None, "SinkCore.receive")
+            add = self.stats.add
+            for frame in self.decoder.feed(view):
+                add(frame, now)
+
+    def eof(self) -> None:
+        self.eof_seen = True
+        if self.decoder is not None:
+            self.decoder.eof()
+
+
+class SourceCore:
+    """Frame source with the token bucket inside the core.
+
+    ``next_chunk(now)`` returns the next frame (``frame_bytes`` long, numbered
+    from 0, stamped with ``now``) when the bucket allows it, else None;
+    ``wait_s(now)`` says how long until it will (0.0 when ready now, ``inf``
+    once ``done``). ``done`` turns True when ``total_bytes`` have been handed
+    out; with ``total_bytes=None`` the source never ends. When ``total_bytes``
+    is not a whole number of frames the last frame is shorter (and must still
+    hold a header, else ValueError at construction).
+
+    The bucket is kept as a "theoretical arrival time" (GCRA): frame k is due
+    at ``t0 + k * frame_bytes / rate_Bps`` and may leave early by at most the
+    burst tolerance. ``burst_bytes`` (default two frames) is how much unused
+    credit an idle or blocked source may save. Two frames means a driver whose
+    timer wakes late by up to one frame interval still reaches the full rate,
+    while a source stalled by backpressure for seconds does not catch up in a
+    burst afterwards: backpressure shows as a lower achieved rate, as with the
+    peers. The bucket starts holding one frame, so the first frame goes at the
+    first call. Over a span T starting at the first frame, a source polled at
+    every ``wait_s`` emits ``floor(T * rate_Bps / frame_bytes) + 1`` frames.
+    With ``rate_Bps=None`` there is no limit.
+
+    Time comes only from ``now`` (never read here) and must not go backwards.
+    Counters: ``frames_sent`` (also the next seq), ``sent_bytes``.
+    """
+
+    # A due time within a nanosecond counts as reached: a driver that sleeps
+    # exactly wait_s() may wake at a float one ulp early, and must not be told
+    # to sleep 1e-16 s forever.
+    _EPSILON_S = 1e-9
+
+    def __init__(self, frame_bytes: int, total_bytes: int | None = None,
+                 rate_Bps: float | None = None, burst_bytes: int | None = None):
+        _check_size(frame_bytes, "frame_bytes", FRAME_HEADER_BYTES)
+        if frame_bytes > _MAX_U32:
+            raise ValueError(f"frame_bytes must fit the u32 length field, got {frame_bytes}")
+        _check_size(total_bytes, "total_bytes", 0, optional=True)
+        if total_bytes is not None and 0 < total_bytes % frame_bytes < FRAME_HEADER_BYTES:
+            raise ValueError(f"total_bytes={total_bytes} would end with a {total_bytes % frame_bytes}"
+                             f"-byte frame, shorter than the {FRAME_HEADER_BYTES}-byte header")
+        if rate_Bps is not None:
+            if isinstance(rate_Bps, bool) or not isinstance(rate_Bps, (int, float)):
+                raise TypeError(f"rate_Bps must be a number or None, got {rate_Bps!r}")
+            if not (rate_Bps > 0 and math.isfinite(rate_Bps)):
+                raise ValueError(f"rate_Bps must be positive and finite, got {rate_Bps}")
+        if burst_bytes is None:
+            burst_bytes = 2 * frame_bytes
+        _check_size(burst_bytes, "burst_bytes", frame_bytes)
+        self.frame_bytes = frame_bytes
+        self.total_bytes = total_bytes
+        self.rate_Bps = rate_Bps
+        self.burst_bytes = burst_bytes
+        self.frames_sent = 0
+        self.sent_bytes = 0
+        self.done = total_bytes == 0
+        self._interval = None if rate_Bps is None else frame_bytes / rate_Bps
+        self._tolerance = None if rate_Bps is None else (burst_bytes - frame_bytes) / rate_Bps
+        self._tat: float | None = None       # theoretical arrival time of the next frame
+        self._last_now: float | None = None
+
+    def _allowed_at(self, now: float) -> float:
+        if self._tat is None:                # first call: bucket holds one frame
+            self._tat = now + self._tolerance
+        return self._tat - self._tolerance
+
+    def wait_s(self, now: float) -> float:
+        """Seconds until ``next_chunk`` will return a frame (0.0: now)."""
+        now = self._last_now = _check_now(now, self._last_now, "SourceCore.wait_s")
+        if self.done:
+            return math.inf
+        if self._interval is None:
+            return 0.0
+        wait = self._allowed_at(now) - now
+        return wait if wait > self._EPSILON_S else 0.0
+
+    def next_chunk(self, now: float) -> bytes | None:
+        """The next frame if the bucket allows it at ``now``, else None."""
+        now = self._last_now = _check_now(now, self._last_now, "SourceCore.next_chunk")
+        if self.done:
+            return None
+        if self.frames_sent > _MAX_U64:
+            raise ValueError("SourceCore: sequence numbers exhausted (2**64 frames)")
+        if self._interval is not None:
+            if self._allowed_at(now) - now > self._EPSILON_S:
+                return None
+            self._tat = max(self._tat, now) + self._interval
+        size = self.frame_bytes
+        if self.total_bytes is not None:
+            size = min(size, self.total_bytes - self.sent_bytes)
+        frame = _encode(self.frames_sent, now, size)
+        self.frames_sent += 1
+        self.sent_bytes += size
+        if self.total_bytes is not None and self.sent_bytes >= self.total_bytes:
+            self.done = True
+        return frame
+
+
+# ---------------------------------------------------------------------------
+# Proxy
+#
+# The 2016 post's program, and its two-way generalisation. The core owns the
+# decisions the post's three versions got wrong or right: what to do at EOF,
+# when to stop reading. It does not own buffers -- the driver and the kernel do,
+# and how much they hold is what we measure. So flow control is expressed in
+# what the driver *reports*: how many bytes are still pending toward a side.
+
+_SIDES = ("a", "b")
+_OTHER = {"a": "b", "b": "a"}
+
+
+class ProxyCore:
+    """Relay between side "a" (the client) and side "b" (the upstream).
+
+    Events (each returns a list of actions):
+      ``data(side, data)``      bytes read from ``side``;
+      ``eof(side)``             ``side`` half-closed (read returned EOF);
+      ``closed(side, error)``   ``side`` is gone (reset, error, or closed);
+                                ``error`` is the exception or None;
+      ``sent(side, n)``         n more bytes toward ``side`` reached the OS;
+      ``buffered(side, n)``     n bytes toward ``side`` are pending right now
+                                (e.g. ``transport.get_write_buffer_size()``).
+    Actions:
+      ``("send", side, data)``, ``("send_eof", side)``, ``("close", side)``,
+      ``("pause_reading", side)``, ``("resume_reading", side)``, ``("done",)``.
+
+    One-way (``two_way=False``, the post's proxy): only a -> b is relayed; bytes
+    read from b are not relayed but counted in ``ignored_bytes`` (a one-way
+    driver should not read b at all). EOF on a closes both sides and ends the
+    proxy: ``close a, close b, done``. Whether the bytes still buffered toward b
+    survive that is up to the driver (the post's bug 3), not the core.
+
+    Two-way: both directions relay. EOF on one side is passed on as
+    ``send_eof`` to the other while the opposite direction keeps flowing
+    (half-close); once both directions have seen EOF both sides are closed and
+    the proxy is done.
+
+    Either mode: ``closed(side, ...)`` before the proxy is done closes the other
+    side and ends it (``error`` is kept in ``.error``). After ``("done",)`` every
+    event is accepted and answered with no actions -- drivers often have reads
+    or completions in flight when they act on a close.
+
+    Relay limit (``relay_limit_bytes``): the core keeps ``pending[side]``, the
+    bytes it asked to send toward a side minus those the driver reported sent
+    (never below zero), or the figure last given by ``buffered``. Only a
+    driver *report* is checked, never the emission of a send: when pending
+    toward a side exceeds the limit, the core asks to pause reading the other
+    side (``relay_limit_triggers`` += 1); when it drains to half the limit or
+    less, to resume. A side already at EOF is never paused. A task-port driver reports ``sent`` after ``send_all``
+    returns, so pending is back to zero at every report and the limit never
+    triggers: there, backpressure comes from blocking. That zero is a result.
+
+    Hazards: events after the side's EOF other than ``closed``/``sent``/
+    ``buffered`` are driver bugs (RuntimeError); sides are exactly "a" and "b".
+    """
+
+    def __init__(self, two_way: bool = False, relay_limit_bytes: int | None = None):
+        _check_size(relay_limit_bytes, "relay_limit_bytes", 0, optional=True)
+        self.two_way = bool(two_way)
+        self.relay_limit_bytes = relay_limit_bytes
+        self.relay_limit_triggers = 0
+        self.relayed_bytes = {"a": 0, "b": 0}   # read from side, sent to the other
+        self.ignored_bytes = 0
+        self.pending = {"a": 0, "b": 0}         # toward side, not yet reported sent
+        self.eof_seen = {"a": False, "b": False}
+        self.paused = {"a": False, "b": False}  # reading paused on side
+        self.done = False
+        self.error: BaseException | None = None
+
+    @staticmethod
+    def _side(side) -> str:
+        if side not in _SIDES:
+            raise ValueError(f"side must be 'a' or 'b', got {side!r}")
+        return side
+
+    def _finish(self, actions: list) -> list:
+        actions += [("close", "a"), ("close", "b"), ("done",)]
+        self.done = True
+        return actions
+
+    def data(self, side, data) -> list:
+        side = self._side(side)
+        data = _owned_bytes(data)
+        if self.done:
+            return []
+        if self.eof_seen[side]:
+            raise RuntimeError(f"ProxyCore.data({side!r}) after eof({side!r})")
+        n = len(data)
+        if not n:
+            return []
+        if side == "b" and not self.two_way:
+            self.ignored_bytes += n
+            return []
+        other = _OTHER[side]
+        self.relayed_bytes[side] += n
+        self.pending[other] += n
+        return [("send", other, data)]
+
+    def eof(self, side) -> list:
+        side = self._side(side)
+        if self.done:
+            return []
+        if self.eof_seen[side]:
+            raise RuntimeError(f"ProxyCore.eof({side!r}) twice")
+        self.eof_seen[side] = True
+        if not self.two_way:
+            return self._finish([]) if side == "a" else []
+        actions = [("send_eof", _OTHER[side])]
+        if self.eof_seen[_OTHER[side]]:
+            self._finish(actions)
+        return actions
+
+    def closed(self, side, error: BaseException | None = None) -> list:
+        side = self._side(side)
+        if self.done:
+            return []
+        self.error = error
+        self.done = True
+        return [("close", _OTHER[side]), ("done",)]
+
+    def sent(self, side, n: int) -> list:
+        side = self._side(side)
+        _check_size(n, "n", 0)
+        self.pending[side] = max(0, self.pending[side] - n)
+        return self._check_limit(side)
+
+    def buffered(self, side, n: int) -> list:
+        side = self._side(side)
+        _check_size(n, "n", 0)
+        self.pending[side] = n
+        return self._check_limit(side)
+
+    def _check_limit(self, toward: str) -> list:
+        limit = self.relay_limit_bytes
+        if limit is None or self.done:
+            return []
+        source = _OTHER[toward]        # the side whose bytes fill `toward`
+        pending = self.pending[toward]
+        if not self.paused[source]:
+            if pending > limit and not self.eof_seen[source]:
+                self.paused[source] = True
+                self.relay_limit_triggers += 1
+                return [("pause_reading", source)]
+        elif pending <= limit // 2:
+            self.paused[source] = False
+            return [("resume_reading", source)]
+        return []
+
+
+# ---------------------------------------------------------------------------
+# Request/response
+#
+# The shape of the HTTP pipelining floods (Twisted ticket 8868): tiny requests
+# in, big responses out, as many requests per read as the client cares to
+# pipeline. The core answers every complete request at once; whether the
+# driver writes the answers into an unbounded buffer or waits for each is the
+# experiment.
+
+class ReqRespCore:
+    """Pipelined line protocol: requests ``b"REQ <anything>\\n"``, each answered
+    with exactly ``response_bytes`` bytes: ``b"RESP <seq> <response_bytes>\\n"``
+    then ``.`` filler.
+
+    ``receive(data)`` returns one response per request completed by ``data``
+    (any number per chunk, split anywhere); ``eof()`` raises ProtocolError if
+    the stream ended inside a request line. ``requests_count`` counts requests
+    answered (seq starts at 0).
+
+    Errors (ProtocolError, with the line's start offset): a line that doesn't
+    start with ``b"REQ "`` (checked as soon as 4 bytes, or a shorter whole line,
+    are in), a line longer than ``max_request_bytes`` including its newline
+    (checked as soon as that many bytes have come without a newline -- so a
+    client can never make the core buffer more than ``max_request_bytes``: the
+    read-ahead bug C3 is bounded here). After an error the core stays failed.
+    """
+
+    def __init__(self, response_bytes: int, max_request_bytes: int = 1024):
+        _check_size(response_bytes, "response_bytes", 1)
+        _check_size(max_request_bytes, "max_request_bytes", 5)   # b"REQ \n"
+        longest_header = len(b"RESP %d %d\n" % (_MAX_U64, response_bytes))
+        if response_bytes < longest_header:
+            raise ValueError(f"response_bytes must be >= {longest_header} to hold the "
+                             f"response header, got {response_bytes}")
+        self.response_bytes = response_bytes
+        self.max_request_bytes = max_request_bytes
+        self.requests_count = 0
+        self.offset = 0                   # stream bytes consumed
+        self._line = bytearray()          # the current, incomplete request line
+        self._body = b"." * response_bytes
+        self._failed: ProtocolError | None = None
+        self._eof = False
+
+    def _check_line(self, line, complete: bool, start: int, responses: list) -> None:
+        if (len(line) >= 4 or complete) and line[:4] != b"REQ ":
+            self._failed = ProtocolError(
+                f"request at byte offset {start} does not start with b'REQ ' "
+                f"(got {bytes(line[:4])!r})", start, responses)
+            raise self._failed
+        if len(line) > self.max_request_bytes or (not complete and len(line) >= self.max_request_bytes):
+            self._failed = ProtocolError(
+                f"request line at byte offset {start} is longer than "
+                f"max_request_bytes={self.max_request_bytes}", start, responses)
+            raise self._failed
+
+    def _respond(self) -> bytes:
+        header = b"RESP %d %d\n" % (self.requests_count, self.response_bytes)
+        self.requests_count += 1
+        return header + self._body[len(header):]
+
+    def receive(self, data) -> list[bytes]:
+        if self._failed is not None:
+            raise ProtocolError(f"request parser already failed: {self._failed}", self._failed.offset)
+        if self._eof:
+            raise RuntimeError("ReqRespCore.receive() after eof()")
+        view = _as_bytes_view(data)
+        # bytes.find is the fast way to split lines; a bytearray or memoryview
+        # from the driver costs one copy here.
+        buf = data if type(data) is bytes else view.tobytes()
+        base = self.offset
+        n = len(buf)
+        responses: list[bytes] = []
+        i = 0
+        while i < n:
+            line = self._line
+            start = base + i - len(line)
+            nl = buf.find(b"\n", i)
+            if nl < 0:
+                # No newline: keep the partial line, checked so it stays bounded.
+                line += view[i:]
+                self._check_line(line, False, start, responses)
+                break
+            if line:
+                line += view[i:nl + 1]
+                self._check_line(line, True, start, responses)
+                line.clear()
+            else:
+                self._check_line(view[i:nl + 1], True, start, responses)
+            responses.append(self._respond())
+            i = nl + 1
+        self.offset = base + n
+        return responses
+
+    def eof(self) -> None:
+        """The client finished sending; ProtocolError if it stopped mid-line."""
+        if self._failed is not None:
+            raise ProtocolError(f"request parser already failed: {self._failed}", self._failed.offset)
+        self._eof = True
+        if self._line:
+            start = self.offset - len(self._line)
+            self._failed = ProtocolError(f"truncated request: {len(self._line)} bytes without a "
+                                         f"newline at byte offset {start}", start)
+            raise self._failed
+
+
+# ---------------------------------------------------------------------------
+# Push
+#
+# A broadcast server (aiohttp issue 1367, S6): one producer, many clients, and
+# one of them stops reading. Backpressure alone makes the broadcaster wait for
+# the slowest client; the policies below are the choices a real server has.
+
+_POLICIES = ("unbounded", "block", "drop", "disconnect")
+
+
+class PushCore:
+    """Broadcast with a per-client overload policy.
+
+    Events: ``add_client(cid)``, ``remove_client(cid)``, ``backlog(cid, n)``
+    (n = messages still pending for that client, as the driver knows it), and
+    ``broadcast(message)``, which returns, for each client in the order they
+    were added, the actions for that message:
+
+      ``("send", cid, msg)``     write msg to that client now (in turn);
+      ``("enqueue", cid, msg)``  hand msg to that client's own writer (a
+                                 bounded per-client queue drained by its task,
+                                 or the transport buffer on the callback port)
+                                 without waiting;
+      ``("block", cid)``         before the send that follows it, wait until
+                                 that client's backlog falls below
+                                 ``queue_limit`` (stream: ``drain()``; task:
+                                 ``send_all`` blocks anyway);
+      ``("drop", cid)``          msg is not delivered to that client;
+      ``("disconnect", cid)``    close that client; the core forgets it.
+
+    Policies, decided from each client's backlog:
+      "unbounded"   always ``send`` -- the driver writes into the transport's
+                    buffer without waiting (the S6 first row);
+      "block"       ``send``, preceded by ``block`` when the backlog is at or
+                    over ``queue_limit``: the broadcaster waits for that client
+                    and serves clients in turn (``queue_limit=0``: wait for
+                    every write, the "write; drain per client" rows);
+      "drop"        ``enqueue``, or ``drop`` when the backlog is >= queue_limit;
+      "disconnect"  ``enqueue``, or ``disconnect`` when it is >= queue_limit.
+
+    Backlog bookkeeping: each ``send``/``enqueue`` counts as +1 pending for
+    that client until the driver reports the true figure with ``backlog(cid,
+    n)`` (absolute). The driver must report when messages leave (dequeued, or
+    written out): a driver that never reports makes every client look stuck
+    after ``queue_limit`` messages.
+
+    Counters: ``sent_count`` (per client: sends + enqueues), ``dropped_count``,
+    ``disconnected_count``, ``blocked_count`` (totals) and ``dropped_by_client``.
+    Hazards: an unknown cid is a ValueError, except that ``backlog`` and
+    ``remove_client`` for a client the core itself disconnected are accepted
+    and ignored (the driver learns of the disconnect after the fact).
+    """
+
+    def __init__(self, policy: str, queue_limit: int = 16):
+        if policy not in _POLICIES:
+            raise ValueError(f"unknown push policy {policy!r}; valid: {', '.join(_POLICIES)}")
+        _check_size(queue_limit, "queue_limit", 0)
+        if queue_limit == 0 and policy in ("drop", "disconnect"):
+            raise ValueError(f"queue_limit=0 with policy {policy!r} would never deliver anything")
+        self.policy = policy
+        self.queue_limit = queue_limit
+        self.sent_count: dict = {}
+        self.dropped_by_client: dict = {}
+        self.dropped_count = 0
+        self.disconnected_count = 0
+        self.blocked_count = 0
+        self.broadcasts_count = 0
+        self._backlog: dict = {}
+        self._gone: set = set()      # disconnected by the core, not yet removed
+
+    @property
+    def clients(self) -> list:
+        return list(self._backlog)
+
+    def add_client(self, cid) -> None:
+        if cid in self._backlog:
+            raise ValueError(f"client {cid!r} already added")
+        self._gone.discard(cid)
+        self._backlog[cid] = 0
+        self.sent_count.setdefault(cid, 0)
+        self.dropped_by_client.setdefault(cid, 0)
+
+    def remove_client(self, cid) -> None:
+        if cid in self._backlog:
+            del self._backlog[cid]
+        elif cid in self._gone:
+            self._gone.discard(cid)
+        else:
+            raise ValueError(f"unknown client {cid!r}")
+
+    def backlog(self, cid, n: int) -> None:
+        _check_size(n, "n", 0)
+        if cid in self._backlog:
+            self._backlog[cid] = n
+        elif cid not in self._gone:
+            raise ValueError(f"unknown client {cid!r}")
+
+    def broadcast(self, message) -> list:
+        msg = _owned_bytes(message, "message")
+        self.broadcasts_count += 1
+        policy, limit, backlog = self.policy, self.queue_limit, self._backlog
+        actions = []
+        for cid in list(backlog):
+            full = backlog[cid] >= limit
+            if policy == "unbounded" or (policy == "block" and not full):
+                actions.append(("send", cid, msg))
+            elif policy == "block":
+                self.blocked_count += 1
+                actions.append(("block", cid))
+                actions.append(("send", cid, msg))
+            elif not full:
+                actions.append(("enqueue", cid, msg))
+            elif policy == "drop":
+                self.dropped_count += 1
+                self.dropped_by_client[cid] += 1
+                actions.append(("drop", cid))
+                continue
+            else:
+                self.disconnected_count += 1
+                del backlog[cid]
+                self._gone.add(cid)
+                actions.append(("disconnect", cid))
+                continue
+            backlog[cid] += 1
+            self.sent_count[cid] += 1
+        return actions
