@@ -76,6 +76,8 @@ def run_server(spec: dict) -> dict:
         except* KeyboardInterrupt:
             interrupted = True
     finally:
+        # Done either way: a late SIGINT from the orchestrator must not cut the report.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         timer.cancel()
         peak = _rss_bytes("VmHWM")
         port.close()

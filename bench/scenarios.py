@@ -184,8 +184,17 @@ def run_s1(cell: Cell, rt) -> tuple[dict, dict, list]:
         "bytes_delivered": sink.get("received_bytes"),
         "series": {"latency": lat_series, "in_flight": _in_flight(source.get("series"), sink.get("series"))},
     }
+    in_flight = [v for t, v in metrics["series"]["in_flight"] if t <= dur]
+    metrics["in_flight_at_end_bytes"] = in_flight[-1] if in_flight else None
+    # The oracle of SCENARIOS.md: the source is held to the sink's rate and the user
+    # buffer stays within high water + one read. At quick durations the ~0.5 MB of
+    # kernel (and stream-reader) buffering on the path dominates a rate measured after
+    # a 1 s warm-up, so the peers' ground truth may pass the rate check instead:
+    # what the source sent minus what the sink got, at the end, within that floor.
     limit = _high_water(rt) + 64 * KiB
-    rate_ok = (metrics["source_rate_Bps"] or 0) <= 1.1 * p["sink_Bps"] * 1.15
+    rate_ok = (metrics["source_rate_Bps"] or 0) <= 1.1 * p["sink_Bps"]
+    flight_ok = in_flight is not None and in_flight and in_flight[-1] <= 1 * MiB + limit
+    rate_ok = rate_ok or bool(flight_ok)
     buffer_ok = peak is not None and peak <= 1.5 * limit
     if peak is None:
         notes.append("user-space buffer not observable for this runtime")
@@ -308,7 +317,10 @@ def run_s6(cell: Cell, rt) -> tuple[dict, dict, list]:
                "disconnected_count": out["counters"].get("disconnected_count", 0),
                "peak_user_buffer_bytes": out["probe"].get("peak_user_buffer_bytes")}
     healthy = metrics["healthy_share_fraction"] >= 0.5
-    bounded = (metrics["peak_user_buffer_bytes"] or 0) <= 2 * MiB
+    # User-space backlog may sit in a transport buffer or in an app-level queue (the
+    # task port's mailboxes), so the process's RSS is the judge as well.
+    bounded = ((metrics["peak_user_buffer_bytes"] or 0) <= 1 * MiB
+               and (metrics["rss_growth_bytes"] or 0) <= 1 * MiB)
     return metrics, {"healthy_served": healthy, "bounded": bounded}, []
 
 

@@ -76,24 +76,44 @@ class Sink(_Base):
         self.core.receive(data, 0.0)
 
 
-class ReqResp(Echo):
+class ReqResp(_Base):
     """Answers pipelined requests. ``naive`` writes every response at once (Twisted
-    ticket 8868); ``fixed`` stops reading requests while the transport is paused."""
+    ticket 8868); ``fixed`` answers while the transport accepts and, once paused,
+    holds the parsed requests and stops reading until resume_writing()."""
 
     def __init__(self, fixed: bool, response_bytes: int, counters: dict):
         self.core = cores.ReqRespCore(response_bytes)
         self.fixed = fixed
         self.counters = counters
+        self.pending = collections.deque()
+        self.paused = False
 
     def data_received(self, data):
         try:
-            responses = self.core.receive(data)
+            self.pending.extend(self.core.receive(data))
         except cores.ProtocolError as exc:
             print(f"reqresp: {exc}; closing that connection", file=sys.stderr)
             self.transport.abort()
             return
-        self.transport.writelines(responses)
-        _count(self.counters, "requests_handled_count", len(responses))
+        self._answer()
+
+    def _answer(self):
+        pending, write = self.pending, self.transport.write
+        while pending and not (self.fixed and self.paused):
+            write(pending.popleft())
+            _count(self.counters, "requests_handled_count", 1)
+        if self.fixed and self.paused and self.transport.is_reading():
+            self.transport.pause_reading()
+
+    def pause_writing(self):
+        self.paused = True
+
+    def resume_writing(self):
+        self.paused = False
+        if self.fixed:
+            self._answer()
+            if not self.paused and not self.transport.is_closing():
+                self.transport.resume_reading()
 
 
 class ProxyIn(_Base):

@@ -261,24 +261,22 @@ class _AsyncioMixin:
         unsent, open_count = 0, 0
         for t, stats in list(self._transports.items()):
             size = t.get_write_buffer_size()
-            if size or not t.is_closing():
-                open_count += 1
+            if t.is_closing() and not size:
+                continue                    # closed, or closing with nothing left
+            open_count += 1
             unsent += size
             if stats is not None:
                 stats.user_buffer_bytes = size
                 stats.lost_on_exit_bytes = size
             t.abort()
-        # One pass so the aborts' connection_lost callbacks run and close the sockets.
-        if open_count or unsent:
-            loop.run_until_complete(_yield_once())
+        # One pass so the aborts' connection_lost callbacks run and close the sockets
+        # (run_forever, not run_until_complete: a pending stop() must not make it fail).
+        if open_count:
+            loop.call_soon(loop.stop)
+            loop.run_forever()
         report = self.stats.exit_report
         report.setdefault("policy", "cancel")
         report.update(transports_open_count=open_count, unsent_bytes=unsent)
-
-
-async def _yield_once():
-    import asyncio
-    await asyncio.sleep(0)
 
 
 class AsyncioCallbackPort(_AsyncioMixin, CallbackPort):
@@ -464,7 +462,10 @@ class AsyncioStreamPort(_AsyncioMixin, StreamPort):
 # task style
 
 class TaskPort(_Port):
+    """``StreamError``: what a stream raises when the peer resets or the stream is
+    closed under it (trio has its own exceptions for that; drivers catch this)."""
     style = "task"
+    StreamError = (ConnectionError,)
 
 
 class CoroPort(TaskPort):
@@ -568,6 +569,7 @@ class TrioPort(TaskPort):
         self.sleep = trio.sleep
         self.Event = trio.Event
         self.Cancelled = trio.Cancelled
+        self.StreamError = (ConnectionError, trio.BrokenResourceError, trio.ClosedResourceError)
 
         stats = self.stats
 

@@ -53,11 +53,11 @@ async def reqresp(port, reader, writer, variant, params):
     core, fixed = cores.ReqRespCore(params.get("response_bytes", 65536)), variant != "naive"
     try:
         while data := await reader.read(65536):
-            responses = core.receive(data)
-            writer.writelines(responses)
-            _count(params.get("counters", {}), "requests_handled_count", len(responses))
-            if fixed:
-                await writer.drain()
+            for response in core.receive(data):
+                writer.write(response)
+                _count(params.get("counters", {}), "requests_handled_count", 1)
+                if fixed:
+                    await writer.drain()
     except cores.ProtocolError as exc:
         print(f"reqresp: {exc}; closing that connection", file=sys.stderr)
     except ConnectionError:

@@ -25,7 +25,7 @@ async def echo(port, stream, params):
     try:
         while data := await stream.receive_some(65536):
             await stream.send_all(core.receive(data))
-    except ConnectionError:
+    except port.StreamError:
         pass
     await stream.aclose()
 
@@ -35,7 +35,7 @@ async def sink(port, stream, params):
     try:
         while data := await stream.receive_some(65536):
             core.receive(data, 0.0)
-    except ConnectionError:
+    except port.StreamError:
         pass
     await stream.aclose()
 
@@ -49,18 +49,18 @@ async def reqresp(port, stream, params):
                 _count(params.get("counters", {}), "requests_handled_count", 1)
     except cores.ProtocolError as exc:
         print(f"reqresp: {exc}; closing that connection", file=sys.stderr)
-    except ConnectionError:
+    except port.StreamError:
         pass
     await stream.aclose()
 
 
-async def _copy(src, dst, propagate_eof: bool):
+async def _copy(port, src, dst, propagate_eof: bool):
     try:
         while data := await src.receive_some(65536):
             await dst.send_all(data)
         if propagate_eof:
             await dst.send_eof()
-    except ConnectionError:
+    except port.StreamError:
         pass
 
 
@@ -74,10 +74,10 @@ async def proxy(port, stream, params):
         return
     if params.get("two_way"):
         async with port.open_nursery() as n:
-            await n.spawn(_copy, stream, upstream, True)
-            await n.spawn(_copy, upstream, stream, True)
+            await n.spawn(_copy, port, stream, upstream, True)
+            await n.spawn(_copy, port, upstream, stream, True)
     else:
-        await _copy(stream, upstream, False)
+        await _copy(port, stream, upstream, False)
     await upstream.aclose()
     await stream.aclose()
 
@@ -103,24 +103,17 @@ class _Mailbox:
 
 
 async def _push_client(port, stream, app):
+    """One task per client, draining its mailbox; a push client never sends, so a
+    failed send is how it is known to be gone. ``None`` in the mailbox ends it."""
     cid = id(stream)
     app.core.add_client(cid)
     app.clients[cid] = stream
     box = app.boxes[cid] = _Mailbox(port)
-
-    async def writer():
-        while True:
-            message = await box.get()
+    try:
+        while (message := await box.get()) is not None:
             await stream.send_all(message)
             app.core.backlog(cid, len(box.items))
-
-    try:
-        async with port.open_nursery() as n:
-            await n.spawn(writer)
-            while await stream.receive_some(65536):
-                pass
-            await n.cancel()
-    except ConnectionError:
+    except port.StreamError:
         pass
     finally:
         app.boxes.pop(cid, None)
@@ -144,12 +137,13 @@ async def _push_ticker(port, app, params):
             if kind == "send" and app.core.policy == "block":
                 try:
                     await stream.send_all(message)
-                except ConnectionError:
+                except port.StreamError:
                     pass
             elif kind in ("send", "enqueue"):
-                app.boxes[cid].put(message)
+                app.boxes[cid].put(rest[0])
             elif kind == "disconnect":
-                await stream.aclose()
+                app.clients.pop(cid, None)
+                await stream.aclose()       # its task, blocked in send_all, gets StreamError
         _push_counters(app.core, params.get("counters", {}))
         await port.sleep(interval)
 

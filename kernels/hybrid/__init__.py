@@ -1,0 +1,70 @@
+"""The hybrid kernel: Futures, Tasks and asyncio-style streams layered on the
+callback kernel's loop and transports.
+
+This is the second idea in looplab's history, and the one asyncio shipped:
+keep the reactor, and let coroutines ride on it. There is no second loop and no
+second transport here. A ``Task`` is a callback that calls ``coro.send()``;
+when the coroutine awaits a ``Future``, the Task parks its wake-up on that
+Future, and whoever resolves it -- usually a transport callback like
+``data_received`` -- puts the wake-up back on the ready queue with
+``call_soon``. ``StreamWriter.write`` *is* ``SocketTransport.write``.
+
+That inheritance is the point of building it this way, because it carries the
+callback style's properties straight into code that reads as if it were
+sequential:
+
+* **Writes still buffer.** ``writer.write(data)`` returns at once with the
+  bytes the socket refused sitting in the transport's user-space buffer (S4:
+  asyncio leaves ~869 KB of a 1 MB write there). Backpressure is opt-in:
+  ``await writer.drain()`` waits only while the transport has called
+  ``pause_writing()``, and returns at the low-water mark, not at empty. Forget
+  it and the buffer grows without bound (S1, S5, S6).
+* **Effects still complete later.** ``writer.close()`` returns before the
+  socket closes; ``connection_lost`` runs on a later pass, which is why one
+  ``await sleep(0)`` -- or, properly, ``await writer.wait_closed()`` -- is
+  needed before returning from main (S3). Exiting earlier drops the buffer;
+  what exactly happens is the ``exit`` option, reported in
+  ``probe.exit_report``.
+* **Spawning is still scheduling.** ``create_task`` queues the child's first
+  step; the child runs after the parent's next suspension (S4's 200/200).
+
+Design choices are options whose defaults reproduce asyncio 3.11, so that one
+can be flipped at a time::
+
+    Runner(high_water=65536, low_water=16384, write="try-send"|"defer",   # the loop's
+           spawn="lazy"|"eager",        # eager: the child's first step runs inside create_task
+           drain="asyncio"|"empty",     # empty: drain() returns only when nothing is buffered
+           exit="cancel"|"wait"|"raise",
+           trace=False)
+
+What it costs: every ``await`` on I/O is a Future allocation, a callback
+through the ready queue and a ``send`` into a coroutine frame, on top of the
+reactor's own work -- the gap between the ``callback`` and ``hybrid`` rows of a
+benchmark. The step path is kept lean for that reason: the task's kernel state
+is carried by the task, Future callbacks are plain lists, and the probe and
+trace cost an increment and a ``None`` test when tracing is off.
+
+Modules: ``tasks`` (Future, Task, sleep, gather, wait_for, timeout,
+TaskGroup, Event, Queue, Runner/run) and ``streams`` (StreamReader,
+StreamWriter, open_connection, start_server).
+"""
+from .tasks import (
+    CancelledError, Event, Future, InvalidStateError, Queue, QueueEmpty, QueueFull, Runner,
+    Task, TaskGroup, Timeout, TimeoutError, all_tasks, create_task, current_task,
+    ensure_future, gather, run, sleep, timeout, timeout_at, wait_for,
+)
+from .streams import (
+    IncompleteReadError, LimitOverrunError, Server, StreamProtocol, StreamReader,
+    StreamWriter, open_connection, start_server,
+)
+from kernels.callback import get_running_loop
+
+__all__ = [
+    "CancelledError", "InvalidStateError", "TimeoutError", "QueueEmpty", "QueueFull",
+    "IncompleteReadError", "LimitOverrunError",
+    "Future", "Task", "create_task", "current_task", "all_tasks", "ensure_future",
+    "sleep", "gather", "wait_for", "timeout", "timeout_at", "Timeout", "TaskGroup",
+    "Event", "Queue", "Runner", "run", "get_running_loop",
+    "StreamReader", "StreamWriter", "StreamProtocol", "Server", "open_connection",
+    "start_server",
+]
