@@ -182,7 +182,9 @@ def run_s1(cell: Cell, rt) -> tuple[dict, dict, list]:
         "pause_writing_count": probe.get("pause_writing_count"),
         "written_while_paused_bytes": probe.get("written_while_paused_bytes"),
         "bytes_delivered": sink.get("received_bytes"),
-        "series": {"latency": lat_series, "in_flight": _in_flight(source.get("series"), sink.get("series"))},
+        "series": {"latency": lat_series, "in_flight": _in_flight(
+            source.get("series"), sink.get("series"),
+            (sink.get("connected_at") or 0) - (source.get("connected_at") or 0))},
     }
     in_flight = [v for t, v in metrics["series"]["in_flight"] if t <= dur]
     metrics["in_flight_at_end_bytes"] = in_flight[-1] if in_flight else None
@@ -205,13 +207,16 @@ def run_s1(cell: Cell, rt) -> tuple[dict, dict, list]:
     return metrics, {"bounded": bool(rate_ok and buffer_ok)}, notes
 
 
-def _in_flight(sent, received):
+def _in_flight(sent, received, shift_s=0.0):
     """Bytes the source has sent that the sink hasn't received, over time: user-space
-    plus kernel buffers on the path, from the peers' own clocks (shared monotonic)."""
+    plus kernel buffers on the path, from the peers' own clocks (shared monotonic).
+    ``shift_s`` moves the sink's times onto the source's (each series starts at its
+    own connection)."""
     if not sent or not received:
         return []
     out, j = [], 0
     for t, got in received:
+        t = round(t + shift_s, 4)
         while j + 1 < len(sent) and sent[j + 1][0] <= t:
             j += 1
         if sent[j][0] <= t:

@@ -1,0 +1,1 @@
+"""looplab's harness: peers, scenarios, reports, benchmarks and the command line."""
