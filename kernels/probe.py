@@ -134,8 +134,10 @@ class Trace:
         self.events.append({"ph": "E", "ts": self._now(), "pid": 1, "tid": tid})
 
     def counter(self, name: str, value: float, tid: int = 0) -> None:
+        # Viewers key counter series by name (and "id"), not by track: without the
+        # id every connection's buffer would merge into one line.
         self.events.append({"name": name, "ph": "C", "ts": self._now(), "pid": 1,
-                            "tid": tid, "args": {name: value}})
+                            "tid": tid, "id": tid, "args": {name: value}})
 
     def flow_start(self, tid: int) -> int:
         """Start an arrow (at a wake-up); pass the id to ``flow_end``."""

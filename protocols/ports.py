@@ -68,6 +68,8 @@ def client_socket(sockbuf: int | None) -> socket.socket:
 class _Port:
     style = ""
     ours = False
+    # Counters a reference runtime's public API cannot show: reported as None.
+    unseen: tuple = ()
 
     def __init__(self, runtime):
         self.runtime = runtime
@@ -75,6 +77,8 @@ class _Port:
 
     def probe(self) -> dict:
         snap = self.stats.snapshot()
+        for name in self.unseen:
+            snap[name] = None
         snap["source"] = "instrumented public API"
         return snap
 
@@ -280,6 +284,8 @@ class _AsyncioMixin:
 
 
 class AsyncioCallbackPort(_AsyncioMixin, CallbackPort):
+    unseen = ("loop_iterations_count", "callbacks_run_count", "ready_max_count",
+              "task_switches_count", "spawns_count")
     def __init__(self, runtime, opts, uv):
         super().__init__(runtime)
         self._init_tracking(opts, uv)
@@ -403,6 +409,9 @@ class _MeasuredWriter:
 
 
 class AsyncioStreamPort(_AsyncioMixin, StreamPort):
+    # The stream protocol's pause_writing() is internal to asyncio.
+    unseen = ("pause_writing_count", "written_while_paused_bytes", "loop_iterations_count",
+              "task_switches_count", "callbacks_run_count", "ready_max_count")
     def __init__(self, runtime, opts, uv):
         super().__init__(runtime)
         import asyncio
@@ -561,6 +570,9 @@ class _AsyncCM:
 
 
 class TrioPort(TaskPort):
+    # No transport, so no pause_writing to count; send_all blocks instead.
+    unseen = ("pause_writing_count", "written_while_paused_bytes", "callbacks_run_count",
+              "ready_max_count", "read_pauses_count")
     def __init__(self, runtime, opts):
         super().__init__(runtime)
         import trio
@@ -686,6 +698,8 @@ class _CurioMove:
 
 
 class CurioPort(TaskPort):
+    unseen = ("pause_writing_count", "written_while_paused_bytes", "callbacks_run_count",
+              "ready_max_count", "read_pauses_count", "loop_iterations_count")
     def __init__(self, runtime, opts):
         super().__init__(runtime)
         import curio

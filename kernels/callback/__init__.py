@@ -1,0 +1,44 @@
+"""The callback kernel: a reactor in the style of asyncio's selector loop.
+
+This is the first idea in looplab's history of Python async I/O, and the one
+the other two react to. A ``Loop`` waits in ``select`` and calls whatever was
+registered: reader and writer callbacks for file descriptors, timers, and
+callbacks queued with ``call_soon``. Networking goes through *transports* and
+*protocols*: the transport owns the socket, the protocol owns the application's
+logic and is told what happened (``connection_made``, ``data_received``,
+``eof_received``, ``connection_lost``).
+
+Why it is built this way, and what it costs:
+
+* **Every call returns at once.** ``transport.write()`` cannot block, so it
+  buffers what the socket refuses in user space and returns. The buffer has no
+  bound: the transport only *advises* the protocol with ``pause_writing()``
+  above ``high_water`` and ``resume_writing()`` at ``low_water``. A proxy that
+  ignores the advice grows the buffer for as long as the source outpaces the
+  sink (scenario S1); the probe counts the advice given and the bytes written
+  while it was in force.
+* **Effects complete later.** ``close()`` returns before the socket is closed;
+  ``connection_lost`` runs on a later pass. Stop the loop in between and the
+  buffered bytes are gone (S3) -- what exactly happens is the ``exit`` option,
+  reported in ``probe.exit_report`` either way.
+* **Errors surface in callbacks.** A reset peer is not an exception at the
+  ``write()`` call; it is ``connection_lost(exc)`` some passes later, and the
+  writes in between are silently dropped (counted).
+* **It is fast.** No coroutines, no futures: an echo round trip is one select
+  event, one ``recv_into``, one ``send``. The loop calls I/O callbacks directly
+  from the select results instead of queueing handles, and reuses one receive
+  buffer for every connection.
+
+Options reproduce asyncio by default and let one design choice flip at a time:
+``Loop(high_water=65536, low_water=16384, write="try-send"|"defer",
+exit="cancel"|"wait"|"raise", trace=False)``.
+
+Module map: ``loop`` (Loop, Handle, TimerHandle, Server, get_running_loop,
+UnsentDataError) and ``transports`` (SocketTransport, Protocol). The ``hybrid``
+kernel builds Futures, Tasks and streams on these very classes.
+"""
+from .loop import Handle, Loop, Server, TimerHandle, UnsentDataError, get_running_loop
+from .transports import Protocol, SocketTransport
+
+__all__ = ["Loop", "Protocol", "Handle", "TimerHandle", "Server", "SocketTransport",
+           "get_running_loop", "UnsentDataError"]

@@ -1,0 +1,1014 @@
+"""The callback kernel's reactor: ``Loop`` (a select/epoll loop that runs
+callbacks), its ``Handle``/``TimerHandle``, and ``Server`` (a listening socket that
+turns accepted connections into ``SocketTransport``\\ s).
+
+One pass of the loop (an *iteration*) is::
+
+    select(timeout)          timeout 0 if callbacks are ready or stop() was called,
+                             else until the nearest timer, else forever
+    dispatch I/O             every ready fd's reader/writer callback, called in place
+    due timers -> ready      in deadline order; equal deadlines in scheduling order
+    run the ready queue      exactly the callbacks queued *now*; what they schedule
+                             waits for the next pass
+
+That is asyncio's shape with one deliberate difference: asyncio wraps each I/O
+readiness in a ``Handle`` and queues it behind the ready callbacks, we call the
+reader or writer directly from the select loop. That saves an allocation and a
+deque round-trip per event, which is most of a reactor's overhead at the
+transport level. Its visible effects: within a pass, I/O callbacks run *before*
+the callbacks that were already queued (asyncio runs those first), and what an
+I/O callback schedules with ``call_soon`` runs in the same pass, one select
+syscall sooner than in asyncio. Relative order among ``call_soon`` callbacks is
+FIFO as in asyncio, and what a ready callback schedules still waits for the next
+pass, so ``close()`` + ``stop()`` inside a task step leaves the close pending
+exactly as in asyncio (the 2016 shutdown bug), and ``close()`` then one
+``sleep(0)`` completes it.
+
+Registrations are one small list per fd, ``[reader, reader_args, writer,
+writer_args]``, in a dict the dispatcher indexes by fd. Removing a callback
+clears its slot and the dispatcher reads the slot at dispatch time, so a
+callback removed earlier in the same batch never runs. The poller is only
+touched when the *mask* of an fd changes. On Linux the poller is ``select.epoll``
+itself: ``selectors`` would build a key tuple per event and cost a few
+microseconds per event, a visible share of an echo round trip. Elsewhere a thin
+``selectors`` adapter gives the same interface. The price of indexing by fd is
+that an fd closed and reused within one batch may see one spurious readiness;
+every callback here tolerates that (non-blocking calls, and a connect is
+confirmed with ``getpeername`` before it counts).
+
+The loop keeps a registry of live transports and servers: ``close()`` releases
+all of them, whatever the application forgot, and applies the ``exit`` policy to
+bytes still sitting in transport buffers. Threads and signals reach the loop via
+a self-pipe (a socketpair): ``call_soon_threadsafe`` writes ``b"\\0"``,
+``signal.set_wakeup_fd`` writes the signal number.
+"""
+from __future__ import annotations
+
+import collections
+import errno
+import heapq
+import itertools
+import os
+import select
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+
+from ..probe import Probe
+
+__all__ = ["Loop", "Handle", "TimerHandle", "Server", "UnsentDataError", "get_running_loop"]
+
+
+
+class _SelectorsPoller:
+    """``select.epoll``'s interface on top of ``selectors`` for platforms without
+    epoll: register/modify/unregister by fd and mask, ``poll`` -> [(fd, mask)]."""
+
+    def __init__(self):
+        self._selector = selectors.DefaultSelector()
+
+    def register(self, fd, mask):
+        self._selector.register(fd, mask)
+
+    def modify(self, fd, mask):
+        self._selector.modify(fd, mask)
+
+    def unregister(self, fd):
+        self._selector.unregister(fd)
+
+    def poll(self, timeout=None):
+        return [(key.fd, mask) for key, mask in self._selector.select(timeout)]
+
+    def close(self):
+        self._selector.close()
+
+
+if hasattr(select, "epoll"):
+    _new_poller = select.epoll
+    _IN, _OUT = select.EPOLLIN, select.EPOLLOUT
+    # errors and hang-ups wake both sides: the next recv/send reports them
+    _READ_BITS = select.EPOLLIN | select.EPOLLPRI | select.EPOLLERR | select.EPOLLHUP
+    _WRITE_BITS = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
+else:  # pragma: no cover - exercised on macOS/BSD/Windows only
+    _new_poller = _SelectorsPoller
+    _IN, _OUT = selectors.EVENT_READ, selectors.EVENT_WRITE
+    _READ_BITS, _WRITE_BITS = _IN, _OUT
+_MAX_SELECT_TIMEOUT = 24 * 3600.0   # epoll's millisecond int overflows far beyond this
+_READ_BUFFER_SIZE = 65536           # recv_into target; <128 KiB keeps glibc off mmap
+_WRITE_OPTIONS = ("try-send", "defer")
+_EXIT_OPTIONS = ("cancel", "wait", "raise")
+
+_running = threading.local()
+
+
+def get_running_loop() -> "Loop":
+    """The ``Loop`` running in this thread. RuntimeError if none is."""
+    loop = getattr(_running, "loop", None)
+    if loop is None:
+        raise RuntimeError("no running looplab callback loop in this thread")
+    return loop
+
+
+class UnsentDataError(RuntimeError):
+    """``Loop.close()`` under ``exit="raise"`` found bytes still buffered in
+    transports. Raised after everything was released; ``bytes_unsent`` says how
+    many bytes the application believed were written and never reached the OS."""
+
+    def __init__(self, bytes_unsent: int):
+        super().__init__(f"{bytes_unsent} bytes were still buffered in transports "
+                         "when the loop closed; they were dropped")
+        self.bytes_unsent = bytes_unsent
+
+
+class Handle:
+    """A callback queued on the loop. ``cancel()`` before it runs and it never
+    runs; cancelling drops the references to the callback and its arguments."""
+    __slots__ = ("_callback", "_args", "_cancelled")
+
+    def __init__(self, callback, args):
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        if not self._cancelled:
+            self._cancelled = True
+            self._callback = None
+            self._args = None
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def __repr__(self):
+        state = "cancelled" if self._cancelled else _callback_name(self._callback)
+        return f"<{type(self).__name__} {state}>"
+
+
+class TimerHandle(Handle):
+    """A callback due at ``when()`` (loop time). Cancelled timers stay in the heap
+    until they come due or the loop compacts it; the loop counts them for that."""
+    __slots__ = ("_when", "_loop", "_scheduled")
+
+    def __init__(self, when, callback, args, loop):
+        super().__init__(callback, args)
+        self._when = when
+        self._loop = loop
+        self._scheduled = True
+
+    def when(self) -> float:
+        return self._when
+
+    def cancel(self) -> None:
+        if not self._cancelled and self._scheduled:
+            self._loop._timers_cancelled += 1
+        super().cancel()
+
+
+def _callback_name(cb) -> str:
+    return getattr(cb, "__qualname__", None) or repr(cb)
+
+
+def _noop():
+    pass
+
+
+def _fileno(fd_or_sock) -> int:
+    if isinstance(fd_or_sock, int):
+        fd = fd_or_sock
+    else:
+        try:
+            fd = fd_or_sock.fileno()
+        except AttributeError:
+            raise TypeError(f"expected a file descriptor (int) or an object with fileno(), "
+                            f"got {type(fd_or_sock).__name__}") from None
+        if not isinstance(fd, int):
+            raise TypeError(f"fileno() returned {type(fd).__name__}, not int")
+    if fd < 0:
+        raise ValueError(f"invalid file descriptor {fd} (closed socket?)")
+    return fd
+
+
+def _literal_family(host: str) -> int:
+    """Address family of a literal IP; the loop does no DNS (a hidden blocking
+    call in a reactor is exactly the kind of thing this lab is about)."""
+    if not isinstance(host, str):
+        raise TypeError(f"host must be a str literal IP address, got {type(host).__name__}")
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+            return family
+        except OSError:
+            pass
+    raise ValueError(f"host must be a literal IP address such as '127.0.0.1' "
+                     f"(this loop does no DNS), got {host!r}")
+
+
+def _check_port(port) -> int:
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise TypeError(f"port must be an int, got {type(port).__name__}")
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be in 0..65535, got {port}")
+    return port
+
+
+def _check_sockbuf(sockbuf):
+    if sockbuf is None:
+        return None
+    if isinstance(sockbuf, bool) or not isinstance(sockbuf, int):
+        raise TypeError(f"sockbuf must be an int or None, got {type(sockbuf).__name__}")
+    if sockbuf <= 0:
+        raise ValueError(f"sockbuf must be > 0, got {sockbuf}")
+    return sockbuf
+
+
+def _prepare_stream_socket(sock, sockbuf) -> None:
+    """What every connection socket gets: non-blocking, Nagle off (asyncio does the
+    same for TCP), and the requested kernel buffer sizes."""
+    sock.setblocking(False)
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+    if sockbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockbuf)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockbuf)
+
+
+def _default_exception_handler(context) -> None:
+    """One line on stderr: what failed and the exception's repr."""
+    message = context.get("message") or "unhandled error in the event loop"
+    exc = context.get("exception")
+    line = f"looplab callback loop: {message}"
+    if exc is not None:
+        line += f": {exc!r}"
+    stream = sys.stderr
+    if stream is not None:
+        try:
+            stream.write(line.replace("\n", " ") + "\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+class Loop:
+    """A single-threaded reactor. Not thread-safe except ``call_soon_threadsafe``.
+
+    Options (all validated: a bad value raises ValueError naming the valid ones):
+
+    ``high_water``, ``low_water``
+        default write-buffer limits of every transport (64 KiB / 16 KiB).
+    ``write``
+        ``"try-send"`` (asyncio: ``write()`` on an empty buffer tries
+        ``sock.send`` at once and buffers only the rest) or ``"defer"``
+        (Twisted: ``write()`` only appends; the writable callback sends).
+    ``exit``
+        what happens to bytes still in transport buffers when the loop ends:
+        ``"cancel"`` (asyncio: ``close()`` drops them and counts them as
+        ``lost_on_exit_bytes``), ``"wait"`` (``run_forever`` keeps running after
+        ``stop()`` until every buffer is flushed and every closing transport has
+        closed, for at most ``exit_wait_s`` seconds; a second ``stop()`` during that
+        wait ends it at once), ``"raise"`` (like cancel, then ``close()`` raises
+        ``UnsentDataError``).
+    ``trace``
+        record Chrome trace events in ``probe.trace``.
+    """
+
+    #: the "wait" exit policy gives up after this many seconds; what is left is
+    #: then dropped (and counted as lost) by close().
+    exit_wait_s = 10.0
+
+    def __init__(self, high_water=65536, low_water=16384, write="try-send", exit="cancel",
+                 trace=False):
+        for name, value in (("high_water", high_water), ("low_water", low_water)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an int number of bytes, got {value!r}")
+        if not high_water >= low_water >= 0:
+            raise ValueError(f"need high_water >= low_water >= 0, "
+                             f"got high_water={high_water}, low_water={low_water}")
+        if write not in _WRITE_OPTIONS:
+            raise ValueError(f"write must be one of {', '.join(_WRITE_OPTIONS)}; got {write!r}")
+        if exit not in _EXIT_OPTIONS:
+            raise ValueError(f"exit must be one of {', '.join(_EXIT_OPTIONS)}; got {exit!r}")
+        if not isinstance(trace, bool):
+            raise ValueError(f"trace must be True or False, got {trace!r}")
+        self.options = {"high_water": high_water, "low_water": low_water, "write": write,
+                        "exit": exit, "trace": trace}
+        self.probe = Probe(trace=trace)
+
+        self._ready = collections.deque()
+        self._timers = []                 # heap of (when, seq, TimerHandle)
+        self._timer_seq = itertools.count()
+        self._timers_cancelled = 0
+        self._poller = _new_poller()
+        self._fds = {}                    # fd -> [reader, rargs, writer, wargs]
+        self._running = False
+        self._stopping = False
+        self._closed = False
+        self._exception_handler = None
+
+        self._transports = set()          # live SocketTransports (until connection_lost)
+        self._servers = set()
+        self._connecting = {}             # fd -> socket of a pending create_connection
+        # one receive buffer for every transport: data is copied out as bytes
+        # before data_received runs, and callbacks never overlap.
+        self._read_buffer = bytearray(_READ_BUFFER_SIZE)
+        self._read_view = memoryview(self._read_buffer)
+
+        self._signal_handlers = {}
+        self._old_wakeup_fd = None
+        self._self_reader, self._self_writer = socket.socketpair()
+        try:
+            self._self_reader.setblocking(False)
+            self._self_writer.setblocking(False)
+            self._add_reader(self._self_reader.fileno(), self._read_self, ())
+        except BaseException:
+            self._self_reader.close()
+            self._self_writer.close()
+            self._poller.close()
+            raise
+
+    def __repr__(self):
+        state = "closed" if self._closed else "running" if self._running else "idle"
+        return f"<looplab callback Loop {state} {self.options}>"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    # ------------------------------------------------------------------ time & callbacks
+
+    @staticmethod
+    def time() -> float:
+        """The loop's clock: ``time.monotonic()`` (system-wide on Linux, so peers in
+        other processes can timestamp frames against it)."""
+        return time.monotonic()
+
+    def _check_closed(self):
+        if self._closed:
+            raise RuntimeError("the loop is closed")
+
+    def call_soon(self, callback, *args) -> Handle:
+        """Run ``callback(*args)`` on a later pass, FIFO with other ``call_soon``\\ s."""
+        if self._closed:
+            raise RuntimeError("the loop is closed")
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        handle = Handle(callback, args)
+        self._ready.append(handle)
+        return handle
+
+    def call_later(self, delay, callback, *args) -> TimerHandle:
+        """Run ``callback(*args)`` ``delay`` seconds from now (no earlier)."""
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+            raise TypeError(f"delay must be a number of seconds, got {type(delay).__name__}")
+        if delay != delay:
+            raise ValueError("delay must not be NaN")
+        return self.call_at(time.monotonic() + delay, callback, *args)
+
+    def call_at(self, when, callback, *args) -> TimerHandle:
+        """Run ``callback(*args)`` once ``loop.time() >= when``. Timers with equal
+        deadlines run in the order they were scheduled."""
+        if self._closed:
+            raise RuntimeError("the loop is closed")
+        if isinstance(when, bool) or not isinstance(when, (int, float)) or when != when:
+            raise TypeError(f"when must be a number (loop time), got {when!r}")
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        handle = TimerHandle(when, callback, args, self)
+        heapq.heappush(self._timers, (when, next(self._timer_seq), handle))
+        return handle
+
+    def call_soon_threadsafe(self, callback, *args) -> Handle:
+        """``call_soon`` from any thread; wakes the loop if it is blocked in select.
+
+        ``deque.append`` is atomic, so the only extra work is one byte on the
+        self-pipe. A full pipe means a wake-up is already pending: ignored."""
+        handle = self.call_soon(callback, *args)
+        try:
+            self._self_writer.send(b"\0")
+        except OSError:
+            pass
+        return handle
+
+    def _read_self(self):
+        """Drain the self-pipe; non-zero bytes are signal numbers from
+        ``signal.set_wakeup_fd``: queue their handlers."""
+        while True:
+            try:
+                data = self._self_reader.recv(4096)
+            except (BlockingIOError, InterruptedError):
+                return
+            if not data:
+                return
+            handlers = self._signal_handlers
+            if handlers:
+                for signum in data:
+                    if signum:
+                        handle = handlers.get(signum)
+                        if handle is not None:
+                            self._ready.append(handle)
+            if len(data) < 4096:
+                return
+
+    # ------------------------------------------------------------------ fd registrations
+
+    def _add_reader(self, fd, callback, args):
+        entry = self._fds.get(fd)
+        if entry is None:
+            self._poller.register(fd, _IN)
+            self._fds[fd] = [callback, args, None, None]
+        else:
+            had_reader = entry[0] is not None
+            entry[0] = callback
+            entry[1] = args
+            if not had_reader:
+                self._poller.modify(fd, _IN | _OUT)
+
+    def _add_writer(self, fd, callback, args):
+        entry = self._fds.get(fd)
+        if entry is None:
+            self._poller.register(fd, _OUT)
+            self._fds[fd] = [None, None, callback, args]
+        else:
+            had_writer = entry[2] is not None
+            entry[2] = callback
+            entry[3] = args
+            if not had_writer:
+                self._poller.modify(fd, _IN | _OUT)
+
+    def _remove_reader(self, fd) -> bool:
+        entry = self._fds.get(fd)
+        if entry is None or entry[0] is None:
+            return False
+        entry[0] = entry[1] = None
+        try:
+            if entry[2] is None:
+                del self._fds[fd]
+                self._poller.unregister(fd)
+            else:
+                self._poller.modify(fd, _OUT)
+        except (OSError, ValueError, KeyError):
+            pass   # the fd was closed under us: the kernel forgot it already
+        return True
+
+    def _remove_writer(self, fd) -> bool:
+        entry = self._fds.get(fd)
+        if entry is None or entry[2] is None:
+            return False
+        entry[2] = entry[3] = None
+        try:
+            if entry[0] is None:
+                del self._fds[fd]
+                self._poller.unregister(fd)
+            else:
+                self._poller.modify(fd, _IN)
+        except (OSError, ValueError, KeyError):
+            pass
+        return True
+
+    def add_reader(self, fd, callback, *args) -> None:
+        """Call ``callback(*args)`` whenever ``fd`` (an int or anything with
+        ``fileno()``) is readable; replaces a previous reader of that fd.
+        The callback runs straight from the select loop, without a Handle."""
+        self._check_closed()
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        self._add_reader(_fileno(fd), callback, args)
+
+    def add_writer(self, fd, callback, *args) -> None:
+        """Like ``add_reader``, for writability."""
+        self._check_closed()
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        self._add_writer(_fileno(fd), callback, args)
+
+    def remove_reader(self, fd) -> bool:
+        """Stop watching ``fd`` for reading; False if it was not watched."""
+        if self._closed:
+            return False
+        try:
+            fd = _fileno(fd)
+        except ValueError:
+            return False
+        return self._remove_reader(fd)
+
+    def remove_writer(self, fd) -> bool:
+        """Stop watching ``fd`` for writing; False if it was not watched."""
+        if self._closed:
+            return False
+        try:
+            fd = _fileno(fd)
+        except ValueError:
+            return False
+        return self._remove_writer(fd)
+
+    # ------------------------------------------------------------------ errors
+
+    def set_exception_handler(self, handler) -> None:
+        """``handler(loop, context)`` receives every error a callback raised (and
+        warnings such as writes after close). None restores the default, which
+        prints one line to stderr."""
+        if handler is not None and not callable(handler):
+            raise TypeError(f"exception handler must be callable or None, "
+                            f"got {type(handler).__name__}")
+        self._exception_handler = handler
+
+    def get_exception_handler(self):
+        return self._exception_handler
+
+    def default_exception_handler(self, context) -> None:
+        _default_exception_handler(context)
+
+    def call_exception_handler(self, context) -> None:
+        """Report ``context`` (``"message"``, ``"exception"``, ...). Never raises,
+        except KeyboardInterrupt/SystemExit: an error inside a custom handler is
+        reported by the default handler together with the original context."""
+        handler = self._exception_handler
+        if handler is None:
+            try:
+                _default_exception_handler(context)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException:
+                pass
+            return
+        try:
+            handler(self, context)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            try:
+                _default_exception_handler(
+                    {"message": "error in the custom exception handler", "exception": exc})
+                _default_exception_handler(context)
+            except BaseException:
+                pass
+
+    def _callback_failed(self, callback, exc):
+        if isinstance(callback, Handle):
+            ctx = {"message": f"exception in callback {_callback_name(callback._callback)}",
+                   "exception": exc, "handle": callback}
+        else:
+            ctx = {"message": f"exception in I/O callback {_callback_name(callback)}",
+                   "exception": exc, "callback": callback}
+        self.call_exception_handler(ctx)
+
+    # ------------------------------------------------------------------ running
+
+    def is_running(self) -> bool:
+        return self._running
+
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def stop(self) -> None:
+        """Make ``run_forever`` return after the current pass (``exit="wait"``: once
+        transport buffers are flushed). Called before ``run_forever``, the next run
+        does one pass and returns -- asyncio's semantics."""
+        self._stopping = True
+
+    def run_forever(self) -> None:
+        """Run passes until ``stop()``. KeyboardInterrupt/SystemExit raised by a
+        callback propagate out of here; the loop stays closable."""
+        self._check_closed()
+        if self._running:
+            raise RuntimeError("this loop is already running")
+        if getattr(_running, "loop", None) is not None:
+            raise RuntimeError("another loop is already running in this thread")
+        self._running = True
+        _running.loop = self
+
+        # Everything the pass touches is bound to a local once: attribute and
+        # global lookups are a measurable share of a Python reactor's overhead.
+        ready = self._ready
+        popleft = ready.popleft
+        ready_append = ready.append
+        timers = self._timers
+        heappop = heapq.heappop
+        poll = self._poller.poll
+        fds_get = self._fds.get
+        monotonic = time.monotonic
+        probe = self.probe
+        failed = self._callback_failed
+        wait_exit = self.options["exit"] == "wait"
+        draining = False
+        drain_deadline = drain_guard = None
+        try:
+            while True:
+                if ready or self._stopping:
+                    timeout = 0
+                elif timers:
+                    timeout = timers[0][0] - monotonic()
+                    if timeout < 0:
+                        timeout = 0
+                    elif timeout > _MAX_SELECT_TIMEOUT:
+                        timeout = _MAX_SELECT_TIMEOUT
+                else:
+                    timeout = None
+                events = poll(timeout)
+                ran = 0
+                for fd, mask in events:
+                    entry = fds_get(fd)
+                    if entry is None:
+                        continue
+                    if mask & _READ_BITS:
+                        cb = entry[0]
+                        if cb is not None:
+                            ran += 1
+                            try:
+                                cb(*entry[1])
+                            except (SystemExit, KeyboardInterrupt):
+                                raise
+                            except BaseException as exc:
+                                failed(cb, exc)
+                    if mask & _WRITE_BITS:
+                        cb = entry[2]   # re-read: the reader may just have removed it
+                        if cb is not None:
+                            ran += 1
+                            try:
+                                cb(*entry[3])
+                            except (SystemExit, KeyboardInterrupt):
+                                raise
+                            except BaseException as exc:
+                                failed(cb, exc)
+
+                if timers:
+                    now = monotonic()
+                    while timers and timers[0][0] <= now:
+                        handle = heappop(timers)[2]
+                        if handle._cancelled:
+                            self._timers_cancelled -= 1
+                        else:
+                            handle._scheduled = False
+                            ready_append(handle)
+                    if self._timers_cancelled > 64 and self._timers_cancelled * 2 > len(timers):
+                        self._compact_timers()
+
+                ntodo = len(ready)
+                if ntodo > probe.ready_max:
+                    probe.ready_max = ntodo
+                while ntodo:
+                    ntodo -= 1
+                    handle = popleft()
+                    if handle._cancelled:
+                        continue
+                    ran += 1
+                    try:
+                        handle._callback(*handle._args)
+                    except (SystemExit, KeyboardInterrupt):
+                        raise
+                    except BaseException as exc:
+                        failed(handle, exc)
+                probe.loop_iterations += 1
+                probe.callbacks_run += ran
+
+                if self._stopping or draining:
+                    if not wait_exit:
+                        break
+                    # exit="wait": keep serving until transports are flushed and
+                    # closed. The first stop() starts the drain, another ends it.
+                    if self._stopping:
+                        if draining:
+                            break
+                        draining = True
+                        self._stopping = False
+                        drain_deadline = monotonic() + self.exit_wait_s
+                        drain_guard = self.call_at(drain_deadline, _noop)  # wakes select
+                    if not self._exit_pending() or monotonic() >= drain_deadline:
+                        break
+        finally:
+            if drain_guard is not None:
+                drain_guard.cancel()
+            self._stopping = False
+            self._running = False
+            _running.loop = None
+
+    def _exit_pending(self) -> bool:
+        for transport in self._transports:
+            if transport._closing or transport._buffer:
+                return True
+        return False
+
+    def _compact_timers(self):
+        self._timers[:] = [entry for entry in self._timers if not entry[2]._cancelled]
+        heapq.heapify(self._timers)
+        self._timers_cancelled = 0
+
+    def run_until_complete(self, future):
+        """Run until ``future`` is done and return its result (or raise its
+        exception). Duck-typed: ``add_done_callback(fn)``, ``done()``, ``result()``
+        (and ``remove_done_callback`` if it has one). RuntimeError if the loop
+        stops before the future completes."""
+        for name in ("add_done_callback", "done", "result"):
+            if not callable(getattr(future, name, None)):
+                raise TypeError(f"run_until_complete needs a future-like object with "
+                                f"{name}(); got {type(future).__name__}")
+
+        def stop_when_done(_fut):
+            self.stop()
+
+        future.add_done_callback(stop_when_done)
+        try:
+            self.run_forever()
+        finally:
+            remove = getattr(future, "remove_done_callback", None)
+            if remove is not None:
+                remove(stop_when_done)
+        if not future.done():
+            raise RuntimeError("loop stopped before the future completed")
+        return future.result()
+
+    # ------------------------------------------------------------------ signals
+
+    def add_signal_handler(self, signum, callback, *args) -> None:
+        """Run ``callback(*args)`` on the loop when ``signum`` arrives. The C-level
+        handler writes the signal number to the self-pipe (``set_wakeup_fd``), so a
+        blocked select wakes. Main thread only (a Python rule)."""
+        self._check_closed()
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("signal handlers can only be added from the main thread")
+        if isinstance(signum, bool) or not isinstance(signum, int):
+            raise TypeError(f"signum must be an int, got {type(signum).__name__}")
+        if not 1 <= signum < signal.NSIG:
+            raise ValueError(f"signal number {signum} out of range 1..{signal.NSIG - 1}")
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        if not self._signal_handlers:
+            self._old_wakeup_fd = signal.set_wakeup_fd(self._self_writer.fileno(),
+                                                       warn_on_full_buffer=False)
+        self._signal_handlers[signum] = Handle(callback, args)
+        try:
+            # A do-nothing Python handler: the work happens on the loop. Without it
+            # the default action (e.g. terminate) would run.
+            signal.signal(signum, _noop_signal_handler)
+            signal.siginterrupt(signum, False)
+        except (OSError, ValueError, RuntimeError) as exc:
+            del self._signal_handlers[signum]
+            if not self._signal_handlers:
+                self._restore_wakeup_fd()
+            raise RuntimeError(f"cannot handle signal {signum}: {exc}") from exc
+
+    def remove_signal_handler(self, signum) -> bool:
+        """Restore the default disposition of ``signum``; False if we had none."""
+        if signum not in self._signal_handlers:
+            return False
+        del self._signal_handlers[signum]
+        default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+        try:
+            signal.signal(signum, default)
+        except (OSError, ValueError):
+            pass
+        if not self._signal_handlers:
+            self._restore_wakeup_fd()
+        return True
+
+    def _restore_wakeup_fd(self):
+        old, self._old_wakeup_fd = self._old_wakeup_fd, None
+        try:
+            signal.set_wakeup_fd(-1 if old is None else old)
+        except ValueError:   # not the main thread any more: nothing we can do
+            pass
+
+    # ------------------------------------------------------------------ close & exit policy
+
+    def close(self) -> None:
+        """Release everything: servers, transports (the ``exit`` policy decides
+        what their unsent bytes mean), pending connects, signal handlers, the
+        self-pipe and the selector. Idempotent. RuntimeError on a running loop.
+
+        Protocols are *not* told (no ``connection_lost``): the loop that would run
+        the callback is going away, as with asyncio's ``loop.close()``."""
+        if self._running:
+            raise RuntimeError("cannot close a running loop; stop() it first")
+        if self._closed:
+            return
+        self._closed = True
+        policy = self.options["exit"]
+        open_count = len(self._transports)
+        unsent = 0
+        for transport in list(self._transports):
+            unsent += transport._abandon_at_exit()
+        self._transports.clear()
+        for server in list(self._servers):
+            server.close()
+        for sock in self._connecting.values():
+            sock.close()
+        self._connecting.clear()
+        for signum in list(self._signal_handlers):
+            self.remove_signal_handler(signum)
+        self._ready.clear()
+        self._timers.clear()
+        self._fds.clear()
+        self._poller.close()
+        self._self_reader.close()
+        self._self_writer.close()
+        self.probe.exit_report = {"policy": policy, "transports_open_count": open_count,
+                                  "unsent_bytes": unsent}
+        if policy == "raise" and unsent:
+            raise UnsentDataError(unsent)
+
+    # ------------------------------------------------------------------ networking
+
+    def create_server(self, protocol_factory, host=None, port=None, *, sock=None,
+                      backlog=128, sockbuf=None) -> "Server":
+        """Listen on ``host:port`` (a literal IP; None means every IPv4 interface)
+        or on an already bound ``sock``. Synchronous: when it returns, the socket
+        is listening and accepts run on the loop. OSError from bind propagates."""
+        self._check_closed()
+        if not callable(protocol_factory):
+            raise TypeError("protocol_factory must be callable")
+        if isinstance(backlog, bool) or not isinstance(backlog, int) or backlog < 1:
+            raise ValueError(f"backlog must be a positive int, got {backlog!r}")
+        sockbuf = _check_sockbuf(sockbuf)
+        if sock is not None:
+            if host is not None or port is not None:
+                raise ValueError("give either sock or host/port, not both")
+            if not isinstance(sock, socket.socket) or sock.type != socket.SOCK_STREAM:
+                raise TypeError(f"sock must be a SOCK_STREAM socket, got {sock!r}")
+        else:
+            if port is None:
+                raise ValueError("create_server needs a port (0 for any) or sock=")
+            port = _check_port(port)
+            if host is None:
+                host = "0.0.0.0"
+            family = _literal_family(host)
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                if os.name == "posix":
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((host, port))
+            except BaseException:
+                sock.close()
+                raise
+        try:
+            if sockbuf is not None:
+                # accepted sockets inherit these, so the window is right from SYN
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockbuf)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockbuf)
+            sock.listen(backlog)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        return Server(self, [sock], protocol_factory, backlog, sockbuf)
+
+    def create_connection(self, protocol_factory, host, port, *, callback,
+                          sockbuf=None) -> None:
+        """Start a non-blocking connect to ``host:port`` (literal IP). From the
+        loop, later: ``callback(transport, protocol, None)`` -- after the
+        protocol's ``connection_made`` -- or ``callback(None, None, exc)``."""
+        self._check_closed()
+        if not callable(protocol_factory):
+            raise TypeError("protocol_factory must be callable")
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        family = _literal_family(host)
+        port = _check_port(port)
+        sockbuf = _check_sockbuf(sockbuf)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            _prepare_stream_socket(sock, sockbuf)
+            err = sock.connect_ex((host, port))
+        except BaseException:
+            sock.close()
+            raise
+        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EINTR):
+            sock.close()
+            self.call_soon(callback, None, None, OSError(err, os.strerror(err)))
+            return
+        fd = sock.fileno()
+        self._connecting[fd] = sock
+        self._add_writer(fd, self._connect_done, (sock, protocol_factory, callback))
+
+    def _connect_done(self, sock, protocol_factory, callback):
+        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if not err:
+            try:
+                sock.getpeername()
+            except OSError as exc:
+                if exc.errno == errno.ENOTCONN:
+                    return   # spurious readiness (see the module notes): keep waiting
+                err = exc.errno or errno.ECONNABORTED
+        fd = sock.fileno()
+        self._remove_writer(fd)
+        del self._connecting[fd]
+        if err:
+            sock.close()
+            callback(None, None, OSError(err, os.strerror(err)))
+            return
+        try:
+            protocol = protocol_factory()
+        except Exception as exc:
+            sock.close()
+            callback(None, None, exc)
+            return
+        transport = _transport_class()(self, sock, protocol)
+        self.call_soon(callback, transport, protocol, None)   # queued after connection_made
+
+    def connect_accepted_socket(self, protocol_factory, sock):
+        """Wrap a connected stream socket; returns ``(transport, protocol)`` at once.
+        ``connection_made`` runs on the loop's next pass, before any data."""
+        self._check_closed()
+        if not isinstance(sock, socket.socket) or sock.type != socket.SOCK_STREAM:
+            raise TypeError(f"sock must be a connected SOCK_STREAM socket, got {sock!r}")
+        if not callable(protocol_factory):
+            raise TypeError("protocol_factory must be callable")
+        _prepare_stream_socket(sock, None)
+        protocol = protocol_factory()
+        transport = _transport_class()(self, sock, protocol)
+        return transport, protocol
+
+
+def _noop_signal_handler(signum, frame):
+    pass
+
+
+def _transport_class():
+    # transports.py imports this module; bind lazily to avoid the cycle
+    from .transports import SocketTransport
+    return SocketTransport
+
+
+class Server:
+    """Listening sockets feeding new ``SocketTransport``\\ s to the loop.
+
+    ``close()`` stops accepting and closes the listening sockets; connections
+    already accepted live on (they are the loop's, not the server's)."""
+
+    def __init__(self, loop, sockets, protocol_factory, backlog, sockbuf):
+        self._loop = loop
+        self._sockets = list(sockets)
+        self._protocol_factory = protocol_factory
+        self._backlog = backlog
+        self._sockbuf = sockbuf
+        self._serving = True
+        loop._servers.add(self)
+        for sock in self._sockets:
+            loop._add_reader(sock.fileno(), self._accept_ready, (sock,))
+
+    @property
+    def sockets(self):
+        return tuple(self._sockets)
+
+    def is_serving(self) -> bool:
+        return self._serving
+
+    def close(self) -> None:
+        if not self._serving:
+            return
+        self._serving = False
+        loop = self._loop
+        for sock in self._sockets:
+            if not loop._closed:
+                loop._remove_reader(sock.fileno())
+            sock.close()
+        loop._servers.discard(self)
+
+    def __repr__(self):
+        names = [s.getsockname() for s in self._sockets if s.fileno() >= 0]
+        return f"<looplab callback Server {names} serving={self._serving}>"
+
+    def _accept_ready(self, lsock):
+        # Accept a batch per readiness (asyncio takes up to backlog): a burst of
+        # connects costs one select pass, not one each.
+        loop = self._loop
+        transport_class = _transport_class()
+        for _ in range(self._backlog):
+            try:
+                conn, _addr = lsock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Out of descriptors or memory: stop accepting for a second
+                    # rather than spin on a listening socket that stays readable.
+                    loop.call_exception_handler({
+                        "message": "accept() failed; pausing accepts for 1 s",
+                        "exception": exc, "server": self})
+                    loop._remove_reader(lsock.fileno())
+                    loop.call_later(1.0, self._resume_accepting, lsock)
+                    return
+                raise
+            try:
+                _prepare_stream_socket(conn, self._sockbuf)
+                protocol = self._protocol_factory()
+            except Exception as exc:
+                conn.close()
+                loop.call_exception_handler({
+                    "message": "protocol factory failed for an accepted connection",
+                    "exception": exc, "server": self})
+                continue
+            except BaseException:
+                conn.close()
+                raise
+            transport_class(loop, conn, protocol, server=self)
+
+    def _resume_accepting(self, lsock):
+        if self._serving and not self._loop._closed:
+            self._loop._add_reader(lsock.fileno(), self._accept_ready, (lsock,))

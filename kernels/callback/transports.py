@@ -1,0 +1,513 @@
+"""Socket transports for the callback kernel: ``SocketTransport`` (one class for
+accepted and connected TCP sockets) and the ``Protocol`` base class.
+
+A transport is where the callback style hides its buffer. ``write()`` never
+blocks and never refuses: what the socket cannot take right now is appended to
+a user-space ``bytearray`` and sent from the writable callback later. The
+application learns about the backlog only through ``pause_writing()`` (buffer
+above the high-water mark) and ``resume_writing()`` (drained to the low-water
+mark) -- advice it is free to ignore, which is the whole of bug 1 in the 2016
+post. Every number here is counted exactly in ``stats`` (a ``ConnStats``),
+updated on every write and every send, so the reports can show what the
+application was told and what it did.
+
+The write buffer is one ``bytearray``, like asyncio 3.11's: ``len()`` is the
+O(1) running total (CPython 146507 summed a deque per write), ``sock.send(buf)``
+sends straight from it, and deleting the sent prefix is cheap because CPython's
+bytearray moves its start pointer instead of copying. The cost is memory: a
+growing bytearray over-allocates, so a runaway buffer holds roughly twice its
+backlog -- the behaviour the S1 figures show for asyncio.
+
+Errors surface in callbacks, never at the call: a reset peer turns into
+``connection_lost(exc)`` on a later pass, and ``write()`` after that is counted
+and dropped (one warning per transport). That is the callback style's "error
+surface" measured by S4.
+"""
+from __future__ import annotations
+
+import socket
+
+__all__ = ["Protocol", "SocketTransport"]
+
+#: asyncio logs "socket.send() raised exception." once this many writes were
+#: dropped on a lost connection; we warn once per transport at the same count.
+WARN_AFTER_DROPPED_WRITES = 5
+
+
+class Protocol:
+    """No-op base for callback-port protocols. The transport calls exactly these
+    six methods; inheriting from this class is optional (any object with all six
+    works).
+
+    ``eof_received()`` returning a true value keeps the transport half-open (we
+    may still write); a false value makes the transport close itself.
+    ``pause_writing()``/``resume_writing()`` are advisory: the transport keeps
+    accepting writes while paused, and counts them."""
+
+    def connection_made(self, transport):
+        pass
+
+    def data_received(self, data):
+        pass
+
+    def eof_received(self):
+        return None
+
+    def connection_lost(self, exc):
+        pass
+
+    def pause_writing(self):
+        pass
+
+    def resume_writing(self):
+        pass
+
+
+def _byte_view(view: memoryview) -> memoryview:
+    if view.format == "B" and view.ndim == 1:
+        return view
+    try:
+        return view.cast("B")
+    except TypeError:
+        raise TypeError("write() needs a C-contiguous memoryview") from None
+
+
+class SocketTransport:
+    """A non-blocking stream socket driven by the loop on behalf of a protocol.
+
+    Lifecycle: created by the loop (accept, connect or
+    ``connect_accepted_socket``); ``connection_made`` runs on the next pass and
+    only then does reading start. ``close()`` stops reading at once, lets the
+    buffer drain, then closes the socket and calls ``connection_lost(None)``
+    (via ``call_soon`` when the buffer was already empty, as asyncio does; from
+    the writable callback that sent the last byte otherwise). ``abort()`` and
+    fatal errors drop the buffer, close the socket immediately and call
+    ``connection_lost`` on the next pass. ``connection_lost`` is called exactly
+    once, always from the loop, never from inside ``close()``/``abort()``.
+
+    Hazards: ``close()`` returning does not mean the peer has the data -- if the
+    loop stops and closes before the buffer drains, the bytes are dropped and
+    counted (``exit`` policy). Writes after ``close()``/``abort()`` or after the
+    connection was lost are dropped silently apart from the counter and a
+    single warning.
+    """
+
+    __slots__ = ("_loop", "_sock", "_fileno", "_protocol", "_server", "_buffer",
+                 "_high_water", "_low_water", "_try_send", "_protocol_paused",
+                 "_read_paused", "_started", "_eof_received", "_eof", "_closing",
+                 "_conn_lost", "_warned_dropped", "_read_buffer", "_read_view",
+                 "_extra", "_trace", "_tid", "stats", "__weakref__")
+
+    def __init__(self, loop, sock, protocol, server=None):
+        self._loop = loop
+        self._sock = sock
+        self._fileno = sock.fileno()
+        self._protocol = protocol
+        self._server = server
+        self._buffer = bytearray()
+        options = loop.options
+        self._high_water = options["high_water"]
+        self._low_water = options["low_water"]
+        self._try_send = options["write"] == "try-send"
+        self._protocol_paused = False
+        self._read_paused = False
+        self._started = False
+        self._eof_received = False
+        self._eof = False           # write_eof() called
+        self._closing = False       # close()/abort() called or connection lost
+        self._conn_lost = False     # connection_lost is scheduled (or has run)
+        self._warned_dropped = False
+        self._read_buffer = loop._read_buffer
+        self._read_view = loop._read_view
+        try:
+            peername = sock.getpeername()
+        except OSError:
+            peername = None
+        self._extra = {"socket": sock, "sockname": sock.getsockname(), "peername": peername}
+        probe = loop.probe
+        self._tid = len(probe.connections)
+        self.stats = probe.new_conn()
+        self._trace = trace = probe.trace
+        if trace is not None:
+            trace.track(self._tid, f"{self.stats.name} {peername}")
+        loop._transports.add(self)
+        loop.call_soon(self._start)
+
+    def __repr__(self):
+        state = ("lost" if self._conn_lost else "closing" if self._closing else "open")
+        return (f"<SocketTransport {self.stats.name} fd={self._fileno} {state} "
+                f"buffer={len(self._buffer)}>")
+
+    def _start(self):
+        try:
+            self._protocol.connection_made(self)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "protocol.connection_made() failed")
+            return
+        self._started = True
+        if not self._closing and not self._read_paused:
+            self._loop._add_reader(self._fileno, self._read_ready, ())
+
+    # ------------------------------------------------------------------ reading
+
+    def _read_ready(self):
+        try:
+            n = self._sock.recv_into(self._read_buffer)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "fatal read error on socket transport")
+            return
+        if not n:
+            self._read_eof()
+            return
+        self.stats.received_bytes += n
+        try:
+            self._protocol.data_received(self._read_view[:n].tobytes())
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "protocol.data_received() failed")
+
+    def _read_eof(self):
+        self._eof_received = True
+        self._loop._remove_reader(self._fileno)
+        try:
+            keep_open = self._protocol.eof_received()
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "protocol.eof_received() failed")
+            return
+        if not keep_open:
+            self.close()
+
+    def pause_reading(self) -> None:
+        """Stop calling ``data_received`` until ``resume_reading()``. Idempotent;
+        each effective pause counts in ``stats.read_pauses_count``."""
+        if self._closing or self._read_paused:
+            return
+        self._read_paused = True
+        self.stats.read_pauses_count += 1
+        self._loop._remove_reader(self._fileno)
+        trace = self._trace
+        if trace is not None:
+            trace.instant("pause_reading", self._tid)
+
+    def resume_reading(self) -> None:
+        """Undo ``pause_reading()``. Idempotent."""
+        if self._closing or not self._read_paused:
+            return
+        self._read_paused = False
+        if self._started and not self._eof_received:
+            self._loop._add_reader(self._fileno, self._read_ready, ())
+        trace = self._trace
+        if trace is not None:
+            trace.instant("resume_reading", self._tid)
+
+    def is_reading(self) -> bool:
+        return not (self._closing or self._read_paused or self._eof_received)
+
+    # ------------------------------------------------------------------ writing
+
+    def write(self, data) -> None:
+        """Accept ``data`` (bytes, bytearray or memoryview) for sending. Never
+        blocks. With ``write="try-send"`` and nothing buffered, the socket gets
+        it at once and only the rest is buffered; with ``"defer"`` everything
+        is buffered for the writable callback. Flow control runs after every
+        write: crossing the high-water mark calls ``pause_writing()`` once.
+
+        TypeError for other types; RuntimeError after ``write_eof()``. After
+        ``close()``/``abort()`` or a lost connection: dropped and counted."""
+        cls = data.__class__
+        if cls is not bytes and cls is not bytearray:
+            if isinstance(data, memoryview):
+                data = _byte_view(data)
+            elif not isinstance(data, (bytes, bytearray)):
+                raise TypeError(f"data must be bytes, bytearray or memoryview, "
+                                f"not {type(data).__name__}")
+        n = len(data)
+        if not n:
+            return
+        if self._closing:
+            self._drop_write()
+            return
+        if self._eof:
+            raise RuntimeError("cannot write() after write_eof()")
+        stats = self.stats
+        stats.accepted_bytes += n
+        if self._protocol_paused:
+            stats.written_while_paused_bytes += n
+        trace = self._trace
+        if trace is not None:
+            trace.instant("write", self._tid, bytes=n)
+        buf = self._buffer
+        if not buf:
+            if self._try_send:
+                try:
+                    sent = self._sock.send(data)
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    stats.lost_on_abort_bytes += n
+                    self._fatal_error(exc, "fatal write error on socket transport")
+                    return
+                if sent:
+                    stats.sent_bytes += sent
+                    if trace is not None:
+                        trace.instant("send", self._tid, bytes=sent)
+                    if sent == n:
+                        return
+                    data = memoryview(data)[sent:]
+            self._loop._add_writer(self._fileno, self._write_ready, ())
+        buf += data
+        size = len(buf)
+        stats.user_buffer_bytes = size
+        if size > stats.peak_user_buffer_bytes:
+            stats.peak_user_buffer_bytes = size
+        if trace is not None:
+            trace.counter("user_buffer_bytes", size, self._tid)
+        if size > self._high_water and not self._protocol_paused:
+            self._pause_protocol()
+
+    def writelines(self, list_of_data) -> None:
+        """Write the concatenation as one ``write()``: same flow-control check
+        (CPython 127655 was a ``writelines`` that skipped it)."""
+        try:
+            data = b"".join(list_of_data)
+        except TypeError as exc:
+            raise TypeError(f"writelines() needs an iterable of bytes-like objects: "
+                            f"{exc}") from None
+        self.write(data)
+
+    def _write_ready(self):
+        buf = self._buffer
+        try:
+            n = self._sock.send(buf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "fatal write error on socket transport")
+            return
+        stats = self.stats
+        if n:
+            del buf[:n]
+            stats.sent_bytes += n
+        size = len(buf)
+        stats.user_buffer_bytes = size
+        trace = self._trace
+        if trace is not None:
+            trace.instant("send", self._tid, bytes=n)
+            trace.counter("user_buffer_bytes", size, self._tid)
+        if not size:
+            # before resume_writing(): a write() made from it must find the
+            # writer unregistered, like any write() on an empty buffer
+            self._loop._remove_writer(self._fileno)
+        if self._protocol_paused and size <= self._low_water:
+            self._resume_protocol()
+        if buf or self._conn_lost:
+            return
+        if self._closing:
+            self._conn_lost = True
+            self._call_connection_lost(None)
+        elif self._eof:
+            self._shutdown_write()
+
+    def _drop_write(self):
+        stats = self.stats
+        stats.writes_after_close_count += 1
+        if stats.writes_after_close_count >= WARN_AFTER_DROPPED_WRITES and not self._warned_dropped:
+            self._warned_dropped = True
+            self._loop.call_exception_handler({
+                "message": f"{stats.writes_after_close_count} write() calls on a closed or "
+                           f"lost transport {stats.name} were dropped (counted in "
+                           "writes_after_close_count)",
+                "transport": self, "protocol": self._protocol})
+
+    def _pause_protocol(self):
+        self._protocol_paused = True
+        self.stats.pause_writing_count += 1
+        trace = self._trace
+        if trace is not None:
+            trace.instant("pause_writing", self._tid, buffer_bytes=len(self._buffer))
+        try:
+            self._protocol.pause_writing()
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._loop.call_exception_handler({
+                "message": "protocol.pause_writing() failed", "exception": exc,
+                "transport": self, "protocol": self._protocol})
+
+    def _resume_protocol(self):
+        self._protocol_paused = False
+        trace = self._trace
+        if trace is not None:
+            trace.instant("resume_writing", self._tid, buffer_bytes=len(self._buffer))
+        try:
+            self._protocol.resume_writing()
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._loop.call_exception_handler({
+                "message": "protocol.resume_writing() failed", "exception": exc,
+                "transport": self, "protocol": self._protocol})
+
+    def get_write_buffer_size(self) -> int:
+        """Bytes accepted by ``write()`` and not yet taken by a send syscall. O(1)."""
+        return len(self._buffer)
+
+    def get_write_buffer_limits(self):
+        """``(low, high)``, asyncio's order."""
+        return (self._low_water, self._high_water)
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        """asyncio's rules: high only -> low = high // 4; low only -> high =
+        4 * low; neither -> the loop's options. ValueError unless high >= low >= 0.
+
+        Flow control is re-checked at once: lowering the limits below what is
+        already buffered calls ``pause_writing()`` now (asyncio issue 140).
+        ``set_write_buffer_limits(0)`` pauses on any buffered byte and resumes
+        only at empty."""
+        for name, value in (("high", high), ("low", low)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
+        if high is None:
+            if low is None:
+                high = self._loop.options["high_water"]
+                low = self._loop.options["low_water"]
+            else:
+                high = 4 * low
+        elif low is None:
+            low = high // 4
+        if not high >= low >= 0:
+            raise ValueError(f"need high >= low >= 0, got high={high}, low={low}")
+        self._high_water = high
+        self._low_water = low
+        if len(self._buffer) > high and not self._protocol_paused and not self._closing:
+            self._pause_protocol()
+
+    def write_eof(self) -> None:
+        """Half-close: send FIN once the buffer is flushed; reading goes on."""
+        if self._closing or self._eof:
+            return
+        self._eof = True
+        if not self._buffer:
+            self._shutdown_write()
+
+    def _shutdown_write(self):
+        try:
+            self._sock.shutdown(socket.SHUT_WR)
+        except OSError as exc:
+            self._fatal_error(exc, "shutdown(SHUT_WR) failed")
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    # ------------------------------------------------------------------ closing
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        """Stop reading now; close after the buffer drains. Returns at once:
+        the close completes on a later pass (``connection_lost(None)``)."""
+        if self._closing:
+            return
+        self._closing = True
+        loop = self._loop
+        loop._remove_reader(self._fileno)
+        trace = self._trace
+        if trace is not None:
+            trace.instant("close_requested", self._tid, buffer_bytes=len(self._buffer))
+        if not self._buffer:
+            self._conn_lost = True
+            loop.call_soon(self._call_connection_lost, None)
+
+    def abort(self) -> None:
+        """Close now: drop the buffer (counted in ``stats.lost_on_abort_bytes``)
+        and the socket; ``connection_lost(None)`` runs on the next pass."""
+        self._force_close(None)
+
+    def _fatal_error(self, exc, message):
+        # Socket errors are the peer's business and reach the protocol through
+        # connection_lost(exc); anything else is a bug worth a report.
+        if not isinstance(exc, OSError):
+            self._loop.call_exception_handler({
+                "message": message, "exception": exc, "transport": self,
+                "protocol": self._protocol})
+        self._force_close(exc)
+
+    def _force_close(self, exc):
+        if self._conn_lost:
+            return
+        self._conn_lost = True
+        self._closing = True
+        stats = self.stats
+        buf = self._buffer
+        if buf:
+            stats.lost_on_abort_bytes += len(buf)
+            buf.clear()
+            stats.user_buffer_bytes = 0
+        loop = self._loop
+        loop._remove_reader(self._fileno)
+        loop._remove_writer(self._fileno)
+        self._sock.close()
+        stats.closed = True
+        trace = self._trace
+        if trace is not None:
+            trace.instant("abort", self._tid, error=repr(exc))
+            trace.counter("user_buffer_bytes", 0, self._tid)
+        loop.call_soon(self._call_connection_lost, exc)
+
+    def _call_connection_lost(self, exc):
+        try:
+            self._protocol.connection_lost(exc)
+        finally:
+            self._sock.close()
+            self.stats.closed = True
+            self._loop._transports.discard(self)
+            self._server = None
+            trace = self._trace
+            if trace is not None:
+                trace.instant("close_completed", self._tid)
+
+    def _abandon_at_exit(self) -> int:
+        """``Loop.close()``: drop what is buffered (``lost_on_exit_bytes``) and
+        close the socket, without telling the protocol. Returns the bytes lost."""
+        buf = self._buffer
+        lost = len(buf)
+        stats = self.stats
+        if lost:
+            stats.lost_on_exit_bytes += lost
+            buf.clear()
+            stats.user_buffer_bytes = 0
+        self._closing = True
+        self._conn_lost = True
+        self._sock.close()
+        stats.closed = True
+        return lost
+
+    # ------------------------------------------------------------------ misc
+
+    def get_extra_info(self, name, default=None):
+        """``"socket"``, ``"peername"``, ``"sockname"``."""
+        return self._extra.get(name, default)
+
+    def set_protocol(self, protocol) -> None:
+        self._protocol = protocol
+
+    def get_protocol(self):
+        return self._protocol
+
+    @property
+    def loop(self):
+        return self._loop
