@@ -1,0 +1,401 @@
+"""Sockets for coro tasks: a curio-style ``Socket`` and a trio-shaped ``SocketStream``.
+
+The whole I/O story is one loop: try the non-blocking syscall; on
+``BlockingIOError`` (EAGAIN) trap into the kernel with ``read_wait`` /
+``write_wait`` and try again when it says the socket is ready. There is no
+user-space buffer anywhere: ``await sendall(data)`` returns when the kernel's
+socket buffer has taken the last byte, so what the application "wrote" and what
+the OS has are always the same number (``ConnStats.accepted_bytes ==
+sent_bytes``, ``peak_user_buffer_bytes == 0``). Backpressure is the call taking
+longer. A call that doesn't block doesn't yield either -- unless the kernel runs
+with ``io_schedule_point=True``, where every socket call starts with a
+checkpoint (trio's rule: cancellation is checked and other tasks get a turn
+before the syscall, even if it then succeeds at once).
+
+When ``sendall`` is interrupted -- cancelled, timed out, or the peer reset the
+connection -- the exception carries ``bytes_sent``: exactly how many bytes the
+OS accepted, so the caller knows what the peer can still receive (curio does
+the same). Closing goes through the kernel (``io_release``) so a task blocked
+on the socket wakes with ``ClosedResourceError`` instead of waiting forever on
+an fd that no longer exists.
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+from ..probe import ConnStats
+from .kernel import (BusyResourceError, Cancelled, ClosedResourceError, TaskTimeout, _state,
+                     checkpoint, io_release, read_wait, write_wait)
+
+__all__ = ["Socket", "SocketStream", "Listener", "open_tcp_stream", "listen"]
+
+_DEFAULT_RECEIVE = 65536
+
+
+def _closed(*args, **kwargs):
+    raise ClosedResourceError("the socket is closed")
+
+
+def _fmt(addr) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        return f"{addr[0]}:{addr[1]}"
+    return str(addr) or "unix"
+
+
+def _stats_for(sock: socket.socket) -> ConnStats:
+    """A connected socket is a connection: register its stats with the running
+    kernel's probe. Unconnected ones (listeners, not-yet-connected) are not."""
+    try:
+        name = f"{_fmt(sock.getsockname())}->{_fmt(sock.getpeername())}"
+    except OSError:
+        return ConnStats("unconnected")
+    kernel = _state.kernel
+    return kernel.probe.new_conn(name) if kernel is not None else ConnStats(name)
+
+
+def _check_sockbuf(sockbuf) -> None:
+    if sockbuf is not None and (not isinstance(sockbuf, int) or isinstance(sockbuf, bool)
+                                or sockbuf <= 0):
+        raise ValueError(f"sockbuf must be a positive number of bytes or None, got {sockbuf!r}")
+
+
+def _set_sockbuf(sock: socket.socket, sockbuf) -> None:
+    if sockbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockbuf)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockbuf)
+
+
+class Socket:
+    """A stdlib socket made non-blocking, with async versions of its blocking
+    calls (curio's shape): ``recv``, ``recv_into``, ``send``, ``sendall``,
+    ``accept``, ``connect``, ``shutdown``, ``close``. Other attributes (``bind``,
+    ``listen``, ``setsockopt``, ``getsockname``, ...) are the stdlib socket's.
+
+    One task may wait to read and one to write at a time; a second one gets
+    ``BusyResourceError`` from the kernel. After ``close()`` every call raises
+    ``ClosedResourceError``.
+    """
+    __slots__ = ("_sock", "stats", "_recv", "_recv_into", "_send", "_closed")
+
+    def __init__(self, sock: socket.socket):
+        if not isinstance(sock, socket.socket):
+            raise TypeError(f"Socket() wraps a socket.socket, got {type(sock).__name__}")
+        if sock.fileno() < 0:
+            raise ClosedResourceError("Socket() was given a closed socket")
+        sock.setblocking(False)
+        self._sock = sock
+        self._recv = sock.recv
+        self._recv_into = sock.recv_into
+        self._send = sock.send
+        self._closed = False
+        self.stats = _stats_for(sock)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._sock, name)
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def __repr__(self):
+        return f"<coro Socket {self._sock!r}>"
+
+    async def recv(self, maxsize: int, flags: int = 0) -> bytes:
+        if _state.checkpoint:
+            await checkpoint()
+        while True:
+            try:
+                data = self._recv(maxsize, flags)
+                break
+            except BlockingIOError:
+                await read_wait(self._sock)
+        self.stats.received_bytes += len(data)
+        return data
+
+    async def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
+        if _state.checkpoint:
+            await checkpoint()
+        while True:
+            try:
+                n = self._recv_into(buffer, nbytes, flags)
+                break
+            except BlockingIOError:
+                await read_wait(self._sock)
+        self.stats.received_bytes += n
+        return n
+
+    async def send(self, data, flags: int = 0) -> int:
+        if _state.checkpoint:
+            await checkpoint()
+        while True:
+            try:
+                n = self._send(data, flags)
+                break
+            except BlockingIOError:
+                await write_wait(self._sock)
+        stats = self.stats
+        stats.accepted_bytes += n
+        stats.sent_bytes += n
+        return n
+
+    async def sendall(self, data, flags: int = 0) -> None:
+        """Send every byte; return when the OS has them all. If interrupted, the
+        exception's ``bytes_sent`` says how many it has."""
+        send = self._send
+        stats = self.stats
+        sent = 0
+        try:
+            if _state.checkpoint:
+                await checkpoint()
+            total = len(data) if isinstance(data, (bytes, bytearray)) else memoryview(data).nbytes
+            try:
+                sent = send(data, flags)
+            except BlockingIOError:
+                pass
+            stats.accepted_bytes += sent
+            stats.sent_bytes += sent
+            if sent == total:
+                return
+            with memoryview(data).cast("B") as view:
+                while sent < total:
+                    await write_wait(self._sock)
+                    try:
+                        n = send(view[sent:], flags)
+                    except BlockingIOError:
+                        continue
+                    sent += n
+                    stats.accepted_bytes += n
+                    stats.sent_bytes += n
+        except (Cancelled, TaskTimeout, OSError, ClosedResourceError) as e:
+            e.bytes_sent = sent
+            raise
+
+    async def accept(self):
+        """Accept a connection: ``(Socket, address)``."""
+        if self._closed:
+            _closed()
+        if _state.checkpoint:
+            await checkpoint()
+        while True:
+            try:
+                conn, address = self._sock.accept()
+                break
+            except BlockingIOError:
+                await read_wait(self._sock)
+        try:
+            return Socket(conn), address
+        except BaseException:
+            conn.close()
+            raise
+
+    async def connect(self, address) -> None:
+        if self._closed:
+            _closed()
+        if _state.checkpoint:
+            await checkpoint()
+        sock = self._sock
+        try:
+            sock.connect(address)
+        except BlockingIOError:
+            await write_wait(sock)
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                raise OSError(err, f"connect to {address!r} failed: {os.strerror(err)}")
+        self.stats = _stats_for(sock)
+
+    async def shutdown(self, how: int) -> None:
+        if self._closed:
+            _closed()
+        self._sock.shutdown(how)
+
+    async def close(self) -> None:
+        """Close now (the fd is closed when this returns); idempotent. Tasks
+        blocked on this socket get ``ClosedResourceError``."""
+        if self._closed:
+            return
+        self._closed = True
+        if _state.kernel is not None:
+            await io_release(self._sock)
+        self._sock.close()
+        self.stats.closed = True
+        self._recv = self._recv_into = self._send = _closed
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info):
+        await self.close()
+
+
+class SocketStream:
+    """trio's ``Stream`` over a ``Socket``: ``receive_some``, ``send_all``,
+    ``send_eof``, ``aclose``; ``.socket`` and ``.stats`` (the socket's ConnStats).
+
+    Concurrent misuse is an error, not a race: a second task calling
+    ``send_all`` (or ``send_eof``) while one is in progress, or a second
+    ``receive_some``, gets ``BusyResourceError``. ``send_all`` after
+    ``send_eof``, and anything after ``aclose``, gets ``ClosedResourceError``.
+    """
+    __slots__ = ("socket", "stats", "_receiving", "_sending", "_eof_sent")
+
+    def __init__(self, sock):
+        if isinstance(sock, socket.socket):
+            sock = Socket(sock)
+        elif not isinstance(sock, Socket):
+            raise TypeError(f"SocketStream() needs a Socket or socket.socket, got "
+                            f"{type(sock).__name__}")
+        raw = sock._sock
+        if raw.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.socket = sock
+        self.stats = sock.stats
+        self._receiving = False
+        self._sending = False
+        self._eof_sent = False
+
+    async def receive_some(self, max_bytes=_DEFAULT_RECEIVE) -> bytes:
+        """Up to ``max_bytes`` bytes (``None``: 64 KiB, trio's spelling); ``b""`` at EOF."""
+        if max_bytes is None:
+            max_bytes = _DEFAULT_RECEIVE
+        elif type(max_bytes) is not int or max_bytes < 1:
+            raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
+        if self._receiving:
+            raise BusyResourceError("another task is already receiving on this stream")
+        self._receiving = True
+        try:
+            return await self.socket.recv(max_bytes)
+        finally:
+            self._receiving = False
+
+    async def send_all(self, data) -> None:
+        if self._sending:
+            raise BusyResourceError("another task is already sending on this stream")
+        if self._eof_sent:
+            raise ClosedResourceError("can't send data after send_eof()")
+        self._sending = True
+        try:
+            await self.socket.sendall(data)
+        finally:
+            self._sending = False
+
+    async def send_eof(self) -> None:
+        """Half-close: the peer reads EOF; this side can still receive."""
+        if self._sending:
+            raise BusyResourceError("can't send EOF while another task is sending")
+        if self._eof_sent:
+            return
+        await self.socket.shutdown(socket.SHUT_WR)
+        self._eof_sent = True
+
+    async def aclose(self) -> None:
+        await self.socket.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info):
+        await self.aclose()
+
+
+class Listener:
+    """A listening socket that accepts ``SocketStream``s. ``c.listen(...)``
+    returns one; it can also be awaited (``await c.listen(...)``) so that code
+    written for an async ``listen`` works unchanged."""
+    __slots__ = ("socket", "_sockbuf")
+
+    def __init__(self, sock: Socket, sockbuf=None):
+        self.socket = sock
+        self._sockbuf = sockbuf
+
+    @property
+    def address(self):
+        """The bound ``(host, port)``."""
+        return self.socket.getsockname()
+
+    async def accept(self) -> SocketStream:
+        conn, _ = await self.socket.accept()
+        if self._sockbuf is not None:
+            _set_sockbuf(conn._sock, self._sockbuf)
+        return SocketStream(conn)
+
+    async def aclose(self) -> None:
+        await self.socket.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info):
+        await self.aclose()
+
+    def __await__(self):
+        return self
+        yield  # noqa: unreachable -- makes this a generator, so `await` gives self
+
+
+def listen(target, backlog: int = 128, sockbuf=None) -> Listener:
+    """A ``Listener`` on ``(host, port)`` (port 0: any free port) or on an existing
+    socket. ``sockbuf`` pins SO_SNDBUF/SO_RCVBUF on it and on every accepted
+    connection."""
+    _check_sockbuf(sockbuf)
+    if not isinstance(backlog, int) or isinstance(backlog, bool) or backlog < 0:
+        raise ValueError(f"backlog must be a non-negative int, got {backlog!r}")
+    if isinstance(target, (Socket, socket.socket)):
+        sock = target if isinstance(target, Socket) else Socket(target)
+        _set_sockbuf(sock._sock, sockbuf)
+        sock._sock.listen(backlog)
+        return Listener(sock, sockbuf)
+    if not (isinstance(target, tuple) and len(target) == 2):
+        raise TypeError(f"listen() takes a (host, port) tuple or a socket, got {target!r}")
+    host, port = target
+    _check_port(port)
+    family, type_, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    raw = socket.socket(family, type_, proto)
+    try:
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        _set_sockbuf(raw, sockbuf)
+        raw.bind(address)
+        raw.listen(backlog)
+        return Listener(Socket(raw), sockbuf)
+    except BaseException:
+        raw.close()
+        raise
+
+
+def _check_port(port) -> None:
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be an int in 0..65535, got {port!r}")
+
+
+async def open_tcp_stream(host: str, port: int, sockbuf=None) -> SocketStream:
+    """Connect to ``host:port`` (each resolved address in turn) and return a
+    ``SocketStream`` with TCP_NODELAY set. Name resolution uses the blocking
+    ``getaddrinfo``: instant for numeric addresses, which is what looplab uses."""
+    if not isinstance(host, str):
+        raise TypeError(f"host must be a str, got {host!r}")
+    _check_port(port)
+    _check_sockbuf(sockbuf)
+    error = None
+    for family, type_, proto, _, address in socket.getaddrinfo(host, port,
+                                                               type=socket.SOCK_STREAM):
+        raw = socket.socket(family, type_, proto)
+        sock = None
+        try:
+            _set_sockbuf(raw, sockbuf)
+            sock = Socket(raw)
+            await sock.connect(address)
+            return SocketStream(sock)
+        except BaseException as e:
+            if sock is not None:
+                await sock.close()
+            else:
+                raw.close()
+            if not isinstance(e, OSError):
+                raise
+            error = e
+    raise error if error is not None else OSError(f"no address found for {host}:{port}")

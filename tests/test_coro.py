@@ -1,0 +1,1241 @@
+"""Behaviour of the coro trap kernel (kernels/coro): scheduling, cancellation,
+timeouts, task groups, sync primitives, sockets without a user buffer, the
+options' fingerprints, exit policies and Ctrl-C.
+
+Every test is bounded: blocking waits sit under a timeout block, and sizes are
+small. Peers live in the same kernel (the scenario tests run real peers in
+another process); that keeps these tests exact about *when* things happen.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import random
+import signal
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+import kernels.coro as c
+from kernels.coro import kernel as kernel_module
+
+MiB = 1 << 20
+
+
+def run(main, *args, **options):
+    return c.run(main, *args, **options)
+
+
+def pattern(seed: int, size: int) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+async def tcp_pair(sockbuf=None):
+    """A connected (client, server) pair of SocketStreams on 127.0.0.1."""
+    async with c.listen(("127.0.0.1", 0), sockbuf=sockbuf) as listener:
+        client = await c.open_tcp_stream("127.0.0.1", listener.address[1], sockbuf=sockbuf)
+        server = await listener.accept()
+    return client, server
+
+
+async def read_all(stream, limit_s=10.0) -> bytes:
+    got = bytearray()
+    async with c.timeout_after(limit_s):
+        while True:
+            data = await stream.receive_some()
+            if not data:
+                return bytes(got)
+            got += data
+
+
+# ---------------------------------------------------------------------------
+# Kernel lifecycle and options
+
+@pytest.mark.parametrize("option, value", [
+    ("spawn", "sometimes"), ("cancel", "pulse"), ("exit", "abandon"),
+    ("ready_order", "random"), ("ready_order", "random-x"), ("ready_order", "lifo"),
+])
+def test_bad_option_values_are_value_errors(option, value):
+    with pytest.raises(ValueError, match=option):
+        c.Kernel(**{option: value})
+
+
+def test_non_bool_flags_are_type_errors():
+    with pytest.raises(TypeError, match="io_schedule_point"):
+        c.Kernel(io_schedule_point="yes")
+
+
+def test_kernel_runs_again_and_close_is_idempotent():
+    async def main(x):
+        await c.sleep(0)
+        return x + 1
+
+    with c.Kernel() as k:
+        assert k.run(main, 1) == 2
+        assert k.run(main, 2) == 3
+    k.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        k.run(main, 1)
+
+
+def test_traps_outside_a_kernel_raise_runtime_error():
+    with pytest.raises(RuntimeError, match="coro kernel"):
+        c.sleep(0).send(None)
+    with pytest.raises(RuntimeError, match="coro kernel"):
+        c.current_task().send(None)
+    with pytest.raises(RuntimeError, match="coro kernel"):
+        c.spawn_soon(c.sleep, 0)
+
+
+def test_run_can_not_be_nested():
+    async def main():
+        with pytest.raises(RuntimeError, match="already running"):
+            c.run(c.sleep, 0)
+        return "ok"
+
+    assert run(main) == "ok"
+
+
+def test_main_must_be_an_async_function():
+    def plain():
+        return 3
+
+    with pytest.raises(TypeError, match="not an async function"):
+        run(plain)
+
+
+def test_awaiting_a_foreign_awaitable_raises_type_error_in_the_task():
+    class Foreign:
+        def __await__(self):
+            yield "an asyncio future, say"
+
+    async def main():
+        with pytest.raises(TypeError, match="not a coro kernel trap"):
+            await Foreign()
+        return "survived"
+
+    assert run(main) == "survived"
+
+
+# ---------------------------------------------------------------------------
+# Sleeping and ordering
+
+def test_sleepers_wake_in_deadline_order():
+    woke = []
+
+    async def sleeper(name, delay):
+        await c.sleep(delay)
+        woke.append(name)
+
+    async def main():
+        for name, delay in [("c", 0.06), ("a", 0.02), ("b", 0.04), ("z", 0)]:
+            await c.spawn(sleeper, name, delay)
+
+    run(main, exit="wait")
+    assert woke == ["z", "a", "b", "c"]
+
+
+def test_timer_ties_wake_in_the_order_they_slept(monkeypatch):
+    # A 50 ms clock makes every deadline below collide exactly, so only the
+    # heap's tie-breaker decides the order.
+    real = time.monotonic
+    monkeypatch.setattr(time, "monotonic", lambda: (real() // 0.05) * 0.05)
+    woke = []
+
+    async def sleeper(i):
+        await c.sleep(0.05)
+        woke.append(i)
+
+    async def main():
+        await c.sleep(0.05)          # start right after a clock tick
+        for i in range(20):
+            await c.spawn(sleeper, i)
+
+    with c.Kernel(exit="wait") as k:
+        k.run(main)
+    assert woke == list(range(20))
+
+
+def test_sleep_zero_round_robins_ready_tasks():
+    order = []
+
+    async def worker(name):
+        for i in range(3):
+            order.append((name, i))
+            await c.sleep(0)
+
+    async def main():
+        for name in "abc":
+            await c.spawn(worker, name)
+
+    run(main, exit="wait")
+    assert order == [(n, i) for i in range(3) for n in "abc"]
+
+
+def test_sleep_rejects_bad_durations():
+    async def main():
+        with pytest.raises(ValueError):
+            await c.sleep(-1)
+        with pytest.raises(ValueError):
+            await c.sleep(float("nan"))
+        with pytest.raises(TypeError):
+            await c.sleep("1")
+
+    run(main)
+
+
+# ---------------------------------------------------------------------------
+# Spawning, joining, the spawn option and ready order
+
+@pytest.mark.parametrize("spawn, expected", [("lazy", False), ("eager", True)])
+def test_spawn_option_decides_whether_the_child_ran_before_spawn_returned(spawn, expected):
+    async def main():
+        ran = []
+
+        async def child():
+            ran.append("spawn")
+            await c.sleep(0)
+
+        async def child2():
+            ran.append("start_soon")
+            await c.sleep(0)
+
+        await c.spawn(child)
+        after_spawn = "spawn" in ran
+        async with c.TaskGroup() as g:
+            g.start_soon(child2)
+            after_start_soon = "start_soon" in ran
+        return after_spawn, after_start_soon
+
+    assert run(main, spawn=spawn) == (expected, expected)
+
+
+def test_eager_child_that_finishes_in_its_first_step_is_done_at_once():
+    async def quick():
+        return 7
+
+    async def main():
+        t = await c.spawn(quick)
+        return t.done(), await t.join()
+
+    assert run(main, spawn="eager") == (True, 7)
+    assert run(main, spawn="lazy") == (False, 7)
+
+
+def child_first_count(trials: int, **options) -> int:
+    async def main():
+        first = 0
+        for _ in range(trials):
+            order = []
+
+            async def child():
+                order.append("child")
+
+            await c.spawn(child)
+            await c.sleep(0)
+            order.append("parent")
+            first += order[0] == "child"
+            await c.sleep(0)        # let the child finish before the next trial
+        return first
+
+    return run(main, **options)
+
+
+def test_fifo_ready_order_runs_the_child_first_every_time():
+    assert child_first_count(200) == 200
+
+
+def test_random_ready_order_runs_the_child_first_about_half_the_time():
+    count = child_first_count(200, ready_order="random-7")
+    assert 40 <= count <= 160
+    assert child_first_count(200, ready_order="random-7") == count   # seeded: repeatable
+
+
+def test_join_returns_result_and_reraises_the_exception_as_is():
+    boom = ValueError("boom")
+
+    async def ok():
+        await c.sleep(0.01)
+        return "result"
+
+    async def bad():
+        await c.sleep(0)
+        raise boom
+
+    async def main():
+        t1 = await c.spawn(ok)
+        t2 = await c.spawn(bad)
+        assert await t1.join() == "result"
+        with pytest.raises(ValueError) as info:
+            await t2.join()
+        assert info.value is boom
+        assert t1.done() and t2.done() and not t2.cancelled()
+        assert t1.name.endswith("ok")
+        with pytest.raises(RuntimeError, match="itself"):
+            await (await c.current_task()).join()
+
+    run(main)
+
+
+def test_spawn_of_a_non_async_function_raises_type_error_in_the_spawner():
+    async def main():
+        with pytest.raises(TypeError, match="not an async function"):
+            await c.spawn(len, "abc")
+        with pytest.raises(TypeError):
+            await c.spawn(42)
+
+    run(main)
+
+
+def test_unjoined_crash_prints_one_line_and_joined_crash_prints_nothing(capfd):
+    async def bad(tag):
+        raise RuntimeError(tag)
+
+    async def main():
+        t = await c.spawn(bad, "joined-one")
+        await c.spawn(bad, "lonely-one")
+        await c.sleep(0.01)
+        with pytest.raises(RuntimeError):
+            await t.join()
+
+    run(main)
+    gc.collect()
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "lonely-one" in lines[0] and "nobody joined" in lines[0]
+
+
+# ---------------------------------------------------------------------------
+# Cancellation
+
+def test_cancel_is_delivered_at_the_blocking_point():
+    async def main():
+        where = []
+
+        async def victim():
+            try:
+                await c.sleep(10)
+            except c.Cancelled:
+                where.append("sleep")
+                raise
+
+        t = await c.spawn(victim)
+        await c.sleep(0.01)
+        assert await t.cancel() is True
+        assert where == ["sleep"] and t.cancelled()
+        with pytest.raises(c.Cancelled):
+            await t.join()
+        assert await t.cancel() is False        # already finished
+
+    run(main)
+
+
+def test_cancel_of_a_running_task_waits_for_its_next_blocking_trap():
+    async def main():
+        me = await c.current_task()
+        steps = []
+        await me.cancel(blocking=False)
+        for i in range(3):                      # non-blocking traps: not delivery points
+            await c.current_task()
+            steps.append(i)
+        with pytest.raises(c.Cancelled):
+            await c.sleep(1)
+        return steps
+
+    assert run(main) == [0, 1, 2]
+
+
+def test_cancel_before_the_first_step_arrives_at_the_first_blocking_trap():
+    async def main():
+        progress = []
+
+        async def child():
+            progress.append("started")
+            await c.sleep(1)
+            progress.append("not reached")
+
+        t = await c.spawn(child)
+        await t.cancel()
+        return progress, t.cancelled()
+
+    assert run(main) == (["started"], True)
+
+
+@pytest.mark.parametrize("mode, second_sleep", [("edge", "completed"), ("level", "cancelled")])
+def test_edge_vs_level_cancellation(mode, second_sleep):
+    async def main():
+        outcome = []
+
+        async def stubborn():
+            try:
+                await c.sleep(10)
+            except c.Cancelled:
+                outcome.append("caught")
+            try:
+                await c.sleep(0.01)
+                outcome.append("completed")
+            except c.Cancelled:
+                outcome.append("cancelled")
+
+        t = await c.spawn(stubborn)
+        await c.sleep(0.01)
+        await t.cancel()
+        return outcome
+
+    assert run(main, cancel=mode) == ["caught", second_sleep]
+
+
+def test_exception_types():
+    assert issubclass(c.Cancelled, BaseException) and not issubclass(c.Cancelled, Exception)
+    assert issubclass(c.TaskTimeout, TimeoutError)
+    assert issubclass(c.BusyResourceError, RuntimeError)
+
+
+# ---------------------------------------------------------------------------
+# Timeouts
+
+def test_timeout_after_raises_task_timeout_and_move_on_after_swallows():
+    async def main():
+        t0 = time.monotonic()
+        with pytest.raises(c.TaskTimeout):
+            async with c.timeout_after(0.02):
+                await c.sleep(5)
+        async with c.move_on_after(0.02) as scope:
+            await c.sleep(5)
+        assert scope.cancelled_caught
+        async with c.move_on_after(5) as quiet:
+            await c.sleep(0.001)
+        assert not quiet.cancelled_caught
+        return time.monotonic() - t0
+
+    assert run(main) < 2
+
+
+def test_nested_inner_timeout_expires_first():
+    async def main():
+        async with c.timeout_after(5) as outer:
+            async with c.move_on_after(0.02) as inner:
+                await c.sleep(5)
+            await c.sleep(0.001)                 # the outer block still works
+        return inner.cancelled_caught, outer.cancelled_caught
+
+    assert run(main) == (True, False)
+
+
+def test_nested_outer_timeout_expires_first_passes_through_the_inner_block():
+    async def main():
+        seen = []
+        async with c.move_on_after(0.02) as outer:
+            try:
+                async with c.timeout_after(5):
+                    await c.sleep(5)
+            except BaseException as e:
+                seen.append(type(e).__name__)
+                raise
+        return seen, outer.cancelled_caught
+
+    # Inside, the outer expiry is a Cancelled (not the inner block's TaskTimeout).
+    assert run(main) == (["Cancelled"], True)
+
+
+def test_outer_timeout_after_converts_to_task_timeout():
+    async def main():
+        with pytest.raises(c.TaskTimeout):
+            async with c.timeout_after(0.02):
+                async with c.move_on_after(5) as inner:
+                    await c.sleep(5)
+        assert not inner.cancelled_caught
+
+    run(main)
+
+
+@pytest.mark.parametrize("mode, expected", [("edge", ["timeout", "slept"]),
+                                            ("level", ["timeout", "timeout-again"])])
+def test_timeout_edge_vs_level_inside_the_expired_block(mode, expected):
+    async def main():
+        seen = []
+        async with c.move_on_after(0.02):
+            try:
+                await c.sleep(5)
+            except c.TaskTimeout:
+                seen.append("timeout")
+            try:
+                await c.sleep(0.01)
+                seen.append("slept")
+            except c.TaskTimeout:
+                seen.append("timeout-again")
+        await c.sleep(0.001)        # outside the block: no cancellation either way
+        return seen
+
+    assert run(main, cancel=mode) == expected
+
+
+def test_finished_timeout_blocks_do_not_pile_up_in_the_timer_heap():
+    # 1000 blocks with a far deadline around operations that finish at once:
+    # their timer entries are dead, and the kernel must not keep them (and
+    # their scopes) alive until the deadline a minute away.
+    def live_scopes():
+        gc.collect()
+        return sum(isinstance(o, c.CancelScope) for o in gc.get_objects())
+
+    async def main():
+        before = live_scopes()
+        for _ in range(1000):
+            async with c.move_on_after(60):
+                await c.sleep(0)
+        return live_scopes() - before
+
+    assert run(main) < 200
+
+
+def test_timeout_rejects_bad_values():
+    with pytest.raises(ValueError):
+        c.timeout_after(-1)
+    with pytest.raises(TypeError):
+        c.move_on_after("soon")
+
+
+# ---------------------------------------------------------------------------
+# Task groups
+
+def test_task_group_waits_for_all_children():
+    async def child(i, out):
+        await c.sleep(0.01 * i)
+        out.append(i)
+
+    async def main():
+        out = []
+        async with c.open_nursery() as g:
+            for i in (3, 1, 2):
+                g.start_soon(child, i, out)
+            t = await g.spawn(child, 0, out)
+        return out, t.done()
+
+    assert run(main) == ([0, 1, 2, 3], True)
+
+
+def test_task_group_error_cancels_siblings_and_body_then_raises_it_as_is():
+    boom = KeyError("boom")
+
+    async def main():
+        log = []
+
+        async def sibling():
+            try:
+                await c.sleep(5)
+            finally:
+                log.append("sibling unwound")
+
+        async def failing():
+            await c.sleep(0.01)
+            raise boom
+
+        with pytest.raises(KeyError) as info:
+            async with c.TaskGroup() as g:
+                g.start_soon(sibling)
+                g.start_soon(failing)
+                try:
+                    await c.sleep(5)
+                except c.Cancelled:
+                    log.append("body cancelled")
+                    raise
+        assert info.value is boom
+        return log
+
+    assert run(main) == ["body cancelled", "sibling unwound"]
+
+
+def test_task_group_several_errors_make_an_exception_group():
+    async def fail(exc):
+        await c.sleep(0)
+        raise exc
+
+    async def main():
+        with pytest.raises(ExceptionGroup) as info:
+            async with c.TaskGroup() as g:
+                g.start_soon(fail, ValueError("a"))
+                g.start_soon(fail, TypeError("b"))
+        return sorted(type(e).__name__ for e in info.value.exceptions)
+
+    assert run(main) == ["TypeError", "ValueError"]
+
+
+def test_task_group_cancel_and_closed_group():
+    async def main():
+        async with c.TaskGroup() as g:
+            t = await g.spawn(c.sleep, 5)
+            g.cancel()
+        with pytest.raises(RuntimeError, match="not open"):
+            g.start_soon(c.sleep, 0)
+        return t.cancelled()
+
+    assert run(main) is True
+
+
+@pytest.mark.parametrize("mode", ["edge", "level"])
+def test_cancelling_the_task_that_waits_on_a_group_cancels_its_children(mode):
+    async def main():
+        log = []
+
+        async def child():
+            try:
+                await c.sleep(5)
+            finally:
+                log.append("child unwound")
+
+        async def parent():
+            try:
+                async with c.TaskGroup() as g:
+                    g.start_soon(child)
+                    g.start_soon(child)
+            finally:
+                log.append("group exited")
+
+        t = await c.spawn(parent)
+        await c.sleep(0.01)
+        await t.cancel()
+        return log, t.cancelled()
+
+    assert run(main, cancel=mode) == (["child unwound", "child unwound", "group exited"], True)
+
+
+def test_timeout_around_a_task_group_cancels_it():
+    async def main():
+        async with c.move_on_after(0.02) as scope:
+            async with c.TaskGroup() as g:
+                g.start_soon(c.sleep, 5)
+                await c.sleep(5)
+        return scope.cancelled_caught
+
+    assert run(main) is True
+
+
+# ---------------------------------------------------------------------------
+# Event and Queue
+
+def test_event_wakes_every_waiter_and_clear_resets():
+    async def main():
+        ev = c.Event()
+        woke = []
+
+        async def waiter(i):
+            await ev.wait()
+            woke.append(i)
+
+        for i in range(3):
+            await c.spawn(waiter, i)
+        await c.sleep(0.01)
+        assert woke == [] and not ev.is_set()
+        ev.set()
+        await c.sleep(0)
+        await c.sleep(0)
+        assert sorted(woke) == [0, 1, 2]
+        ev.clear()
+        async with c.move_on_after(0.02) as scope:
+            await ev.wait()
+        return scope.cancelled_caught
+
+    assert run(main) is True
+
+
+def test_queue_is_fifo_and_a_bounded_put_blocks_until_a_get():
+    async def main():
+        q = c.Queue(maxsize=2)
+        await q.put(1)
+        await q.put(2)
+        assert q.full() and q.qsize() == 2
+        async with c.move_on_after(0.02) as blocked:
+            await q.put(3)
+        assert blocked.cancelled_caught and q.qsize() == 2   # the blocked put added nothing
+
+        async def putter():
+            await q.put(3)
+            return "put"
+
+        t = await c.spawn(putter)
+        await c.sleep(0.01)
+        assert not t.done()
+        assert await q.get() == 1
+        assert await t.join() == "put"
+        assert [await q.get(), await q.get()] == [2, 3]
+        assert q.empty()
+        async with c.move_on_after(0.02) as empty_get:
+            await q.get()
+        return empty_get.cancelled_caught
+
+    assert run(main) is True
+
+
+def test_queue_rejects_bad_maxsize():
+    with pytest.raises(ValueError):
+        c.Queue(-1)
+    with pytest.raises(TypeError):
+        c.Queue(2.5)
+
+
+def test_queue_getters_are_served_in_order():
+    async def main():
+        q = c.Queue()
+        got = []
+
+        async def getter(i):
+            got.append((i, await q.get()))
+
+        for i in range(3):
+            await c.spawn(getter, i)
+        await c.sleep(0.01)
+        for item in "xyz":
+            await q.put(item)
+        await c.sleep(0.01)
+        return got
+
+    assert run(main) == [(0, "x"), (1, "y"), (2, "z")]
+
+
+# ---------------------------------------------------------------------------
+# Sockets: echo, EOF, no user buffer, misuse, resets
+
+async def echo_handler(stream):
+    async with stream:
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            await stream.send_all(data)
+
+
+async def echo_client(port, seed, size):
+    data = pattern(seed, size)
+    async with await c.open_tcp_stream("127.0.0.1", port) as stream:
+        async def send():
+            await stream.send_all(data)
+            await stream.send_eof()
+
+        async with c.TaskGroup() as g:
+            g.start_soon(send)
+            got = await read_all(stream, limit_s=60)
+    return got == data, len(got)
+
+
+@pytest.mark.parametrize("clients", [1, 100])
+def test_loopback_echo_is_byte_exact(clients):
+    async def main():
+        async with c.listen(("127.0.0.1", 0), backlog=clients) as listener:
+            port = listener.address[1]
+
+            async def serve():
+                async with c.TaskGroup() as g:
+                    for _ in range(clients):
+                        g.start_soon(echo_handler, await listener.accept())
+
+            async with c.timeout_after(100):
+                async with c.TaskGroup() as g:
+                    g.start_soon(serve)
+                    results = [await g.spawn(echo_client, port, seed, MiB)
+                               for seed in range(clients)]
+        return [t.result() for t in results]
+
+    with c.Kernel() as k:
+        results = k.run(main)
+        stats = k.probe.connections
+    assert results == [(True, MiB)] * clients
+    assert len(stats) == 2 * clients
+    assert sum(s.received_bytes for s in stats) == 2 * clients * MiB
+    assert all(s.accepted_bytes == s.sent_bytes == MiB for s in stats)
+    assert all(s.peak_user_buffer_bytes == 0 and s.closed for s in stats)
+
+
+def test_eof_and_send_eof_half_close():
+    async def main():
+        client, server = await tcp_pair()
+        async with client, server:
+            await client.send_all(b"question")
+            await client.send_eof()
+            await client.send_eof()                      # idempotent
+            assert await read_all(server) == b"question"   # EOF seen by the peer
+            await server.send_all(b"answer")             # ...which can still reply
+            await server.aclose()
+            assert await read_all(client) == b"answer"
+            with pytest.raises(c.ClosedResourceError):
+                await client.send_all(b"more")
+            assert await client.receive_some() == b""    # EOF stays EOF
+
+    run(main)
+
+
+def test_sendall_to_a_non_reading_peer_blocks_and_cancellation_reports_bytes_sent():
+    payload = pattern(1, 8 * MiB)
+
+    async def main():
+        client, server = await tcp_pair(sockbuf=65536)
+        async with server:
+            async with client:
+                sent = None
+                try:
+                    async with c.timeout_after(0.2):
+                        await client.send_all(payload)
+                except c.TaskTimeout as e:
+                    sent = e.bytes_sent
+                stats = client.stats
+                assert sent is not None and 0 < sent < len(payload)
+                assert stats.accepted_bytes == stats.sent_bytes == sent
+                assert stats.peak_user_buffer_bytes == 0
+            got = await read_all(server)           # the peer gets exactly what was sent
+        return sent, got
+
+    sent, got = run(main)
+    assert got == payload[:sent]
+
+
+def test_task_cancel_of_sendall_reports_bytes_sent_on_cancelled():
+    payload = bytes(4 * MiB)
+
+    async def main():
+        client, server = await tcp_pair(sockbuf=65536)
+        async with client, server:
+            box = {}
+
+            async def writer():
+                try:
+                    await client.send_all(payload)
+                except c.Cancelled as e:
+                    box["sent"] = e.bytes_sent
+                    raise
+
+            t = await c.spawn(writer)
+            await c.sleep(0.05)
+            assert not t.done()                    # blocked: nothing buffered in user space
+            await t.cancel()
+            await client.aclose()
+            got = await read_all(server)
+        return box["sent"], len(got)
+
+    sent, received = run(main)
+    assert 0 < sent == received < 4 * MiB
+
+
+def test_concurrent_send_all_and_receive_some_are_busy_resource_errors():
+    async def main():
+        client, server = await tcp_pair(sockbuf=65536)
+        async with client, server:
+            async with c.TaskGroup() as g:
+                g.start_soon(client.send_all, bytes(4 * MiB))
+                g.start_soon(client.receive_some)
+                await c.sleep(0.02)
+                with pytest.raises(c.BusyResourceError):
+                    await client.send_all(b"x")
+                with pytest.raises(c.BusyResourceError):
+                    await client.send_eof()
+                with pytest.raises(c.BusyResourceError):
+                    await client.receive_some()
+                g.cancel()
+
+    run(main)
+
+
+def test_closing_a_stream_wakes_a_blocked_receiver_with_closed_resource_error():
+    async def main():
+        client, server = await tcp_pair()
+        async with server:
+            async def receiver():
+                with pytest.raises(c.ClosedResourceError):
+                    await client.receive_some()
+                return "woken"
+
+            t = await c.spawn(receiver)
+            await c.sleep(0.01)
+            await client.aclose()
+            assert client.stats.closed
+            async with c.timeout_after(2):
+                result = await t.join()
+            with pytest.raises(c.ClosedResourceError):
+                await client.receive_some()
+        return result
+
+    assert run(main) == "woken"
+
+
+def reset(stream):
+    """Make the peer's close send RST (SO_LINGER 0), as a crashing peer would."""
+    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+def test_peer_reset_mid_stream_raises_at_the_receive_call():
+    async def main():
+        client, server = await tcp_pair()
+        async with client:
+            await server.send_all(b"partial")
+            reset(server)
+            await server.aclose()
+            got = b""
+            with pytest.raises(ConnectionResetError):
+                async with c.timeout_after(2):
+                    while True:
+                        data = await client.receive_some()
+                        assert data, "a reset must not look like a clean EOF"
+                        got += data
+            return got
+
+    assert b"partial".startswith(run(main))
+
+
+def test_peer_reset_mid_stream_raises_at_the_send_call_with_bytes_sent():
+    async def main():
+        client, server = await tcp_pair(sockbuf=65536)
+        async with client:
+            async def closer():
+                await c.sleep(0.05)
+                reset(server)
+                await server.aclose()
+
+            await c.spawn(closer)
+            with pytest.raises((ConnectionResetError, BrokenPipeError)) as info:
+                async with c.timeout_after(5):
+                    await client.send_all(bytes(8 * MiB))
+            return info.value.bytes_sent
+
+    assert 0 < run(main) < 8 * MiB
+
+
+def test_fd_closed_behind_the_kernels_back_is_detected_when_its_number_is_reused():
+    async def main():
+        a, a_peer = socket.socketpair()
+        a.setblocking(False)
+
+        async def waiter():
+            with pytest.raises(c.ClosedResourceError, match="reused"):
+                await c.read_wait(a)
+            return "woken"
+
+        t = await c.spawn(waiter)
+        await c.sleep(0.01)
+        fd = a.fileno()
+        a.close()                            # no io_release: epoll silently forgets it
+        b, b_peer = socket.socketpair()
+        if b.fileno() != fd:
+            b, b_peer = b_peer, b
+        assert b.fileno() == fd
+        async with c.Socket(b) as sb:
+            async def later():
+                await c.sleep(0.02)
+                b_peer.send(b"hi")
+
+            await c.spawn(later)
+            async with c.timeout_after(2):
+                assert await sb.recv(10) == b"hi"    # registering fd again works...
+                result = await t.join()               # ...and the old waiter is told
+        b_peer.close()
+        a_peer.close()
+        return result
+
+    assert run(main) == "woken"
+
+
+def test_socket_wrapper_basics():
+    async def main():
+        a, b = socket.socketpair()
+        async with c.Socket(a) as sa, c.Socket(b) as sb:
+            assert sa.fileno() == a.fileno()
+            await sa.sendall(b"ping")
+            buf = bytearray(16)
+            n = await sb.recv_into(buf)
+            assert bytes(buf[:n]) == b"ping"
+            assert await sb.send(b"pong") == 4
+            assert await sa.recv(16) == b"pong"
+            await sa.shutdown(socket.SHUT_WR)
+            assert await sb.recv(16) == b""
+        with pytest.raises(c.ClosedResourceError):
+            await sa.recv(1)
+        assert a.fileno() == -1        # closed when close() returned
+
+    run(main)
+    with pytest.raises(TypeError):
+        c.Socket("not a socket")
+
+
+def test_stream_and_listener_reject_bad_input():
+    async def main():
+        client, server = await tcp_pair()
+        async with client, server:
+            with pytest.raises(ValueError):
+                await client.receive_some(0)
+        with pytest.raises(ValueError):
+            await c.open_tcp_stream("127.0.0.1", 70000)
+        with pytest.raises(TypeError):
+            await c.open_tcp_stream(None, 80)
+        with pytest.raises(TypeError):
+            c.listen("127.0.0.1:80")
+        with pytest.raises(ValueError):
+            c.listen(("127.0.0.1", 0), sockbuf=-5)
+
+    run(main)
+
+
+def test_connect_refused_is_an_os_error_and_leaks_nothing():
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+
+    async def main():
+        with pytest.raises(ConnectionRefusedError):
+            await c.open_tcp_stream("127.0.0.1", port)
+
+    run(main)
+
+
+def test_listen_is_awaitable_and_accepts_existing_sockets():
+    async def main():
+        raw = socket.socket()
+        raw.bind(("127.0.0.1", 0))
+        listener = await c.listen(raw)
+        async with listener:
+            client = await c.open_tcp_stream("127.0.0.1", listener.address[1])
+            server = await listener.accept()
+            async with client, server:
+                await client.send_all(b"hi")
+                assert await server.receive_some() == b"hi"
+
+    run(main)
+
+
+# ---------------------------------------------------------------------------
+# Fingerprint: io_schedule_point
+
+@pytest.mark.parametrize("flag, expect_turns", [(False, 0), (True, 1999)])
+def test_io_schedule_point_decides_whether_non_blocking_socket_calls_yield(flag, expect_turns):
+    async def main():
+        # TCP, not a socketpair: AF_UNIX charges a whole buffer unit per 1-byte
+        # send and would block after a few hundred.
+        client, server = await tcp_pair()
+        async with client, server:
+            turns = 0
+            running = True
+
+            async def other():
+                nonlocal turns
+                while running:
+                    turns += 1
+                    await c.sleep(0)
+
+            t = await c.spawn(other)
+            await c.sleep(0)
+            turns = 0
+            async with c.timeout_after(10):
+                for _ in range(2000):
+                    await client.socket.sendall(b"x")     # never blocks
+            send_turns = turns
+            async with c.timeout_after(10):
+                await c.sleep(0.05)                        # let all 2000 bytes arrive
+                turns = 0
+                for _ in range(2000):
+                    assert await server.socket.recv(1) == b"x"   # data waiting: never blocks
+            recv_turns = turns
+            running = False
+            await t.join()
+        return send_turns, recv_turns
+
+    for turns in run(main, io_schedule_point=flag):
+        if flag:
+            assert turns >= expect_turns
+        else:
+            assert turns == 0
+
+
+# ---------------------------------------------------------------------------
+# Exit policies
+
+async def main_leaving_work(log):
+    async def worker():
+        try:
+            await c.sleep(0.05)
+            log.append("worker finished")
+        except c.Cancelled:
+            log.append("worker cancelled")
+            raise
+
+    async def daemon():
+        try:
+            await c.sleep(10)
+        except c.Cancelled:
+            log.append("daemon cancelled")
+            raise
+
+    await c.spawn(worker)
+    await c.spawn(daemon, daemon=True)
+    await c.sleep(0)
+    return "main done"
+
+
+@pytest.mark.parametrize("policy, outcome, worker", [
+    ("cancel", "main done", "worker cancelled"),
+    ("wait", "main done", "worker finished"),
+    ("raise", RuntimeError, "worker cancelled"),
+])
+def test_exit_policies(policy, outcome, worker, capfd):
+    log = []
+    with c.Kernel(exit=policy) as k:
+        if outcome is RuntimeError:
+            with pytest.raises(RuntimeError, match="1 task"):
+                k.run(main_leaving_work, log)
+        else:
+            assert k.run(main_leaving_work, log) == outcome
+        report = k.probe.exit_report
+    assert sorted(log) == sorted([worker, "daemon cancelled"])
+    assert report == {"policy": policy, "tasks_left_count": 1, "daemon_tasks_left_count": 1,
+                      "unsent_bytes": 0}
+    assert capfd.readouterr().err == ""         # cancellation at exit is silent
+
+
+def test_exit_teardown_is_level_triggered_so_a_stubborn_task_still_ends():
+    async def stubborn(log):
+        for _ in range(3):
+            try:
+                await c.sleep(10)
+            except c.Cancelled:
+                log.append("swallowed")
+        log.append("gave up")
+
+    async def main(log):
+        await c.spawn(stubborn, log)
+        await c.sleep(0)
+
+    log = []
+    run(main, log)            # edge mode: teardown still re-delivers
+    assert log == ["swallowed"] * 3 + ["gave up"]
+
+
+# ---------------------------------------------------------------------------
+# Ctrl-C
+
+def test_keyboard_interrupt_in_a_task_cancels_everything_and_reraises():
+    log = []
+
+    async def holder():
+        client, server = await tcp_pair()
+        async with client, server:
+            try:
+                await c.sleep(10)
+            except c.Cancelled:
+                log.append("holder unwound")
+                raise
+
+    async def main():
+        await c.spawn(holder)
+        await c.sleep(0.02)
+        raise KeyboardInterrupt
+
+    with c.Kernel() as k:
+        with pytest.raises(KeyboardInterrupt):
+            k.run(main)
+        assert log == ["holder unwound"]
+        assert k.probe.exit_report["interrupted"] == "KeyboardInterrupt"
+
+        async def again():
+            return "usable"
+
+        assert k.run(again) == "usable"
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signals are delivered to the main thread")
+def test_sigint_while_blocked_in_select_ends_run_cleanly():
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("someone else handles SIGINT here")
+    log = []
+
+    async def main():
+        async def sleeper():
+            try:
+                await c.sleep(10)
+            finally:
+                log.append("sleeper unwound")
+
+        await c.spawn(sleeper)
+        try:
+            await c.sleep(10)
+        finally:
+            log.append("main unwound")
+
+    timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run(main)
+    finally:
+        timer.cancel()
+        timer.join()
+    assert time.monotonic() - t0 < 5
+    assert sorted(log) == ["main unwound", "sleeper unwound"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# ---------------------------------------------------------------------------
+# Probe and trace
+
+def test_probe_counts_spawns_switches_and_cancellations():
+    async def main():
+        t = await c.spawn(c.sleep, 10)
+        await c.sleep(0)
+        await t.cancel()
+        for _ in range(10):
+            await c.sleep(0)
+
+    with c.Kernel() as k:
+        k.run(main)
+        p = k.probe
+    assert p.spawns == 2                   # main + one child
+    assert p.cancellations == 1
+    assert p.task_switches >= 14
+    assert p.loop_iterations >= 10
+    assert p.ready_max >= 1
+
+
+def test_trace_has_task_tracks_step_slices_io_waits_and_flows():
+    async def main():
+        client, server = await tcp_pair()
+        async with client, server:
+            async def reader():
+                return await server.receive_some()
+
+            t = await c.spawn(reader)
+            await c.sleep(0.01)
+            await client.send_all(b"x")
+            assert await t.join() == b"x"
+
+    with c.Kernel(trace=True) as k:
+        k.run(main)
+        doc = k.probe.trace.to_chrome()
+    events = doc["traceEvents"]
+    names = {e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert any(n.endswith("reader") for n in names) and any(n.endswith("main") for n in names)
+    begins = [e for e in events if e["ph"] == "B"]
+    ends = [e for e in events if e["ph"] == "E"]
+    assert begins and len(begins) == len(ends) and all(e["name"] == "step" for e in begins)
+    waits = [e for e in events if e.get("name") == "io_wait"]
+    assert any(w["args"]["direction"] == "read" and w["args"]["fd"] >= 0 for w in waits)
+    starts = {e["id"] for e in events if e["ph"] == "s"}
+    finishes = {e["id"] for e in events if e["ph"] == "f"}
+    assert finishes and finishes <= starts
+
+
+def test_trace_off_records_nothing():
+    with c.Kernel() as k:
+        k.run(c.sleep, 0)
+        assert k.probe.trace is None
+
+
+def test_kernel_module_exposes_the_running_kernel_only_while_running():
+    seen = []
+
+    async def main():
+        seen.append(kernel_module._state.kernel)
+
+    with c.Kernel() as k:
+        k.run(main)
+        assert seen == [k] and kernel_module._state.kernel is None
