@@ -80,7 +80,11 @@ def run_server(spec: dict) -> dict:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         timer.cancel()
         peak = _rss_bytes("VmHWM")
-        port.close()
+        try:
+            port.close()
+        except KeyboardInterrupt:   # uvloop re-raises a SIGINT it caught on its next run
+            interrupted = True
+            port.close()
         sock.close()
     trace = port.trace() if hasattr(port, "trace") else None
     if spec.get("trace_path") and trace is not None:

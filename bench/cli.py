@@ -98,8 +98,8 @@ def cmd_serve(args) -> int:
     if args.app == "proxy" and not args.upstream:
         raise Usage("serve proxy needs --upstream HOST:PORT")
     host, port = _addr(args.listen)
-    params = {"sockbuf": args.sockbuf, "forever": args.forever,
-              "two_way": args.two_way, "response_bytes": args.response_bytes}
+    params = {"sockbuf": args.sockbuf, "forever": args.forever, "two_way": args.two_way,
+              "response_bytes": args.response_bytes, "frame_bytes": args.frame_bytes}
     if args.upstream:
         params["upstream"] = _addr(args.upstream)
     try:
@@ -234,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--forever", action="store_true", help="proxy: keep serving after the first connection")
     sv.add_argument("--two-way", action="store_true", help="proxy: relay both ways, propagating half-close")
     sv.add_argument("--response-bytes", type=int, default=65536, help="reqresp: bytes per response")
+    sv.add_argument("--frame-bytes", type=int, default=None,
+                    help="sink: check fixed-size looplab frames of this size; a malformed stream "
+                         "closes that connection only")
     sv.set_defaults(fn=cmd_serve)
     return p
 

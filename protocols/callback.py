@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import collections
 import sys
+import time
 
 from protocols import cores
 
 VARIANTS = {"echo": ("naive", "fixed"), "sink": ("naive", "fixed"),
             "proxy": ("naive", "fixed"), "reqresp": ("naive", "fixed"),
             "push": ("unbounded", "block", "drop", "disconnect")}
+
+
+def _protocol_error(app: str, exc) -> None:
+    """One line for the operator; the connection is closed, the server goes on."""
+    print(f"{app}: protocol error: {exc}; closing that connection", file=sys.stderr, flush=True)
 
 
 def _count(counters: dict, name: str, n: int) -> None:
@@ -69,11 +75,25 @@ class Echo(_Base):
 
 
 class Sink(_Base):
-    def __init__(self):
-        self.core = cores.SinkCore()
+    """Counts what arrives; with ``frame_bytes`` it checks the framing, and a
+    malformed stream closes that connection only."""
+
+    def __init__(self, frame_bytes=None):
+        self.core = cores.SinkCore(frame_bytes)
 
     def data_received(self, data):
-        self.core.receive(data, 0.0)
+        try:
+            self.core.receive(data, time.monotonic())
+        except cores.ProtocolError as exc:
+            _protocol_error("sink", exc)
+            self.transport.abort()
+
+    def eof_received(self):
+        try:
+            self.core.eof()
+        except cores.ProtocolError as exc:
+            _protocol_error("sink", exc)
+        return False
 
 
 class ReqResp(_Base):
@@ -92,7 +112,7 @@ class ReqResp(_Base):
         try:
             self.pending.extend(self.core.receive(data))
         except cores.ProtocolError as exc:
-            print(f"reqresp: {exc}; closing that connection", file=sys.stderr)
+            _protocol_error("reqresp", exc)
             self.transport.abort()
             return
         self._answer()
@@ -258,7 +278,7 @@ class App:
         if name == "echo":
             return Echo(self.fixed)
         if name == "sink":
-            return Sink()
+            return Sink(self.params.get("frame_bytes"))
         if name == "reqresp":
             return ReqResp(self.fixed, self.params.get("response_bytes", 65536), self.counters)
         if name == "proxy":

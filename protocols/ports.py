@@ -111,9 +111,57 @@ class CallbackPort(_Port):
         self.loop.stop()
 
     def run(self, setup, *args) -> None:
-        """Call ``setup(port, *args)`` inside the loop, run until ``stop()``."""
-        self.loop.call_soon(setup, self, *args)
-        self.loop.run_forever()
+        """Call ``setup(port, *args)`` inside the loop, run until ``stop()``. SIGINT
+        and SIGTERM stop the loop between callbacks, then raise KeyboardInterrupt
+        (raised inside a callback, uvloop would log it as a transport error and go on)."""
+        interrupted = []
+
+        def on_signal():
+            interrupted.append(True)
+            self.loop.stop()
+
+        undo = _signals_as_loop_events(self.loop, on_signal)
+        try:
+            self.loop.call_soon(setup, self, *args)
+            self.loop.run_forever()
+        finally:
+            undo()
+        if interrupted:
+            raise KeyboardInterrupt
+
+
+def _signals_as_loop_events(loop, on_signal):
+    """Deliver SIGINT/SIGTERM as a loop callback (main thread only); returns undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    for sig in sigs:
+        loop.add_signal_handler(sig, on_signal)
+
+    def undo():
+        if not loop.is_closed():
+            for sig in sigs:
+                loop.remove_signal_handler(sig)
+    return undo
+
+
+async def _main_until_signal(port, running_loop, main, args, interrupted: list):
+    """Run ``main(port, *args)`` as the stream port's main coroutine; a signal
+    cancels it (as asyncio.Runner does for SIGINT) and is remembered."""
+    task = port.current_task()
+
+    def on_signal():
+        interrupted.append(True)
+        task.cancel()
+
+    undo = _signals_as_loop_events(running_loop(), on_signal)
+    try:
+        return await main(port, *args)
+    except port.CancelledError:
+        if not interrupted:
+            raise
+    finally:
+        undo()
 
 
 class OurCallbackPort(CallbackPort):
@@ -262,11 +310,12 @@ class _AsyncioMixin:
         self.loop_class = _tracking_loop_factory(self, uv)
 
     def _settle_transports(self, loop):
-        unsent, open_count = 0, 0
+        unsent, open_count, closing = 0, 0, 0
         for t, stats in list(self._transports.items()):
             size = t.get_write_buffer_size()
             if t.is_closing() and not size:
-                continue                    # closed, or closing with nothing left
+                closing += 1                # closed, or its connection_lost is queued
+                continue
             open_count += 1
             unsent += size
             if stats is not None:
@@ -275,7 +324,7 @@ class _AsyncioMixin:
             t.abort()
         # One pass so the aborts' connection_lost callbacks run and close the sockets
         # (run_forever, not run_until_complete: a pending stop() must not make it fail).
-        if open_count:
+        if open_count or closing:
             loop.call_soon(loop.stop)
             loop.run_forever()
         report = self.stats.exit_report
@@ -374,7 +423,12 @@ class HybridPort(StreamPort):
         self.runner = h.Runner(**opts)
 
     def run(self, main, *args):
-        return self.runner.run(main(self, *args))
+        from kernels.callback import get_running_loop
+        interrupted: list = []
+        result = self.runner.run(_main_until_signal(self, get_running_loop, main, args, interrupted))
+        if interrupted:
+            raise KeyboardInterrupt
+        return result
 
     def probe(self) -> dict:
         snap = self.runner.probe.snapshot()
@@ -451,17 +505,23 @@ class AsyncioStreamPort(_AsyncioMixin, StreamPort):
         return await self._aio.start_server(wrapped, host, port, limit=limit)
 
     def run(self, main, *args):
+        interrupted: list = []
+
         async def outer():
             try:
-                return await main(self, *args)
+                return await _main_until_signal(self, self._aio.get_running_loop, main, args,
+                                                interrupted)
             finally:
                 me = self._aio.current_task()
                 left = [t for t in self._aio.all_tasks() if t is not me and not t.done()]
                 self.stats.exit_report.update(policy="cancel", tasks_left_count=len(left))
         try:
-            return self.runner.run(outer())
+            result = self.runner.run(outer())
         finally:
             self.runner.close()
+        if interrupted:
+            raise KeyboardInterrupt
+        return result
 
     def close(self) -> None:
         self.runner.close()
@@ -547,10 +607,19 @@ class _MeasuredStream:
         return data
 
     async def send_all(self, data):
-        n = len(data)
-        self.stats.accepted_bytes += n
-        await self._s.send_all(data)
-        self.stats.sent_bytes += n
+        stats = self.stats
+        try:
+            await self._s.send_all(data)
+        except BaseException as exc:
+            # A cancelled send got part-way; count what the library says it sent
+            # (curio: bytes_sent), or nothing when it can't say.
+            part = getattr(exc, "bytes_sent", None)
+            if part:
+                stats.accepted_bytes += part
+                stats.sent_bytes += part
+            raise
+        stats.accepted_bytes += len(data)
+        stats.sent_bytes += len(data)
 
     def __getattr__(self, name):
         return getattr(self._s, name)

@@ -9,9 +9,10 @@ The same coroutines run on our hybrid kernel and on asyncio/uvloop. Variants, as
 from __future__ import annotations
 
 import sys
+import time
 
 from protocols import cores
-from protocols.callback import _count, _push_counters
+from protocols.callback import _count, _protocol_error, _push_counters
 
 VARIANTS = {"echo": ("naive", "fixed"), "sink": ("naive", "fixed"),
             "proxy": ("naive", "fixed", "limits0"), "reqresp": ("naive", "fixed"),
@@ -40,10 +41,15 @@ async def echo(port, reader, writer, variant, params):
 
 
 async def sink(port, reader, writer, variant, params):
-    core = cores.SinkCore()
+    core = cores.SinkCore(params.get("frame_bytes"))
     try:
         while data := await reader.read(65536):
-            core.receive(data, 0.0)
+            core.receive(data, time.monotonic())
+        core.eof()
+    except cores.ProtocolError as exc:
+        _protocol_error("sink", exc)
+        writer.transport.abort()
+        return
     except ConnectionError:
         pass
     await _close(writer, variant != "naive")
@@ -59,7 +65,9 @@ async def reqresp(port, reader, writer, variant, params):
                 if fixed:
                     await writer.drain()
     except cores.ProtocolError as exc:
-        print(f"reqresp: {exc}; closing that connection", file=sys.stderr)
+        _protocol_error("reqresp", exc)
+        writer.transport.abort()
+        return
     except ConnectionError:
         pass
     await _close(writer, fixed)

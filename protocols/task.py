@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import collections
 import sys
+import time
 
 from protocols import cores
-from protocols.callback import _count, _push_counters
+from protocols.callback import _count, _protocol_error, _push_counters
 
 VARIANTS = {"echo": ("naive", "fixed"), "sink": ("naive", "fixed"),
             "proxy": ("naive", "fixed", "limits0"), "reqresp": ("naive", "fixed"),
@@ -31,10 +32,13 @@ async def echo(port, stream, params):
 
 
 async def sink(port, stream, params):
-    core = cores.SinkCore()
+    core = cores.SinkCore(params.get("frame_bytes"))
     try:
         while data := await stream.receive_some(65536):
-            core.receive(data, 0.0)
+            core.receive(data, time.monotonic())
+        core.eof()
+    except cores.ProtocolError as exc:
+        _protocol_error("sink", exc)
     except port.StreamError:
         pass
     await stream.aclose()
@@ -48,7 +52,7 @@ async def reqresp(port, stream, params):
                 await stream.send_all(response)
                 _count(params.get("counters", {}), "requests_handled_count", 1)
     except cores.ProtocolError as exc:
-        print(f"reqresp: {exc}; closing that connection", file=sys.stderr)
+        _protocol_error("reqresp", exc)
     except port.StreamError:
         pass
     await stream.aclose()

@@ -201,3 +201,44 @@ def test_python_m_bench_is_looplab():
 def test_every_verb_has_help(verb):
     r = _looplab(verb, "--help")
     assert r.returncode == 0 and "usage: looplab " + verb in r.stdout
+
+
+def _closed_by_server(sock) -> bool:
+    sock.settimeout(10)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize("app, extra, garbage", [
+    ("sink", ["--frame-bytes", "1024"], b"GARBAGE!" * 16),
+    ("reqresp", ["--response-bytes", "100"], b"HELLO there\n"),
+])
+def test_malformed_input_closes_that_connection_only(runtime, app, extra, garbage):
+    from protocols.cores import encode_frame
+    with Served(app, "--runtime", runtime.spec, *extra) as srv:
+        good = socket.create_connection(srv.addr, timeout=10)
+        bad = socket.create_connection(srv.addr, timeout=10)
+        try:
+            bad.sendall(garbage)
+            assert _closed_by_server(bad)
+            if app == "sink":
+                good.sendall(b"".join(encode_frame(i, 0.0, 1024) for i in range(3)))
+                good.shutdown(socket.SHUT_WR)
+                assert _closed_by_server(good)      # it closes after a clean EOF
+            else:
+                good.sendall(b"REQ 1\n")
+                got = b""
+                while len(got) < 100:
+                    chunk = good.recv(100 - len(got))
+                    assert chunk, "the server stopped answering the healthy connection"
+                    got += chunk
+                assert got.startswith(b"RESP")
+        finally:
+            good.close()
+            bad.close()
+        assert srv.proc.poll() is None, "a malformed peer must not end the server"
+        rc, err = srv.stop()
+    assert rc == 0
+    assert "protocol error" in err and "Traceback" not in err

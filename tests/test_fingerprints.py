@@ -1,0 +1,139 @@
+"""S4 causality fingerprints: each runtime's measured row equals its declared row
+(fidelity), and flipping one kernel option changes exactly the metric it claims.
+
+The fraction metric is a frequency; trials stay at 100 so a run is ~1 s per
+runtime. Tolerances come from ``bench.causality`` (±0.1, trio's "strictly between
+0.2 and 0.8"), so a fingerprint test never depends on one lucky draw.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+
+from bench import causality
+from protocols import runtimes
+
+TRIALS = 100
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _uvloop_process_fds():
+    """libuv opens a pipe once per process, with the first loop, and keeps it for
+    good; open it before the per-test leak check takes its baseline."""
+    try:
+        import uvloop
+    except ImportError:
+        pass
+    else:
+        uvloop.new_event_loop().close()
+    yield
+
+
+def _require(runtime_id: str) -> None:
+    rt = runtimes.parse(runtime_id)
+    if rt.ours:
+        try:
+            importlib.import_module(f"kernels.{rt.id}")
+        except ImportError:
+            pytest.skip("kernel not built yet")
+    reason = rt.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.mark.parametrize("runtime_id", list(runtimes.RUNTIMES))
+def test_fingerprint_matches_declared(runtime_id):
+    _require(runtime_id)
+    fp = causality.fingerprint(runtime_id, trials=TRIALS)
+    assert causality.matches(runtime_id, fp) == [], fp
+    assert fp["runtime"] == runtime_id and fp["trials"] == TRIALS
+    json.dumps(fp)                  # it crosses a process boundary as JSON
+    for metric in causality.METRICS:
+        if fp[metric] is None:      # unknown is never silent
+            assert fp["notes"].get(metric), f"{metric} is None without a reason"
+
+
+@pytest.mark.parametrize("flip", list(causality.DECLARED_FLIPS))
+def test_flip_changes_exactly_the_declared_metric(flip):
+    runtime_id = flip.partition(":")[0]
+    _require(runtime_id)
+    fp = causality.fingerprint(flip, trials=TRIALS)
+    # Every metric matches: the flipped ones their new declaration, the rest the base row.
+    assert causality.matches(flip, fp) == [], fp
+    base = causality.DECLARED[runtime_id]
+    for metric in causality.DECLARED_FLIPS[flip]:
+        assert not causality.satisfies(base[metric], fp[metric]), (
+            f"{flip} was declared to change {metric}, but it still matches the base "
+            f"declaration {base[metric]!r}: measured {fp[metric]!r}")
+
+
+def test_every_runtime_has_a_declared_row_with_every_metric():
+    assert set(causality.DECLARED) == set(runtimes.RUNTIMES)
+    for rid, row in causality.DECLARED.items():
+        assert set(row) == set(causality.METRICS), rid
+
+
+def test_declared_flips_name_real_options_of_our_kernels():
+    for key in causality.DECLARED_FLIPS:
+        rt = runtimes.parse(key)            # UsageError if the option or value is wrong
+        assert rt.ours and rt.spec == key
+
+
+def test_declared_for_applies_flips_and_neutral_options():
+    table, problems = causality.declared_for("coro:ready_order=random-7,exit=wait")
+    assert problems == []
+    assert isinstance(table["child_first_after_yield_fraction"], causality.Between)
+    assert table["cancel_semantics"] == "edge"          # untouched by either option
+    table, problems = causality.declared_for("coro:cancel=level,io_schedule_point=true")
+    assert table["cancel_semantics"] == "level"
+    assert causality.Near(2000, 100).ok(table["other_tasks_during_nonblocking_sends_count"].value)
+
+
+def _asyncio_like(**changes) -> dict:
+    fp = {"child_ran_before_spawn_returned": False, "child_first_after_yield_fraction": 0.95,
+          "user_buffered_after_write_bytes": 869_036, "closed_when_close_returned": False,
+          "closed_after_one_yield": True, "other_tasks_during_nonblocking_sends_count": None,
+          "cancel_semantics": "edge", "error_surface": "at the call"}
+    fp.update(changes)
+    return fp
+
+
+def test_matches_tolerances_and_kinds():
+    assert causality.matches("asyncio-streams", _asyncio_like()) == []
+    # fraction: ±0.1
+    bad = causality.matches("asyncio-streams", _asyncio_like(child_first_after_yield_fraction=0.85))
+    assert len(bad) == 1 and bad[0].startswith("child_first_after_yield_fraction")
+    # bytes: "some" vs "none" vs "not applicable" are three different answers
+    assert causality.matches("asyncio-streams", _asyncio_like(user_buffered_after_write_bytes=5)) == []
+    assert causality.matches("asyncio-streams", _asyncio_like(user_buffered_after_write_bytes=0))
+    assert causality.matches("asyncio-streams", _asyncio_like(user_buffered_after_write_bytes=None))
+    # booleans are not numbers, and False is not None
+    assert causality.matches("asyncio-streams", _asyncio_like(closed_when_close_returned=0))
+    assert causality.matches("asyncio-streams", _asyncio_like(child_ran_before_spawn_returned=None))
+    # a missing metric is reported, not skipped
+    fp = _asyncio_like()
+    del fp["error_surface"]
+    assert causality.matches("asyncio-streams", fp) == [
+        "error_surface: not measured (declared 'at the call')"]
+
+
+def test_trio_fraction_must_be_strictly_between():
+    row = dict(causality.DECLARED["trio"])
+    fp = {m: (v if not hasattr(v, "ok") else None) for m, v in row.items()}
+    fp["other_tasks_during_nonblocking_sends_count"] = 1999
+    for fraction, ok in ((0.41, True), (0.2, False), (1.0, False), (0.79, True)):
+        fp["child_first_after_yield_fraction"] = fraction
+        assert (causality.matches("trio", fp) == []) is ok, fraction
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(runtimes.UsageError, match="valid runtimes"):
+        causality.fingerprint("nosuch")
+    with pytest.raises(ValueError, match="trials"):
+        causality.fingerprint("asyncio-protocol", trials=0)
+    with pytest.raises(TypeError, match="trials"):
+        causality.fingerprint("asyncio-protocol", trials="10")
+    with pytest.raises(TypeError, match="fingerprint dict"):
+        causality.matches("trio", None)
