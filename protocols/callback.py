@@ -105,12 +105,12 @@ class ReqResp(_Base):
         self.core = cores.ReqRespCore(response_bytes)
         self.fixed = fixed
         self.counters = counters
-        self.pending = collections.deque()
+        self.pending = 0          # requests parsed, not yet answered
         self.paused = False
 
     def data_received(self, data):
         try:
-            self.pending.extend(self.core.receive(data))
+            self.pending += self.core.requests(data)
         except cores.ProtocolError as exc:
             _protocol_error("reqresp", exc)
             self.transport.abort()
@@ -118,9 +118,10 @@ class ReqResp(_Base):
         self._answer()
 
     def _answer(self):
-        pending, write = self.pending, self.transport.write
-        while pending and not (self.fixed and self.paused):
-            write(pending.popleft())
+        respond, write = self.core.respond, self.transport.write
+        while self.pending and not (self.fixed and self.paused):
+            self.pending -= 1
+            write(respond())
             _count(self.counters, "requests_handled_count", 1)
         if self.fixed and self.paused and self.transport.is_reading():
             self.transport.pause_reading()

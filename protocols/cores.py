@@ -824,24 +824,39 @@ class ReqRespCore:
         self._failed: ProtocolError | None = None
         self._eof = False
 
-    def _check_line(self, line, complete: bool, start: int, responses: list) -> None:
+    def _check_line(self, line, complete: bool, start: int, done: int) -> None:
         if (len(line) >= 4 or complete) and line[:4] != b"REQ ":
             self._failed = ProtocolError(
                 f"request at byte offset {start} does not start with b'REQ ' "
-                f"(got {bytes(line[:4])!r})", start, responses)
+                f"(got {bytes(line[:4])!r})", start, done)
             raise self._failed
         if len(line) > self.max_request_bytes or (not complete and len(line) >= self.max_request_bytes):
             self._failed = ProtocolError(
                 f"request line at byte offset {start} is longer than "
-                f"max_request_bytes={self.max_request_bytes}", start, responses)
+                f"max_request_bytes={self.max_request_bytes}", start, done)
             raise self._failed
 
-    def _respond(self) -> bytes:
+    def respond(self) -> bytes:
+        """The next response, in request order (after ``requests()``)."""
         header = b"RESP %d %d\n" % (self.requests_count, self.response_bytes)
         self.requests_count += 1
         return header + self._body[len(header):]
 
     def receive(self, data) -> list[bytes]:
+        """Parse ``data`` and answer every request it completed at once."""
+        try:
+            n = self.requests(data)
+        except ProtocolError as exc:
+            if isinstance(exc.partial, int):
+                exc.partial = [self.respond() for _ in range(exc.partial)]
+            raise
+        return [self.respond() for _ in range(n)]
+
+    def requests(self, data) -> int:
+        """Parse ``data``; return how many requests it completed, to be answered
+        one ``respond()`` at a time. A server that stops writing under backpressure
+        thus never builds the responses it hasn't sent (on a ProtocolError,
+        ``partial`` is the count completed before the bad line)."""
         if self._failed is not None:
             raise ProtocolError(f"request parser already failed: {self._failed}", self._failed.offset)
         if self._eof:
@@ -852,7 +867,7 @@ class ReqRespCore:
         buf = data if type(data) is bytes else view.tobytes()
         base = self.offset
         n = len(buf)
-        responses: list[bytes] = []
+        done = 0
         i = 0
         while i < n:
             line = self._line
@@ -861,18 +876,18 @@ class ReqRespCore:
             if nl < 0:
                 # No newline: keep the partial line, checked so it stays bounded.
                 line += view[i:]
-                self._check_line(line, False, start, responses)
+                self._check_line(line, False, start, done)
                 break
             if line:
                 line += view[i:nl + 1]
-                self._check_line(line, True, start, responses)
+                self._check_line(line, True, start, done)
                 line.clear()
             else:
-                self._check_line(view[i:nl + 1], True, start, responses)
-            responses.append(self._respond())
+                self._check_line(view[i:nl + 1], True, start, done)
+            done += 1
             i = nl + 1
         self.offset = base + n
-        return responses
+        return done
 
     def eof(self) -> None:
         """The client finished sending; ProtocolError if it stopped mid-line."""

@@ -59,8 +59,8 @@ async def reqresp(port, reader, writer, variant, params):
     core, fixed = cores.ReqRespCore(params.get("response_bytes", 65536)), variant != "naive"
     try:
         while data := await reader.read(65536):
-            for response in core.receive(data):
-                writer.write(response)
+            for _ in range(core.requests(data)):
+                writer.write(core.respond())
                 _count(params.get("counters", {}), "requests_handled_count", 1)
                 if fixed:
                     await writer.drain()

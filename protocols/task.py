@@ -48,8 +48,8 @@ async def reqresp(port, stream, params):
     core = cores.ReqRespCore(params.get("response_bytes", 65536))
     try:
         while data := await stream.receive_some(65536):
-            for response in core.receive(data):
-                await stream.send_all(response)
+            for _ in range(core.requests(data)):
+                await stream.send_all(core.respond())
                 _count(params.get("counters", {}), "requests_handled_count", 1)
     except cores.ProtocolError as exc:
         _protocol_error("reqresp", exc)

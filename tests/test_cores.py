@@ -724,3 +724,18 @@ def test_push_rejects_bad_use():
         core.backlog(1, -1)
     with pytest.raises(TypeError):
         core.broadcast("text")
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(0, 30), cuts=st.lists(st.integers(0, 400), max_size=8))
+def test_reqresp_lazy_answers_equal_eager_ones(n, cuts):
+    """requests() + respond() (what a backpressured server uses) gives exactly what
+    receive() gives, for any chunking -- without building unanswered responses."""
+    stream = b"".join(b"REQ %d\n" % i for i in range(n))
+    points = sorted({min(c, len(stream)) for c in cuts})
+    chunks = [stream[a:b] for a, b in zip([0] + points, points + [len(stream)])]
+    eager, lazy = ReqRespCore(64), ReqRespCore(64)
+    got_eager = [r for c in chunks for r in eager.receive(c)]
+    pending = sum(lazy.requests(c) for c in chunks)
+    assert pending == n and lazy.requests_count == 0     # nothing built yet
+    assert [lazy.respond() for _ in range(pending)] == got_eager
