@@ -199,22 +199,32 @@ def plot(results: list[dict], out_dir: str) -> list[str]:
 
     s1 = [r for r in results if r["scenario"] == "S1" and r.get("series")]
     if s1:
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-        for r in sorted(s1, key=_order_key):
-            series = r["series"]
-            label = f"{'*' if r.get('ours') else ''}{r['runtime']} {r['variant']}"
-            style = "-" if r["variant"] == "naive" else "--"
-            if series.get("in_flight"):
-                t, v = zip(*series["in_flight"])
-                ax1.plot(t, [x / 1e6 for x in v], style, label=label, linewidth=1)
-            if series.get("latency"):
-                t, v = zip(*series["latency"])
-                ax2.plot(t, v, style, label=label, linewidth=1)
-        ax1.set_title("S1: bytes in flight, source sent - sink received (MB)")
-        ax1.set_xlabel("s")
-        ax2.set_title("S1: queue delay of arriving frames (s)")
-        ax2.set_xlabel("s")
-        ax2.legend(fontsize=6, ncol=2)
+        # One column per style, so each of our kernels sits with its references:
+        # solid = naive, dashed = fixed, our kernel drawn thick.
+        styles = [st for st in STYLE_ORDER if any(r.get("style") == st for r in s1)]
+        fig, axes = plt.subplots(2, len(styles), figsize=(5 * len(styles), 7), squeeze=False,
+                                 sharex=True, sharey="row")
+        for col, style in enumerate(styles):
+            runtimes_here = sorted({r["runtime"] for r in s1 if r.get("style") == style},
+                                   key=lambda rid: (0 if rtmod.parse(rid).ours else 1, rid))
+            colors = dict(zip(runtimes_here, ("tab:orange", "tab:blue", "tab:green", "tab:purple")))
+            top, bottom = axes[0][col], axes[1][col]
+            for r in sorted((r for r in s1 if r.get("style") == style), key=_order_key):
+                kw = dict(color=colors.get(r["runtime"]), linestyle="-" if r["variant"] == "naive" else "--",
+                          linewidth=2.4 if r.get("ours") else 1.1,
+                          label=f"{'*' if r.get('ours') else ''}{r['runtime']} {r['variant']}")
+                if r["series"].get("in_flight"):
+                    t, v = zip(*r["series"]["in_flight"])
+                    top.plot(t, [x / 1e6 for x in v], **kw)
+                if r["series"].get("latency"):
+                    t, v = zip(*r["series"]["latency"])
+                    bottom.plot(t, v, **kw)
+            top.set_title(f"{style} style: bytes in flight (MB)", fontsize=10)
+            bottom.set_title(f"{style} style: queue delay of arriving frames (s)", fontsize=10)
+            bottom.set_xlabel("time since the source connected (s)")
+            top.legend(fontsize=7)
+        fig.suptitle("S1 one-way proxy, source 3 MB/s -> sink 1 MB/s: in flight = source sent - sink "
+                     "received (user + kernel buffers); * = our kernel", fontsize=10)
         fig.tight_layout()
         path = os.path.join(out_dir, "s1_buffer_and_delay.png")
         fig.savefig(path, dpi=110)
