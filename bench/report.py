@@ -45,6 +45,7 @@ COLUMNS = {
     "S1": [("source_rate_Bps", "source", _mbs), ("peak_user_buffer_bytes", "user buffer peak", _mb),
            ("rss_growth_bytes", "RSS growth", _mb), ("queue_delay_s", "queue delay", _s),
            ("pause_writing_count", "pause_writing", _n)],
+    "S2": [("reader_buffer_peak_bytes", "reader buffer peak", _n), ("source_rate_Bps", "source", _mbs)],
     "S3": [("bytes_accepted", "accepted", _n), ("bytes_delivered", "delivered", _n),
            ("bytes_lost", "lost", _n), ("eof_after_stop_s", "EOF after stop", _s)],
     "S4": [("child_ran_before_spawn_returned", "child before spawn returns", _n),

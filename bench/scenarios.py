@@ -121,6 +121,7 @@ class Scenario:
     presets: dict
     run_once: object            # (cell, runtime) -> (metrics, verdicts, notes)
     default_repeats: int = 1
+    styles: tuple = ("callback", "stream", "task")   # the ports it means something on
 
 
 def _high_water(rt) -> int:
@@ -182,6 +183,7 @@ def run_s1(cell: Cell, rt) -> tuple[dict, dict, list]:
         "pause_writing_count": probe.get("pause_writing_count"),
         "written_while_paused_bytes": probe.get("written_while_paused_bytes"),
         "bytes_delivered": sink.get("received_bytes"),
+        "reader_buffer_peak_bytes": probe.get("reader_buffer_peak_bytes"),
         "series": {"latency": lat_series, "in_flight": _in_flight(
             source.get("series"), sink.get("series"),
             (sink.get("connected_at") or 0) - (source.get("connected_at") or 0))},
@@ -205,6 +207,16 @@ def run_s1(cell: Cell, rt) -> tuple[dict, dict, list]:
         notes.append(f"received pause_writing() {metrics['pause_writing_count']}x and kept writing "
                      f"{metrics['written_while_paused_bytes']} bytes")
     return metrics, {"bounded": bool(rate_ok and buffer_ok)}, notes
+
+
+def run_s2(cell: Cell, rt) -> tuple[dict, dict, list]:
+    """Read-side buffering: the S1 run, judged by the stream reader's buffer peak.
+    The post predicted 128-384 KiB with asyncio's default 64 KiB ``limit``: the
+    reader pauses the transport above 2 x limit, but one recv lands before it can."""
+    metrics, _, notes = run_s1(cell, rt)
+    peak = metrics.get("reader_buffer_peak_bytes")
+    keep = {k: metrics[k] for k in ("reader_buffer_peak_bytes", "source_rate_Bps", "series")}
+    return keep, {"reader_bounded": peak is not None and peak <= 2 * 65536 + 256 * KiB}, notes
 
 
 def _in_flight(sent, received, shift_s=0.0):
@@ -376,6 +388,12 @@ SCENARIOS: dict[str, Scenario] = {s.id: s for s in [
         "blog": {**_SB, "source_Bps": 3 * MiB, "sink_Bps": 1 * MiB, "duration_s": 10.0,
                  "frame_bytes": 32 * KiB, "grace_s": 1.5},
     }, run_s1),
+    Scenario("S2", "read-side buffering in stream readers (bug 2)", ("naive", "fixed"), {
+        "quick": {**_SB, "source_Bps": 3 * MiB, "sink_Bps": 1 * MiB, "duration_s": 1.5,
+                  "frame_bytes": 32 * KiB, "grace_s": 1.0},
+        "blog": {**_SB, "source_Bps": 3 * MiB, "sink_Bps": 1 * MiB, "duration_s": 10.0,
+                 "frame_bytes": 32 * KiB, "grace_s": 1.5},
+    }, run_s2, styles=("stream",)),
     Scenario("S3", "shutdown data loss (bug 3)", ("naive", "fixed", "drain", "limits0", "stop-2016"), {
         "quick": {**_SB, "total_bytes": 2 * MiB, "start_after_s": 0.3, "eof_within_s": 1.0, "max_s": 15},
         "blog": {**_SB, "total_bytes": 8_000_000, "start_after_s": 0.5, "eof_within_s": 2.0, "max_s": 30},
@@ -432,6 +450,8 @@ def plan(scenarios: str | None, runtimes: str | None, variants: str | None,
     for sid in ids:
         sc = SCENARIOS[sid]
         for rt in rts:
+            if rt.style not in sc.styles:
+                continue      # e.g. S2 measures stream readers; other ports have none
             for v in sc.variants:
                 if wanted and v not in wanted:
                     continue

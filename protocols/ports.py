@@ -418,9 +418,19 @@ class HybridPort(StreamPort):
         for name in _STREAM_NAMES:
             setattr(self, name, getattr(h, name))
         self.timeout = h.timeout
-        self.open_connection = h.open_connection
-        self.start_server = h.start_server
         self.runner = h.Runner(**opts)
+        self._readers = []     # for S2: each StreamReader keeps its own buffer peak
+
+    async def open_connection(self, host, port, **kw):
+        reader, writer = await self._h.open_connection(host, port, **kw)
+        self._readers.append(reader)
+        return reader, writer
+
+    async def start_server(self, cb, *args, **kw):
+        def wrapped(reader, writer):
+            self._readers.append(reader)
+            return cb(reader, writer)
+        return await self._h.start_server(wrapped, *args, **kw)
 
     def run(self, main, *args):
         from kernels.callback import get_running_loop
@@ -432,6 +442,7 @@ class HybridPort(StreamPort):
 
     def probe(self) -> dict:
         snap = self.runner.probe.snapshot()
+        snap["reader_buffer_peak_bytes"] = max((r.peak_buffer_bytes for r in self._readers), default=0)
         snap["source"] = "kernel probe"
         return snap
 
@@ -475,8 +486,29 @@ class AsyncioStreamPort(_AsyncioMixin, StreamPort):
             setattr(self, name, getattr(asyncio, name))
         self.timeout = asyncio.timeout
         self.runner = asyncio.Runner(loop_factory=self.loop_class)
+        self._reader_peak = 0
+
+    def _watch_reader(self, reader):
+        """S2: the reader's buffer peak, read after every feed_data. asyncio keeps
+        the buffer in a private attribute (``_buffer``); this is the one place
+        looplab reads a private attribute of a reference library."""
+        feed = reader.feed_data
+
+        def feed_and_measure(data):
+            feed(data)
+            size = len(reader._buffer)
+            if size > self._reader_peak:
+                self._reader_peak = size
+        reader.feed_data = feed_and_measure
+
+    def probe(self) -> dict:
+        snap = super().probe()
+        snap["reader_buffer_peak_bytes"] = self._reader_peak if self._instrument else None
+        return snap
 
     def _wrap_pair(self, reader, writer):
+        if self._instrument:
+            self._watch_reader(reader)
         if not self._instrument:
             self._transports[writer.transport] = None
             return reader, writer
