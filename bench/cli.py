@@ -113,6 +113,8 @@ def cmd_serve(args) -> int:
     if rt.style == "task" and args.variant in ("naive", "fixed"):
         print("note: on the task port naive and fixed are the same code", file=sys.stderr)
     driver = _driver(rt.style)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:   # started with SIGINT ignored (nohup, &)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _sigterm_as_sigint)
     port_obj = rt.open()
     try:
@@ -238,6 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sink: check fixed-size looplab frames of this size; a malformed stream "
                          "closes that connection only")
     sv.set_defaults(fn=cmd_serve)
+
+    from bench import perf, results
+    perf.register(sub)        # bench
+    results.register(sub)     # compare, merge
     return p
 
 
