@@ -226,6 +226,12 @@ class _MeasuredTransport:
         self.stats.read_pauses_count += 1
         self._t.pause_reading()
 
+    def abort(self) -> None:
+        s = self.stats
+        s.lost_on_abort_bytes += self._t.get_write_buffer_size()
+        s.user_buffer_bytes = 0
+        self._t.abort()
+
     def __getattr__(self, name):
         return getattr(self._t, name)
 
@@ -469,6 +475,10 @@ class _MeasuredWriter:
         self._w.writelines(seq)
         self._mt._account(sum(len(d) for d in seq))
 
+    @property
+    def transport(self):
+        return self._mt
+
     def __getattr__(self, name):
         return getattr(self._w, name)
 
@@ -582,6 +592,7 @@ class CoroPort(TaskPort):
         self.fail_after = c.timeout_after
         self.Event = c.Event
         self.Cancelled = c.Cancelled
+        self.StreamError = (ConnectionError, c.ClosedResourceError)
 
     def run(self, main, *args):
         return self.kernel.run(main, self, *args)
