@@ -245,7 +245,7 @@ def plot(results: list[dict], out_dir: str) -> list[str]:
                     t, v = zip(*r["series"]["latency"])
                     bottom.plot(t, v, **kw)
             top.set_title(f"{style} style: bytes in flight (MB)", fontsize=10)
-            bottom.set_title(f"{style} style: queue delay of arriving frames (s)", fontsize=10)
+            bottom.set_title(f"{style} style: latency of frames arriving at the sink (s)", fontsize=10)
             bottom.set_xlabel("time since the source connected (s)")
             top.legend(fontsize=7)
         fig.suptitle("S1 one-way proxy, source 3 MB/s -> sink 1 MB/s: in flight = source sent - sink "

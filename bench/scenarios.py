@@ -386,15 +386,15 @@ def run_s8(cell: Cell, rt) -> tuple[dict, dict, list]:
 _SB = {"sockbuf": 64 * KiB}
 SCENARIOS: dict[str, Scenario] = {s.id: s for s in [
     Scenario("S1", "one-way proxy backpressure (bug 1)", ("naive", "fixed"), {
-        "quick": {**_SB, "source_Bps": 3 * MiB, "sink_Bps": 1 * MiB, "duration_s": 1.5,
+        "quick": {**_SB, "source_Bps": 3_000_000, "sink_Bps": 1_000_000, "duration_s": 1.5,
                   "frame_bytes": 32 * KiB, "grace_s": 1.0},
-        "blog": {**_SB, "source_Bps": 3 * MiB, "sink_Bps": 1 * MiB, "duration_s": 10.0,
+        "blog": {**_SB, "source_Bps": 3_000_000, "sink_Bps": 1_000_000, "duration_s": 10.0,
                  "frame_bytes": 32 * KiB, "grace_s": 1.5},
     }, run_s1),
     Scenario("S2", "read-side buffering in stream readers (bug 2)", ("naive", "fixed"), {
-        "quick": {**_SB, "source_Bps": 3 * MiB, "sink_Bps": 1 * MiB, "duration_s": 1.5,
+        "quick": {**_SB, "source_Bps": 3_000_000, "sink_Bps": 1_000_000, "duration_s": 1.5,
                   "frame_bytes": 32 * KiB, "grace_s": 1.0},
-        "blog": {**_SB, "source_Bps": 3 * MiB, "sink_Bps": 1 * MiB, "duration_s": 10.0,
+        "blog": {**_SB, "source_Bps": 3_000_000, "sink_Bps": 1_000_000, "duration_s": 10.0,
                  "frame_bytes": 32 * KiB, "grace_s": 1.5},
     }, run_s2, styles=("stream",)),
     Scenario("S3", "shutdown data loss (bug 3)", ("naive", "fixed", "drain", "limits0", "stop-2016"), {

@@ -67,7 +67,7 @@ def test_s1_naive_buffer_grows_where_the_style_buffers(runtime):
     if runtime.style == "task":
         assert m["peak_user_buffer_bytes"] in (0, None)
     else:
-        # 3 MiB/s in, 1 MiB/s out for 1.2 s: about 2.4 MB piles up in user space.
+        # 3 MB/s in, 1 MB/s out for 1.2 s: about 2.4 MB piles up in user space.
         assert m["peak_user_buffer_bytes"] > 1 * MiB
         assert m["pause_writing_count"] in (None,) or m["pause_writing_count"] >= 1
 
