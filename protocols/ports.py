@@ -618,22 +618,27 @@ class CoroPort(TaskPort):
         self.kernel.close()
 
 
-class _CoroNursery:
-    def __init__(self, group):
-        self._g = group
+class _Delegating:
+    """An async context manager that enters and exits the one it wraps but hands
+    out itself, so a port can rename what the library calls things."""
+
+    def __init__(self, inner):
+        self._inner = inner
 
     async def __aenter__(self):
-        await self._g.__aenter__()
+        await self._inner.__aenter__()
         return self
 
     async def __aexit__(self, *exc):
-        return await self._g.__aexit__(*exc)
+        return await self._inner.__aexit__(*exc)
 
+
+class _CoroNursery(_Delegating):
     async def spawn(self, fn, *args):
-        self._g.start_soon(fn, *args)
+        self._inner.start_soon(fn, *args)
 
     async def cancel(self):
-        self._g.cancel()
+        self._inner.cancel()
 
 
 class _MeasuredStream:
@@ -791,22 +796,12 @@ class _CurioStream:
         await self.socket.close()
 
 
-class _CurioMove:
+class _CurioMove(_Delegating):
     """curio's ignore_after, with trio's ``cancelled_caught`` spelling."""
-
-    def __init__(self, cm):
-        self._cm = cm
-
-    async def __aenter__(self):
-        await self._cm.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc):
-        return await self._cm.__aexit__(*exc)
 
     @property
     def cancelled_caught(self) -> bool:
-        return bool(self._cm.expired)
+        return bool(self._inner.expired)
 
 
 class CurioPort(TaskPort):
@@ -911,19 +906,9 @@ class _CurioListener:
         await self._s.close()
 
 
-class _CurioNursery:
-    def __init__(self, group):
-        self._g = group
-
-    async def __aenter__(self):
-        await self._g.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc):
-        return await self._g.__aexit__(*exc)
-
+class _CurioNursery(_Delegating):
     async def spawn(self, fn, *args):
-        await self._g.spawn(fn, *args)
+        await self._inner.spawn(fn, *args)
 
     async def cancel(self):
-        await self._g.cancel_remaining()
+        await self._inner.cancel_remaining()

@@ -7,7 +7,6 @@ runtime. Tolerances come from ``bench.causality`` (±0.1, trio's "strictly betwe
 """
 from __future__ import annotations
 
-import importlib
 import json
 
 import pytest
@@ -18,26 +17,10 @@ from protocols import runtimes
 TRIALS = 100
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _uvloop_process_fds():
-    """libuv opens a pipe once per process, with the first loop, and keeps it for
-    good; open it before the per-test leak check takes its baseline."""
-    try:
-        import uvloop
-    except ImportError:
-        pass
-    else:
-        uvloop.new_event_loop().close()
-    yield
 
 
 def _require(runtime_id: str) -> None:
     rt = runtimes.parse(runtime_id)
-    if rt.ours:
-        try:
-            importlib.import_module(f"kernels.{rt.id}")
-        except ImportError:
-            pytest.skip("kernel not built yet")
     reason = rt.unavailable_reason()
     if reason:
         pytest.skip(reason)

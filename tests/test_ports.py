@@ -161,17 +161,6 @@ def _family(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _uvloop_process_fds():
-    """libuv opens a pipe once per process, with the first loop, and keeps it for
-    good; open it before the per-test leak check takes its baseline."""
-    try:
-        import uvloop
-    except ImportError:
-        pass
-    else:
-        uvloop.new_event_loop().close()
-    yield
 
 
 # Style-specific tests take ``callback_runtime`` / ``stream_runtime`` /

@@ -8,7 +8,6 @@ in flight, and every peer and program is bounded in time.
 """
 from __future__ import annotations
 
-import importlib
 import json
 
 import pytest
@@ -21,26 +20,10 @@ SOCKBUF = 64 * 1024
 TOTAL = 2_000_000
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _uvloop_process_fds():
-    """libuv opens a pipe once per process, with the first loop, and keeps it for
-    good; open it before the per-test leak check takes its baseline."""
-    try:
-        import uvloop
-    except ImportError:
-        pass
-    else:
-        uvloop.new_event_loop().close()
-    yield
 
 
 def _require(spec: str) -> None:
     rt = runtimes.parse(spec)
-    if rt.ours:
-        try:
-            importlib.import_module(f"kernels.{rt.id}")
-        except ImportError:
-            pytest.skip("kernel not built yet")
     reason = rt.unavailable_reason()
     if reason:
         pytest.skip(reason)
