@@ -57,7 +57,8 @@ COLUMNS = {
     "S5": [("requests_handled_count", "requests handled", _n), ("rss_growth_bytes", "RSS growth", _mb),
            ("peak_user_buffer_bytes", "user buffer peak", _mb)],
     "S6": [("healthy_share_fraction", "healthy got", _pct), ("rss_growth_bytes", "RSS growth", _mb),
-           ("dropped_count", "dropped", _n), ("peak_user_buffer_bytes", "user buffer peak", _mb)],
+           ("dropped_count", "dropped", _n), ("peak_user_buffer_bytes", "user buffer peak", _mb),
+           ("app_queue_peak_bytes", "app queue peak", _mb)],
     "S7": [("bytes_delivered_after_timeout", "delivered", _n), ("bytes_sent_known", "bytes_sent known", _n)],
     "S8": [("bytes_delivered", "delivered", _n), ("warnings", "warnings", _n)],
 }

@@ -335,12 +335,13 @@ def run_s6(cell: Cell, rt) -> tuple[dict, dict, list]:
                "rss_growth_bytes": out.get("rss_growth_bytes"),
                "dropped_count": out["counters"].get("dropped_count", 0),
                "disconnected_count": out["counters"].get("disconnected_count", 0),
-               "peak_user_buffer_bytes": out["probe"].get("peak_user_buffer_bytes")}
+               "peak_user_buffer_bytes": out["probe"].get("peak_user_buffer_bytes"),
+               "app_queue_peak_bytes": out["counters"].get("app_queue_peak_bytes", 0)}
     healthy = metrics["healthy_share_fraction"] >= 0.5
     # User-space backlog may sit in a transport buffer or in an app-level queue (the
-    # task port's mailboxes), so the process's RSS is the judge as well.
-    bounded = ((metrics["peak_user_buffer_bytes"] or 0) <= 1 * MiB
-               and (metrics["rss_growth_bytes"] or 0) <= 1 * MiB)
+    # task port's mailboxes); the process's RSS is a second witness.
+    backlog = max(metrics["peak_user_buffer_bytes"] or 0, metrics["app_queue_peak_bytes"])
+    bounded = backlog <= 1 * MiB and (metrics["rss_growth_bytes"] or 0) <= 2 * MiB
     return metrics, {"healthy_served": healthy, "bounded": bounded}, []
 
 

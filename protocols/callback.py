@@ -12,26 +12,11 @@ import collections
 import sys
 import time
 
-from protocols import cores
+from protocols import common, cores
 
 VARIANTS = {"echo": ("naive", "fixed"), "sink": ("naive", "fixed"),
             "proxy": ("naive", "fixed"), "reqresp": ("naive", "fixed"),
-            "push": ("unbounded", "block", "drop", "disconnect")}
-
-
-def _protocol_error(app: str, exc) -> None:
-    """One line for the operator; the connection is closed, the server goes on."""
-    print(f"{app}: protocol error: {exc}; closing that connection", file=sys.stderr, flush=True)
-
-
-def _count(counters: dict, name: str, n: int) -> None:
-    counters[name] = counters.get(name, 0) + n
-
-
-def _push_counters(core, counters: dict) -> None:
-    counters.update(dropped_count=core.dropped_count,
-                    disconnected_count=core.disconnected_count,
-                    broadcasts_count=core.broadcasts_count)
+            "push": common.PUSH_POLICIES}
 
 
 class _Base:
@@ -85,14 +70,14 @@ class Sink(_Base):
         try:
             self.core.receive(data, time.monotonic())
         except cores.ProtocolError as exc:
-            _protocol_error("sink", exc)
+            common.protocol_error("sink", exc)
             self.transport.abort()
 
     def eof_received(self):
         try:
             self.core.eof()
         except cores.ProtocolError as exc:
-            _protocol_error("sink", exc)
+            common.protocol_error("sink", exc)
         return False
 
 
@@ -112,7 +97,7 @@ class ReqResp(_Base):
         try:
             self.pending += self.core.requests(data)
         except cores.ProtocolError as exc:
-            _protocol_error("reqresp", exc)
+            common.protocol_error("reqresp", exc)
             self.transport.abort()
             return
         self._answer()
@@ -122,7 +107,7 @@ class ReqResp(_Base):
         while self.pending and not (self.fixed and self.paused):
             self.pending -= 1
             write(respond())
-            _count(self.counters, "requests_handled_count", 1)
+            common.count(self.counters, "requests_handled_count")
         if self.fixed and self.paused and self.transport.is_reading():
             self.transport.pause_reading()
 
@@ -251,56 +236,20 @@ class Push(_Base):
         self.app.unblock(self.cid)
 
 
-class App:
-    """One app instance on a callback port: builds protocol factories and decides
-    when a one-shot program is over."""
+class PushTicker(common.PushApp):
+    """The push server's broadcaster, driven by a timer."""
 
-    def __init__(self, port, name, variant, params):
+    def __init__(self, port, policy, params):
+        super().__init__(policy, params)
         self.port = port
-        self.name = name
-        self.fixed = variant == "fixed"
-        self.variant = variant
-        self.params = params
-        self.upstream = params.get("upstream")
-        self.two_way = params.get("two_way", False)
-        self.sockbuf = params.get("sockbuf")
-        self.forever = params.get("forever", False)
-        self.counters = params.get("counters", {})
-        self.server = None
-        if name == "push":
-            limit = 0 if variant == "block" else params.get("queue_limit", 16)
-            self.core = cores.PushCore(variant, limit)
-            self.clients = {}
-            self.blocked = None
-            self.message = bytes(params.get("message_bytes", 10_000))
-
-    def factory(self):
-        name = self.name
-        if name == "echo":
-            return Echo(self.fixed)
-        if name == "sink":
-            return Sink(self.params.get("frame_bytes"))
-        if name == "reqresp":
-            return ReqResp(self.fixed, self.params.get("response_bytes", 65536), self.counters)
-        if name == "proxy":
-            if not self.forever:      # serve exactly one connection, as the post's program
-                # (closed on the next pass: asyncio's Server must still attach this one)
-                self.port.call_soon(self.server.close)
-            return ProxyIn(self)
-        if name == "push":
-            return Push(self)
-        raise ValueError(f"unknown app {name!r}")
-
-    def finished(self):
-        if not self.forever:
-            self.port.stop()
+        self.blocked = None       # (cid, remaining actions) while parked on "block"
 
     def tick(self):
         """Push: offer one message to every client under the overload policy."""
-        size = len(self.message)
+        size = self.message_bytes
         for cid, proto in self.clients.items():
             self.core.backlog(cid, proto.transport.get_write_buffer_size() // size)
-        self._act(collections.deque(self.core.broadcast(self.message)))
+        self._act(collections.deque(self.core.broadcast(self.next_message())))
 
     def _act(self, actions):
         # A callback can't wait, so "block" parks the rest of this broadcast until
@@ -320,14 +269,53 @@ class App:
             elif kind == "disconnect":
                 proto.transport.abort()
             # "drop": nothing is written to that client.
-        _push_counters(self.core, self.counters)
-        self.port.call_later(self.params.get("interval_s", 0.005), self.tick)
+        self.report()
+        self.port.call_later(self.interval_s, self.tick)
 
     def unblock(self, cid):
         if self.blocked is not None and self.blocked[0] == cid:
             actions, self.blocked = self.blocked[1], None
             self._act(actions)
 
+
+class App:
+    """One app instance on a callback port: builds protocol factories and decides
+    when a one-shot program is over."""
+
+    def __init__(self, port, name, variant, params):
+        self.port = port
+        self.name = name
+        self.fixed = variant == "fixed"
+        self.variant = variant
+        self.params = params
+        self.upstream = params.get("upstream")
+        self.two_way = params.get("two_way", False)
+        self.sockbuf = params.get("sockbuf")
+        self.forever = params.get("forever", False)
+        self.counters = params.get("counters", {})
+        self.server = None
+        self.push = PushTicker(port, variant, params) if name == "push" else None
+
+    def factory(self):
+        name = self.name
+        if name == "echo":
+            return Echo(self.fixed)
+        if name == "sink":
+            return Sink(self.params.get("frame_bytes"))
+        if name == "reqresp":
+            return ReqResp(self.fixed, self.params.get("response_bytes", 65536), self.counters)
+        if name == "proxy":
+            if not self.forever:      # serve exactly one connection, as the post's program
+                # (closed on the next pass: asyncio's Server must still attach this one)
+                self.port.call_soon(self.server.close)
+            return ProxyIn(self)
+        if name == "push":
+            return Push(self.push)
+        raise ValueError(f"unknown app {name!r}")
+
+    def finished(self):
+        if not self.forever:
+            self.port.stop()
 
 def serve(port, name, sock, variant="naive", params=None):
     """Run app ``name`` on a callback port, accepting on ``sock``, until the app
@@ -337,7 +325,7 @@ def serve(port, name, sock, variant="naive", params=None):
     def setup(port):
         app.server = port.listen(app.factory, sock)
         if name == "push":
-            port.call_later(0, app.tick)
+            port.call_later(0, app.push.tick)
 
     port.run(setup)
     return app

@@ -11,12 +11,11 @@ from __future__ import annotations
 import sys
 import time
 
-from protocols import cores
-from protocols.callback import _count, _protocol_error, _push_counters
+from protocols import common, cores
 
 VARIANTS = {"echo": ("naive", "fixed"), "sink": ("naive", "fixed"),
             "proxy": ("naive", "fixed", "limits0"), "reqresp": ("naive", "fixed"),
-            "push": ("unbounded", "block", "drop", "disconnect")}
+            "push": common.PUSH_POLICIES}
 
 
 async def _close(writer, fixed: bool):
@@ -47,7 +46,7 @@ async def sink(port, reader, writer, variant, params):
             core.receive(data, time.monotonic())
         core.eof()
     except cores.ProtocolError as exc:
-        _protocol_error("sink", exc)
+        common.protocol_error("sink", exc)
         writer.transport.abort()
         return
     except ConnectionError:
@@ -61,11 +60,11 @@ async def reqresp(port, reader, writer, variant, params):
         while data := await reader.read(65536):
             for _ in range(core.requests(data)):
                 writer.write(core.respond())
-                _count(params.get("counters", {}), "requests_handled_count", 1)
+                common.count(params.get("counters", {}), "requests_handled_count")
                 if fixed:
                     await writer.drain()
     except cores.ProtocolError as exc:
-        _protocol_error("reqresp", exc)
+        common.protocol_error("reqresp", exc)
         writer.transport.abort()
         return
     except ConnectionError:
@@ -127,12 +126,10 @@ async def push_ticker(port, app, params):
     """Offer one message every interval to every client, under the overload policy.
     ``block`` awaits that client's drain() before writing -- one stalled client
     stalls all; ``drop``/``disconnect`` judge a client by its transport backlog."""
-    message = bytes(params.get("message_bytes", 10_000))
-    interval = params.get("interval_s", 0.005)
     while True:
         for cid, writer in app.clients.items():
-            app.core.backlog(cid, writer.transport.get_write_buffer_size() // len(message))
-        for kind, cid, *rest in app.core.broadcast(message):
+            app.core.backlog(cid, writer.transport.get_write_buffer_size() // app.message_bytes)
+        for kind, cid, *rest in app.core.broadcast(app.next_message()):
             writer = app.clients.get(cid)
             if writer is None:
                 continue
@@ -145,15 +142,8 @@ async def push_ticker(port, app, params):
                     pass
             elif kind == "disconnect":
                 writer.transport.abort()
-        _push_counters(app.core, params.get("counters", {}))
-        await port.sleep(interval)
-
-
-class _PushApp:
-    def __init__(self, policy, params):
-        limit = 0 if policy == "block" else params.get("queue_limit", 16)
-        self.core = cores.PushCore(policy, limit)
-        self.clients = {}
+        app.report()
+        await port.sleep(app.interval_s)
 
 
 HANDLERS = {"echo": echo, "sink": sink, "reqresp": reqresp, "proxy": proxy}
@@ -166,7 +156,7 @@ async def main(port, name, sock, variant="naive", params=None):
     one_shot = name == "proxy" and not params.get("forever")
     done = port.Event()
     if name == "push":
-        app = _PushApp(variant, params)
+        app = common.PushApp(variant, params)
         handler = lambda r, w: push_client(port, r, w, app)  # noqa: E731
         ticker = port.create_task(push_ticker(port, app, params))
     else:

@@ -12,12 +12,11 @@ import collections
 import sys
 import time
 
-from protocols import cores
-from protocols.callback import _count, _protocol_error, _push_counters
+from protocols import common, cores
 
 VARIANTS = {"echo": ("naive", "fixed"), "sink": ("naive", "fixed"),
             "proxy": ("naive", "fixed", "limits0"), "reqresp": ("naive", "fixed"),
-            "push": ("unbounded", "block", "drop", "disconnect")}
+            "push": common.PUSH_POLICIES}
 SAME_CODE_NOTE = "task port: naive and fixed are the same code (send_all blocks)"
 
 
@@ -38,7 +37,7 @@ async def sink(port, stream, params):
             core.receive(data, time.monotonic())
         core.eof()
     except cores.ProtocolError as exc:
-        _protocol_error("sink", exc)
+        common.protocol_error("sink", exc)
     except port.StreamError:
         pass
     await stream.aclose()
@@ -50,9 +49,9 @@ async def reqresp(port, stream, params):
         while data := await stream.receive_some(65536):
             for _ in range(core.requests(data)):
                 await stream.send_all(core.respond())
-                _count(params.get("counters", {}), "requests_handled_count", 1)
+                common.count(params.get("counters", {}), "requests_handled_count")
     except cores.ProtocolError as exc:
-        _protocol_error("reqresp", exc)
+        common.protocol_error("reqresp", exc)
     except port.StreamError:
         pass
     await stream.aclose()
@@ -131,33 +130,25 @@ async def _push_ticker(port, app, params):
     stalled client stalls all); the other policies hand the message to the client's
     own task through its mailbox -- ``unbounded`` without limit, ``drop`` and
     ``disconnect`` bounded, as trio's memory channels would be."""
-    message = bytes(params.get("message_bytes", 10_000))
-    interval = params.get("interval_s", 0.005)
     while True:
-        for kind, cid, *rest in app.core.broadcast(message):
+        for kind, cid, *rest in app.core.broadcast(app.next_message()):
             stream = app.clients.get(cid)
             if stream is None:
                 continue
             if kind == "send" and app.core.policy == "block":
                 try:
-                    await stream.send_all(message)
+                    await stream.send_all(rest[0])
                 except port.StreamError:
                     pass
             elif kind in ("send", "enqueue"):
-                app.boxes[cid].put(rest[0])
+                box = app.boxes[cid]
+                box.put(rest[0])
+                app.queued(len(box.items))
             elif kind == "disconnect":
                 app.clients.pop(cid, None)
                 await stream.aclose()       # its task, blocked in send_all, gets StreamError
-        _push_counters(app.core, params.get("counters", {}))
-        await port.sleep(interval)
-
-
-class _PushApp:
-    def __init__(self, policy, params):
-        limit = 0 if policy == "block" else params.get("queue_limit", 16)
-        self.core = cores.PushCore(policy, limit)
-        self.clients = {}
-        self.boxes = {}
+        app.report()
+        await port.sleep(app.interval_s)
 
 
 HANDLERS = {"echo": echo, "sink": sink, "reqresp": reqresp, "proxy": proxy}
@@ -167,7 +158,7 @@ async def main(port, name, sock, variant="naive", params=None):
     params = params or {}
     one_shot = name == "proxy" and not params.get("forever")
     listener = port.listen(sock)
-    app = _PushApp(variant, params) if name == "push" else None
+    app = common.PushApp(variant, params) if name == "push" else None
     async with port.open_nursery() as n:
         if app is not None:
             await n.spawn(_push_ticker, port, app, params)
