@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import random
+import select
 import signal
 import socket
 import struct
@@ -935,6 +936,110 @@ def test_fd_closed_behind_the_kernels_back_is_detected_when_its_number_is_reused
     assert run(main) == "woken"
 
 
+def test_a_read_after_the_socket_was_drained_takes_data_that_arrived_since_without_yielding():
+    # After a short read the next one asks poll() first instead of paying for an
+    # EAGAIN; it must still take data (or EOF) that is already there at once,
+    # without a trap, exactly as a recv that doesn't block would.
+    async def main():
+        client, server = await tcp_pair()
+        async with client, server:
+            turns = 0
+            running = True
+
+            async def other():
+                nonlocal turns
+                while running:
+                    turns += 1
+                    await c.sleep(0)
+
+            t = await c.spawn(other)
+            got = []
+            async with c.timeout_after(5):
+                await client.send_all(b"ab")
+                got.append(await server.receive_some(100))     # short read: drained
+                await client.send_all(b"cd")
+                assert select.select([server.socket._sock], [], [], 5)[0]   # it has arrived
+                turns = 0
+                got.append(await server.receive_some(100))     # data there: no yield
+                await client.socket.sendall(b"ef")
+                assert select.select([server.socket._sock], [], [], 5)[0]
+                got.append(await server.socket.recv(100))      # the Socket-level path too
+                await client.send_eof()
+                assert select.select([server.socket._sock], [], [], 5)[0]
+                got.append(await server.receive_some(100))     # EOF there: no yield
+                quiet_turns = turns
+            running = False
+            await t.join()
+            return got, quiet_turns
+
+    got, quiet_turns = run(main)
+    assert got == [b"ab", b"cd", b"ef", b""]
+    assert quiet_turns == 0
+
+
+def test_a_drained_read_waits_for_data_that_comes_later():
+    async def main():
+        client, server = await tcp_pair()
+        async with client, server:
+            async def later():
+                await c.sleep(0.02)
+                await client.send_all(b"late")
+
+            await client.send_all(b"now")
+            async with c.timeout_after(5):
+                assert await server.receive_some(100) == b"now"    # drained
+                await c.spawn(later)
+                assert await server.receive_some(100) == b"late"   # poll says empty: waits
+
+    run(main)
+
+
+def test_kernel_on_the_selectors_fallback_poller(monkeypatch):
+    # Where epoll is missing the loop polls through selectors instead; same
+    # behaviour: I/O waits, timers, a socket closed under a waiting task.
+    monkeypatch.setattr(kernel_module, "_new_poller", kernel_module._SelectorPoller)
+
+    async def main():
+        client, server = await tcp_pair(sockbuf=64 * 1024)
+        data = pattern(5, 1 * MiB)
+
+        async def echo():
+            while chunk := await server.receive_some():
+                await server.send_all(chunk)
+            await server.send_eof()
+
+        async def send():
+            await client.send_all(data)
+            await client.send_eof()
+
+        async with client, server:
+            async with c.timeout_after(10):
+                async with c.TaskGroup() as g:
+                    g.start_soon(echo)
+                    g.start_soon(send)
+                    echoed = await read_all(client)
+        async with c.move_on_after(0.01) as scope:
+            await c.sleep(1)
+
+        a, b = socket.socketpair()
+        sa = c.Socket(a)
+
+        async def reader():
+            with pytest.raises(c.ClosedResourceError):
+                await sa.recv(10)
+            return "woken"
+
+        t = await c.spawn(reader)
+        await c.sleep(0.01)
+        await sa.close()
+        b.close()
+        return echoed == data, scope.cancelled_caught, await t.join()
+
+    with c.Kernel() as k:
+        assert isinstance(k._poller, kernel_module._SelectorPoller)
+        assert k.run(main) == (True, True, "woken")
+
+
 def test_socket_wrapper_basics():
     async def main():
         a, b = socket.socketpair()
@@ -1194,6 +1299,28 @@ def test_probe_counts_spawns_switches_and_cancellations():
     assert p.task_switches >= 14
     assert p.loop_iterations >= 10
     assert p.ready_max >= 1
+
+
+@pytest.mark.parametrize("spawn, switches, iterations", [("lazy", 4, 3), ("eager", 3, 1)])
+def test_probe_counts_are_exact_for_one_spawn_and_join(spawn, switches, iterations):
+    # The loop keeps these counters in locals and writes them back when it
+    # returns; each send/throw is one switch. lazy: main runs to its join (2
+    # sends: the spawn trap is answered in place), the child (1), main again
+    # (1), in three passes. eager: the child runs inside main's spawn trap and
+    # is done before the join, which then doesn't block.
+    async def child():
+        return 7
+
+    async def main():
+        t = await c.spawn(child)
+        return await t.join()
+
+    with c.Kernel(spawn=spawn) as k:
+        assert k.run(main) == 7
+        assert (k.probe.task_switches, k.probe.spawns, k.probe.loop_iterations) == (
+            switches, 2, iterations)
+        assert k.run(main) == 7                       # and they accumulate over runs
+        assert k.probe.task_switches == 2 * switches and k.probe.spawns == 4
 
 
 def test_trace_has_task_tracks_step_slices_io_waits_and_flows():

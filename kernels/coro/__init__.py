@@ -10,10 +10,10 @@ later. The hybrid kernel puts coroutines on top but keeps the buffers.
 This kernel removes them. A task is a coroutine; the kernel's only ways of
 touching it are ``coro.send(value)`` and ``coro.throw(exc)``. A task asks the
 kernel for something by yielding a *trap* -- a small tuple such as
-``(_READ_WAIT, sock)`` -- from a generator at the bottom of its await chain,
-and the kernel dispatches it through a table. Sockets are non-blocking and are
-used directly: ``sendall`` loops on ``send()`` and traps only when the OS says
-EAGAIN. So ``await sock.sendall(data)`` returns exactly when the OS has the
+``(_IO_WAIT, sock, W_READ)`` -- from a generator at the bottom of its await
+chain, and the kernel dispatches it through a table. Sockets are non-blocking
+and are used directly: ``sendall`` loops on ``send()`` and traps only when the
+OS says EAGAIN. So ``await sock.sendall(data)`` returns exactly when the OS has the
 bytes, backpressure is simply the call taking longer, and shutting down can't
 lose what the application believes it wrote. That is curio's design, and the
 post's verdict on it: correct as originally written.

@@ -12,6 +12,16 @@ with ``io_schedule_point=True``, where every socket call starts with a
 checkpoint (trio's rule: cancellation is checked and other tasks get a turn
 before the syscall, even if it then succeeds at once).
 
+A failed ``recv`` is not cheap: EAGAIN comes back as a ``BlockingIOError``
+that costs three times the syscall, and a request/response connection pays it
+on every other read (the read after the one that emptied the socket). So when
+the last ``recv`` returned less than it asked for -- the socket was drained --
+the next one first asks ``poll()`` with a zero timeout whether anything has
+arrived since, and waits for readability straight away if not. That is the
+same test the failed syscall makes, so the rule is unchanged: a call traps
+only when the socket has nothing for it, and never when it has. A wrong guess
+costs one cheap poll.
+
 When ``sendall`` is interrupted -- cancelled, timed out, or the peer reset the
 connection -- the exception carries ``bytes_sent``: exactly how many bytes the
 OS accepted, so the caller knows what the peer can still receive (curio does
@@ -22,6 +32,7 @@ an fd that no longer exists.
 from __future__ import annotations
 
 import os
+import select
 import socket
 
 from ..probe import ConnStats
@@ -31,10 +42,15 @@ from .kernel import (BusyResourceError, Cancelled, ClosedResourceError, TaskTime
 __all__ = ["Socket", "SocketStream", "Listener", "open_tcp_stream", "listen"]
 
 _DEFAULT_RECEIVE = 65536
+_HAVE_POLL = hasattr(select, "poll")
 
 
 def _closed(*args, **kwargs):
     raise ClosedResourceError("the socket is closed")
+
+
+def _readable_anyway(timeout):
+    return True
 
 
 def _fmt(addr) -> str:
@@ -76,7 +92,8 @@ class Socket:
     ``BusyResourceError`` from the kernel. After ``close()`` every call raises
     ``ClosedResourceError``.
     """
-    __slots__ = ("_sock", "stats", "_recv", "_recv_into", "_send", "_closed")
+    __slots__ = ("_sock", "stats", "_recv", "_recv_into", "_send", "_closed", "_drained",
+                 "_readable")
 
     def __init__(self, sock: socket.socket):
         if not isinstance(sock, socket.socket):
@@ -89,6 +106,8 @@ class Socket:
         self._recv_into = sock.recv_into
         self._send = sock.send
         self._closed = False
+        self._drained = False     # the last recv() emptied the socket (a hint only)
+        self._readable = None     # poll(0) on this fd alone, made on first need
         self.stats = _stats_for(sock)
 
     def __getattr__(self, name):
@@ -105,14 +124,28 @@ class Socket:
     async def recv(self, maxsize: int, flags: int = 0) -> bytes:
         if _state.checkpoint:
             await checkpoint()
+        if self._drained and not (self._readable or self._poller())(0):
+            await read_wait(self._sock)    # empty, as recv would have said with EAGAIN
         while True:
             try:
                 data = self._recv(maxsize, flags)
                 break
             except BlockingIOError:
                 await read_wait(self._sock)
-        self.stats.received_bytes += len(data)
+        n = len(data)
+        self._drained = n < maxsize and _HAVE_POLL
+        self.stats.received_bytes += n
         return data
+
+    def _poller(self):
+        # poll(0) for this fd alone (a poll object holds no fd of its own).
+        fd = self._sock.fileno()
+        if fd < 0:                       # closed behind our back: let recv say so
+            return _readable_anyway
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        self._readable = poller.poll
+        return poller.poll
 
     async def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
         if _state.checkpoint:
@@ -144,7 +177,6 @@ class Socket:
         """Send every byte; return when the OS has them all. If interrupted, the
         exception's ``bytes_sent`` says how many it has."""
         send = self._send
-        stats = self.stats
         sent = 0
         try:
             if _state.checkpoint:
@@ -154,10 +186,21 @@ class Socket:
                 sent = send(data, flags)
             except BlockingIOError:
                 pass
+            stats = self.stats
             stats.accepted_bytes += sent
             stats.sent_bytes += sent
-            if sent == total:
-                return
+        except (Cancelled, TaskTimeout, OSError, ClosedResourceError) as e:
+            e.bytes_sent = sent
+            raise
+        if sent != total:
+            await self._send_rest(send, data, flags, sent, total)
+
+    async def _send_rest(self, send, data, flags, sent, total):
+        # sendall after a first send() that didn't take everything: wait for
+        # room and send the rest. Split off so that the common case -- the OS
+        # takes it all at once -- stays short enough to inline (SocketStream).
+        stats = self.stats
+        try:
             with memoryview(data).cast("B") as view:
                 while sent < total:
                     await write_wait(self._sock)
@@ -216,6 +259,7 @@ class Socket:
         if self._closed:
             return
         self._closed = True
+        self._drained = False          # straight to _closed, not to a poll of a dead fd
         if _state.kernel is not None:
             await io_release(self._sock)
         self._sock.close()
@@ -267,8 +311,24 @@ class SocketStream:
         if self._receiving:
             raise BusyResourceError("another task is already receiving on this stream")
         self._receiving = True
+        sock = self.socket
         try:
-            return await self.socket.recv(max_bytes)
+            # Socket.recv(max_bytes), inline: one coroutine less between the
+            # task and its trap on every read (this is the echo hot path).
+            if _state.checkpoint:
+                await checkpoint()
+            if sock._drained and not (sock._readable or sock._poller())(0):
+                await read_wait(sock._sock)
+            while True:
+                try:
+                    data = sock._recv(max_bytes)
+                    break
+                except BlockingIOError:
+                    await read_wait(sock._sock)
+            n = len(data)
+            sock._drained = n < max_bytes and _HAVE_POLL
+            sock.stats.received_bytes += n
+            return data
         finally:
             self._receiving = False
 
@@ -278,8 +338,29 @@ class SocketStream:
         if self._eof_sent:
             raise ClosedResourceError("can't send data after send_eof()")
         self._sending = True
+        sock = self.socket
+        send = sock._send
+        sent = 0
         try:
-            await self.socket.sendall(data)
+            # Socket.sendall(data), inline up to its first send(): when the OS
+            # takes everything at once, no coroutine is created for it.
+            try:
+                if _state.checkpoint:
+                    await checkpoint()
+                total = len(data) if isinstance(data, (bytes, bytearray)) \
+                    else memoryview(data).nbytes
+                try:
+                    sent = send(data)
+                except BlockingIOError:
+                    pass
+                stats = sock.stats
+                stats.accepted_bytes += sent
+                stats.sent_bytes += sent
+            except (Cancelled, TaskTimeout, OSError, ClosedResourceError) as e:
+                e.bytes_sent = sent
+                raise
+            if sent != total:
+                await sock._send_rest(send, data, 0, sent, total)
         finally:
             self._sending = False
 
