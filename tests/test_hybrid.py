@@ -208,6 +208,76 @@ def test_cancellation_is_delivered_at_the_await_point_and_can_be_caught():
     assert cancellations >= 3
 
 
+def test_cancel_after_the_awaited_future_resolved_still_cancels():
+    """The future a task awaits is done but the task's step has not run yet:
+    cancel() cannot cancel the future any more, so the pending step throws
+    CancelledError instead of delivering the result (asyncio's _must_cancel).
+    The task's one reusable step handle must carry either outcome."""
+    async def waiter(f, log):
+        try:
+            log.append(await f)
+        except h.CancelledError:
+            log.append("cancelled")
+            raise
+
+    async def main():
+        log = []
+        f = h.Future()
+        t = h.create_task(waiter(f, log))
+        await h.sleep(0)                  # t is parked on f
+        f.set_result("value")             # t's step is queued ...
+        assert t.cancel()                 # ... and then cancelled
+        with pytest.raises(h.CancelledError):
+            await t
+        assert log == ["cancelled"] and t.cancelled()
+        # the same sequence with an exception in the future, and a task that
+        # is woken many times in a row by futures, bare yields and sleeps
+        f2 = h.Future()
+        t2 = h.create_task(waiter(f2, log))
+        await h.sleep(0)
+        f2.set_exception(KeyError("k"))
+        with pytest.raises(KeyError):
+            await t2
+
+        async def many():
+            total = 0
+            for i in range(50):
+                g = h.Future()
+                get_running_loop().call_soon(g.set_result, i)
+                total += await g
+                await h.sleep(0)
+                await h.sleep(0.0001)
+            return total
+        assert await h.gather(many(), many()) == [1225, 1225]
+        return True
+    assert _run(main)[0]
+
+
+def test_waking_a_task_on_a_closed_loop_raises():
+    """Resolving a future that a task awaits, after the loop closed, fails loudly
+    (RuntimeError from call_soon) instead of queueing the step where it never runs;
+    so does creating a task on a closed loop."""
+    from kernels.callback import Loop
+    loop = Loop()
+    try:
+        f = h.Future(loop=loop)
+
+        async def w():
+            return await f
+        t = h.Task(w(), loop=loop)
+        loop.call_soon(loop.stop)
+        loop.run_forever()                # one pass: t's first step parks it on f
+        assert not t.done()
+    finally:
+        loop.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        f.set_result(1)
+    coro = w()
+    with pytest.raises(RuntimeError, match="closed"):
+        h.Task(coro, loop=loop)
+    coro.close()
+
+
 def test_sleep_ordering():
     async def sleeper(d, order):
         await h.sleep(d)
@@ -480,6 +550,52 @@ def test_readexactly_readline_readuntil_and_incomplete_read():
             peer.close()
         finally:
             ls.close()
+        return True
+    assert _run(main)[0]
+
+
+def test_reads_after_cancelled_and_timed_out_reads_get_the_data():
+    """read() recycles its waiter Future once a wait ended normally; a wait that
+    ended in a cancellation or a timeout must leave nothing behind that a later
+    read could trip over: the next reads wait and wake as usual, and bytes that
+    arrived just before a cancellation stay buffered for the next read."""
+    async def main():
+        reader = h.StreamReader(loop=get_running_loop())
+        for i in range(3):                       # wait, wake, recycle, repeat
+            t = h.create_task(reader.read(100))
+            await h.sleep(0)
+            reader.feed_data(b"chunk%d" % i)
+            assert await t == b"chunk%d" % i
+        t = h.create_task(reader.read(100))      # cancelled while waiting
+        await h.sleep(0)
+        t.cancel()
+        with pytest.raises(h.CancelledError):
+            await t
+        with pytest.raises(TimeoutError):        # timed out while waiting
+            await h.wait_for(reader.read(100), 0.01)
+        t = h.create_task(reader.read(100))      # data, then a cancel before the step
+        await h.sleep(0)
+        reader.feed_data(b"kept")
+        t.cancel()
+        with pytest.raises(h.CancelledError):
+            await t
+        assert await reader.read(100) == b"kept"
+        t = h.create_task(reader.read(2))
+        await h.sleep(0)
+        reader.feed_data(b"abc")
+        assert await t == b"ab" and await reader.read(100) == b"c"
+        t = h.create_task(reader.read(100))      # EOF wakes a recycled waiter
+        await h.sleep(0)
+        reader.feed_eof()
+        assert await t == b"" and reader.at_eof()
+        # an error is raised by the waiting read and every later one
+        r2 = h.StreamReader(loop=get_running_loop())
+        t = h.create_task(r2.read(100))
+        await h.sleep(0)
+        r2.set_exception(ConnectionResetError("reset"))
+        for _ in range(2):
+            with pytest.raises(ConnectionResetError):
+                await (t if not t.done() else r2.read(100))
         return True
     assert _run(main)[0]
 

