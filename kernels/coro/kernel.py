@@ -954,10 +954,9 @@ class Kernel:
 
         def step(task):
             # Run `task` until it blocks or ends. Non-blocking traps are answered
-            # in place and the task is stepped again at once. The loop runs its
-            # batches through a copy of this body (see loop()); this function is
-            # for an eager spawn, which steps the child in the middle of another
-            # task's trap.
+            # in place and the task is stepped again at once. The loop calls it
+            # for each task of a batch; an eager spawn calls it in the middle of
+            # another task's trap, so it restores `current` when it returns.
             nonlocal current, switches
             outer = current
             current = task
@@ -1206,9 +1205,8 @@ class Kernel:
             # The probe's counters are kept in locals and closure cells while the
             # loop runs (an attribute update per step is measurable here) and
             # written back when it returns: read from inside a task they lag.
-            nonlocal stop, switches, spawns, current
+            nonlocal switches, spawns, current
             iterations = 0
-            steps = 0
             ready_max = probe.ready_max
             try:
                 while not stop:
@@ -1280,54 +1278,13 @@ class Kernel:
                         batch = [ready_popleft() for _ in range(n)]
                         rng.shuffle(batch)
                         ready.extendleft(reversed(batch))
-                    # step(task) for each task of the batch, inline: a call per
-                    # task, and the frame object that the StopIteration of every
-                    # finishing task materialises for its traceback, cost about
-                    # 4 % of a spawn+join. Keep the two copies the same.
                     for _ in range(n):
-                        task = current = ready_popleft()
-                        coro = task.coro
-                        while True:
-                            steps += 1
-                            if trace is not None:
-                                trace.begin("step", task.id)
-                                if task._flow:
-                                    trace.flow_end(task._flow, task.id)
-                                    task._flow = 0
-                            exc = task._exc
-                            try:
-                                if exc is None:
-                                    trap = coro.send(task._value)
-                                else:
-                                    task._exc = None
-                                    trap = coro.throw(exc)
-                            except StopIteration as e:
-                                if trace is not None:
-                                    trace.end(task.id)
-                                finish(task, e.value, None)
-                                break
-                            except BaseException as e:
-                                if trace is not None:
-                                    trace.end(task.id)
-                                finish(task, None, e)
-                                break
-                            if trace is not None:
-                                trace.end(task.id)
-                            try:
-                                handler = traps[trap[0]]
-                            except (TypeError, IndexError, KeyError):
-                                task._exc = TypeError(
-                                    f"task {task.name!r} awaited {trap!r}, which is not a coro "
-                                    "kernel trap (asyncio/trio/curio objects can't be awaited "
-                                    "here)")
-                                continue
-                            if handler(task, trap):
-                                break
+                        step(ready_popleft())
                     current = None
             finally:
                 probe.loop_iterations += iterations
                 probe.ready_max = ready_max
-                probe.task_switches += switches + steps
+                probe.task_switches += switches
                 probe.spawns += spawns
                 switches = spawns = 0
 
