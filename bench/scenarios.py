@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import queue
+import signal
 import statistics
 import subprocess
 import sys
@@ -77,7 +78,7 @@ class AppProcess:
 
     def interrupt(self):
         if self.proc.poll() is None:
-            self.proc.send_signal(2)
+            self.proc.send_signal(signal.SIGINT)
 
     def __enter__(self):
         return self
@@ -137,7 +138,8 @@ def _typical(values):
     return max(present, key=present.count) if present else None
 
 
-def _check_app(result: dict, notes: list) -> dict:
+def _check_app(result: dict) -> dict:
+    """The app side's result, or the error it reported, raised."""
     if "error" in result:
         raise RuntimeError(f"app side: {result['error']}")
     return result
@@ -167,7 +169,7 @@ def run_s1(cell: Cell, rt) -> tuple[dict, dict, list]:
             peers.start("source", connect=tuple(addr))
             res = peers.results()
             app.interrupt()
-            out = _check_app(app.wait("result", 10), notes)
+            out = _check_app(app.wait("result", 10))
     sink, source = res["sink"], res["source"]
     probe = out["probe"]
     peak = probe.get("peak_user_buffer_bytes")
@@ -255,7 +257,7 @@ def run_s3(cell: Cell, rt) -> tuple[dict, dict, list]:
                     "kwargs": {"sockbuf": p["sockbuf"]}, "max_s": p["max_s"]}
         with AppProcess(app_spec) as app:
             stopped = app.wait("stopped", p["max_s"] + 5)["at"]
-            out = _check_app(app.wait("result", p["eof_within_s"] + 5), notes)
+            out = _check_app(app.wait("result", p["eof_within_s"] + 5))
         res = peers.results()["reader"]
     delivered = res.get("received_bytes", 0)
     eof_at = res.get("eof_at")
@@ -280,7 +282,7 @@ def run_s4(cell: Cell, rt) -> tuple[dict, dict, list]:
     app_spec = {"kind": "probe", "runtime": cell.runtime,
                 "kwargs": {"trials": cell.params["trials"]}, "max_s": 60}
     with AppProcess(app_spec) as app:
-        out = _check_app(app.wait("result", 70), [])
+        out = _check_app(app.wait("result", 70))
     raw = out.pop("notes", None) or []
     out.pop("details", None)
     notes = [f"{k}: {v}" for k, v in raw.items()] if isinstance(raw, dict) else list(raw)
@@ -304,7 +306,7 @@ def run_s5(cell: Cell, rt) -> tuple[dict, dict, list]:
         with PeerProcess(spec, timeout_s=p["hold_s"] + 15) as peers:
             peers.results()
         app.interrupt()
-        out = _check_app(app.wait("result", 10), [])
+        out = _check_app(app.wait("result", 10))
     handled = out["counters"].get("requests_handled_count", 0)
     metrics = {"requests_handled_count": handled, "rss_growth_bytes": out.get("rss_growth_bytes"),
                "peak_user_buffer_bytes": out["probe"].get("peak_user_buffer_bytes")}
@@ -328,7 +330,7 @@ def run_s6(cell: Cell, rt) -> tuple[dict, dict, list]:
         with PeerProcess(spec, timeout_s=dur + 15) as peers:
             res = peers.results()
         app.interrupt()
-        out = _check_app(app.wait("result", 10), [])
+        out = _check_app(app.wait("result", 10))
     offered = dur / p["interval_s"] * p["message_bytes"]
     got = res["healthy"].get("received_bytes", 0)
     metrics = {"healthy_share_fraction": min(1.0, got / offered),
@@ -357,7 +359,7 @@ def _program_cell(cell: Cell, program: str, args: list, reader_start_s: float, m
                     "args": [list(addr), *args], "kwargs": {"sockbuf": p["sockbuf"]},
                     "max_s": max_s}
         with AppProcess(app_spec) as app:
-            out = _check_app(app.wait("result", max_s + 5), [])
+            out = _check_app(app.wait("result", max_s + 5))
         return out, peers.results()["reader"]
 
 
