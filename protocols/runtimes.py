@@ -33,13 +33,7 @@ __all__ = ["RUNTIMES", "Runtime", "UsageError", "Unavailable", "parse", "parse_l
            "bind_listener"]
 
 
-class UsageError(ValueError):
-    """A user named something that doesn't exist; the message lists what does."""
-
-
-class Unavailable(Exception):
-    """A runtime's library is missing here (exit code 3, not a crash)."""
-
+from protocols.errors import Unavailable, UsageError
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,18 @@
+"""Exit codes and the user-facing errors every bench layer raises or returns.
+
+A leaf module: the CLI maps these to one line on stderr and an exit code; no layer
+below it prints or exits on its own.
+"""
+from enum import IntEnum
+
+from protocols.errors import Unavailable, UsageError
+
+__all__ = ["ExitCode", "UsageError", "Unavailable"]
+
+
+class ExitCode(IntEnum):
+    OK = 0              # everything ran, every gate held
+    FAILED = 1          # a verdict or regression gate failed, or a fault was not survived
+    USAGE = 2           # a user mistake: one line on stderr, nothing measured is lost
+    ENVIRONMENT = 3     # a library or tool this needs is missing here
+    INTERRUPTED = 130   # SIGINT/SIGTERM: what finished is kept, and the line says where
