@@ -10,11 +10,32 @@ from __future__ import annotations
 import pytest
 
 from protocols.conformance.contract import CONTRACT
+from protocols.contracts import CONTRACTS
 from protocols.conformance.harness import (
     BIG, CHUNK, MANY, SMALL, SOCKBUF, Recorder, cb_session, random_payload, st_session,
     tk_pair, tk_read_all, tk_session)
 # ===========================================================================
 # Every style: round trip
+
+def test_port_has_its_style_contract(looplab_runtime):
+    """The port a runtime opens has every method and attribute of its style's
+    ``protocols.contracts`` class (the rest of the suite tests what they do)."""
+    contract = CONTRACTS[looplab_runtime.style]
+    with looplab_runtime.open() as port:
+        missing = [name for name in sorted(_members(contract)) if not hasattr(port, name)]
+        assert port.style == looplab_runtime.style
+    assert not missing, f"{looplab_runtime.id}'s port lacks {missing} of {contract.__name__}"
+
+
+def _members(protocol) -> set[str]:
+    names = set()
+    for cls in protocol.__mro__:
+        if cls is object or cls.__name__ in ("Protocol", "Generic"):
+            continue
+        names |= {n for n in vars(cls) if not n.startswith("_")}
+        names |= set(getattr(cls, "__annotations__", {}))
+    return names
+
 
 def test_declared_differences_name_contract_keys(looplab_runtime):
     """A runtime's declared differences name keys of its style's contract, each
