@@ -166,12 +166,14 @@ _TC = "protocols.trio_curio_ports"
 
 for _info in (
     RuntimeInfo("callback", "callback", f"{_P}:OurCallbackPort", kernel_options("callback"),
-                ours=True, compared_with=("asyncio-protocol", "uvloop-protocol"),
+                ours=True, requires=("kernels.callback",),
+                compared_with=("asyncio-protocol", "uvloop-protocol"),
                 fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, {}, _NEUTRAL),
                 differences={"write_after_close": _DROPS_LATE_WRITES},
                 summary="our reactor, Protocol/Transport"),
     RuntimeInfo("hybrid", "stream", f"{_P}:HybridPort", kernel_options("hybrid"),
-                ours=True, compared_with=("asyncio-streams", "uvloop-streams"),
+                ours=True, requires=("kernels.hybrid",),
+                compared_with=("asyncio-streams", "uvloop-streams"),
                 fingerprint=Fingerprint(_ASYNCIO_STREAMS, {
                     "spawn=eager": {"child_ran_before_spawn_returned": True},
                     "drain=empty": {},
@@ -180,7 +182,8 @@ for _info in (
                 differences={"write_after_close": _DROPS_LATE_WRITES},
                 summary="our Futures/Tasks/streams on the reactor"),
     RuntimeInfo("coro", "task", f"{_P}:CoroPort", kernel_options("coro"),
-                ours=True, compared_with=("curio", "trio"),
+                ours=True, requires=("kernels.coro",),
+                compared_with=("curio", "trio"),
                 fingerprint=Fingerprint(_CURIO, {
                     "io_schedule_point=true": {
                         "other_tasks_during_nonblocking_sends_count": _EVERY_SEND_YIELDS},

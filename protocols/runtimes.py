@@ -195,7 +195,6 @@ def _unavailable_reason(info: RuntimeInfo) -> str | None:
         for module in info.requires:
             reason = _import_reason(module)
             if reason:
-                reason += "; pip install 'looplab[all]'" if info.origin == "builtin" else ""
                 break
         if reason is None:
             try:
