@@ -5,10 +5,11 @@ style, so what a port promises (``protocols.contracts``) is checked on all of
 them with the same code, through the port API only. The suite ships with
 looplab so a kernel written outside it can be held to the same contract::
 
-    pytest -p looplab --pyargs protocols.conformance \
+    pytest --pyargs protocols.conformance \
         --looplab-runtime-module mypkg.kernel --looplab-runtimes mykernel
 
-(``-p looplab`` is only needed where pytest plugin autoloading is off.)
+(The plugin is loaded by its ``pytest11`` entry point; where plugin autoloading
+is off, add ``-p protocols.pytest_plugin``.)
 ``--looplab-runtime-module`` imports the module that registers the runtime;
 ``--looplab-runtimes`` picks what to test (default: every registered runtime).
 Each test applies to one style or to all of them, so a runtime only runs the
