@@ -177,7 +177,7 @@ def pytest_terminal_summary(terminalreporter):
     for report in xfailed:
         reason = getattr(report, "wasxfail", "").removeprefix("reason: ")
         if reason.startswith(DIFFERENCE_PREFIX):
-            seen.append(f"{report.nodeid}: {reason[len(DIFFERENCE_PREFIX) + 1:]}")
+            seen.append(f"{report.nodeid}: {reason}")
     if seen:
         terminalreporter.section("looplab: declared contract differences")
         for line in seen:
