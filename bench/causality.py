@@ -5,8 +5,8 @@ returns, so that ``f(); g()`` means f is finished before g starts. Every runtime
 bends that somewhere -- a spawned child has not run yet, a write left bytes in
 user space, a close has not closed -- and where it bends is what a program
 written on it must know. This module measures those places. It is not a test
-with a pass and a fail: a fingerprint is a row of facts, and ``DECLARED`` says
-what each runtime's row is supposed to be (from SCENARIOS.md S4, measured on the
+with a pass and a fail: a fingerprint is a row of facts, and each runtime declares
+what its row is supposed to be (``RuntimeInfo.fingerprint``, measured on the
 reference libraries), so that our kernels can be checked against the library
 they imitate and a flipped option can be seen to change exactly what it claims.
 
@@ -68,8 +68,9 @@ import threading
 import time
 
 from protocols import runtimes
+from protocols.fingerprint import NONBLOCKING_SENDS, Between, Near, Positive, satisfies
 
-__all__ = ["METRICS", "DECLARED", "DECLARED_FLIPS", "NEUTRAL_OPTIONS", "fingerprint", "declared_for",
+__all__ = ["METRICS", "fingerprint", "declared_for",
            "matches", "satisfies", "Near", "Between", "Positive", "SURFACES"]
 
 METRICS = (
@@ -85,7 +86,7 @@ METRICS = (
 
 WRITE_BYTES = 1_000_000      # the S4 "write(1 MB)"
 SOCKBUF = 64 * 1024          # SO_SNDBUF/SO_RCVBUF requested on both sides of that write
-SENDS = 2000                 # non-blocking sends for the turn-count probe
+SENDS = NONBLOCKING_SENDS    # non-blocking sends for the turn-count probe (the declarations use it)
 SEND_BYTES = 64
 ERROR_WAIT_S = 2.0           # how long a reset may take to surface before "nowhere"
 PROBE_LIMIT_S = 10.0         # watchdog per callback probe (none should come near it)
@@ -93,154 +94,16 @@ SURFACES = ("at the call", "in a callback", "only in a log", "nowhere")
 
 
 # ---------------------------------------------------------------------------
-# Expectations: a declared value is either a plain value (compared with ==) or
-# one of these tolerances. Each has ``ok(value)`` and a readable ``repr``.
-
-class Near:
-    """A number within ``tol`` of ``value`` (inclusive)."""
-
-    def __init__(self, value: float, tol: float):
-        self.value, self.tol = value, tol
-
-    def ok(self, v) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v - self.value) <= self.tol
-
-    def __repr__(self):
-        return f"{self.value}±{self.tol}"
-
-
-class Between:
-    """A number strictly between ``lo`` and ``hi``."""
-
-    def __init__(self, lo: float, hi: float):
-        self.lo, self.hi = lo, hi
-
-    def ok(self, v) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and self.lo < v < self.hi
-
-    def __repr__(self):
-        return f"strictly between {self.lo} and {self.hi}"
-
-
-class Positive:
-    """A byte count above zero: for buffered bytes only "some", "none" (0) and
-    "not applicable" (None) are declared; the exact figure depends on the
-    machine's socket buffers (asyncio ~869,036 on the reference machines)."""
-
-    def ok(self, v) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-    def __repr__(self):
-        return "> 0"
-
-
-def satisfies(expected, v) -> bool:
-    """Does measured value ``v`` meet declaration ``expected`` (a plain value --
-    booleans and None by identity, numbers by ==, never True == 1 -- or a
-    tolerance with ``ok``)?"""
-    if hasattr(expected, "ok"):
-        return expected.ok(v)
-    if isinstance(expected, bool) or expected is None:
-        return v is expected
-    if isinstance(expected, (int, float)):
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and v == expected
-    return v == expected
-
-
-# ---------------------------------------------------------------------------
-# The declared table (SCENARIOS.md S4). uvloop is not in that table: its rows
-# were measured here (uvloop 0.23.0) and agree with asyncio's.
-
-_ASYNCIO_PROTOCOL = {
-    "child_ran_before_spawn_returned": False,
-    "child_first_after_yield_fraction": Near(1.0, 0.1),     # call_soon is FIFO
-    "user_buffered_after_write_bytes": Positive(),          # ~869,036
-    "closed_when_close_returned": False,
-    "closed_after_one_yield": True,
-    "other_tasks_during_nonblocking_sends_count": None,     # no tasks on this port
-    "cancel_semantics": None,                               # no tasks on this port
-    "error_surface": "in a callback",                       # connection_lost(exc)
-}
-_ASYNCIO_STREAMS = {
-    **_ASYNCIO_PROTOCOL,
-    "cancel_semantics": "edge",
-    "error_surface": "at the call",                         # drain() raises
-}
-_CURIO = {
-    "child_ran_before_spawn_returned": False,               # curio issue 164: docs said yes
-    "child_first_after_yield_fraction": Near(1.0, 0.1),
-    "user_buffered_after_write_bytes": None,                # sendall blocks
-    "closed_when_close_returned": True,
-    "closed_after_one_yield": True,
-    "other_tasks_during_nonblocking_sends_count": 0,
-    "cancel_semantics": "edge",
-    "error_surface": "at the call",
-}
-_TRIO = {
-    **_CURIO,
-    "child_first_after_yield_fraction": Between(0.2, 0.8),  # randomized batches (~0.41)
-    "other_tasks_during_nonblocking_sends_count": Near(SENDS, 0.05 * SENDS),  # ~1999
-    "cancel_semantics": "level",
-}
-
-DECLARED: dict[str, dict] = {rid: dict(row) for rid, row in (
-    ("asyncio-protocol", _ASYNCIO_PROTOCOL),
-    ("uvloop-protocol", _ASYNCIO_PROTOCOL),
-    ("callback", _ASYNCIO_PROTOCOL),        # ours: asyncio's column
-    ("asyncio-streams", _ASYNCIO_STREAMS),
-    ("uvloop-streams", _ASYNCIO_STREAMS),
-    ("hybrid", _ASYNCIO_STREAMS),           # ours: asyncio's column
-    ("curio", _CURIO),
-    ("coro", _CURIO),                       # ours: curio's column
-    ("trio", _TRIO),
-)}
-
-# What flipping ONE option is declared to change; every other metric keeps its
-# base declaration. ``coro:ready_order=random-1`` stands for every seed.
-DECLARED_FLIPS: dict[str, dict] = {
-    "coro:io_schedule_point=true": {
-        "other_tasks_during_nonblocking_sends_count": Near(SENDS, 0.05 * SENDS)},
-    "coro:ready_order=random-1": {"child_first_after_yield_fraction": Between(0.2, 0.8)},
-    "coro:cancel=level": {"cancel_semantics": "level"},
-    "coro:spawn=eager": {"child_ran_before_spawn_returned": True},
-    "hybrid:spawn=eager": {"child_ran_before_spawn_returned": True},
-    "hybrid:drain=empty": {},
-    "hybrid:write=defer": {},
-}
-
-# Options declared not to touch any S4 metric, whatever their value.
-NEUTRAL_OPTIONS = frozenset({"exit", "trace", "instrument", "high_water", "low_water", "write",
-                             "drain"})
-
-
-def _flip_key(rt_id: str, name: str, value) -> str:
-    shown = str(value).lower() if isinstance(value, bool) else str(value)
-    if name == "ready_order" and shown.startswith("random-"):
-        shown = "random-1"
-    return f"{rt_id}:{name}={shown}"
-
+# Expectations. What each runtime's row is supposed to be is declared on the
+# runtime itself (``RuntimeInfo.fingerprint``, a ``protocols.fingerprint.Fingerprint``),
+# with the tolerances a declared value may use.
 
 def declared_for(runtime_spec: str) -> tuple[dict, list[str]]:
-    """The declared fingerprint of a runtime spec: its id's row with the declared
-    flips of its non-default options applied. Returns (table, problems): an
-    option flip that is neither declared nor neutral is a problem (nothing is
-    claimed for it), and so is a runtime without a row."""
-    rt = runtimes.parse(runtime_spec)
-    base = DECLARED.get(rt.id)
-    if base is None:
-        return {}, [f"no declared fingerprint for runtime {rt.id}"]
-    table = dict(base)
-    problems = []
-    defaults = {o.name: o.default for o in rt.info.options}
-    for name, value in rt.options.items():
-        if value == defaults[name]:
-            continue
-        key = _flip_key(rt.id, name, value)
-        if key in DECLARED_FLIPS:
-            table.update(DECLARED_FLIPS[key])
-        elif name not in NEUTRAL_OPTIONS:
-            problems.append(f"{key}: nothing is declared for this option flip")
-    return table, problems
+    """The declared fingerprint of a runtime spec: its runtime's row with the
+    declared flips of its non-default options applied. Returns (table, problems):
+    an option flip that is neither declared nor neutral is a problem (nothing is
+    claimed for it), and so is a runtime without a declared row."""
+    return runtimes.parse(runtime_spec).declared_fingerprint()
 
 
 def matches(runtime_spec: str, measured: dict) -> list[str]:

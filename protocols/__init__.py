@@ -5,6 +5,18 @@ proxy, request/response and push (bytes and events in, actions out; no sockets, 
 no kernel imports). The drivers that run a core on one port live beside it:
 ``protocols.callback`` (asyncio-style Protocol/Transport), ``protocols.stream``
 (StreamReader/StreamWriter) and ``protocols.task`` (trio-style Stream and tasks).
-``protocols.ports`` adapts each port to our kernels and to the reference libraries;
-``protocols.runtimes`` names the runtimes users choose from.
+
+What a driver may rely on is written down in ``protocols.contracts`` (one
+``typing.Protocol`` per port style) and measured on every runtime by the
+conformance suite in ``protocols.conformance``. The ports themselves are in
+``protocols.ports`` (our kernels), ``protocols.asyncio_ports`` and
+``protocols.trio_curio_ports`` (the reference libraries).
+
+``protocols.runtimes`` is the registry users choose from: ``parse("coro:spawn=eager")``
+gives a ``Runtime`` whose ``open()`` is a fresh port, ``port.run(main)`` runs a
+program and ``port.probe()`` reads its counters. The nine built-in runtimes are
+declared in ``protocols.builtin``; a third-party kernel registers its own
+``RuntimeInfo`` the same way (an entry point, ``LOOPLAB_RUNTIME_MODULES`` or
+``--runtime-module``). ``protocols.fingerprint`` holds the vocabulary of the
+declared S4 fingerprints, and ``protocols.pytest_plugin`` runs tests across runtimes.
 """

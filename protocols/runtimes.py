@@ -1,167 +1,212 @@
 """Runtimes: a kernel plus the port it is driven through, named for users.
 
+A *runtime* is one ``RuntimeInfo`` object that says everything about itself:
+its id and port style, where its port class lives (``"package.module:Class"``,
+imported only when the runtime is opened or checked, so a missing library makes
+the runtime *unavailable with a reason*, never an import-time crash), its
+option schema, the reference libraries it is compared with (primary first), the
+modules it needs, its declared S4 fingerprint and its declared differences from
+its style's port contract. ``register(info)`` adds one; the nine built-in
+runtimes (``protocols.builtin``) are registered exactly that way.
+
 A *runtime spec* is ``ID[:OPT=VALUE,OPT=VALUE...]``, e.g. ``coro:ready_order=random-7``.
-``parse()`` turns it into a ``Runtime``; ``Runtime.open()`` makes a fresh *port*:
+``parse(spec)`` turns it into a ``Runtime`` (the info plus full option values);
+``Runtime.open()`` constructs a fresh port as ``PortClass(runtime, options)``.
+Every user mistake -- an unknown id, an unknown option, a bad value -- is one
+``UsageError`` whose one-line message names the runtime and lists what is valid.
 
-* ``CallbackPort`` (style ``callback``): an asyncio ``Protocol``/``Transport`` subset.
-  Drivers hand it protocol factories; ``listen``/``connect`` are callback-shaped so the
-  same driver runs on our reactor and on asyncio's or uvloop's loop.
-* ``StreamPort`` (style ``stream``): asyncio's streams and task functions
-  (``open_connection``, ``start_server``, ``sleep``, ``create_task``, ``wait_for`` ...).
-* ``TaskPort`` (style ``task``): trio's ``Stream`` (``receive_some``, ``send_all``,
-  ``send_eof``, ``aclose``) plus ``open_nursery`` (``await n.spawn(fn, *args)``,
-  ``n.cancel()``), ``sleep``, ``move_on_after`` (an *async* context manager here, since
-  curio's timeouts trap) and ``Event``.
+Discovery. Runtimes from outside the package arrive three ways, all of which
+import a module (or call a function) that calls ``register``:
 
-Every port has ``run(main, *args)`` (``main`` receives the port first), ``probe()``
-(counters in the results vocabulary; ``None`` for what can't be seen) and ``close()``.
+* the entry-point group ``looplab.runtimes`` of any installed distribution
+  (an entry point names a module, or a callable that registers and may also
+  return RuntimeInfo objects to register);
+* the ``LOOPLAB_RUNTIME_MODULES`` environment variable, a comma list of modules;
+* ``load_plugins(modules)``, which the CLI's ``--runtime-module`` calls.
 
-Reference libraries are imported lazily, inside ``open()``: a missing one makes its
-runtime unavailable with a reason (``available()``), never an import-time crash.
-They are measured through public APIs only -- a transport proxy that reads
-``get_write_buffer_size()`` after every write, trio's ``Instrument``, curio's
-``Activation`` -- so their numbers come from the same place ours would if we could not
-see inside.
+Entry points and the environment variable are read once, when this module is
+first imported; a plugin that fails to load there is recorded
+(``plugin_errors()``) and named in "unknown runtime" messages instead of
+crashing every command. ``plugin_modules()`` lists the modules loaded so far,
+so a parent can hand them to a fresh process, which calls
+``load_plugins(that_list)`` before looking anything up. Each RuntimeInfo
+records its ``origin``: ``builtin``, ``entry point NAME (DIST)`` or ``module PKG.MOD``.
 """
 from __future__ import annotations
 
 import importlib
+import os
 import socket
-from dataclasses import dataclass, field
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Mapping, NamedTuple
 
-__all__ = ["RUNTIMES", "Runtime", "UsageError", "Unavailable", "parse", "parse_list", "available_runtimes",
-           "bind_listener"]
-
-
+from kernels.options import OptionError, Schema
 from protocols.errors import Unavailable, UsageError
+from protocols.fingerprint import Fingerprint
+
+__all__ = ["RuntimeInfo", "Difference", "Runtime", "RUNTIMES", "STYLES", "UsageError",
+           "Unavailable", "register", "unregister", "get", "parse", "parse_list",
+           "available_runtimes", "load_plugins", "plugin_modules", "plugin_errors",
+           "bind_listener", "ENTRY_POINT_GROUP", "ENV_VAR"]
+
+STYLES = ("callback", "stream", "task")
+ENTRY_POINT_GROUP = "looplab.runtimes"
+ENV_VAR = "LOOPLAB_RUNTIME_MODULES"
 
 
-# ---------------------------------------------------------------------------
-# Option schema. Each kernel exposes its design choices as options whose
-# defaults reproduce the reference library's behaviour.
-
-def _int_bytes(text: str) -> int:
-    t = text.strip().lower()
-    mult = 1
-    for suffix, m in (("kib", 1024), ("k", 1024), ("mib", 1 << 20), ("m", 1 << 20)):
-        if t.endswith(suffix):
-            t, mult = t[: -len(suffix)], m
-            break
-    value = int(t) * mult
-    if value < 0:
-        raise ValueError("must be >= 0")
-    return value
-
-
-def _bool(text: str) -> bool:
-    t = text.strip().lower()
-    if t in ("1", "true", "yes", "on"):
-        return True
-    if t in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("must be true or false")
-
-
-def _choice(*values):
-    def parse_choice(text: str) -> str:
-        if text not in values:
-            raise ValueError("must be one of " + "|".join(values))
-        return text
-    parse_choice.values = values
-    return parse_choice
-
-
-def _ready_order(text: str) -> str:
-    if text == "fifo":
-        return text
-    if text.startswith("random-") and text[7:].lstrip("-").isdigit():
-        return text
-    raise ValueError("must be fifo or random-SEED (e.g. random-7)")
-
-
-@dataclass(frozen=True)
-class Option:
-    name: str
-    default: object
-    parse: object
-    doc: str
-
-    def describe(self) -> str:
-        values = getattr(self.parse, "values", None)
-        shown = str(self.default).lower() if isinstance(self.default, bool) else self.default
-        kind = "|".join(values) if values else {
-            _int_bytes: "bytes", _bool: "true|false", _ready_order: "fifo|random-SEED"}.get(self.parse, "")
-        return f"{self.name}={shown} ({kind}) {self.doc}"
-
-
-_EXIT = Option("exit", "cancel", _choice("cancel", "wait", "raise"),
-               "what run(main) does with leftover tasks and unsent bytes")
-_TRACE = Option("trace", False, _bool, "record Chrome trace events")
-_CALLBACK_OPTS = [
-    Option("high_water", 65536, _int_bytes, "pause_writing above this many buffered bytes"),
-    Option("low_water", 16384, _int_bytes, "resume_writing at or below this"),
-    Option("write", "try-send", _choice("try-send", "defer"),
-           "try-send: send at once, buffer the rest (asyncio); defer: always buffer (Twisted)"),
-    _EXIT, _TRACE,
-]
-_HYBRID_OPTS = _CALLBACK_OPTS[:3] + [
-    Option("spawn", "lazy", _choice("lazy", "eager"), "lazy: child runs after the parent yields"),
-    Option("drain", "asyncio", _choice("asyncio", "empty"),
-           "asyncio: return unless paused (resumes at low water); empty: wait for an empty buffer"),
-    _EXIT, _TRACE,
-]
-_CORO_OPTS = [
-    Option("io_schedule_point", False, _bool, "every I/O call yields (trio) or only blocking ones (curio)"),
-    Option("spawn", "lazy", _choice("lazy", "eager"), "lazy: child runs after the parent yields"),
-    Option("cancel", "edge", _choice("edge", "level"), "edge: delivered once (curio); level: until exit (trio)"),
-    Option("ready_order", "fifo", _ready_order, "order of a batch of ready tasks"),
-    _EXIT, _TRACE,
-]
-_REF_OPTS = [Option("instrument", True, _bool,
-                    "measure write buffers through a transport proxy (off for benchmarks)")]
+class Difference(NamedTuple):
+    """A declared, measured deviation from the style's port contract: the
+    ``outcome`` the conformance suite sees on this runtime, and why."""
+    outcome: str
+    reason: str
 
 
 @dataclass(frozen=True)
 class RuntimeInfo:
+    """Everything looplab knows about one runtime.
+
+    ``port`` is ``"package.module:Class"``; the class is constructed as
+    ``Class(runtime, options)`` where ``runtime`` is the parsed ``Runtime`` and
+    ``options`` the full option dict. ``compared_with`` lists the reference
+    runtimes (by id) whose behaviour this one's defaults reproduce, primary
+    first. ``requires`` are modules that must import for the runtime to be
+    available (checked before the port module itself). ``differences`` maps a
+    conformance-suite key to a ``Difference`` (or an ``(outcome, reason)``
+    pair). ``origin`` is filled in by ``register`` when left empty."""
     id: str
-    kernel: str             # "looplab" or the library's import name
-    style: str              # callback | stream | task
-    options: tuple
+    style: str
+    port: str
+    options: Schema
+    ours: bool = False
     compared_with: tuple = ()
-    requires: tuple = ()    # modules that must import
+    requires: tuple = ()
+    fingerprint: Fingerprint | None = None
+    differences: Mapping[str, Difference] = field(default_factory=dict)
     summary: str = ""
+    origin: str = ""
+
+    @property
+    def primary_reference(self) -> str | None:
+        """The runtime whose behaviour this one's defaults reproduce, or None."""
+        return self.compared_with[0] if self.compared_with else None
+
+    def difference(self, key: str) -> Difference | None:
+        d = self.differences.get(key)
+        return None if d is None else Difference(*d)
 
 
-RUNTIMES: dict[str, RuntimeInfo] = {r.id: r for r in [
-    RuntimeInfo("callback", "looplab", "callback", tuple(_CALLBACK_OPTS),
-                ("asyncio-protocol", "uvloop-protocol"), (), "our reactor, Protocol/Transport"),
-    RuntimeInfo("hybrid", "looplab", "stream", tuple(_HYBRID_OPTS),
-                ("asyncio-streams", "uvloop-streams"), (), "our Futures/Tasks/streams on the reactor"),
-    RuntimeInfo("coro", "looplab", "task", tuple(_CORO_OPTS),
-                ("curio", "trio"), (), "our trap kernel, send_all blocks"),
-    RuntimeInfo("asyncio-protocol", "asyncio", "callback", tuple(_REF_OPTS), (), ("asyncio",),
-                "stdlib asyncio, Protocol/Transport"),
-    RuntimeInfo("asyncio-streams", "asyncio", "stream", tuple(_REF_OPTS), (), ("asyncio",),
-                "stdlib asyncio, StreamReader/StreamWriter"),
-    RuntimeInfo("uvloop-protocol", "uvloop", "callback", tuple(_REF_OPTS), (), ("uvloop",),
-                "uvloop, Protocol/Transport"),
-    RuntimeInfo("uvloop-streams", "uvloop", "stream", tuple(_REF_OPTS), (), ("uvloop",),
-                "uvloop, asyncio streams"),
-    RuntimeInfo("curio", "curio", "task", tuple(_REF_OPTS), (), ("curio",),
-                "curio, recv/sendall through a thin Stream shim"),
-    RuntimeInfo("trio", "trio", "task", tuple(_REF_OPTS), (), ("trio",), "trio, SocketStream"),
-]}
+# The registry, in registration order (built-ins first). Read it freely; add to
+# it only through register().
+RUNTIMES: dict[str, RuntimeInfo] = {}
 
-OURS = ("callback", "hybrid", "coro")
+_origin_stack: list[str] = []
+_loaded_modules: list[str] = []
+_plugin_errors: list[str] = []
+_reasons: dict[str, str | None] = {}
 
+
+@contextmanager
+def _origin(text: str):
+    _origin_stack.append(text)
+    try:
+        yield
+    finally:
+        _origin_stack.pop()
+
+
+def _check_info(info: RuntimeInfo) -> None:
+    problems = []
+    if not isinstance(info.id, str) or not info.id or any(c in info.id for c in ":,= "):
+        problems.append(f"id {info.id!r} must be a non-empty word without ':', ',', '=' or spaces")
+    if info.style not in STYLES:
+        problems.append(f"style {info.style!r} must be one of {', '.join(STYLES)}")
+    module, sep, cls = str(info.port).partition(":")
+    if not (module and sep and cls):
+        problems.append(f"port {info.port!r} must be 'package.module:Class'")
+    if not isinstance(info.options, Schema):
+        problems.append("options must be a kernels.options.Schema")
+    if info.fingerprint is not None and not isinstance(info.fingerprint, Fingerprint):
+        problems.append("fingerprint must be a protocols.fingerprint.Fingerprint or None")
+    if problems:
+        raise UsageError(f"cannot register runtime {info.id!r}: " + "; ".join(problems))
+
+
+def register(info: RuntimeInfo) -> RuntimeInfo:
+    """Add a runtime. Its id must be new: a clash is a UsageError naming where
+    the existing one came from. Returns the info as registered (with ``origin``
+    filled in: the loader's description, else the calling module)."""
+    if not isinstance(info, RuntimeInfo):
+        raise UsageError(f"register() takes a RuntimeInfo, not {type(info).__name__}")
+    _check_info(info)
+    if info.id in RUNTIMES:
+        raise UsageError(f"runtime {info.id!r} is already registered "
+                         f"(from {RUNTIMES[info.id].origin}); choose another id")
+    if not info.origin:
+        if _origin_stack:
+            origin = _origin_stack[-1]
+        else:
+            origin = f"module {sys._getframe(1).f_globals.get('__name__', '?')}"
+        info = replace(info, origin=origin)
+    RUNTIMES[info.id] = info
+    _reasons.pop(info.id, None)
+    return info
+
+
+def unregister(runtime_id: str) -> None:
+    """Remove a runtime (for tests that register throwaway ones)."""
+    RUNTIMES.pop(runtime_id, None)
+    _reasons.pop(runtime_id, None)
+
+
+def get(runtime_id: str) -> RuntimeInfo:
+    """The registered runtime ``runtime_id``; a UsageError listing the valid ids if none."""
+    info = RUNTIMES.get(runtime_id)
+    if info is None:
+        failed = f" (plugins that failed to load: {'; '.join(_plugin_errors)})" if _plugin_errors else ""
+        raise UsageError(f"unknown runtime {runtime_id!r}; valid runtimes: "
+                         f"{', '.join(RUNTIMES)}{failed}")
+    return info
+
+
+# ---------------------------------------------------------------------------
+# Availability: required modules first, then the port class itself.
 
 def _import_reason(module: str) -> str | None:
     try:
         importlib.import_module(module)
     except Exception as exc:  # ImportError, or curio on 3.12+ failing inside
-        return f"{module} is not importable ({type(exc).__name__}: {exc}); pip install 'looplab[all]'"
+        return f"{module} is not importable ({type(exc).__name__}: {exc})"
     return None
 
+
+def _port_class(info: RuntimeInfo):
+    module, _, name = info.port.partition(":")
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _unavailable_reason(info: RuntimeInfo) -> str | None:
+    if info.id not in _reasons:
+        reason = None
+        for module in info.requires:
+            reason = _import_reason(module)
+            if reason:
+                break
+        if reason is None:
+            try:
+                _port_class(info)
+            except Exception as exc:
+                reason = f"port {info.port} does not load ({type(exc).__name__}: {exc})"
+        _reasons[info.id] = reason
+    return _reasons[info.id]
+
+
+# ---------------------------------------------------------------------------
+# A parsed runtime: info plus option values.
 
 @dataclass
 class Runtime:
@@ -178,70 +223,62 @@ class Runtime:
 
     @property
     def ours(self) -> bool:
-        return self.info.kernel == "looplab"
+        return self.info.ours
 
     @property
     def spec(self) -> str:
         """Canonical spec: the id plus the options that differ from their defaults."""
-        changed = [f"{o.name}={_show(self.options[o.name])}" for o in self.info.options
-                   if self.options[o.name] != o.default]
+        changed = self.info.options.changed(self.options)
         return self.id + (":" + ",".join(changed) if changed else "")
 
+    @property
+    def primary_reference(self) -> str | None:
+        """The reference this runtime reproduces *as configured*: the info's
+        primary reference with default options, None once an option is flipped."""
+        return self.info.primary_reference if self.spec == self.id else None
+
+    def declared_fingerprint(self) -> tuple[dict, list[str]]:
+        """(declared S4 row with this runtime's option flips applied, problems)."""
+        fp = self.info.fingerprint
+        if fp is None:
+            return {}, [f"no declared fingerprint for runtime {self.id}"]
+        return fp.declared(self.options, self.info.options.defaults())
+
     def unavailable_reason(self) -> str | None:
-        for module in self.info.requires:
-            reason = _import_reason(module)
-            if reason:
-                return reason
-        return None
+        return _unavailable_reason(self.info)
 
     def available(self) -> bool:
         return self.unavailable_reason() is None
 
     def open(self, **overrides):
         """A fresh port (a new loop or kernel). The caller must ``close()`` it."""
-        opts = dict(self.options)
-        opts.update(overrides)
         reason = self.unavailable_reason()
         if reason:
             raise Unavailable(f"runtime {self.id} is unavailable: {reason}")
-        from protocols import ports
-        return ports.open_port(self, opts)
+        opts = dict(self.options)
+        opts.update(overrides)
+        return _port_class(self.info)(self, opts)
 
 
-def _show(value) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+def _usage_from(info: RuntimeInfo, exc: OptionError) -> UsageError:
+    message = str(exc)
+    prefix = f"{info.options.owner}: "
+    if message.startswith(prefix):
+        message = message[len(prefix):]
+    return UsageError(f"runtime {info.id}: {message}")
 
 
 def parse(spec: str) -> Runtime:
-    """``ID[:OPT=VALUE,...]`` -> Runtime. Unknown ids and options raise UsageError
-    with the valid choices in the message."""
+    """``ID[:OPT=VALUE,...]`` -> Runtime. Unknown ids, unknown options and bad
+    values raise one UsageError naming the runtime and the valid choices."""
+    if not isinstance(spec, str):
+        raise UsageError(f"a runtime spec is text like 'coro:spawn=eager', not {type(spec).__name__}")
     ident, _, rest = spec.strip().partition(":")
-    info = RUNTIMES.get(ident)
-    if info is None:
-        raise UsageError(f"unknown runtime {ident!r}; valid runtimes: {', '.join(RUNTIMES)}")
-    options = {o.name: o.default for o in info.options}
-    by_name = {o.name: o for o in info.options}
-    given = set()
-    for item in filter(None, (p.strip() for p in rest.split(","))):
-        name, eq, value = item.partition("=")
-        given.add(name)
-        opt = by_name.get(name)
-        if opt is None:
-            raise UsageError(f"unknown option {name!r} for runtime {ident}; valid options: "
-                             f"{', '.join(by_name) or 'none'}")
-        if not eq:
-            raise UsageError(f"option {name!r} of runtime {ident} needs a value: {name}=VALUE")
-        try:
-            options[name] = opt.parse(value)
-        except ValueError as exc:
-            raise UsageError(f"bad value {value!r} for {ident} option {name}: {exc}") from None
-    if "high_water" in given and "low_water" not in given:   # asyncio's rule
-        options["low_water"] = options["high_water"] // 4
-    elif "low_water" in given and "high_water" not in given:
-        options["high_water"] = max(options["high_water"], 4 * options["low_water"])
-    if info.id in ("callback", "hybrid") and options["low_water"] > options["high_water"]:
-        raise UsageError(f"{ident}: low_water ({options['low_water']}) must not exceed "
-                         f"high_water ({options['high_water']})")
+    info = get(ident)
+    try:
+        options = info.options.parse(rest)
+    except OptionError as exc:
+        raise _usage_from(info, exc) from None
     return Runtime(info, options)
 
 
@@ -257,7 +294,7 @@ def parse_list(text: str | None, default: list[str] | None = None) -> list[Runti
         if token == "all":
             specs.extend(RUNTIMES)
         elif token == "ours":
-            specs.extend(OURS)
+            specs.extend(rid for rid, info in RUNTIMES.items() if info.ours)
         elif head in RUNTIMES or "=" not in token or not specs:
             specs.append(token)
         else:
@@ -266,7 +303,7 @@ def parse_list(text: str | None, default: list[str] | None = None) -> list[Runti
 
 
 def available_runtimes(runtimes: list[Runtime] | None = None) -> tuple[list[Runtime], dict[str, str]]:
-    """Split into (available, {id: reason unavailable})."""
+    """Split into (available, {spec: reason unavailable})."""
     ok, missing = [], {}
     for rt in runtimes if runtimes is not None else parse_list(None):
         reason = rt.unavailable_reason()
@@ -276,6 +313,91 @@ def available_runtimes(runtimes: list[Runtime] | None = None) -> tuple[list[Runt
             ok.append(rt)
     return ok, missing
 
+
+# ---------------------------------------------------------------------------
+# Discovery
+
+def _register_returned(result) -> None:
+    """An entry point's callable may return RuntimeInfo objects instead of registering."""
+    if isinstance(result, RuntimeInfo):
+        result = [result]
+    if isinstance(result, (list, tuple)):
+        for info in result:
+            if isinstance(info, RuntimeInfo) and RUNTIMES.get(info.id) is not info:
+                register(info)
+
+
+def _load_module(name: str) -> None:
+    if name in _loaded_modules:
+        return
+    with _origin(f"module {name}"):
+        try:
+            importlib.import_module(name)
+        except UsageError:
+            raise
+        except Exception as exc:
+            raise UsageError(f"runtime module {name!r} does not import: "
+                             f"{type(exc).__name__}: {exc}") from None
+    _loaded_modules.append(name)
+
+
+def load_plugins(modules=()) -> list[str]:
+    """Import each module in ``modules`` (an iterable or a comma list), once;
+    each registers its runtimes. A module that does not import, or registers a
+    clashing id, raises one UsageError. Returns ``plugin_modules()``."""
+    if isinstance(modules, str):
+        modules = modules.split(",")
+    for name in (m.strip() for m in modules):
+        if name:
+            _load_module(name)
+    return plugin_modules()
+
+
+def plugin_modules() -> list[str]:
+    """Every runtime module loaded by name so far (environment variable and
+    ``load_plugins``), in load order: what a fresh process must load to see the
+    same runtimes (installed entry points load there by themselves)."""
+    return list(_loaded_modules)
+
+
+def plugin_errors() -> list[str]:
+    """One line per entry point or environment-variable module that failed to
+    load when this module was imported."""
+    return list(_plugin_errors)
+
+
+def _entry_points():
+    from importlib.metadata import entry_points
+    return entry_points(group=ENTRY_POINT_GROUP)
+
+
+def _load_entry_points() -> None:
+    try:
+        eps = list(_entry_points())
+    except Exception as exc:          # a broken distribution's metadata
+        _plugin_errors.append(f"entry points {ENTRY_POINT_GROUP}: {type(exc).__name__}: {exc}")
+        return
+    for ep in eps:
+        dist = getattr(getattr(ep, "dist", None), "name", None) or "?"
+        origin = f"entry point {ep.name} ({dist})"
+        try:
+            with _origin(origin):
+                obj = ep.load()
+                if callable(obj) and not isinstance(obj, type(sys)):
+                    _register_returned(obj())
+        except Exception as exc:
+            _plugin_errors.append(f"{origin}: {type(exc).__name__}: {exc}")
+
+
+def _load_env() -> None:
+    for name in filter(None, (m.strip() for m in os.environ.get(ENV_VAR, "").split(","))):
+        try:
+            _load_module(name)
+        except UsageError as exc:
+            _plugin_errors.append(f"{ENV_VAR}: {exc}")
+
+
+# ---------------------------------------------------------------------------
 
 def bind_listener(host: str = "127.0.0.1", port: int = 0, sockbuf: int | None = None,
                   backlog: int = 128) -> socket.socket:
@@ -294,3 +416,9 @@ def bind_listener(host: str = "127.0.0.1", port: int = 0, sockbuf: int | None = 
         raise
     return sock
 
+
+# The built-ins first, so a plugin cannot take their ids; then the plugins.
+with _origin("builtin"):
+    importlib.import_module("protocols.builtin")
+_load_entry_points()
+_load_env()

@@ -1,4 +1,4 @@
-"""Shared fixtures: the runtime parametrization and the leak check.
+"""looplab's own suite: the leak check, and aliases for the plugin's runtime fixtures.
 
 Every test runs under ``no_leaks``: after it, the process's open file
 descriptors, threads and child processes must be back to what they were before
@@ -94,34 +94,29 @@ def no_leaks(request):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "allow_leaks: skip the fd/thread/child leak check")
+    if config.getoption("--runtimes") and not config.getoption("looplab_runtimes"):
+        config.option.looplab_runtimes = config.getoption("--runtimes")
 
 
 # ---------------------------------------------------------------------------
-# runtimes (anyio's anyio_backend pattern): `runtime` is parametrized over every
-# runtime id, or over `--runtimes a,b`; an unavailable one is a skip with its reason.
+# Runtimes come from looplab's pytest plugin (protocols/pytest_plugin.py):
+# ``looplab_runtime``, ``@pytest.mark.looplab_style`` and ``--looplab-runtimes``.
+# This suite's older spellings stay as aliases: ``--runtimes`` and a ``runtime``
+# fixture over every style.
 
 def pytest_addoption(parser):
     parser.addoption("--runtimes", default=None,
-                     help="comma list of runtime specs to test (default: all)")
-
-
-def _runtime_specs(config) -> list[str]:
-    from protocols import runtimes
-    text = config.getoption("--runtimes")
-    return [rt.spec for rt in runtimes.parse_list(text)]
+                     help="alias of --looplab-runtimes for looplab's own suite")
 
 
 def pytest_generate_tests(metafunc):
     if "runtime" in metafunc.fixturenames:
-        metafunc.parametrize("runtime", _runtime_specs(metafunc.config), indirect=True)
+        from protocols.pytest_plugin import selected_specs
+        metafunc.parametrize("runtime", selected_specs(metafunc.config), indirect=True)
 
 
 @pytest.fixture
 def runtime(request):
     """A parsed ``protocols.runtimes.Runtime``; skips when its library is missing."""
-    from protocols import runtimes
-    rt = runtimes.parse(request.param)
-    reason = rt.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    return rt
+    from protocols.pytest_plugin import runtime_or_skip
+    return runtime_or_skip(request.param)

@@ -2,7 +2,8 @@
 (fidelity), and flipping one kernel option changes exactly the metric it claims.
 
 The fraction metric is a frequency; trials stay at 100 so a run is ~1 s per
-runtime. Tolerances come from ``bench.causality`` (±0.1, trio's "strictly between
+runtime. The declarations live on each runtime (``RuntimeInfo.fingerprint``); tolerances
+come from ``protocols.fingerprint`` (±0.1, trio's "strictly between
 0.2 and 0.8"), so a fingerprint test never depends on one lucky draw.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 
 from bench import causality
 from protocols import runtimes
+from protocols.fingerprint import Between, Fingerprint, Near, satisfies
 
 TRIALS = 100
 
@@ -24,6 +26,11 @@ def _require(runtime_id: str) -> None:
     reason = rt.unavailable_reason()
     if reason:
         pytest.skip(reason)
+
+
+def _flips() -> list[str]:
+    return [spec for rid, info in runtimes.RUNTIMES.items() if info.fingerprint
+            for spec in info.fingerprint.flip_specs(rid)]
 
 
 @pytest.mark.parametrize("runtime_id", list(runtimes.RUNTIMES))
@@ -38,40 +45,64 @@ def test_fingerprint_matches_declared(runtime_id):
             assert fp["notes"].get(metric), f"{metric} is None without a reason"
 
 
-@pytest.mark.parametrize("flip", list(causality.DECLARED_FLIPS))
+@pytest.mark.parametrize("flip", _flips())
 def test_flip_changes_exactly_the_declared_metric(flip):
-    runtime_id = flip.partition(":")[0]
-    _require(runtime_id)
+    rt = runtimes.parse(flip)
+    _require(rt.id)
     fp = causality.fingerprint(flip, trials=TRIALS)
     # Every metric matches: the flipped ones their new declaration, the rest the base row.
     assert causality.matches(flip, fp) == [], fp
-    base = causality.DECLARED[runtime_id]
-    for metric in causality.DECLARED_FLIPS[flip]:
-        assert not causality.satisfies(base[metric], fp[metric]), (
+    base = rt.info.fingerprint.row
+    (name, value), = ((n, v) for n, v in rt.options.items()
+                      if v != rt.info.options.defaults()[n])
+    for metric in rt.info.fingerprint.flip(name, value):
+        assert not satisfies(base[metric], fp[metric]), (
             f"{flip} was declared to change {metric}, but it still matches the base "
             f"declaration {base[metric]!r}: measured {fp[metric]!r}")
 
 
-def test_every_runtime_has_a_declared_row_with_every_metric():
-    assert set(causality.DECLARED) == set(runtimes.RUNTIMES)
-    for rid, row in causality.DECLARED.items():
-        assert set(row) == set(causality.METRICS), rid
+def test_every_builtin_runtime_declares_a_row_with_every_metric():
+    builtin = [info for info in runtimes.RUNTIMES.values() if info.origin == "builtin"]
+    assert len(builtin) == 9
+    for info in builtin:
+        assert info.fingerprint is not None, info.id
+        assert set(info.fingerprint.row) == set(causality.METRICS), info.id
+        for change in info.fingerprint.flips.values():
+            assert set(change) <= set(causality.METRICS), info.id
 
 
 def test_declared_flips_name_real_options_of_our_kernels():
-    for key in causality.DECLARED_FLIPS:
-        rt = runtimes.parse(key)            # UsageError if the option or value is wrong
-        assert rt.ours and rt.spec == key
+    flips = _flips()
+    assert flips
+    for spec in flips:
+        rt = runtimes.parse(spec)            # UsageError if the option or value is wrong
+        assert rt.ours and rt.spec == spec
 
 
 def test_declared_for_applies_flips_and_neutral_options():
     table, problems = causality.declared_for("coro:ready_order=random-7,exit=wait")
     assert problems == []
-    assert isinstance(table["child_first_after_yield_fraction"], causality.Between)
+    assert isinstance(table["child_first_after_yield_fraction"], Between)
     assert table["cancel_semantics"] == "edge"          # untouched by either option
     table, problems = causality.declared_for("coro:cancel=level,io_schedule_point=true")
     assert table["cancel_semantics"] == "level"
-    assert causality.Near(2000, 100).ok(table["other_tasks_during_nonblocking_sends_count"].value)
+    assert Near(2000, 100).ok(table["other_tasks_during_nonblocking_sends_count"].value)
+
+
+def test_an_undeclared_flip_and_a_missing_row_are_problems():
+    fp = Fingerprint({"cancel_semantics": "edge"}, {"spawn=eager": {}}, frozenset({"exit"}))
+    row, problems = fp.declared({"spawn": "eager", "exit": "wait", "cancel": "level"},
+                                {"spawn": "lazy", "exit": "cancel", "cancel": "edge"})
+    assert row == {"cancel_semantics": "edge"}
+    assert problems == ["cancel=level: nothing is declared for this option flip"]
+    info = runtimes.register(runtimes.RuntimeInfo(
+        "fp-test-nofp", "task", "protocols.ports:CoroPort", runtimes.get("coro").options))
+    try:
+        assert causality.declared_for("fp-test-nofp") == (
+            {}, ["no declared fingerprint for runtime fp-test-nofp"])
+        assert causality.matches(info.id, {}) == ["no declared fingerprint for runtime fp-test-nofp"]
+    finally:
+        runtimes.unregister(info.id)
 
 
 def _asyncio_like(**changes) -> dict:
@@ -103,7 +134,7 @@ def test_matches_tolerances_and_kinds():
 
 
 def test_trio_fraction_must_be_strictly_between():
-    row = dict(causality.DECLARED["trio"])
+    row = dict(runtimes.get("trio").fingerprint.row)
     fp = {m: (v if not hasattr(v, "ok") else None) for m, v in row.items()}
     fp["other_tasks_during_nonblocking_sends_count"] = 1999
     for fraction, ok in ((0.41, True), (0.2, False), (1.0, False), (0.79, True)):

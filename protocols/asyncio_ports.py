@@ -1,0 +1,352 @@
+"""The asyncio and uvloop ports: reference runtimes measured through public APIs only.
+
+A proxy transport (or stream writer) reads ``get_write_buffer_size()`` after every
+write, so the user-space buffer peak is exact, not sampled. A tracking loop
+subclass learns which transports still hold bytes when the loop closes (asyncio
+forgets them; we count them as lost and release their sockets so nothing leaks).
+What a public API can't show (a stream writer's pause_writing, the loop's
+iteration count) is reported as ``None``. With ``instrument=false`` the proxies
+are left out, for benchmarks.
+"""
+from __future__ import annotations
+
+import weakref
+
+from protocols.ports import (STREAM_NAMES, CallbackPortBase, StreamPortBase, client_socket,
+                             main_until_signal)
+
+__all__ = ["AsyncioCallbackPort", "UvloopCallbackPort", "AsyncioStreamPort", "UvloopStreamPort"]
+
+
+class _MeasuredTransport:
+    """Stands in for an asyncio transport: every write is counted and followed by a
+    ``get_write_buffer_size()`` read, so the user-space buffer peak is exact."""
+    __slots__ = ("_t", "stats", "_paused")
+
+    def __init__(self, transport, stats):
+        self._t = transport
+        self.stats = stats
+        self._paused = False
+
+    def _account(self, n: int) -> None:
+        s = self.stats
+        if self._t.is_closing():
+            s.writes_after_close_count += 1
+        s.accepted_bytes += n
+        if self._paused:
+            s.written_while_paused_bytes += n
+        size = self._t.get_write_buffer_size()
+        s.user_buffer_bytes = size
+        s.sent_bytes = s.accepted_bytes - size
+        if size > s.peak_user_buffer_bytes:
+            s.peak_user_buffer_bytes = size
+
+    def write(self, data) -> None:
+        self._t.write(data)
+        self._account(len(data))
+
+    def writelines(self, seq) -> None:
+        seq = list(seq)
+        self._t.writelines(seq)
+        self._account(sum(len(d) for d in seq))
+
+    def pause_reading(self) -> None:
+        self.stats.read_pauses_count += 1
+        self._t.pause_reading()
+
+    def abort(self) -> None:
+        s = self.stats
+        s.lost_on_abort_bytes += self._t.get_write_buffer_size()
+        s.user_buffer_bytes = 0
+        self._t.abort()
+
+    def __getattr__(self, name):
+        return getattr(self._t, name)
+
+
+class _MeasuredProtocol:
+    """Wraps a driver's protocol for a reference loop: hands it a measured transport
+    and counts pause_writing."""
+
+    def __init__(self, inner, port):
+        self.inner = inner
+        self.port = port
+        self.mt = None
+
+    def connection_made(self, transport):
+        self.mt = _MeasuredTransport(transport, self.port.stats.new_conn())
+        self.port._transports[transport] = self.mt.stats
+        self.inner.connection_made(self.mt)
+
+    def data_received(self, data):
+        self.mt.stats.received_bytes += len(data)
+        self.inner.data_received(data)
+
+    def eof_received(self):
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc):
+        self.mt.stats.closed = True
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self):
+        self.mt._paused = True
+        self.mt.stats.pause_writing_count += 1
+        self.inner.pause_writing()
+
+    def resume_writing(self):
+        self.mt._paused = False
+        self.inner.resume_writing()
+
+
+class _Tracked:
+    """Uninstrumented mode: remember the transport, then get out of the way
+    (``set_protocol`` makes the transport call the driver's protocol directly)."""
+    __slots__ = ("inner", "port")
+
+    def __init__(self, inner, port):
+        self.inner = inner
+        self.port = port
+
+    def connection_made(self, transport):
+        self.port._transports[transport] = None
+        transport.set_protocol(self.inner)
+        self.inner.connection_made(transport)
+
+
+def _tracking_loop_factory(port, uv: bool):
+    """A loop class whose close() first settles the transports asyncio would forget:
+    their buffered bytes are what a process exit loses (S3), and their sockets must
+    not leak. Returns a zero-argument factory for asyncio.Runner."""
+    import asyncio
+    if uv:
+        import uvloop
+        base = uvloop.Loop
+    else:
+        base = asyncio.SelectorEventLoop
+
+    def close(loop):
+        if not loop.is_closed() and not loop.is_running():
+            port._settle_transports(loop)
+        base.close(loop)
+
+    cls = type("TrackingLoop", (base,), {"close": close})
+    return cls
+
+
+class _AsyncioMixin:
+    """Shared by the asyncio/uvloop ports: transport tracking and the exit account."""
+
+    def _init_tracking(self, opts, uv):
+        self._instrument = opts.get("instrument", True)
+        self._transports = weakref.WeakKeyDictionary()  # transport -> ConnStats | None
+        self._uv = uv
+        self.loop_class = _tracking_loop_factory(self, uv)
+
+    def _settle_transports(self, loop):
+        unsent, open_count, closing = 0, 0, 0
+        for t, stats in list(self._transports.items()):
+            size = t.get_write_buffer_size()
+            if t.is_closing() and not size:
+                closing += 1                # closed, or its connection_lost is queued
+                continue
+            open_count += 1
+            unsent += size
+            if stats is not None:
+                stats.user_buffer_bytes = size
+                stats.lost_on_exit_bytes = size
+            t.abort()
+        # One pass so the aborts' connection_lost callbacks run and close the sockets
+        # (run_forever, not run_until_complete: a pending stop() must not make it fail).
+        if open_count or closing:
+            loop.call_soon(loop.stop)
+            loop.run_forever()
+        report = self.stats.exit_report
+        report.setdefault("policy", "cancel")
+        report.update(transports_open_count=open_count, unsent_bytes=unsent)
+
+
+class AsyncioCallbackPort(_AsyncioMixin, CallbackPortBase):
+    unseen = ("loop_iterations_count", "callbacks_run_count", "ready_max_count",
+              "task_switches_count", "spawns_count")
+    def __init__(self, runtime, opts, uv=False):
+        super().__init__(runtime)
+        self._init_tracking(opts, uv)
+        self.loop = self.loop_class()
+
+    def _wrap(self, factory):
+        wrapper = _MeasuredProtocol if self._instrument else _Tracked
+        return lambda: wrapper(factory(), self)
+
+    def listen(self, factory, sock):
+        sock.setblocking(False)
+        task = self.loop.create_task(self.loop.create_server(self._wrap(factory), sock=sock))
+        return _PendingServer(task)
+
+    def connect(self, factory, host, port, on_done, sockbuf=None):
+        loop = self.loop
+
+        async def go():
+            sock = client_socket(sockbuf)
+            sock.setblocking(False)
+            try:
+                await loop.sock_connect(sock, (host, port))
+                return await loop.create_connection(self._wrap(factory), sock=sock)
+            except BaseException:
+                sock.close()
+                raise
+
+        def done(task):
+            if task.cancelled():
+                on_done(None, None, ConnectionAbortedError("connect cancelled"))
+            elif task.exception() is not None:
+                on_done(None, None, task.exception())
+            else:
+                transport, proto = task.result()
+                inner = getattr(proto, "inner", proto)
+                shown = getattr(proto, "mt", None) or transport
+                on_done(shown, inner, None)
+
+        loop.create_task(go()).add_done_callback(done)
+
+    def close(self) -> None:
+        if not self.loop.is_closed():
+            self.loop.close()
+
+
+class _PendingServer:
+    """asyncio's create_server is a coroutine; drivers want a server object now."""
+
+    def __init__(self, task):
+        self._task = task
+
+    def close(self):
+        if self._task.done():
+            if not self._task.cancelled() and self._task.exception() is None:
+                self._task.result().close()
+        else:
+            self._task.cancel()
+
+
+class _MeasuredWriter:
+    """A StreamWriter stand-in that reads the transport's buffer after every write."""
+
+    def __init__(self, writer, stats):
+        self._w = writer
+        self._mt = _MeasuredTransport(writer.transport, stats)
+
+    def write(self, data):
+        self._w.write(data)
+        self._mt._account(len(data))
+
+    def writelines(self, seq):
+        seq = list(seq)
+        self._w.writelines(seq)
+        self._mt._account(sum(len(d) for d in seq))
+
+    @property
+    def transport(self):
+        return self._mt
+
+    def __getattr__(self, name):
+        return getattr(self._w, name)
+
+
+class AsyncioStreamPort(_AsyncioMixin, StreamPortBase):
+    # The stream protocol's pause_writing() is internal to asyncio.
+    unseen = ("pause_writing_count", "written_while_paused_bytes", "loop_iterations_count",
+              "task_switches_count", "callbacks_run_count", "ready_max_count")
+    def __init__(self, runtime, opts, uv=False):
+        super().__init__(runtime)
+        import asyncio
+        self._aio = asyncio
+        self._init_tracking(opts, uv)
+        for name in STREAM_NAMES:
+            setattr(self, name, getattr(asyncio, name))
+        self.timeout = asyncio.timeout
+        self.runner = asyncio.Runner(loop_factory=self.loop_class)
+        self._reader_peak = 0
+
+    def _watch_reader(self, reader):
+        """S2: the reader's buffer peak, read after every feed_data. asyncio keeps
+        the buffer in a private attribute (``_buffer``); this is the one place
+        looplab reads a private attribute of a reference library."""
+        feed = reader.feed_data
+
+        def feed_and_measure(data):
+            feed(data)
+            size = len(reader._buffer)
+            if size > self._reader_peak:
+                self._reader_peak = size
+        reader.feed_data = feed_and_measure
+
+    def probe(self) -> dict:
+        snap = super().probe()
+        snap["reader_buffer_peak_bytes"] = self._reader_peak if self._instrument else None
+        return snap
+
+    def _wrap_pair(self, reader, writer):
+        if self._instrument:
+            self._watch_reader(reader)
+        if not self._instrument:
+            self._transports[writer.transport] = None
+            return reader, writer
+        stats = self.stats.new_conn()
+        self._transports[writer.transport] = stats
+        return reader, _MeasuredWriter(writer, stats)
+
+    async def open_connection(self, host, port, *, limit=65536, sockbuf=None):
+        loop = self._aio.get_running_loop()
+        sock = client_socket(sockbuf)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, (host, port))
+            reader, writer = await self._aio.open_connection(sock=sock, limit=limit)
+        except BaseException:
+            sock.close()
+            raise
+        return self._wrap_pair(reader, writer)
+
+    async def start_server(self, cb, host=None, port=None, *, sock=None, limit=65536):
+        def wrapped(reader, writer):
+            return cb(*self._wrap_pair(reader, writer))
+        if sock is not None:
+            sock.setblocking(False)
+            return await self._aio.start_server(wrapped, sock=sock, limit=limit)
+        return await self._aio.start_server(wrapped, host, port, limit=limit)
+
+    def run(self, main, *args):
+        interrupted: list = []
+
+        async def outer():
+            try:
+                return await main_until_signal(self, self._aio.get_running_loop, main, args,
+                                                interrupted)
+            finally:
+                me = self._aio.current_task()
+                left = [t for t in self._aio.all_tasks() if t is not me and not t.done()]
+                self.stats.exit_report.update(policy="cancel", tasks_left_count=len(left))
+        try:
+            result = self.runner.run(outer())
+        finally:
+            self.runner.close()
+        if interrupted:
+            raise KeyboardInterrupt
+        return result
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+class UvloopCallbackPort(AsyncioCallbackPort):
+    """asyncio's Protocol/Transport API on uvloop's loop."""
+
+    def __init__(self, runtime, opts):
+        super().__init__(runtime, opts, uv=True)
+
+
+class UvloopStreamPort(AsyncioStreamPort):
+    """asyncio's streams on uvloop's loop."""
+
+    def __init__(self, runtime, opts):
+        super().__init__(runtime, opts, uv=True)

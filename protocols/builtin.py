@@ -1,0 +1,221 @@
+"""The nine built-in runtimes, registered the way any third-party runtime is.
+
+Three are looplab's own kernels (callback, hybrid, coro), each driven through
+the port of the style it implements; six are the reference libraries they are
+compared with, driven through ports that measure them from public APIs only.
+Every fact about a runtime is here, in its one ``RuntimeInfo``: options, the
+reference its defaults reproduce, its declared S4 fingerprint (measured on the
+reference libraries: Python 3.11, uvloop 0.23, trio 0.35, curio 1.6, Linux
+loopback) and where it deliberately differs from its style's port contract.
+"""
+from __future__ import annotations
+
+import importlib
+
+from kernels.options import EXIT, TRACE, Option, Schema, boolean, choice, nbytes
+from protocols.fingerprint import NONBLOCKING_SENDS, Between, Fingerprint, Near, Positive
+from protocols.runtimes import Difference, RuntimeInfo, register
+
+# ---------------------------------------------------------------------------
+# Option schemas. Each kernel package exports its own (``kernels.X.OPTIONS``);
+# the fallbacks below describe the same options for a kernel that does not yet.
+
+
+def _water_marks(values: dict, given: set) -> None:
+    """asyncio's rule: only high given -> low = high // 4; only low given ->
+    high = max(high, 4 * low); low above high is an error."""
+    if "high_water" in given and "low_water" not in given:
+        values["low_water"] = values["high_water"] // 4
+    elif "low_water" in given and "high_water" not in given:
+        values["high_water"] = max(values["high_water"], 4 * values["low_water"])
+    if values["low_water"] > values["high_water"]:
+        raise ValueError(f"low_water ({values['low_water']}) must not exceed "
+                         f"high_water ({values['high_water']})")
+
+
+def _ready_order(value) -> str:
+    text = str(value)
+    if text == "fifo" or (text.startswith("random-") and text[7:].lstrip("-").isdigit()):
+        return text
+    raise ValueError("must be fifo or random-SEED (e.g. random-7)")
+_ready_order.values = "fifo|random-SEED"
+
+_WATER = (
+    Option("high_water", 65536, nbytes, "pause_writing above this many buffered bytes"),
+    Option("low_water", 16384, nbytes, "resume_writing at or below this"),
+    Option("write", "try-send", choice("try-send", "defer"),
+           "try-send: send at once, buffer the rest (asyncio); defer: always buffer (Twisted)"),
+)
+_SPAWN = Option("spawn", "lazy", choice("lazy", "eager"), "lazy: child runs after the parent yields")
+
+_FALLBACK = {
+    "callback": lambda: Schema("callback", _WATER + (EXIT, TRACE), _water_marks),
+    "hybrid": lambda: Schema("hybrid", _WATER + (
+        _SPAWN,
+        Option("drain", "asyncio", choice("asyncio", "empty"),
+               "asyncio: return unless paused (resumes at low water); empty: wait for an empty buffer"),
+        EXIT, TRACE), _water_marks),
+    "coro": lambda: Schema("coro", (
+        Option("io_schedule_point", False, boolean,
+               "every I/O call yields (trio) or only blocking ones (curio)"),
+        _SPAWN,
+        Option("cancel", "edge", choice("edge", "level"),
+               "edge: delivered once (curio); level: until exit (trio)"),
+        Option("ready_order", "fifo", _ready_order, "order of a batch of ready tasks"),
+        EXIT, TRACE)),
+}
+
+
+def kernel_options(kernel: str) -> Schema:
+    """``kernels.<kernel>.OPTIONS``, or the equivalent fallback schema."""
+    try:
+        schema = getattr(importlib.import_module(f"kernels.{kernel}"), "OPTIONS", None)
+    except Exception:      # the kernel does not import: its port will say why
+        schema = None
+    return schema if isinstance(schema, Schema) else _FALLBACK[kernel]()
+
+
+def reference_options(runtime_id: str) -> Schema:
+    return Schema(runtime_id, (Option("instrument", True, boolean,
+                                      "measure write buffers through a transport proxy (off for benchmarks)"),))
+
+
+# ---------------------------------------------------------------------------
+# Declared S4 fingerprints (see protocols.fingerprint for the vocabulary).
+
+_ASYNCIO_PROTOCOL = {
+    "child_ran_before_spawn_returned": False,
+    "child_first_after_yield_fraction": Near(1.0, 0.1),     # call_soon is FIFO
+    "user_buffered_after_write_bytes": Positive(),          # ~869,036
+    "closed_when_close_returned": False,
+    "closed_after_one_yield": True,
+    "other_tasks_during_nonblocking_sends_count": None,     # no tasks on this port
+    "cancel_semantics": None,                               # no tasks on this port
+    "error_surface": "in a callback",                       # connection_lost(exc)
+}
+_ASYNCIO_STREAMS = {
+    **_ASYNCIO_PROTOCOL,
+    "cancel_semantics": "edge",
+    "error_surface": "at the call",                         # drain() raises
+}
+_CURIO = {
+    "child_ran_before_spawn_returned": False,               # curio issue 164: docs said yes
+    "child_first_after_yield_fraction": Near(1.0, 0.1),
+    "user_buffered_after_write_bytes": None,                # sendall blocks
+    "closed_when_close_returned": True,
+    "closed_after_one_yield": True,
+    "other_tasks_during_nonblocking_sends_count": 0,
+    "cancel_semantics": "edge",
+    "error_surface": "at the call",
+}
+_EVERY_SEND_YIELDS = Near(NONBLOCKING_SENDS, 0.05 * NONBLOCKING_SENDS)
+_TRIO = {
+    **_CURIO,
+    "child_first_after_yield_fraction": Between(0.2, 0.8),  # randomized batches (~0.41)
+    "other_tasks_during_nonblocking_sends_count": _EVERY_SEND_YIELDS,   # ~1999
+    "cancel_semantics": "level",
+}
+
+# Options declared to touch no S4 metric, whatever their value.
+_NEUTRAL = frozenset({"exit", "trace", "instrument", "high_water", "low_water", "write", "drain"})
+_REFERENCE = dict(neutral=_NEUTRAL)
+
+# ---------------------------------------------------------------------------
+# Declared conformance differences (keys are the conformance suite's; the
+# contract itself is in protocols.conformance.contract).
+
+_DROPS_LATE_WRITES = Difference(
+    "empty: dropped; buffered: dropped; counted 2",
+    "every write after close() is dropped and counted, where asyncio still sends one made "
+    "while the buffer drains (asyncio issue 248): on purpose")
+_RESET_IS_OS_ERROR = {
+    "reset_send": Difference("send_all raises ConnectionError; then receive_some returns b''",
+                             "a reset surfaces as the OS error itself (curio's choice); "
+                             "it is still a port.StreamError"),
+    "reset_receive": Difference("receive_some raises ConnectionError",
+                                "a reset surfaces as the OS error itself (curio's choice); "
+                                "it is still a port.StreamError"),
+}
+_CURIO_DIFFERENCES = {
+    **_RESET_IS_OS_ERROR,
+    "close_while_receiving": Difference(
+        "hangs", "Socket.close() releases only the closing task's own I/O wait: a task blocked "
+                 "on the socket is never woken until cancelled"),
+    "close_while_sending": Difference(
+        "hangs", "Socket.close() releases only the closing task's own I/O wait: a task blocked "
+                 "on the socket is never woken until cancelled"),
+    "use_after_close": Difference(
+        "send_all: OSError; receive_some: OSError",
+        "no closed state: the calls reach the closed stdlib socket (EBADF)"),
+    "send_after_eof": Difference("BrokenPipeError", "EPIPE from send after SHUT_WR, unwrapped"),
+    "not_stream_errors": Difference(
+        "use_after_close.receive_some: OSError, use_after_close.send_all: OSError",
+        "the EBADF errors after close are plain OSError, outside port.StreamError"),
+    "concurrent_receive": Difference(
+        "ReadResourceBusy; first intact",
+        "no stream-level busy check: the kernel's one-waiter-per-fd rule trips instead"),
+    "concurrent_send": Difference(
+        "WriteResourceBusy; first intact",
+        "no stream-level busy check: the kernel's one-waiter-per-fd rule trips, and only "
+        "when the second send must wait"),
+}
+
+_P = "protocols.ports"
+_AIO = "protocols.asyncio_ports"
+_TC = "protocols.trio_curio_ports"
+
+for _info in (
+    RuntimeInfo("callback", "callback", f"{_P}:OurCallbackPort", kernel_options("callback"),
+                ours=True, requires=("kernels.callback",),
+                compared_with=("asyncio-protocol", "uvloop-protocol"),
+                fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, {}, _NEUTRAL),
+                differences={"write_after_close": _DROPS_LATE_WRITES},
+                summary="our reactor, Protocol/Transport"),
+    RuntimeInfo("hybrid", "stream", f"{_P}:HybridPort", kernel_options("hybrid"),
+                ours=True, requires=("kernels.hybrid",),
+                compared_with=("asyncio-streams", "uvloop-streams"),
+                fingerprint=Fingerprint(_ASYNCIO_STREAMS, {
+                    "spawn=eager": {"child_ran_before_spawn_returned": True},
+                    "drain=empty": {},
+                    "write=defer": {},
+                }, _NEUTRAL),
+                differences={"write_after_close": _DROPS_LATE_WRITES},
+                summary="our Futures/Tasks/streams on the reactor"),
+    RuntimeInfo("coro", "task", f"{_P}:CoroPort", kernel_options("coro"),
+                ours=True, requires=("kernels.coro",),
+                compared_with=("curio", "trio"),
+                fingerprint=Fingerprint(_CURIO, {
+                    "io_schedule_point=true": {
+                        "other_tasks_during_nonblocking_sends_count": _EVERY_SEND_YIELDS},
+                    "ready_order=random-*": {"child_first_after_yield_fraction": Between(0.2, 0.8)},
+                    "cancel=level": {"cancel_semantics": "level"},
+                    "spawn=eager": {"child_ran_before_spawn_returned": True},
+                }, _NEUTRAL),
+                differences=_RESET_IS_OS_ERROR,
+                summary="our trap kernel, send_all blocks"),
+    RuntimeInfo("asyncio-protocol", "callback", f"{_AIO}:AsyncioCallbackPort",
+                reference_options("asyncio-protocol"), requires=("asyncio",),
+                fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, **_REFERENCE),
+                summary="stdlib asyncio, Protocol/Transport"),
+    RuntimeInfo("asyncio-streams", "stream", f"{_AIO}:AsyncioStreamPort",
+                reference_options("asyncio-streams"), requires=("asyncio",),
+                fingerprint=Fingerprint(_ASYNCIO_STREAMS, **_REFERENCE),
+                summary="stdlib asyncio, StreamReader/StreamWriter"),
+    # uvloop is not in the published S4 table: its rows were measured here and agree with asyncio's.
+    RuntimeInfo("uvloop-protocol", "callback", f"{_AIO}:UvloopCallbackPort",
+                reference_options("uvloop-protocol"), requires=("uvloop",),
+                fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, **_REFERENCE),
+                summary="uvloop, Protocol/Transport"),
+    RuntimeInfo("uvloop-streams", "stream", f"{_AIO}:UvloopStreamPort",
+                reference_options("uvloop-streams"), requires=("uvloop",),
+                fingerprint=Fingerprint(_ASYNCIO_STREAMS, **_REFERENCE),
+                summary="uvloop, asyncio streams"),
+    RuntimeInfo("curio", "task", f"{_TC}:CurioPort", reference_options("curio"),
+                requires=("curio",), fingerprint=Fingerprint(_CURIO, **_REFERENCE),
+                differences=_CURIO_DIFFERENCES,
+                summary="curio, recv/sendall through a thin Stream shim"),
+    RuntimeInfo("trio", "task", f"{_TC}:TrioPort", reference_options("trio"),
+                requires=("trio",), fingerprint=Fingerprint(_TRIO, **_REFERENCE),
+                summary="trio, SocketStream"),
+):
+    register(_info)

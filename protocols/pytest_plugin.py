@@ -1,0 +1,184 @@
+"""looplab's pytest plugin: run your own tests across runtimes, the way anyio's
+``anyio_backend`` fixture runs them across backends.
+
+Installed with looplab (``pytest11`` entry point ``looplab``), so it is active
+in any pytest run in that environment. It adds:
+
+``looplab_runtime`` fixture
+    A parsed ``protocols.runtimes.Runtime``. A test that asks for it runs once
+    per selected runtime (the test id is the runtime spec). A runtime whose
+    library is missing here is a *skip* whose reason says what to install.
+``@pytest.mark.looplab_style("task", ...)``
+    Restricts ``looplab_runtime`` to runtimes of those port styles (callback,
+    stream, task). Without the marker a test runs on every style, so it must
+    branch on ``looplab_runtime.style`` itself. A style none of the selected
+    runtimes has becomes one skipped test saying so.
+``--looplab-runtimes SPECS``
+    A comma list of runtime specs (``coro,coro:spawn=eager,trio``; ``all`` and
+    ``ours`` expand). Default: every registered runtime.
+``--looplab-runtime-module MOD`` (repeatable)
+    Imports a module that registers a runtime, before anything is selected:
+    how a kernel that is not installed as a package joins the run.
+``looplab_port`` fixture
+    A fresh port of ``looplab_runtime``, closed after the test.
+Helpers ``open_port(runtime_or_spec, **overrides)``, ``run_program(runtime,
+main, *args)`` and ``read_probe(port)`` do the same from plain code.
+
+Example::
+
+    import pytest
+
+    @pytest.mark.looplab_style("task")
+    def test_sleep_returns(looplab_runtime):
+        async def main(port):
+            await port.sleep(0)
+            return "done"
+        outcome = run_program(looplab_runtime, main)
+        assert outcome.result == "done" and outcome.probe["source"]
+
+(with ``from protocols.pytest_plugin import run_program``). The port
+conformance suite (``protocols.conformance``) is built on these fixtures.
+Bad option values are pytest usage errors: one line, exit code 4.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pytest
+
+__all__ = ["looplab_runtime", "looplab_port", "open_port", "run_program", "read_probe",
+           "Outcome", "selected_specs"]
+
+_STYLES = ("callback", "stream", "task")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("looplab", "looplab runtimes")
+    group.addoption("--looplab-runtimes", default=None, metavar="SPECS",
+                    help="comma list of runtime specs for the looplab_runtime fixture "
+                         "(default: every registered runtime)")
+    group.addoption("--looplab-runtime-module", action="append", default=[], metavar="MOD",
+                    help="import MOD, which registers a looplab runtime (repeatable)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "looplab_style(*styles): run looplab_runtime only over runtimes of these "
+                   "port styles (callback, stream, task)")
+    modules = config.getoption("looplab_runtime_module", default=[])
+    text = config.getoption("looplab_runtimes", default=None)
+    if not modules and not text:
+        return      # nothing to check: don't import looplab into every pytest run
+    from protocols import runtimes
+    try:
+        runtimes.load_plugins(modules)
+        runtimes.parse_list(text)
+    except runtimes.UsageError as exc:
+        raise pytest.UsageError(f"looplab: {exc}") from None
+
+
+def selected_specs(config, styles=None) -> list[str]:
+    """The specs ``looplab_runtime`` runs over: ``--looplab-runtimes`` (or every
+    registered runtime), keeping those of ``styles`` when given."""
+    from protocols import runtimes
+    chosen = runtimes.parse_list(config.getoption("looplab_runtimes", default=None))
+    return [rt.spec for rt in chosen if styles is None or rt.style in styles]
+
+
+def _styles_of(definition) -> tuple | None:
+    marker = definition.get_closest_marker("looplab_style")
+    if marker is None:
+        return None
+    bad = [s for s in marker.args if s not in _STYLES]
+    if bad or not marker.args:
+        raise pytest.UsageError(f"looplab_style on {definition.nodeid}: styles must be among "
+                                f"{', '.join(_STYLES)}, got {marker.args!r}")
+    return marker.args
+
+
+def pytest_generate_tests(metafunc):
+    if "looplab_runtime" not in metafunc.fixturenames:
+        return
+    styles = _styles_of(metafunc.definition)
+    specs = selected_specs(metafunc.config, styles)
+    if specs:
+        metafunc.parametrize("looplab_runtime", specs, indirect=True, ids=specs)
+    else:
+        reason = (f"no selected runtime has the {'/'.join(styles)} style" if styles
+                  else "no runtime selected")
+        metafunc.parametrize("looplab_runtime", [pytest.param(None, marks=pytest.mark.skip(
+            reason=reason))], indirect=True, ids=["none"])
+
+
+def runtime_or_skip(spec: str):
+    """``parse(spec)``, skipping the test (with the reason) if it is unavailable here."""
+    from protocols import runtimes
+    rt = runtimes.parse(spec)
+    reason = rt.unavailable_reason()
+    if reason:
+        pytest.skip(f"{rt.id}: {reason}")
+    return rt
+
+
+@pytest.fixture
+def looplab_runtime(request):
+    """A parsed ``protocols.runtimes.Runtime``; see the module docstring."""
+    return runtime_or_skip(request.param)
+
+
+@pytest.fixture
+def looplab_port(looplab_runtime):
+    """A fresh port of ``looplab_runtime``, closed after the test."""
+    port = looplab_runtime.open()
+    try:
+        yield port
+    finally:
+        port.close()
+
+
+# ---------------------------------------------------------------------------
+# Helpers for plain code
+
+class Outcome(NamedTuple):
+    result: object     # what main returned
+    probe: dict        # the port's counters after the run (None: can't be seen)
+
+
+def open_port(runtime, **overrides):
+    """A fresh port of ``runtime`` (a ``Runtime`` or a spec); close it (or use ``with``)."""
+    if isinstance(runtime, str):
+        from protocols import runtimes
+        runtime = runtimes.parse(runtime)
+    return runtime.open(**overrides)
+
+
+def run_program(runtime, main, *args, **overrides) -> Outcome:
+    """Run ``main(port, *args)`` on a fresh port of ``runtime`` (stream/task:
+    an async function; callback: a setup function that ends with ``port.stop()``),
+    close the port, and return what main returned with the port's probe."""
+    with open_port(runtime, **overrides) as port:
+        result = port.run(main, *args)
+        return Outcome(result, read_probe(port))
+
+
+def read_probe(port) -> dict:
+    """The port's counters, in the results vocabulary (``*_bytes``, ``*_count``,
+    ``None`` for what the runtime cannot show) plus ``source``."""
+    return port.probe()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """List the contract differences runtimes declared, so an xfail is never silent."""
+    xfailed = terminalreporter.stats.get("xfailed", [])
+    if not xfailed:
+        return
+    from protocols.conformance.contract import DIFFERENCE_PREFIX
+    seen = []
+    for report in xfailed:
+        reason = getattr(report, "wasxfail", "").removeprefix("reason: ")
+        if reason.startswith(DIFFERENCE_PREFIX):
+            seen.append(f"{report.nodeid}: {reason}")
+    if seen:
+        terminalreporter.section("looplab: declared contract differences")
+        for line in seen:
+            terminalreporter.line(line)

@@ -1,0 +1,290 @@
+"""The trio and curio ports: task-style reference runtimes, measured through public APIs.
+
+trio's ``Instrument`` and curio's ``Activation`` count task steps and spawns; a
+stream wrapper counts bytes. curio has no Stream type, so ``_CurioStream`` gives
+its sockets trio's ``receive_some``/``send_all``/``send_eof``/``aclose`` shape.
+What these libraries cannot show (no transport, so no pause_writing) is ``None``.
+"""
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+
+from protocols.ports import Delegating, TaskPortBase, client_socket
+
+__all__ = ["TrioPort", "CurioPort"]
+
+
+class _MeasuredStream:
+    """Counts bytes through a reference library's stream (no user buffer to see:
+    accepted == sent once send_all returns)."""
+
+    def __init__(self, stream, stats):
+        self._s = stream
+        self.stats = stats
+
+    async def receive_some(self, max_bytes=65536):
+        data = await self._s.receive_some(max_bytes)
+        self.stats.received_bytes += len(data)
+        return data
+
+    async def send_all(self, data):
+        stats = self.stats
+        try:
+            await self._s.send_all(data)
+        except BaseException as exc:
+            # A cancelled send got part-way; count what the library says it sent
+            # (curio: bytes_sent), or nothing when it can't say.
+            part = getattr(exc, "bytes_sent", None)
+            if part:
+                stats.accepted_bytes += part
+                stats.sent_bytes += part
+            raise
+        stats.accepted_bytes += len(data)
+        stats.sent_bytes += len(data)
+
+    def __getattr__(self, name):
+        return getattr(self._s, name)
+
+
+class _AsyncCM:
+    """Presents a synchronous context manager (trio's scopes) as an async one."""
+
+    def __init__(self, cm):
+        self._cm = cm
+
+    async def __aenter__(self):
+        return self._cm.__enter__()
+
+    async def __aexit__(self, *exc):
+        return self._cm.__exit__(*exc)
+
+
+class TrioPort(TaskPortBase):
+    # No transport, so no pause_writing to count; send_all blocks instead.
+    unseen = ("pause_writing_count", "written_while_paused_bytes", "callbacks_run_count",
+              "ready_max_count", "read_pauses_count")
+    def __init__(self, runtime, opts):
+        super().__init__(runtime)
+        import trio
+        self._trio = trio
+        self._instrument = opts.get("instrument", True)
+        self.sleep = trio.sleep
+        self.Event = trio.Event
+        self.Cancelled = trio.Cancelled
+        self.StreamError = (ConnectionError, trio.BrokenResourceError, trio.ClosedResourceError)
+
+        stats = self.stats
+
+        class Counter(trio.abc.Instrument):
+            def before_task_step(self, task):
+                stats.task_switches += 1
+
+            def task_spawned(self, task):
+                stats.spawns += 1
+
+            def before_io_wait(self, timeout):
+                stats.loop_iterations += 1
+
+        self._instruments = [Counter()] if self._instrument else []
+
+    def move_on_after(self, seconds):
+        return _AsyncCM(self._trio.move_on_after(seconds))
+
+    def fail_after(self, seconds):
+        return _AsyncCM(self._trio.fail_after(seconds))
+
+    def run(self, main, *args):
+        self.stats.exit_report.update(policy="wait", tasks_left_count=0)
+        return self._trio.run(main, self, *args, instruments=self._instruments)
+
+    def _wrap(self, stream):
+        return _MeasuredStream(stream, self.stats.new_conn()) if self._instrument else stream
+
+    async def open_tcp_stream(self, host, port, sockbuf=None):
+        trio = self._trio
+        sock = trio.socket.from_stdlib_socket(client_socket(sockbuf))
+        try:
+            await sock.connect((host, port))
+        except BaseException:
+            sock.close()
+            raise
+        return self._wrap(trio.SocketStream(sock))
+
+    def listen(self, sock):
+        sock.setblocking(False)
+        listener = self._trio.SocketListener(self._trio.socket.from_stdlib_socket(sock))
+        return _TrioListener(listener, self)
+
+    def open_nursery(self):
+        return _TrioNursery(self._trio.open_nursery())
+
+
+class _TrioListener:
+    def __init__(self, listener, port):
+        self._l = listener
+        self._port = port
+
+    async def accept(self):
+        return self._port._wrap(await self._l.accept())
+
+    async def aclose(self):
+        await self._l.aclose()
+
+
+class _TrioNursery:
+    def __init__(self, cm):
+        self._cm = cm
+        self._n = None
+
+    async def __aenter__(self):
+        self._n = await self._cm.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc):
+        return await self._cm.__aexit__(*exc)
+
+    async def spawn(self, fn, *args):
+        self._n.start_soon(fn, *args)
+
+    async def cancel(self):
+        self._n.cancel_scope.cancel()
+
+
+class _CurioStream:
+    """trio's Stream shape over a curio socket: the whole of the curio shim."""
+
+    def __init__(self, sock):
+        self.socket = sock
+
+    async def receive_some(self, max_bytes=65536):
+        return await self.socket.recv(max_bytes)
+
+    async def send_all(self, data):
+        await self.socket.sendall(data)
+
+    async def send_eof(self):
+        await self.socket.shutdown(socket.SHUT_WR)
+
+    async def aclose(self):
+        await self.socket.close()
+
+
+class _CurioMove(Delegating):
+    """curio's ignore_after, with trio's ``cancelled_caught`` spelling."""
+
+    @property
+    def cancelled_caught(self) -> bool:
+        return bool(self._inner.expired)
+
+
+class CurioPort(TaskPortBase):
+    unseen = ("pause_writing_count", "written_while_paused_bytes", "callbacks_run_count",
+              "ready_max_count", "read_pauses_count", "loop_iterations_count")
+    def __init__(self, runtime, opts):
+        super().__init__(runtime)
+        import curio
+        self._curio = curio
+        self._instrument = opts.get("instrument", True)
+        self.sleep = curio.sleep
+        self.Event = curio.UniversalEvent
+        self.Cancelled = curio.CancelledError
+        self.detached_spawn = curio.spawn
+        stats = self.stats
+
+        class Counter(curio.kernel.Activation):
+            def created(self, task):
+                stats.spawns += 1
+
+            def running(self, task):
+                stats.task_switches += 1
+
+        self.kernel = curio.Kernel(activations=[Counter()] if self._instrument else [])
+
+    def move_on_after(self, seconds):
+        return _CurioMove(self._curio.ignore_after(seconds))
+
+    def fail_after(self, seconds):
+        return self._curio.timeout_after(seconds)
+
+    def run(self, main, *args):
+        """curio lets a KeyboardInterrupt land in the middle of a task step, which
+        breaks its kernel. So during the run SIGINT/SIGTERM only write to a wake-up
+        socket (``signal.set_wakeup_fd``); a watcher task reads it and ends ``main``
+        by cancellation, and KeyboardInterrupt is raised once the kernel is done."""
+        curio = self._curio
+        self.stats.exit_report.update(policy="cancel")
+        if threading.current_thread() is not threading.main_thread():
+            return self.kernel.run(main, self, *args)     # signals reach only the main thread
+        outcome = {}
+        rsock, wsock = socket.socketpair()
+        rsock.setblocking(False)
+        wsock.setblocking(False)
+
+        async def guarded():
+            async with curio.TaskGroup(wait=any) as g:
+                task = await g.spawn(main, self, *args)
+                watcher = await g.spawn(curio.io.Socket(rsock).recv, 1)
+            if watcher.terminated and not watcher.cancelled:
+                outcome["interrupted"] = True
+            else:
+                outcome["task"] = task
+
+        ignore = lambda *a: None  # noqa: E731
+        old = [signal.signal(signal.SIGINT, ignore), signal.signal(signal.SIGTERM, ignore)]
+        old_fd = signal.set_wakeup_fd(wsock.fileno())
+        try:
+            self.kernel.run(guarded)
+        finally:
+            signal.set_wakeup_fd(old_fd)
+            signal.signal(signal.SIGINT, old[0])
+            signal.signal(signal.SIGTERM, old[1])
+            rsock.close()
+            wsock.close()
+        if "interrupted" in outcome:
+            raise KeyboardInterrupt
+        return outcome["task"].result
+
+    def _wrap(self, sock):
+        stream = _CurioStream(sock)
+        return _MeasuredStream(stream, self.stats.new_conn()) if self._instrument else stream
+
+    async def open_tcp_stream(self, host, port, sockbuf=None):
+        sock = self._curio.io.Socket(client_socket(sockbuf))
+        try:
+            await sock.connect((host, port))
+        except BaseException:
+            await sock.close()
+            raise
+        return self._wrap(sock)
+
+    def listen(self, sock):
+        return _CurioListener(self._curio.io.Socket(sock), self)
+
+    def open_nursery(self):
+        return _CurioNursery(self._curio.TaskGroup())
+
+    def close(self) -> None:
+        self.kernel.run(shutdown=True)
+
+
+class _CurioListener:
+    def __init__(self, sock, port):
+        self._s = sock
+        self._port = port
+
+    async def accept(self):
+        client, _addr = await self._s.accept()
+        return self._port._wrap(client)
+
+    async def aclose(self):
+        await self._s.close()
+
+
+class _CurioNursery(Delegating):
+    async def spawn(self, fn, *args):
+        await self._inner.spawn(fn, *args)
+
+    async def cancel(self):
+        await self._inner.cancel_remaining()
