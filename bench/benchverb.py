@@ -136,6 +136,12 @@ def _check_outputs(args) -> None:
         check_output_dir(args.out, "--out")
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str, data: bytes | str) -> None:
     """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``:
     a reader never sees half a file, and a failure leaves no temporary file behind."""
@@ -143,6 +149,7 @@ def write_atomic(path: str, data: bytes | str) -> None:
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())       # mkstemp's 0600 is not what open() gives
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)
@@ -314,7 +321,7 @@ def cmd_goals(args) -> ExitCode:
         return ExitCode.ENVIRONMENT
     pinned = not args.no_pin
     progress(f"looplab bench goals: echo 1 KiB x 10 on {len(GOAL_ECHO_RUNTIMES)} runtimes and "
-             f"micro yield/spawn_join/pingpong on coro and curio, {args.repeat} rounds each")
+             f"micro yield/spawn_join/pingpong on coro and curio, {args.repeat} round(s) each")
     cells, rows, skipped = run_goals(args.repeat, args.duration, args.warmup, args.min_time,
                                      client, pinned)
     for spec, reason in skipped.items():

@@ -343,6 +343,9 @@ def test_atomic_write_replaces_whole_files_and_leaves_no_temporary(tmp_path, mon
     path = tmp_path / "sub" / "results.json"
     benchverb.write_atomic(str(path), "first\n")
     assert path.read_text() == "first\n"
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask      # as open() would make it
 
     def refuse(src, dst):
         raise OSError(28, "No space left on device")
