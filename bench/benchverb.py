@@ -27,10 +27,11 @@ from bench import results
 from bench.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, curve_table,
                         echo_tables, echo_units, idle_table, measure_idle, run_echo_matrix)
 from bench.errors import ExitCode, UsageError
-from bench.goals import GOAL_ECHO_RUNTIMES, goals_table, run_goals
+from bench.goals import GOAL_ECHO_RUNTIMES, evaluate_goals, goals_table, run_goals
 from bench.loadgen import CLIENT_KINDS, load_client
-from bench.machine import (MeasureError, bench_runtime, env_lines, environment, progress,
-                           raise_nofile, split_available)
+from bench.machine import (Interrupted, MeasureError, bench_runtime, env_lines, environment,
+                           progress, raise_nofile, run_interruptibly, sigterm_as_interrupt,
+                           split_available)
 from bench.micro import MICRO_NOTES, MICRO_OPS, micro_supported, micro_table, run_micro_matrix
 from protocols import runtimes
 
@@ -227,6 +228,32 @@ def _client(kind: str):
         return None
 
 
+def _measure(fn, *a, **kw):
+    """``(fn(...), False)``, or on SIGINT/SIGTERM ``(cells measured so far, True)``."""
+    with sigterm_as_interrupt():
+        try:
+            return fn(*a, **kw), False
+        except Interrupted as exc:
+            progress("interrupted: keeping what was measured")
+            return exc.cells, True
+
+
+def _finish(code: ExitCode, interrupted: bool, args, cells: list[dict]) -> ExitCode | None:
+    """The exit code of an interrupted run (None when it ran to the end)."""
+    if not interrupted:
+        return None
+    where = [p for p in (getattr(args, "json", None), getattr(args, "out", None)) if p]
+    if code:
+        kept = "and they could not be written"
+    elif where:
+        kept = "kept in " + " and ".join(where)
+    else:
+        kept = "printed above only (no --json or --out)"
+    print(f"looplab bench: interrupted; {len(cells)} cell(s) with measurements {kept}",
+          file=sys.stderr)
+    return ExitCode.INTERRUPTED
+
+
 def _no_measurement(cells: list[dict]) -> ExitCode:
     failed = [c["id"] for c in cells if c["errors"] and not c["repeats"]]
     if failed:
@@ -263,12 +290,13 @@ def _echo_run(args, mode: str, title: str, sizes, concurrency, preset: str | Non
     est = len(units) * args.repeat * (args.duration + args.warmup + 0.8)
     progress(f"looplab bench {title}: {len(units)} cells x {args.repeat} repeats, "
              f"~{est / 60:.1f} min; load client: {client[1]}")
-    cells = run_echo_matrix(units, args.duration, args.warmup, args.repeat, client, pinned,
-                            sockbuf=args.sockbuf or None)
+    cells, interrupted = _measure(run_echo_matrix, units, args.duration, args.warmup,
+                                  args.repeat, client, pinned, sockbuf=args.sockbuf or None)
     env = environment(client[1], pinned)
     config = {"mode": mode, "preset": preset, "sizes": sizes, "concurrency": concurrency,
               "duration": args.duration, "warmup": args.warmup, "repeat": args.repeat,
-              "sockbuf": args.sockbuf, "baseline": baseline, "shard": shard, "skipped": skipped}
+              "sockbuf": args.sockbuf, "baseline": baseline, "shard": shard, "skipped": skipped,
+              "interrupted": interrupted}
     doc = results.new_document(cells, env=env, config=config)
     head = [curve_table(cells)] if mode == "curve" else []
     print("\n\n".join(head + [echo_tables(cells, baseline)]))
@@ -283,7 +311,7 @@ def _echo_run(args, mode: str, title: str, sizes, concurrency, preset: str | Non
             extra["curve.png"] = png
     code = _write_outputs(doc, args, _markdown(f"looplab bench {title}", env, body, skipped,
                                                METHOD_NOTES), extra)
-    return code or _no_measurement(cells)
+    return _finish(code, interrupted, args, cells) or code or _no_measurement(cells)
 
 
 # ---------------------------------------------------------------------------
@@ -322,14 +350,20 @@ def cmd_goals(args) -> ExitCode:
     pinned = not args.no_pin
     progress(f"looplab bench goals: echo 1 KiB x 10 on {len(GOAL_ECHO_RUNTIMES)} runtimes and "
              f"micro yield/spawn_join/pingpong on coro and curio, {args.repeat} round(s) each")
-    cells, rows, skipped = run_goals(args.repeat, args.duration, args.warmup, args.min_time,
-                                     client, pinned)
+    measured, interrupted = _measure(run_goals, args.repeat, args.duration, args.warmup,
+                                     args.min_time, client, pinned)
+    if interrupted:
+        cells, rows = measured, evaluate_goals(measured)
+        skipped = split_available(runtimes.parse_list(",".join(GOAL_ECHO_RUNTIMES)))[1]
+    else:
+        cells, rows, skipped = measured
     for spec, reason in skipped.items():
         progress(f"skipped {spec}: {reason}")
     env = environment(client[1], pinned)
     doc = results.new_document(cells, env=env, goals=rows, config={
         "mode": "goals", "repeat": args.repeat, "duration": args.duration,
-        "warmup": args.warmup, "min_time": args.min_time, "skipped": skipped})
+        "warmup": args.warmup, "min_time": args.min_time, "skipped": skipped,
+        "interrupted": interrupted})
     echo = [c for c in cells if c["scenario"] == "echo"]
     micro = [c for c in cells if c["scenario"] == "micro"]
     print("\n\n".join([goals_table(rows), echo_tables(echo, "asyncio-protocol"),
@@ -340,8 +374,8 @@ def cmd_goals(args) -> ExitCode:
                         echo_tables(echo, "asyncio-protocol", True), micro_table(micro, True)])
     code = _write_outputs(doc, args, _markdown("looplab bench goals", env, body, skipped,
                                                METHOD_NOTES + MICRO_NOTES))
-    if code:
-        return code
+    if code or interrupted:
+        return _finish(code, interrupted, args, cells) or code
     if args.fail and any(not r["status"].startswith("met") for r in rows):
         return ExitCode.FAILED
     return ExitCode.OK
@@ -364,15 +398,43 @@ def cmd_micro(args) -> ExitCode:
     units = results.shard([(op, rt) for op in ops for rt in rts if micro_supported(op, rt)], shard)
     progress(f"looplab bench micro: {len(units)} cells x {args.repeat} repeats, min time "
              f"{args.min_time} s per run")
-    cells = run_micro_matrix(units, args.repeat, args.min_time, pinned)
+    cells, interrupted = _measure(run_micro_matrix, units, args.repeat, args.min_time, pinned)
     env = environment(None, pinned)
     doc = results.new_document(cells, env=env, config={
         "mode": "micro", "ops": ops, "repeat": args.repeat, "min_time": args.min_time,
-        "skipped": skipped, "shard": shard})
+        "skipped": skipped, "shard": shard, "interrupted": interrupted})
     print(micro_table(cells))
     code = _write_outputs(doc, args, _markdown("looplab bench micro", env,
                                                micro_table(cells, True), skipped, MICRO_NOTES))
-    return code or _no_measurement(cells)
+    return _finish(code, interrupted, args, cells) or code or _no_measurement(cells)
+
+
+def _idle_cells(rts, n: int, repeat: int) -> list[dict]:
+    measured = []           # (runtime, samples, errors), filled as measurements finish
+
+    def measure_all():
+        for rt in rts:
+            samples: dict[str, list] = {}
+            errors: list[str] = []
+            measured.append((rt, samples, errors))
+            for r in range(repeat):
+                progress(f"idle: {rt.spec}, {n} connections (round {r + 1}/{repeat})")
+                try:
+                    s = measure_idle(rt, n)
+                except MeasureError as exc:
+                    errors.append(str(exc))
+                    progress(f"  FAILED: {exc}")
+                    continue
+                for k, v in s.items():
+                    samples.setdefault(k, []).append(v)
+                progress(f"  {s['rss_per_connection_bytes'] / 1024:.1f} KiB per connection")
+    interrupted = run_interruptibly(measure_all)
+    cells = [results.new_cell("idle", rt.spec, "naive", {"connections": n}, samples=samples,
+                              errors=errors, details={"server_runtime": bench_runtime(rt).spec})
+             for rt, samples, errors in measured if samples or errors or not interrupted]
+    if interrupted:
+        raise Interrupted(cells)
+    return cells
 
 
 def cmd_idle(args) -> ExitCode:
@@ -391,35 +453,18 @@ def cmd_idle(args) -> ExitCode:
         warning += f"; measuring {n} connections instead"
         progress(f"WARNING: {warning}")
         notes.append(warning)
-    cells = []
-    for rt in rts:
-        samples: dict[str, list] = {}
-        errors = []
-        for r in range(args.repeat):
-            progress(f"idle: {rt.spec}, {n} connections (round {r + 1}/{args.repeat})")
-            try:
-                s = measure_idle(rt, n)
-            except MeasureError as exc:
-                errors.append(str(exc))
-                progress(f"  FAILED: {exc}")
-                continue
-            for k, v in s.items():
-                samples.setdefault(k, []).append(v)
-            progress(f"  {s['rss_per_connection_bytes'] / 1024:.1f} KiB per connection")
-        cells.append(results.new_cell("idle", rt.spec, "naive", {"connections": n},
-                                      samples=samples, errors=errors,
-                                      details={"server_runtime": bench_runtime(rt).spec}))
+    cells, interrupted = _measure(_idle_cells, rts, n, args.repeat)
     print(idle_table(cells))
     if warning:
         print(f"NOTE: {warning}")
     env = environment(None, False)
     doc = results.new_document(cells, env=env, config={
         "mode": "idle", "connections": n, "repeat": args.repeat, "skipped": skipped,
-        "rlimit_nofile": [soft, hard]})
+        "rlimit_nofile": [soft, hard], "interrupted": interrupted})
     code = _write_outputs(doc, args, _markdown("looplab bench idle", env, idle_table(cells, True),
                                                skipped, notes))
-    return code or (ExitCode.FAILED if any(c["errors"] and not c["samples"] for c in cells)
-                    else ExitCode.OK)
+    return _finish(code, interrupted, args, cells) or code or (
+        ExitCode.FAILED if any(c["errors"] and not c["samples"] for c in cells) else ExitCode.OK)
 
 
 _COMMANDS = {"matrix": cmd_matrix, "goals": cmd_goals, "micro": cmd_micro, "idle": cmd_idle,

@@ -27,9 +27,9 @@ import time
 
 from bench import results
 from bench.loadgen import ServerProcess, client_command, load_client
-from bench.machine import (CLIENT_SATURATED, NOISY_OTHER_CPU, NOISY_STEAL, ROOT, MeasureError, Window,
-                           bench_runtime, cpu_plan, pin, progress, read_line, rss_bytes,
-                           stop_process)
+from bench.machine import (CLIENT_SATURATED, NOISY_OTHER_CPU, NOISY_STEAL, ROOT, Interrupted,
+                           MeasureError, Window, bench_runtime, cpu_plan, pin, progress,
+                           read_line, rss_bytes, run_interruptibly, stop_process)
 from bench.tables import MISSING, fmt_bytes, fmt_rate, fmt_seconds, format_table
 
 __all__ = ["KiB", "ECHO_METRICS", "CURVE_CONNECTIONS", "measure_echo", "run_echo_matrix",
@@ -171,32 +171,37 @@ def run_echo_matrix(units, duration: float, warmup: float, repeat: int, client=N
                                "noisy": [], "saturated": [], "loadavg": [], "errors": []}
              for rt, m, c in units}
     total, done = len(units) * repeat, 0
-    for r in range(repeat):
-        for (m, c), rts in groups.items():
-            k = r % len(rts)
-            for rt in rts[k:] + rts[:k]:
-                done += 1
-                entry = store[(rt.spec, m, c)]
-                label = f"[{done}/{total}] round {r + 1}/{repeat} {rt.spec} {size_label(m)} x {c}"
-                try:
-                    s = measure_echo(rt, m, c, duration, warmup, client, pinned, sockbuf)
-                except MeasureError as exc:
-                    entry["errors"].append(f"round {r + 1}: {exc}")
-                    progress(f"{label}: FAILED: {exc}")
-                    continue
-                for name in ECHO_METRICS:
-                    entry["samples"][name].append(s.get(name))
-                entry["rounds"].append(r)
-                entry["loadavg"].append(s.get("loadavg"))
-                if s["noisy"]:
-                    entry["noisy"].append(r)
-                if s["client_saturated"]:
-                    entry["saturated"].append(r)
-                flags = (" NOISY" if s["noisy"] else "") + (" CLIENT-BOUND" if s["client_saturated"] else "")
-                progress(f"{label}: {fmt_rate(s['requests_per_s'], ' req/s')}, server CPU/req "
-                         f"{fmt_seconds(s['server_cpu_per_request_s'])}, p99 "
-                         f"{fmt_seconds(s['latency_p99_s'])}, other CPU "
-                         f"{s.get('other_cpu_fraction', 0):.2f}{flags}")
+
+    def measure_all():
+        nonlocal done
+        for r in range(repeat):
+            for (m, c), rts in groups.items():
+                k = r % len(rts)
+                for rt in rts[k:] + rts[:k]:
+                    done += 1
+                    entry = store[(rt.spec, m, c)]
+                    label = f"[{done}/{total}] round {r + 1}/{repeat} {rt.spec} {size_label(m)} x {c}"
+                    try:
+                        s = measure_echo(rt, m, c, duration, warmup, client, pinned, sockbuf)
+                    except MeasureError as exc:
+                        entry["errors"].append(f"round {r + 1}: {exc}")
+                        progress(f"{label}: FAILED: {exc}")
+                        continue
+                    for name in ECHO_METRICS:
+                        entry["samples"][name].append(s.get(name))
+                    entry["rounds"].append(r)
+                    entry["loadavg"].append(s.get("loadavg"))
+                    if s["noisy"]:
+                        entry["noisy"].append(r)
+                    if s["client_saturated"]:
+                        entry["saturated"].append(r)
+                    flags = (" NOISY" if s["noisy"] else "") + (" CLIENT-BOUND" if s["client_saturated"] else "")
+                    progress(f"{label}: {fmt_rate(s['requests_per_s'], ' req/s')}, server CPU/req "
+                             f"{fmt_seconds(s['server_cpu_per_request_s'])}, p99 "
+                             f"{fmt_seconds(s['latency_p99_s'])}, other CPU "
+                             f"{s.get('other_cpu_fraction', 0):.2f}{flags}")
+
+    interrupted = run_interruptibly(measure_all)
     cells = []
     for rt, m, c in units:
         entry = store[(rt.spec, m, c)]
@@ -210,6 +215,8 @@ def run_echo_matrix(units, duration: float, warmup: float, repeat: int, client=N
                      "client_bound_rounds": entry["saturated"], "loadavg": entry["loadavg"]})
         cell["repeats"] = len(entry["rounds"])
         cells.append(cell)
+    if interrupted:
+        raise Interrupted([c for c in cells if c["repeats"] or c["errors"]])
     return cells
 
 

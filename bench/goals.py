@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 
 from bench.echo import KiB, echo_units, paired, run_echo_matrix
-from bench.machine import progress, split_available
+from bench.machine import Interrupted, progress, split_available
 from bench.micro import run_micro_matrix
 from bench.tables import MISSING, format_table
 from protocols import runtimes
@@ -125,7 +125,8 @@ def goals_table(rows: list[dict], markdown: bool = False) -> str:
 
 def run_goals(repeat: int = 5, duration: float = 2.0, warmup: float = 1.0, min_time: float = 0.3,
               client=None, pinned: bool = True, progress=progress) -> tuple[list[dict], list[dict], dict]:
-    """Exactly the measurements behind GOALS. Returns (cells, goal rows, skipped)."""
+    """Exactly the measurements behind GOALS. Returns (cells, goal rows, skipped); on
+    SIGINT/SIGTERM raises Interrupted with the cells measured so far."""
     rts, skipped = split_available(runtimes.parse_list(",".join(GOAL_ECHO_RUNTIMES)))
     cells = []
     if rts:
@@ -133,5 +134,8 @@ def run_goals(repeat: int = 5, duration: float = 2.0, warmup: float = 1.0, min_t
                                  client, pinned, progress)
     units = [(op, rt) for op in GOAL_MICRO_OPS for rt in rts if rt.id in GOAL_MICRO_RUNTIMES]
     if units:
-        cells += run_micro_matrix(units, repeat, min_time, pinned, progress)
+        try:
+            cells += run_micro_matrix(units, repeat, min_time, pinned, progress)
+        except Interrupted as exc:
+            raise Interrupted(cells + exc.cells) from None
     return cells, evaluate_goals(cells), skipped

@@ -71,18 +71,20 @@ class ServerProcess:
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=self._stderr,
                                      stdin=subprocess.DEVNULL, cwd=ROOT,
                                      preexec_fn=_default_sigint)
-        pin(self.proc.pid, self.cpu)
-        deadline = time.monotonic() + self.start_timeout_s
-        line = read_line(self.proc, bytearray(), deadline)
-        if not line or not line.startswith("listening on "):
-            why = tail(self._stderr) or "-"
+        try:
+            pin(self.proc.pid, self.cpu)
+            deadline = time.monotonic() + self.start_timeout_s
+            line = read_line(self.proc, bytearray(), deadline)
+            if not line or not line.startswith("listening on "):
+                raise MeasureError(f"server {self.spec} did not start: {line or 'no output'}; "
+                                   f"stderr: {tail(self._stderr) or '-'}")
+            host, _, port = line[len("listening on "):].strip().rpartition(":")
+            self.address = (host, int(port))
+            if self.app == "echo":
+                self._probe(deadline)
+        except BaseException:        # a failed start, or Ctrl-C/SIGTERM during it
             self.stop()
-            raise MeasureError(f"server {self.spec} did not start: {line or 'no output'}; "
-                               f"stderr: {why}")
-        host, _, port = line[len("listening on "):].strip().rpartition(":")
-        self.address = (host, int(port))
-        if self.app == "echo":
-            self._probe(deadline)
+            raise
         return self
 
     def _probe(self, deadline: float) -> None:
@@ -101,9 +103,8 @@ class ServerProcess:
             except OSError:
                 pass
             if time.monotonic() > deadline or self.proc.poll() is not None:
-                why = tail(self._stderr) or "-"
-                self.stop()
-                raise MeasureError(f"server {self.spec} never echoed; stderr: {why}")
+                raise MeasureError(f"server {self.spec} never echoed; "
+                                   f"stderr: {tail(self._stderr) or '-'}")
             time.sleep(0.1)
 
     @property

@@ -23,7 +23,7 @@ import time
 from bench import results
 from protocols import runtimes
 
-__all__ = ["ROOT", "MeasureError", "NOISY_OTHER_CPU", "NOISY_STEAL", "CLIENT_SATURATED", "cpu_plan",
+__all__ = ["ROOT", "MeasureError", "Interrupted", "run_interruptibly", "sigterm_as_interrupt", "NOISY_OTHER_CPU", "NOISY_STEAL", "CLIENT_SATURATED", "cpu_plan",
            "pin", "proc_ticks", "machine_ticks", "rss_bytes", "Window", "loadavg",
            "allocator_env", "raise_nofile", "environment", "read_line", "stop_process",
            "tail", "progress", "env_lines", "bench_runtime", "unavailable", "split_available"]
@@ -45,6 +45,41 @@ _HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 class MeasureError(Exception):
     """One measurement failed (server crashed, client error, timeout): recorded in the
     cell's errors, and the run goes on."""
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived mid-run; ``cells`` holds what had been measured, so the
+    caller can still write it."""
+
+    def __init__(self, cells: list[dict]):
+        super().__init__(f"interrupted after {len(cells)} cell(s) had measurements")
+        self.cells = cells
+
+
+def run_interruptibly(fn) -> bool:
+    """Run ``fn()``; True if SIGINT (or SIGTERM, see ``sigterm_as_interrupt``) ended it.
+    The measurement's own ``finally`` blocks have stopped its processes by then."""
+    try:
+        fn()
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+class sigterm_as_interrupt:
+    """While active, SIGTERM (what CI time-outs, Slurm and ``kill`` send) ends a run the
+    way Ctrl-C does, so servers and clients are stopped and finished cells are kept."""
+
+    def __enter__(self):
+        self._old = signal.signal(signal.SIGTERM, _raise_interrupt)
+        return self
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGTERM, self._old)
 
 
 def progress(message: str) -> None:

@@ -24,7 +24,8 @@ import time
 
 import kernels.coro
 from bench import results
-from bench.machine import ROOT, MeasureError, bench_runtime, cpu_plan, pin, progress
+from bench.machine import (ROOT, Interrupted, MeasureError, bench_runtime, cpu_plan, pin,
+                           progress, run_interruptibly)
 from bench.tables import fmt_rate, format_table
 from protocols import runtimes
 
@@ -502,6 +503,10 @@ def _micro_in_worker(op: str, rt, min_time: float, cpu: int | None,
         proc.kill()
         proc.communicate()
         raise MeasureError(f"micro worker timed out after {timeout_s:.0f} s") from None
+    except BaseException:         # Ctrl-C/SIGTERM: the worker goes with us
+        proc.kill()
+        proc.communicate()
+        raise
     lines = out.decode(errors="replace").strip().splitlines()
     try:
         res = json.loads(lines[-1])
@@ -522,24 +527,29 @@ def run_micro_matrix(units, repeat: int, min_time: float, pinned: bool = True,
     store = {(op, rt.spec): {"ops_per_s": [], "n": [], "rounds": [], "errors": []}
              for op, rt in units}
     total, done = len(units) * repeat, 0
-    for r in range(repeat):
-        for op in ops:
-            rts_op = [rt for o, rt in units if o == op]
-            k = r % len(rts_op)
-            for rt in rts_op[k:] + rts_op[:k]:
-                done += 1
-                entry = store[(op, rt.spec)]
-                label = f"[{done}/{total}] round {r + 1}/{repeat} {op} {rt.spec}"
-                try:
-                    res = _micro_in_worker(op, rt, min_time, cpu)
-                except MeasureError as exc:
-                    entry["errors"].append(f"round {r + 1}: {exc}")
-                    progress(f"{label}: FAILED: {exc}")
-                    continue
-                entry["ops_per_s"].append(res["ops_per_s"])
-                entry["n"].append(res["n"])
-                entry["rounds"].append(r)
-                progress(f"{label}: {fmt_rate(res['ops_per_s'], ' ops/s')} (n={res['n']})")
+
+    def measure_all():
+        nonlocal done
+        for r in range(repeat):
+            for op in ops:
+                rts_op = [rt for o, rt in units if o == op]
+                k = r % len(rts_op)
+                for rt in rts_op[k:] + rts_op[:k]:
+                    done += 1
+                    entry = store[(op, rt.spec)]
+                    label = f"[{done}/{total}] round {r + 1}/{repeat} {op} {rt.spec}"
+                    try:
+                        res = _micro_in_worker(op, rt, min_time, cpu)
+                    except MeasureError as exc:
+                        entry["errors"].append(f"round {r + 1}: {exc}")
+                        progress(f"{label}: FAILED: {exc}")
+                        continue
+                    entry["ops_per_s"].append(res["ops_per_s"])
+                    entry["n"].append(res["n"])
+                    entry["rounds"].append(r)
+                    progress(f"{label}: {fmt_rate(res['ops_per_s'], ' ops/s')} (n={res['n']})")
+
+    interrupted = run_interruptibly(measure_all)
     cells = []
     for op, rt in units:
         e = store[(op, rt.spec)]
@@ -550,6 +560,8 @@ def run_micro_matrix(units, repeat: int, min_time: float, pinned: bool = True,
                                          "runtime_benchmarked": bench_runtime(rt).spec})
         cell["repeats"] = len(e["rounds"])
         cells.append(cell)
+    if interrupted:
+        raise Interrupted([c for c in cells if c["repeats"] or c["errors"]])
     return cells
 
 

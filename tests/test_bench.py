@@ -11,8 +11,12 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import secrets
 import shutil
+import signal
 import subprocess
+import sys
+import time
 import tomllib
 
 import pytest
@@ -379,6 +383,46 @@ def test_a_run_writes_json_csv_and_markdown_atomically(monkeypatch, tmp_path, ca
     assert sorted(os.listdir(tmp_path)) == ["one.json", "report"]
 
 
+def test_an_interrupted_matrix_keeps_the_finished_measurements(monkeypatch):
+    calls = []
+
+    def fake_measure(rt, *a, **kw):
+        calls.append(rt.spec)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return {"requests_per_s": 100.0, "server_cpu_per_request_s": 1e-5, "loadavg": 0.1,
+                "latency_p99_s": 1e-4,
+                "noisy": False, "client_saturated": False}
+    monkeypatch.setattr(echo, "measure_echo", fake_measure)
+    rts = runtimes.parse_list("asyncio-protocol,trio")
+    with pytest.raises(machine.Interrupted) as info:
+        echo.run_echo_matrix(echo.echo_units(rts, [1024], [10]), 1.0, 0.0, 3,
+                             client=(None, "test"), progress=lambda m: None)
+    assert [(c["runtime"], c["repeats"]) for c in info.value.cells] == [("asyncio-protocol", 1)]
+
+
+def test_an_interrupted_run_writes_what_it_has_and_exits_130(monkeypatch, tmp_path, capsys):
+    def interrupted(units, *a, **kw):
+        raise machine.Interrupted([_echo(units[0][0].spec, [100.0])])
+    monkeypatch.setattr(benchverb, "run_echo_matrix", interrupted)
+    monkeypatch.setattr(benchverb, "load_client", lambda kind: (None, "python (test)"))
+    js = tmp_path / "r.json"
+    args = _bench_args(["--runtimes", "asyncio-protocol,trio", "--json", str(js)])
+    assert args.func(args) == ExitCode.INTERRUPTED
+    doc = results.load_json(str(js))
+    assert doc["config"]["interrupted"] is True and len(doc["cells"]) == 1
+    assert f"kept in {js}" in capsys.readouterr().err
+
+
+def test_sigterm_is_an_interrupt_only_while_measuring():
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        with machine.sigterm_as_interrupt():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)           # the signal arrives long before this ends
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_echo_units_shard_into_disjoint_covering_slices():
     rts = runtimes.parse_list("asyncio-protocol,trio,curio")
     full = echo.echo_units(rts, [1, 2], [1, 10])
@@ -473,6 +517,52 @@ def test_a_server_that_cannot_start_is_a_measure_error():
 def test_the_server_command_pins_socket_buffers_only_when_asked():
     assert "--sockbuf" not in loadgen.ServerProcess("coro").command()
     assert loadgen.ServerProcess("coro", sockbuf=65536).command()[-2:] == ["--sockbuf", "65536"]
+
+
+def _marked_processes(mark: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_sigterm_mid_run_keeps_finished_cells_and_stops_every_process(tmp_path):
+    _available("asyncio-protocol")
+    mark = f"LOOPLAB_TEST_{secrets.token_hex(6)}"
+    js = tmp_path / "r.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "bench", "--runtimes", "asyncio-protocol",
+         "--repeat", "20", "--seconds", "0.5", "--warmup", "0.1", "--client", "python",
+         "--json", str(js)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, env={**os.environ, mark: "1"})
+    try:
+        for line in proc.stderr:
+            if line.startswith("[1/20]"):
+                break
+        proc.send_signal(signal.SIGTERM)
+        err = proc.stderr.read()
+        rc = proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert rc == ExitCode.INTERRUPTED, err
+    assert "interrupted" in err
+    cells = results.load_json(str(js))["cells"]
+    assert cells[0]["repeats"] >= 1
+    deadline = time.monotonic() + 10            # the Python client's workers end on their own
+    while _marked_processes(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _marked_processes(mark) == []
+    assert os.listdir(tmp_path) == ["r.json"]
 
 
 @pytest.mark.timeout(60)
