@@ -29,9 +29,9 @@ from bench.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, curve_t
 from bench.errors import ExitCode, UsageError
 from bench.goals import GOAL_ECHO_RUNTIMES, evaluate_goals, goals_table, run_goals
 from bench.loadgen import CLIENT_KINDS, load_client
-from bench.machine import (Interrupted, MeasureError, bench_runtime, env_lines, environment,
-                           progress, raise_nofile, run_interruptibly, sigterm_as_interrupt,
-                           split_available)
+from bench.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
+                           environment, progress, raise_nofile, run_interruptibly,
+                           split_available, stop_on_signals)
 from bench.micro import MICRO_NOTES, MICRO_OPS, micro_supported, micro_table, run_micro_matrix
 from protocols import runtimes
 
@@ -230,7 +230,7 @@ def _client(kind: str):
 
 def _measure(fn, *a, **kw):
     """``(fn(...), False)``, or on SIGINT/SIGTERM ``(cells measured so far, True)``."""
-    with sigterm_as_interrupt():
+    with stop_on_signals():
         try:
             return fn(*a, **kw), False
         except Interrupted as exc:
@@ -418,6 +418,7 @@ def _idle_cells(rts, n: int, repeat: int) -> list[dict]:
             errors: list[str] = []
             measured.append((rt, samples, errors))
             for r in range(repeat):
+                check_stop()
                 progress(f"idle: {rt.spec}, {n} connections (round {r + 1}/{repeat})")
                 try:
                     s = measure_idle(rt, n)

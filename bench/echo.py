@@ -28,8 +28,8 @@ import time
 from bench import results
 from bench.loadgen import ServerProcess, client_command, load_client
 from bench.machine import (CLIENT_SATURATED, NOISY_OTHER_CPU, NOISY_STEAL, ROOT, Interrupted,
-                           MeasureError, Window, bench_runtime, cpu_plan, pin, progress,
-                           read_line, rss_bytes, run_interruptibly, stop_process)
+                           MeasureError, Window, bench_runtime, check_stop, cpu_plan, pin,
+                           progress, read_line, rss_bytes, run_interruptibly, stop_process)
 from bench.tables import MISSING, fmt_bytes, fmt_rate, fmt_seconds, format_table
 
 __all__ = ["KiB", "ECHO_METRICS", "CURVE_CONNECTIONS", "measure_echo", "run_echo_matrix",
@@ -178,6 +178,7 @@ def run_echo_matrix(units, duration: float, warmup: float, repeat: int, client=N
             for (m, c), rts in groups.items():
                 k = r % len(rts)
                 for rt in rts[k:] + rts[:k]:
+                    check_stop()
                     done += 1
                     entry = store[(rt.spec, m, c)]
                     label = f"[{done}/{total}] round {r + 1}/{repeat} {rt.spec} {size_label(m)} x {c}"

@@ -23,10 +23,11 @@ import time
 from bench import results
 from protocols import runtimes
 
-__all__ = ["ROOT", "MeasureError", "Interrupted", "run_interruptibly", "sigterm_as_interrupt", "NOISY_OTHER_CPU", "NOISY_STEAL", "CLIENT_SATURATED", "cpu_plan",
-           "pin", "proc_ticks", "machine_ticks", "rss_bytes", "Window", "loadavg",
-           "allocator_env", "raise_nofile", "environment", "read_line", "stop_process",
-           "tail", "progress", "env_lines", "bench_runtime", "unavailable", "split_available"]
+__all__ = ["ROOT", "MeasureError", "Interrupted", "run_interruptibly", "stop_on_signals",
+           "check_stop", "NOISY_OTHER_CPU", "NOISY_STEAL", "CLIENT_SATURATED", "cpu_plan", "pin",
+           "proc_ticks", "machine_ticks", "rss_bytes", "Window", "loadavg", "allocator_env",
+           "raise_nofile", "environment", "env_lines", "read_line", "stop_process", "tail",
+           "progress", "bench_runtime", "unavailable", "split_available"]
 
 # The folder holding the `bench` package: worker processes start here, so
 # `python -m bench...` finds the same code as this process.
@@ -57,8 +58,8 @@ class Interrupted(Exception):
 
 
 def run_interruptibly(fn) -> bool:
-    """Run ``fn()``; True if SIGINT (or SIGTERM, see ``sigterm_as_interrupt``) ended it.
-    The measurement's own ``finally`` blocks have stopped its processes by then."""
+    """Run ``fn()``; True if SIGINT or SIGTERM (see ``stop_on_signals``) ended it. The
+    measurement's own ``finally`` blocks have stopped its processes by then."""
     try:
         fn()
     except KeyboardInterrupt:
@@ -66,20 +67,38 @@ def run_interruptibly(fn) -> bool:
     return False
 
 
-def _raise_interrupt(signum, frame):
+_stop = {"requested": False}
+
+
+def _on_stop_signal(signum, frame):
+    _stop["requested"] = True
     raise KeyboardInterrupt
 
 
-class sigterm_as_interrupt:
-    """While active, SIGTERM (what CI time-outs, Slurm and ``kill`` send) ends a run the
-    way Ctrl-C does, so servers and clients are stopped and finished cells are kept."""
+class stop_on_signals:
+    """While active, SIGINT and SIGTERM (what CI time-outs, Slurm and ``kill`` send) end
+    a run the same way: servers and clients are stopped and finished cells are kept.
+
+    The handler also sets a flag that ``check_stop()`` turns back into KeyboardInterrupt:
+    a signal that lands inside an at-fork handler (``subprocess`` forks for every server)
+    has its exception printed and dropped by Python, and the flag makes sure the run still
+    stops at the next measurement."""
 
     def __enter__(self):
-        self._old = signal.signal(signal.SIGTERM, _raise_interrupt)
+        _stop["requested"] = False
+        self._old = {s: signal.signal(s, _on_stop_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         return self
 
     def __exit__(self, *exc):
-        signal.signal(signal.SIGTERM, self._old)
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+        _stop["requested"] = False
+
+
+def check_stop() -> None:
+    """Raise KeyboardInterrupt if a stop signal arrived but its exception was lost."""
+    if _stop["requested"]:
+        raise KeyboardInterrupt
 
 
 def progress(message: str) -> None:

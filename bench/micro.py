@@ -24,8 +24,8 @@ import time
 
 import kernels.coro
 from bench import results
-from bench.machine import (ROOT, Interrupted, MeasureError, bench_runtime, cpu_plan, pin,
-                           progress, run_interruptibly)
+from bench.machine import (ROOT, Interrupted, MeasureError, bench_runtime, check_stop,
+                           cpu_plan, pin, progress, run_interruptibly)
 from bench.tables import fmt_rate, format_table
 from protocols import runtimes
 
@@ -535,6 +535,7 @@ def run_micro_matrix(units, repeat: int, min_time: float, pinned: bool = True,
                 rts_op = [rt for o, rt in units if o == op]
                 k = r % len(rts_op)
                 for rt in rts_op[k:] + rts_op[:k]:
+                    check_stop()
                     done += 1
                     entry = store[(op, rt.spec)]
                     label = f"[{done}/{total}] round {r + 1}/{repeat} {op} {rt.spec}"

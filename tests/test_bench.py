@@ -414,13 +414,26 @@ def test_an_interrupted_run_writes_what_it_has_and_exits_130(monkeypatch, tmp_pa
     assert f"kept in {js}" in capsys.readouterr().err
 
 
-def test_sigterm_is_an_interrupt_only_while_measuring():
-    before = signal.getsignal(signal.SIGTERM)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stop_signals_interrupt_only_while_measuring(sig):
+    before = signal.getsignal(sig)
     with pytest.raises(KeyboardInterrupt):
-        with machine.sigterm_as_interrupt():
-            os.kill(os.getpid(), signal.SIGTERM)
+        with machine.stop_on_signals():
+            os.kill(os.getpid(), sig)
             time.sleep(5)           # the signal arrives long before this ends
-    assert signal.getsignal(signal.SIGTERM) is before
+    assert signal.getsignal(sig) is before
+    machine.check_stop()            # outside a run, nothing is pending
+
+
+def test_a_stop_signal_whose_exception_was_swallowed_still_stops_the_run():
+    with machine.stop_on_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass                    # what Python does to it inside an at-fork handler
+        with pytest.raises(KeyboardInterrupt):
+            machine.check_stop()
 
 
 def test_echo_units_shard_into_disjoint_covering_slices():
