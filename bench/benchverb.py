@@ -19,6 +19,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import os
 import sys
 import tempfile
@@ -76,7 +77,11 @@ def parse_int_list(text: str, what: str, allow_size: bool = False) -> list[int]:
 
 
 def _at_least(value, floor, option: str, what: str):
-    if value is not None and not value >= floor:
+    if value is None:
+        return value
+    if not math.isfinite(value):
+        raise UsageError(f"{option} must be a finite number {what}, not {value}")
+    if not value >= floor:
         raise UsageError(f"{option} must be {what}, not {value:g}")
     return value
 

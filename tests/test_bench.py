@@ -273,6 +273,8 @@ def test_each_sub_command_has_its_own_help_and_options(capsys):
     (["--repeat", "0"], "--repeat must be >= 1"),
     (["matrix", "--repeat", "0"], "--repeat must be >= 1"),
     (["--duration", "-1"], "--duration"),
+    (["--seconds", "inf"], "--duration must be a finite number > 0"),
+    (["matrix", "--warmup", "nan"], "--warmup"),
     (["matrix", "--sockbuf", "-1"], "--sockbuf must be >= 0"),
     (["curve", "--sockbuf", "-1"], "--sockbuf must be >= 0"),
     (["curve", "--concurrency", "10,0"], "bad concurrency"),
