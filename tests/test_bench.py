@@ -340,6 +340,26 @@ def test_bare_bench_with_the_old_flags_runs_matrix(monkeypatch):
     assert seen["sizes"] == [1024, 10240, 102400] and seen["repeat"] == 2 and seen["duration"] == 0.5
 
 
+def test_no_available_runtime_is_an_environment_error(monkeypatch, nothing_starts, capsys):
+    monkeypatch.setattr(benchverb, "split_available", lambda rts: ([], {"trio": "not installed"}))
+    for argv in (["--runtimes", "trio"], ["micro", "--runtimes", "trio"],
+                 ["idle", "--runtimes", "trio"]):
+        args = _bench_args(argv)
+        assert args.func(args) == ExitCode.ENVIRONMENT
+        assert "none of the requested runtimes is available" in capsys.readouterr().err
+    assert nothing_starts == []
+
+
+def test_without_a_compiler_the_python_client_stands_in_and_says_why(monkeypatch, nothing_starts):
+    monkeypatch.setattr(loadgen.shutil, "which", lambda name: None)
+    prefix, desc = loadgen.load_client("auto")
+    assert prefix is None and "python" in desc and "no C compiler found" in desc
+    with pytest.raises(machine.MeasureError, match="no C compiler"):
+        loadgen.load_client("c")
+    with pytest.raises(UsageError, match="choose auto, c, python"):
+        loadgen.load_client("rust")
+
+
 def test_size_lists_accept_units():
     assert benchverb.parse_int_list("1KiB,10k,100 KiB,512,1MiB", "sizes", allow_size=True) == \
         [1024, 10240, 102400, 512, 1 << 20]
