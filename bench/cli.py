@@ -241,8 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "closes that connection only")
     sv.set_defaults(fn=cmd_serve)
 
-    from bench import perf, results
-    perf.register(sub)        # bench
+    from bench import benchverb, results
+    benchverb.add_parser(sub)  # bench
     results.register(sub)     # compare, merge
     return p
 

@@ -1,4 +1,5 @@
-"""Micro-benchmarks (via pytest-benchmark) and the echo benchmark's machinery.
+"""Micro-benchmarks (via pytest-benchmark), the echo benchmark's machinery and the
+``looplab bench`` command line.
 
 With plain ``pytest`` (``--benchmark-disable`` in pyproject) every micro-benchmark runs
 once, as a correctness test: the port is built in ``setup`` (outside the timed region) and
@@ -8,18 +9,30 @@ tests/test_bench.py`` times them. No test asserts wall-clock performance.
 from __future__ import annotations
 
 import argparse
+import ast
 import os
+import secrets
 import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
 
 import pytest
 
-from bench import perf, results
-from bench.cli import Usage
+from bench import benchverb, echo, goals, loadgen, machine, micro, results
+from bench import cli as looplab_cli
+from bench.errors import ExitCode, UsageError
 from protocols import runtimes
 
+pytestmark = pytest.mark.timeout(120)
+
 MICRO_N = {"spawn_join": 200, "yield": 300, "pingpong": 100, "timers": 200}
-CASES = [(op, rid) for op in perf.MICRO_OPS for rid, info in runtimes.RUNTIMES.items()
-         if info.style in perf._MICRO_STYLES[op]]
+CASES = [(op, rid) for op in micro.MICRO_OPS for rid, info in runtimes.RUNTIMES.items()
+         if info.style in micro.MICRO_STYLES[op]]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUBS = ("matrix", "goals", "micro", "idle", "curve")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -44,11 +57,14 @@ def _uvloop_signal_pipe():
 
 def _available(spec: str):
     rt = runtimes.parse(spec)
-    reason = perf.unavailable(rt)
+    reason = machine.unavailable(rt)
     if reason:
         pytest.skip(f"{spec}: {reason}")
     return rt
 
+
+# ---------------------------------------------------------------------------
+# micro-benchmark bodies, run once each
 
 @pytest.mark.parametrize("op, spec", CASES, ids=[f"{op}-{rid}" for op, rid in CASES])
 def test_micro(benchmark, op, spec):
@@ -56,7 +72,7 @@ def test_micro(benchmark, op, spec):
     made = []
 
     def setup():
-        m = perf.Micro(op, rt, MICRO_N[op])     # the kernel is built here, not timed
+        m = micro.Micro(op, rt, MICRO_N[op])     # the kernel is built here, not timed
         made.append(m)
         return (m,), {}
 
@@ -74,7 +90,7 @@ def test_micro(benchmark, op, spec):
 
 
 def test_micro_builds_the_port_before_the_timed_run():
-    with perf.Micro("pingpong", "asyncio-streams", 10) as m:
+    with micro.Micro("pingpong", "asyncio-streams", 10) as m:
         assert m.port is not None and m.listener is not None
         assert m.listener.getsockname()[1] > 0
         res = m.run()
@@ -85,8 +101,8 @@ def test_micro_builds_the_port_before_the_timed_run():
 
 
 def test_micro_timers_use_seeded_delays_up_to_one_ms():
-    a = perf.Micro("timers", "asyncio-protocol", 50, seed=3)
-    b = perf.Micro("timers", "asyncio-protocol", 50, seed=3)
+    a = micro.Micro("timers", "asyncio-protocol", 50, seed=3)
+    b = micro.Micro("timers", "asyncio-protocol", 50, seed=3)
     try:
         assert a.delays == b.delays
         assert all(0 <= d <= 0.001 for d in a.delays)
@@ -97,27 +113,30 @@ def test_micro_timers_use_seeded_delays_up_to_one_ms():
 
 def test_micro_rejects_bad_input():
     with pytest.raises(ValueError, match="unknown micro-benchmark"):
-        perf.Micro("nap", "trio", 10)
+        micro.Micro("nap", "trio", 10)
     with pytest.raises(ValueError, match="positive int"):
-        perf.Micro("yield", "trio", 0)
+        micro.Micro("yield", "trio", 0)
     with pytest.raises(ValueError, match="does not apply"):
-        perf.Micro("spawn_join", "asyncio-protocol", 10)
+        micro.Micro("spawn_join", "asyncio-protocol", 10)
     with pytest.raises(runtimes.UsageError):
-        perf.Micro("yield", "nonesuch", 10)
+        micro.Micro("yield", "nonesuch", 10)
 
 
 def test_bench_runtime_turns_reference_instrumentation_off():
-    assert perf.bench_runtime(runtimes.parse("trio")).spec == "trio:instrument=false"
-    assert perf.bench_runtime(runtimes.parse("asyncio-protocol")).options["instrument"] is False
-    assert perf.bench_runtime(runtimes.parse("coro")).spec == "coro"
+    assert machine.bench_runtime(runtimes.parse("trio")).spec == "trio:instrument=false"
+    assert machine.bench_runtime(runtimes.parse("asyncio-protocol")).options["instrument"] is False
+    assert machine.bench_runtime(runtimes.parse("coro")).spec == "coro"
 
 
 # ---------------------------------------------------------------------------
 # ratio tables and goals, on synthetic cells
 
-def _echo(rt, rps, rounds=None, m=1024, c=10):
+def _echo(rt, rps, rounds=None, m=1024, c=10, cpu=None):
+    samples = {"requests_per_s": rps}
+    if cpu is not None:
+        samples["server_cpu_per_request_s"] = cpu
     cell = results.new_cell("echo", rt, "naive", {"message_bytes": m, "connections": c},
-                            samples={"requests_per_s": rps})
+                            samples=samples)
     cell["details"] = {"rounds": rounds if rounds is not None else list(range(len(rps)))}
     return cell
 
@@ -125,7 +144,7 @@ def _echo(rt, rps, rounds=None, m=1024, c=10):
 def test_ratio_table_pairs_rounds_and_takes_geometric_mean():
     cells = [_echo("asyncio-protocol", [100, 200, 100]), _echo("callback", [150, 200, 110]),
              _echo("asyncio-protocol", [10, 10, 10], m=10240), _echo("callback", [40, 40, 40], m=10240)]
-    t = perf.ratio_table(cells, "asyncio-protocol")
+    t = echo.ratio_table(cells, "asyncio-protocol")
     row = t["ratios"]["1 KiB x 10"]["callback"]
     assert row["ratio"] == pytest.approx(150 / 100)
     assert sorted(row["paired"]) == pytest.approx([1.0, 1.1, 1.5])
@@ -136,97 +155,379 @@ def test_ratio_table_pairs_rounds_and_takes_geometric_mean():
 def test_paired_ratios_skip_rounds_missing_on_one_side():
     base = _echo("asyncio-protocol", [100, 100, 100], rounds=[0, 1, 2])
     other = _echo("callback", [300, 120], rounds=[0, 2])      # round 1 failed
-    assert sorted(perf._paired(other, base, "requests_per_s")) == [1.2, 3.0]
+    assert sorted(echo.paired(other, base, "requests_per_s")) == [1.2, 3.0]
 
 
 def test_echo_tables_render_without_baseline():
-    text = perf.echo_tables([_echo("trio", [1.0, 2.0])], "asyncio-protocol")
+    text = echo.echo_tables([_echo("trio", [1.0, 2.0])], "asyncio-protocol")
     assert "baseline asyncio-protocol was not measured" in text
 
 
-def test_goals_are_met_not_met_or_borderline():
-    def micro(rt, op, vals):
-        cell = results.new_cell("micro", rt, op, {}, samples={"ops_per_s": vals})
-        cell["details"] = {"rounds": list(range(len(vals)))}
-        return cell
-    cells = [_echo("callback", [120, 120, 120]), _echo("asyncio-protocol", [100, 100, 100]),
-             _echo("coro", [100, 130, 130]), _echo("curio", [100, 100, 100]),
-             micro("coro", "yield", [300, 300, 300]), micro("curio", "yield", [100, 100, 100])]
-    rows = {(r["kind"], r["subject"], r["reference"]): r for r in perf.evaluate_goals(cells)}
-    assert rows[("echo", "callback", "asyncio-protocol")]["status"] == "met"
-    assert rows[("echo", "callback", "asyncio-protocol")]["ratio"] == pytest.approx(1.2)
+def test_echo_tables_show_server_cpu_per_request_beside_req_per_s():
+    text = echo.echo_tables([_echo("trio", [1000.0], cpu=[23.7e-6])], "trio")
+    header = next(line for line in text.splitlines() if line.startswith("runtime"))
+    assert header.index("req/s") < header.index("server CPU/req")
+    assert "23.7 µs" in text
+
+
+def _micro_cell(rt, op, vals):
+    cell = results.new_cell("micro", rt, op, {}, samples={"ops_per_s": vals})
+    cell["details"] = {"rounds": list(range(len(vals)))}
+    return cell
+
+
+def test_goals_judge_uvloop_rows_on_server_cpu_per_request():
+    # callback is slower in req/s than uvloop-protocol but its CPU per request is judged:
+    # uvloop 10 us, callback 10/0.95..10/0.8 us -> CPU ratios 0.95, 0.9, 0.8 (median 0.9).
+    cells = [_echo("uvloop-protocol", [100, 100, 100], cpu=[10e-6, 10e-6, 10e-6]),
+             _echo("callback", [50, 60, 70], cpu=[10e-6 / 0.95, 10e-6 / 0.9, 10e-6 / 0.8]),
+             _echo("asyncio-protocol", [100, 100, 100], cpu=[20e-6] * 3),
+             _echo("coro", [100, 130, 130], cpu=[8e-6] * 3), _echo("curio", [100, 100, 100], cpu=[9e-6] * 3),
+             _micro_cell("coro", "yield", [300, 300, 300]), _micro_cell("curio", "yield", [100, 100, 100])]
+    rows = {(r["kind"], r["subject"], r["reference"]): r for r in goals.evaluate_goals(cells)}
+    uv = rows[("echo", "callback", "uvloop-protocol")]
+    assert uv["judged_on"] == "server CPU/req"
+    assert uv["ratio"] == pytest.approx(0.9) and uv["min"] == pytest.approx(0.8)
+    assert uv["status"] == "met (borderline)"
+    assert uv["rate"]["ratio"] == pytest.approx(0.6)          # req/s, beside it
+    old = rows[("echo", "callback", "asyncio-protocol")]
+    assert old["judged_on"] == "req/s" and old["ratio"] == pytest.approx(0.6)
+    assert old["status"].startswith("not met (gap 45%)")
+    assert old["cpu"]["ratio"] == pytest.approx(20 / (10 / 0.9))
     coro_curio = rows[("echo", "coro", "curio")]
-    assert coro_curio["status"] == "met (borderline)" and coro_curio["min"] == pytest.approx(1.0)
+    assert coro_curio["ratio"] == pytest.approx(9 / 8) and coro_curio["status"].startswith("not met")
     assert rows[("echo", "coro", "trio")]["status"] == "not measured"
+    assert rows[("echo", "hybrid", "uvloop-streams")]["status"] == "not measured"
     assert rows[("yield", "coro", "curio")]["ratio"] == pytest.approx(3.0)
     assert rows[("spawn_join", "coro", "curio")]["status"] == "not measured"
-    assert "callback echo 1 KiB x 10 conns >= 1.1x asyncio-protocol" in perf.goals_table(list(rows.values()))
+    table = goals.goals_table(list(rows.values()))
+    assert "callback echo 1 KiB x 10 conns >= 0.9x uvloop-protocol" in table
+    assert "0.90 (0.80-0.95)" in table
+
+
+def test_goals_cover_uvloop_and_keep_the_curio_and_trio_goals():
+    pairs = {(g.subject, g.reference) for g in goals.GOALS if g.kind == "echo"}
+    assert {("callback", "uvloop-protocol"), ("hybrid", "uvloop-streams"),
+            ("coro", "uvloop-streams"), ("coro", "curio"), ("coro", "trio")} <= pairs
+    assert {"uvloop-protocol", "uvloop-streams"} <= set(goals.GOAL_ECHO_RUNTIMES)
 
 
 # ---------------------------------------------------------------------------
-# the command line's input checking
+# the command line: options, help, output paths, atomic writes
 
-def _bench_args(argv):
+def _parser():
     parser = argparse.ArgumentParser(prog="looplab")
     sub = parser.add_subparsers(dest="verb")
-    perf.register(sub)
-    return parser.parse_args(["bench", *argv])
+    benchverb.add_parser(sub)
+    return parser
+
+
+def _bench_args(argv):
+    return _parser().parse_args(["bench", *argv])
+
+
+@pytest.fixture
+def nothing_starts(monkeypatch):
+    """Any attempt to start a process (server, client, compiler, worker) fails the test."""
+    started = []
+
+    def popen(*args, **kwargs):
+        started.append(args[0] if args else kwargs.get("args"))
+        raise AssertionError(f"a process was started: {started[-1]}")
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    return started
+
+
+def _help(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as info:
+        _bench_args([*argv, "--help"])
+    assert info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_each_sub_command_has_its_own_help_and_options(capsys):
+    helps = {s: _help(capsys, [s]) for s in SUBS}
+    assert len(set(helps.values())) == len(SUBS)
+    own = {"matrix": {"--preset", "--sizes", "--sockbuf", "--baseline", "--client"},
+           "goals": {"--fail", "--min-time", "--client"},
+           "micro": {"--ops", "--min-time"},
+           "idle": {"--connections"},
+           "curve": {"--size", "--concurrency", "--sockbuf"}}
+    foreign = {"matrix": {"--fail", "--ops", "--connections"},
+               "goals": {"--preset", "--runtimes", "--sizes", "--ops", "--sockbuf"},
+               "micro": {"--preset", "--client", "--sockbuf", "--fail", "--connections"},
+               "idle": {"--preset", "--client", "--ops", "--fail", "--sockbuf"},
+               "curve": {"--preset", "--ops", "--fail", "--connections"}}
+    for s, text in helps.items():
+        flags = {w.strip("[],") for w in text.split() if w.startswith(("--", "[--"))}
+        assert own[s] <= flags, s
+        assert not (foreign[s] & flags), s
+    top = _help(capsys, [])
+    assert all(s in top for s in SUBS) and "--preset quick" in top
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--sizes", "1KiB,big"], "bad sizes"),
     (["--concurrency", "0"], "bad concurrency"),
     (["--preset", "huge"], "unknown preset"),
-    (["--repeat", "0"], "--repeat"),
+    (["--repeat", "0"], "--repeat must be >= 1"),
+    (["matrix", "--repeat", "0"], "--repeat must be >= 1"),
     (["--duration", "-1"], "--duration"),
+    (["--seconds", "inf"], "--duration must be a finite number > 0"),
+    (["matrix", "--warmup", "nan"], "--warmup"),
+    (["matrix", "--sockbuf", "-1"], "--sockbuf must be >= 0"),
+    (["curve", "--sockbuf", "-1"], "--sockbuf must be >= 0"),
+    (["curve", "--concurrency", "10,0"], "bad concurrency"),
+    (["curve", "--size", "1KiB,2KiB"], "one message size"),
     (["--shard", "3/2", "--runtimes", "asyncio-protocol"], "bad shard"),
-    (["--micro", "--ops", "nap", "--runtimes", "trio"], "unknown micro-benchmark"),
+    (["--runtimes", "nonesuch"], "valid runtimes"),
+    (["--baseline", "nonesuch"], "valid runtimes"),
+    (["goals", "--repeat", "0"], "--repeat must be >= 1"),
+    (["goals", "--min-time", "0"], "--min-time"),
+    (["goals", "--warmup", "-1"], "--warmup"),
+    (["micro", "--ops", "nap", "--runtimes", "trio"], "unknown micro-benchmark"),
+    (["micro", "--repeat", "0"], "--repeat"),
+    (["micro", "--runtimes", "nonesuch"], "valid runtimes"),
+    (["idle", "--connections", "0"], "--connections must be >= 1"),
+    (["idle", "--repeat", "0"], "--repeat"),
+    (["--preset", "full", "goals"], "before `goals` would be ignored"),
 ])
-def test_bench_usage_errors(argv, message):
-    args = _bench_args(argv)
-    with pytest.raises(Usage, match=message):
-        args.fn(args)
+def test_bad_values_are_usage_errors_before_anything_starts(argv, message, nothing_starts, tmp_path):
+    args = _bench_args([*argv, "--out", str(tmp_path / "out")] if argv[-1] != "goals" else argv)
+    with pytest.raises(UsageError, match=message):
+        args.func(args)
+    assert nothing_starts == [] and list(tmp_path.iterdir()) == []
 
 
-def test_bench_unknown_runtime_is_a_usage_error():
-    args = _bench_args(["--runtimes", "nonesuch", "--duration", "0.1"])
-    with pytest.raises(runtimes.UsageError, match="valid runtimes"):
-        args.fn(args)
+def _bad_outputs(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    out = [("--json", str(tmp_path), "is a folder"), ("--out", str(a_file), "is a file"),
+           ("--json", str(a_file / "x.json"), "is not a folder")]
+    if os.path.isdir("/proc/self"):
+        out += [("--out", "/proc/x", "does not take new files"),
+                ("--json", "/proc/x/results.json", "does not take new files")]
+    return out
+
+
+@pytest.mark.parametrize("sub", [[], ["matrix"], ["goals"], ["micro"], ["idle"], ["curve"]])
+def test_bad_output_paths_exit_2_before_measuring(sub, nothing_starts, tmp_path, capsys):
+    for option, path, message in _bad_outputs(tmp_path):
+        before = sorted(os.listdir(tmp_path))
+        rc = looplab_cli.main(["bench", *sub, option, path])
+        err = capsys.readouterr().err
+        assert rc == ExitCode.USAGE, (option, path, err)
+        assert message in err and err.count("\n") == 1 and err.startswith("looplab: ")
+        assert sorted(os.listdir(tmp_path)) == before
+    assert nothing_starts == []
+
+
+def test_bare_bench_with_the_old_flags_runs_matrix(monkeypatch):
+    seen = {}
+
+    def fake_echo_run(args, mode, title, sizes, concurrency, preset=None):
+        seen.update(mode=mode, sizes=sizes, concurrency=concurrency, repeat=args.repeat,
+                    duration=args.duration, preset=preset)
+        return ExitCode.OK
+    monkeypatch.setattr(benchverb, "_echo_run", fake_echo_run)
+    for argv in (["--preset", "quick"], ["matrix", "--preset", "quick"], ["echo"]):
+        args = _bench_args(argv)
+        assert args.func(args) == ExitCode.OK
+        assert seen == {"mode": "matrix", "sizes": [1024], "concurrency": [10], "repeat": 3,
+                        "duration": 2.0, "preset": "quick"}
+    args = _bench_args(["--preset", "full", "--repeat", "2", "--seconds", "0.5"])
+    args.func(args)
+    assert seen["sizes"] == [1024, 10240, 102400] and seen["repeat"] == 2 and seen["duration"] == 0.5
+
+
+def test_no_available_runtime_is_an_environment_error(monkeypatch, nothing_starts, capsys):
+    monkeypatch.setattr(benchverb, "split_available", lambda rts: ([], {"trio": "not installed"}))
+    for argv in (["--runtimes", "trio"], ["micro", "--runtimes", "trio"],
+                 ["idle", "--runtimes", "trio"]):
+        args = _bench_args(argv)
+        assert args.func(args) == ExitCode.ENVIRONMENT
+        assert "none of the requested runtimes is available" in capsys.readouterr().err
+    assert nothing_starts == []
+
+
+def test_without_a_compiler_the_python_client_stands_in_and_says_why(monkeypatch, nothing_starts):
+    monkeypatch.setattr(loadgen.shutil, "which", lambda name: None)
+    prefix, desc = loadgen.load_client("auto")
+    assert prefix is None and "python" in desc and "no C compiler found" in desc
+    with pytest.raises(machine.MeasureError, match="no C compiler"):
+        loadgen.load_client("c")
+    with pytest.raises(UsageError, match="choose auto, c, python"):
+        loadgen.load_client("rust")
 
 
 def test_size_lists_accept_units():
-    assert perf._parse_int_list("1KiB,10k,100 KiB,512,1MiB", "sizes", allow_size=True) == \
+    assert benchverb.parse_int_list("1KiB,10k,100 KiB,512,1MiB", "sizes", allow_size=True) == \
         [1024, 10240, 102400, 512, 1 << 20]
+
+
+def test_atomic_write_replaces_whole_files_and_leaves_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "sub" / "results.json"
+    benchverb.write_atomic(str(path), "first\n")
+    assert path.read_text() == "first\n"
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask      # as open() would make it
+
+    def refuse(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError):
+        benchverb.write_atomic(str(path), b"second\n")
+    monkeypatch.undo()
+    assert path.read_text() == "first\n"
+    assert os.listdir(path.parent) == ["results.json"]
+
+
+def test_a_run_writes_json_csv_and_markdown_atomically(monkeypatch, tmp_path, capsys):
+    """The whole matrix path with the measurement replaced by synthetic cells."""
+    def fake_matrix(units, duration, warmup, repeat, client, pinned, progress=None, sockbuf=None):
+        return [_echo(rt.spec, [100.0 * (i + 1)] * repeat, cpu=[1e-5] * repeat)
+                for i, (rt, _m, _c) in enumerate(units)]
+    monkeypatch.setattr(benchverb, "run_echo_matrix", fake_matrix)
+    monkeypatch.setattr(benchverb, "load_client", lambda kind: (None, "python (test)"))
+    out, js = tmp_path / "report", tmp_path / "one.json"
+    args = _bench_args(["--runtimes", "asyncio-protocol,trio", "--repeat", "2",
+                        "--out", str(out), "--json", str(js)])
+    assert args.func(args) == ExitCode.OK
+    assert sorted(os.listdir(out)) == ["bench.md", "results.csv", "results.json"]
+    doc = results.load_json(str(js))
+    assert [c["runtime"] for c in doc["cells"]] == ["asyncio-protocol", "trio"]
+    assert doc["config"]["mode"] == "matrix" and doc["env"]["load_client"] == "python (test)"
+    assert "allocator_env" in doc["env"]
+    assert results.load_json(str(out / "results.json"))["cells"] == doc["cells"]
+    assert "requests_per_s" in (out / "results.csv").read_text()
+    assert "2.00" in capsys.readouterr().out          # trio's ratio to the baseline
+    assert sorted(os.listdir(tmp_path)) == ["one.json", "report"]
+
+
+def test_an_interrupted_matrix_keeps_the_finished_measurements(monkeypatch):
+    calls = []
+
+    def fake_measure(rt, *a, **kw):
+        calls.append(rt.spec)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return {"requests_per_s": 100.0, "server_cpu_per_request_s": 1e-5, "loadavg": 0.1,
+                "latency_p99_s": 1e-4,
+                "noisy": False, "client_saturated": False}
+    monkeypatch.setattr(echo, "measure_echo", fake_measure)
+    rts = runtimes.parse_list("asyncio-protocol,trio")
+    with pytest.raises(machine.Interrupted) as info:
+        echo.run_echo_matrix(echo.echo_units(rts, [1024], [10]), 1.0, 0.0, 3,
+                             client=(None, "test"), progress=lambda m: None)
+    assert [(c["runtime"], c["repeats"]) for c in info.value.cells] == [("asyncio-protocol", 1)]
+
+
+def test_an_interrupted_run_writes_what_it_has_and_exits_130(monkeypatch, tmp_path, capsys):
+    def interrupted(units, *a, **kw):
+        raise machine.Interrupted([_echo(units[0][0].spec, [100.0])])
+    monkeypatch.setattr(benchverb, "run_echo_matrix", interrupted)
+    monkeypatch.setattr(benchverb, "load_client", lambda kind: (None, "python (test)"))
+    js = tmp_path / "r.json"
+    args = _bench_args(["--runtimes", "asyncio-protocol,trio", "--json", str(js)])
+    assert args.func(args) == ExitCode.INTERRUPTED
+    doc = results.load_json(str(js))
+    assert doc["config"]["interrupted"] is True and len(doc["cells"]) == 1
+    assert f"kept in {js}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stop_signals_interrupt_only_while_measuring(sig):
+    before = signal.getsignal(sig)
+    with pytest.raises(KeyboardInterrupt):
+        with machine.stop_on_signals():
+            os.kill(os.getpid(), sig)
+            time.sleep(5)           # the signal arrives long before this ends
+    assert signal.getsignal(sig) is before
+    machine.check_stop()            # outside a run, nothing is pending
+
+
+def test_a_stop_signal_whose_exception_was_swallowed_still_stops_the_run():
+    with machine.stop_on_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass                    # what Python does to it inside an at-fork handler
+        with pytest.raises(KeyboardInterrupt):
+            machine.check_stop()
 
 
 def test_echo_units_shard_into_disjoint_covering_slices():
     rts = runtimes.parse_list("asyncio-protocol,trio,curio")
-    full = perf.echo_units(rts, [1, 2], [1, 10])
-    parts = [perf.echo_units(rts, [1, 2], [1, 10], f"{i}/3") for i in (1, 2, 3)]
+    full = echo.echo_units(rts, [1, 2], [1, 10])
+    parts = [echo.echo_units(rts, [1, 2], [1, 10], f"{i}/3") for i in (1, 2, 3)]
     key = lambda u: (u[0].spec, u[1], u[2])  # noqa: E731
     assert sorted(map(key, full)) == sorted(key(u) for p in parts for u in p)
     assert len(full) == 12
 
 
 # ---------------------------------------------------------------------------
+# packaging and module structure
+
+def test_the_c_client_is_package_data():
+    source = loadgen.client_source()
+    assert b"epoll_wait" in source and b"int main" in source
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        config = tomllib.load(f)
+    assert "echo_client.c" in config["tool"]["setuptools"]["package-data"]["bench"]
+
+
+_MODULES = ("machine", "loadgen", "echo", "micro", "goals", "benchverb")
+_LAZY_OK = {"curio", "matplotlib", "matplotlib.pyplot"}    # optional libraries
+
+
+def _imports(module: str):
+    with open(os.path.join(ROOT, "bench", f"{module}.py")) as f:
+        tree = ast.parse(f.read())
+    top = {n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield node in top, [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node in top, [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+
+
+def test_bench_modules_import_in_one_direction_and_only_optional_libraries_lazily():
+    order = {f"bench.{m}": i for i, m in enumerate(_MODULES)}
+    for i, module in enumerate(_MODULES):
+        for at_top, names in _imports(module):
+            if not at_top:
+                assert set(names) <= _LAZY_OK, (module, names)
+            for name in names:
+                assert name not in ("bench.cli", "bench.perf"), (module, name)
+                if name in order:
+                    assert order[name] < i, f"bench.{module} imports {name}: a cycle"
+        with open(os.path.join(ROOT, "bench", f"{module}.py")) as f:
+            assert sum(1 for _ in f) <= 700, module
+
+
+# ---------------------------------------------------------------------------
 # end to end: real server processes and load clients (small and short)
 
+@pytest.mark.timeout(60)
 def test_python_load_client_measures_a_real_server():
     rt = _available("asyncio-protocol")
-    s = perf.measure_echo(rt, 1024, 3, duration=0.5, warmup=0.2,
-                          client=perf.load_client("python"))
+    s = echo.measure_echo(rt, 1024, 3, duration=0.5, warmup=0.2,
+                          client=loadgen.load_client("python"))
     assert s["requests_per_s"] > 0
     assert s["throughput_Bps"] == pytest.approx(s["requests_per_s"] * 1024)
     assert 0 < s["latency_p50_s"] <= s["latency_p99_s"]
     assert s["server_cpu_fraction"] >= 0 and "other_cpu_fraction" in s
 
 
+@pytest.mark.timeout(120)
 @pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no C compiler")
 def test_c_load_client_matrix_makes_cells_with_samples():
-    client = perf.load_client("c")
+    client = loadgen.load_client("c")
     assert client[0] is not None and os.access(client[0][0], os.X_OK)
     rts = [_available("asyncio-protocol"), _available("trio")]
-    cells = perf.run_echo_matrix(perf.echo_units(rts, [100 * 1024], [2]), duration=0.4,
+    cells = echo.run_echo_matrix(echo.echo_units(rts, [100 * 1024], [2]), duration=0.4,
                                  warmup=0.2, repeat=2, client=client, progress=lambda m: None)
     assert [c["runtime"] for c in cells] == ["asyncio-protocol", "trio"]
     for cell in cells:
@@ -234,21 +535,75 @@ def test_c_load_client_matrix_makes_cells_with_samples():
         assert cell["repeats"] == 2 and len(cell["samples"]["requests_per_s"]) == 2
         assert cell["details"]["rounds"] == [0, 1]
         assert cell["metrics"]["requests_per_s"] > 0
+        assert cell["metrics"]["server_cpu_per_request_s"] > 0
         assert cell["id"] == f"echo/{cell['runtime']}/naive/connections=2,message_bytes=102400"
         assert cell["details"]["server_runtime"].endswith("instrument=false")
 
 
+@pytest.mark.timeout(60)
 def test_a_server_that_cannot_start_is_a_measure_error():
-    bad = perf.ServerProcess("asyncio-protocol:high_water=1", start_timeout_s=20)
-    with pytest.raises(perf.MeasureError, match="did not start") as info:
+    bad = loadgen.ServerProcess("asyncio-protocol:high_water=1", start_timeout_s=20)
+    with pytest.raises(machine.MeasureError, match="did not start") as info:
         bad.start()
     assert "unknown option 'high_water'" in str(info.value)   # the server's stderr, quoted
     assert bad.proc.poll() is not None
 
 
+def test_the_server_command_pins_socket_buffers_only_when_asked():
+    assert "--sockbuf" not in loadgen.ServerProcess("coro").command()
+    assert loadgen.ServerProcess("coro", sockbuf=65536).command()[-2:] == ["--sockbuf", "65536"]
+
+
+def _marked_processes(mark: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_sigterm_mid_run_keeps_finished_cells_and_stops_every_process(tmp_path):
+    _available("asyncio-protocol")
+    mark = f"LOOPLAB_TEST_{secrets.token_hex(6)}"
+    js = tmp_path / "r.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "bench", "--runtimes", "asyncio-protocol",
+         "--repeat", "20", "--seconds", "0.5", "--warmup", "0.1", "--client", "python",
+         "--json", str(js)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, env={**os.environ, mark: "1"})
+    try:
+        for line in proc.stderr:
+            if line.startswith("[1/20]"):
+                break
+        proc.send_signal(signal.SIGTERM)
+        err = proc.stderr.read()
+        rc = proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert rc == ExitCode.INTERRUPTED, err
+    assert "interrupted" in err
+    cells = results.load_json(str(js))["cells"]
+    assert cells[0]["repeats"] >= 1
+    deadline = time.monotonic() + 10            # the Python client's workers end on their own
+    while _marked_processes(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _marked_processes(mark) == []
+    assert os.listdir(tmp_path) == ["r.json"]
+
+
+@pytest.mark.timeout(60)
 def test_idle_connections_report_memory_per_connection():
     rt = _available("asyncio-protocol")
-    s = perf.measure_idle(rt, 60, progress=lambda m: None, batch=25)
+    s = echo.measure_idle(rt, 60, progress=lambda m: None, batch=25)
     assert s["connections_count"] == 60
     assert s["server_rss_after_bytes"] > 0
     assert s["rss_per_connection_bytes"] == pytest.approx(

@@ -1,0 +1,640 @@
+"""The ``looplab bench`` verb: performance measurements as sub-commands.
+
+    looplab bench matrix   echo throughput/latency over runtimes x sizes x connections
+    looplab bench goals    exactly the measurements behind the performance goals
+    looplab bench micro    spawn+join, yield, ping-pong, timers in fresh worker processes
+    looplab bench idle     server memory per idle connection
+    looplab bench curve    echo throughput over 1..1000 connections
+
+``looplab bench [matrix options]`` with no sub-command runs ``matrix``.
+
+Each sub-command checks every option and every output path before it measures anything:
+a bad value or an unwritable place is one line and exit 2, with no server started and
+nothing written. Results are written atomically (a temporary file in the same folder,
+then renamed), so a failed write leaves neither half a file nor a stray temporary one.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+
+from bench import results
+from bench.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, curve_table,
+                        echo_tables, echo_units, idle_table, measure_idle, run_echo_matrix)
+from bench.errors import ExitCode, UsageError
+from bench.goals import GOAL_ECHO_RUNTIMES, evaluate_goals, goals_table, run_goals
+from bench.loadgen import CLIENT_KINDS, load_client
+from bench.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
+                           environment, progress, raise_nofile, run_interruptibly,
+                           split_available, stop_on_signals)
+from bench.micro import MICRO_NOTES, MICRO_OPS, micro_supported, micro_table, run_micro_matrix
+from protocols import runtimes
+
+__all__ = ["add_parser", "PRESETS", "parse_int_list", "check_output_file",
+           "check_output_dir", "write_atomic"]
+
+PRESETS = {
+    # ~9 runtimes x 3 repeats x (startup + 1 s warm-up + 2 s) ~ 2 minutes
+    "quick": {"sizes": [1 * KiB], "concurrency": [10], "duration": 2.0, "repeat": 3,
+              "warmup": 1.0},
+    "full": {"sizes": [1 * KiB, 10 * KiB, 100 * KiB], "concurrency": [1, 10, 100],
+             "duration": 5.0, "repeat": 7, "warmup": 1.0},
+}
+_MODE_ALIASES = {"echo": "matrix"}
+_TOP = "top_"      # dest prefix of the matrix options given to bare `bench`
+
+
+# ---------------------------------------------------------------------------
+# Checking values
+
+def parse_int_list(text: str, what: str, allow_size: bool = False) -> list[int]:
+    """``"1KiB,10k,512"`` -> ``[1024, 10240, 512]``; every entry must be >= 1."""
+    out = []
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            continue
+        t = token.lower().replace(" ", "")
+        mult = 1
+        if allow_size:
+            for suffix, m in (("kib", KiB), ("k", KiB), ("mib", KiB * KiB), ("m", KiB * KiB),
+                              ("b", 1)):
+                if t.endswith(suffix):
+                    t, mult = t[: -len(suffix)], m
+                    break
+        if not t.isdigit() or int(t) * mult < 1:
+            hint = " (bytes, or with a KiB/MiB suffix: 1KiB,10KiB)" if allow_size else ""
+            raise UsageError(f"bad {what} {token!r}: expected positive integers{hint}")
+        out.append(int(t) * mult)
+    if not out:
+        raise UsageError(f"--{what} is empty")
+    return out
+
+
+def _at_least(value, floor, option: str, what: str):
+    if value is None:
+        return value
+    if not math.isfinite(value):
+        raise UsageError(f"{option} must be a finite number {what}, not {value}")
+    if not value >= floor:
+        raise UsageError(f"{option} must be {what}, not {value:g}")
+    return value
+
+
+def _shard(text: str | None) -> str | None:
+    if text is None:
+        return None
+    i, sep, n = text.partition("/")
+    if not (sep and i.strip().isdigit() and n.strip().isdigit()
+            and 1 <= int(i) <= int(n)):
+        raise UsageError(f"bad shard {text!r}: expected I/N with 1 <= I <= N, e.g. 2/4")
+    return text
+
+
+def _runtimes(text: str | None, default=None) -> list:
+    return runtimes.parse_list(text, default)        # an unknown name: UsageError
+
+
+# ---------------------------------------------------------------------------
+# Output paths and atomic writes
+
+def _writable_folder(folder: str, option: str, path: str) -> None:
+    """The nearest existing folder on the way to ``folder`` must take a new file: tried
+    for real (root passes every permission check, and /proc refuses anyway)."""
+    probe = folder
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise UsageError(f"cannot write {option} {path}: {probe} is not a folder")
+    try:
+        fd, name = tempfile.mkstemp(dir=probe, prefix=".looplab-probe-")
+    except OSError as exc:
+        raise UsageError(f"cannot write {option} {path}: {probe} does not take new files "
+                         f"({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(name)
+
+
+def check_output_file(path: str, option: str = "--json") -> None:
+    """A UsageError unless a file can be written at ``path``."""
+    if os.path.isdir(path):
+        raise UsageError(f"{option} {path} is a folder; give a file name, e.g. "
+                         f"{os.path.join(path, 'results.json')}")
+    _writable_folder(os.path.dirname(os.path.abspath(path)), option, path)
+
+
+def check_output_dir(path: str, option: str = "--out") -> None:
+    """A UsageError unless ``path`` is (or can become) a folder we can write in."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{option} {path} is a file; give a folder")
+    _writable_folder(os.path.abspath(path), option, path)
+
+
+def _check_outputs(args) -> None:
+    if getattr(args, "json", None):
+        check_output_file(args.json, "--json")
+    if getattr(args, "out", None):
+        check_output_dir(args.out, "--out")
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path: str, data: bytes | str) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``:
+    a reader never sees half a file, and a failure leaves no temporary file behind."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())       # mkstemp's 0600 is not what open() gives
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _json_text(doc: dict) -> str:
+    def default(obj):
+        return list(obj) if isinstance(obj, (set, tuple)) else str(obj)
+    return json.dumps(doc, indent=1, default=default, allow_nan=False) + "\n"
+
+
+def _csv_text(doc: dict) -> str:
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=results.CSV_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(results.csv_rows(doc))
+    return out.getvalue()
+
+
+def _write_outputs(doc: dict, args, markdown: str, extra: dict | None = None) -> ExitCode:
+    """--json FILE and --out DIR (results.json, results.csv, bench.md, ``extra``)."""
+    files = {}
+    if getattr(args, "json", None):
+        files[args.json] = _json_text(doc)
+    if getattr(args, "out", None):
+        files[os.path.join(args.out, "results.json")] = _json_text(doc)
+        files[os.path.join(args.out, "results.csv")] = _csv_text(doc)
+        files[os.path.join(args.out, "bench.md")] = markdown
+        for name, data in (extra or {}).items():
+            files[os.path.join(args.out, name)] = data
+    for path, data in files.items():
+        try:
+            write_atomic(path, data)
+        except OSError as exc:
+            print(f"looplab bench: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+            return ExitCode.FAILED
+    if files:
+        progress("wrote " + ", ".join(files))
+    return ExitCode.OK
+
+
+def _markdown(title: str, env: dict, body: str, skipped: dict, notes: list[str]) -> str:
+    lines = [f"# {title}", "", *env_lines(env), ""]
+    if skipped:
+        lines += ["Skipped (unavailable here):", *[f"- {k}: {v}" for k, v in skipped.items()], ""]
+    lines += [body, ""]
+    if notes:
+        lines += ["Notes:", *[f"- {n}" for n in notes], ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Shared steps
+
+def _available(rts) -> tuple[list, dict]:
+    ok, skipped = split_available(rts)
+    for spec, reason in skipped.items():
+        progress(f"skipping {spec}: {reason}")
+    if not ok:
+        print("looplab bench: none of the requested runtimes is available here", file=sys.stderr)
+    return ok, skipped
+
+
+def _client(kind: str):
+    try:
+        return load_client(kind)
+    except MeasureError as exc:
+        print(f"looplab bench: {exc}", file=sys.stderr)
+        return None
+
+
+def _measure(fn, *a, **kw):
+    """``(fn(...), False)``, or on SIGINT/SIGTERM ``(cells measured so far, True)``."""
+    with stop_on_signals():
+        try:
+            return fn(*a, **kw), False
+        except Interrupted as exc:
+            progress("interrupted: keeping what was measured")
+            return exc.cells, True
+
+
+def _finish(code: ExitCode, interrupted: bool, args, cells: list[dict]) -> ExitCode | None:
+    """The exit code of an interrupted run (None when it ran to the end)."""
+    if not interrupted:
+        return None
+    where = [p for p in (getattr(args, "json", None), getattr(args, "out", None)) if p]
+    if code:
+        kept = "and they could not be written"
+    elif where:
+        kept = "kept in " + " and ".join(where)
+    else:
+        kept = "printed above only (no --json or --out)"
+    print(f"looplab bench: interrupted; {len(cells)} cell(s) with measurements {kept}",
+          file=sys.stderr)
+    return ExitCode.INTERRUPTED
+
+
+def _no_measurement(cells: list[dict]) -> ExitCode:
+    failed = [c["id"] for c in cells if c["errors"] and not c["repeats"]]
+    if failed:
+        print(f"looplab bench: {len(failed)} cell(s) produced no measurement: {', '.join(failed)}",
+              file=sys.stderr)
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+def _echo_run(args, mode: str, title: str, sizes, concurrency, preset: str | None = None) -> ExitCode:
+    """What matrix and curve share: everything checked, then measured, then written."""
+    _at_least(args.duration, 1e-9, "--duration", "> 0")
+    _at_least(args.warmup, 0, "--warmup", ">= 0")
+    _at_least(args.repeat, 1, "--repeat", ">= 1")
+    _at_least(args.sockbuf, 0, "--sockbuf", ">= 0 (0: the system default)")
+    shard = _shard(args.shard)
+    rts = _runtimes(args.runtimes)
+    baseline = runtimes.parse(args.baseline).spec
+    _check_outputs(args)
+    rts, skipped = _available(rts)
+    if not rts:
+        return ExitCode.ENVIRONMENT
+    client = _client(args.client)
+    if client is None:
+        return ExitCode.ENVIRONMENT
+    pinned = not args.no_pin
+    if max(concurrency) > 400:
+        warning = raise_nofile(2 * max(concurrency) + 256)[2]
+        if warning:
+            progress("WARNING: " + warning)
+    units = echo_units(rts, sizes, concurrency, shard)
+    if not units:
+        progress("this shard has no cells to measure")
+    est = len(units) * args.repeat * (args.duration + args.warmup + 0.8)
+    progress(f"looplab bench {title}: {len(units)} cells x {args.repeat} repeats, "
+             f"~{est / 60:.1f} min; load client: {client[1]}")
+    cells, interrupted = _measure(run_echo_matrix, units, args.duration, args.warmup,
+                                  args.repeat, client, pinned, sockbuf=args.sockbuf or None)
+    env = environment(client[1], pinned)
+    config = {"mode": mode, "preset": preset, "sizes": sizes, "concurrency": concurrency,
+              "duration": args.duration, "warmup": args.warmup, "repeat": args.repeat,
+              "sockbuf": args.sockbuf, "baseline": baseline, "shard": shard, "skipped": skipped,
+              "interrupted": interrupted}
+    doc = results.new_document(cells, env=env, config=config)
+    head = [curve_table(cells)] if mode == "curve" else []
+    print("\n\n".join(head + [echo_tables(cells, baseline)]))
+    body = "\n\n".join(([curve_table(cells, True)] if mode == "curve" else [])
+                       + [echo_tables(cells, baseline, markdown=True)])
+    extra = {}
+    if mode == "curve" and args.out:
+        png = curve_png(cells)
+        if png is None:
+            progress("matplotlib is not installed: no curve.png")
+        else:
+            extra["curve.png"] = png
+    code = _write_outputs(doc, args, _markdown(f"looplab bench {title}", env, body, skipped,
+                                               METHOD_NOTES), extra)
+    return _finish(code, interrupted, args, cells) or code or _no_measurement(cells)
+
+
+# ---------------------------------------------------------------------------
+# The sub-commands
+
+def cmd_matrix(args) -> ExitCode:
+    if args.preset not in PRESETS:
+        raise UsageError(f"unknown preset {args.preset!r}; choose {', '.join(PRESETS)}")
+    preset = PRESETS[args.preset]
+    for name in ("duration", "warmup", "repeat"):
+        if getattr(args, name) is None:
+            setattr(args, name, preset[name])
+    sizes = (parse_int_list(args.sizes, "sizes", allow_size=True) if args.sizes
+             else preset["sizes"])
+    conc = parse_int_list(args.concurrency, "concurrency") if args.concurrency else preset["concurrency"]
+    return _echo_run(args, "matrix", f"matrix ({args.preset})", sizes, conc, args.preset)
+
+
+def cmd_curve(args) -> ExitCode:
+    sizes = parse_int_list(args.size, "size", allow_size=True)
+    if len(sizes) != 1:
+        raise UsageError("--size takes one message size, e.g. 1KiB")
+    conc = parse_int_list(args.concurrency, "concurrency")
+    return _echo_run(args, "curve", "curve", sizes, conc)
+
+
+def cmd_goals(args) -> ExitCode:
+    _at_least(args.duration, 1e-9, "--duration", "> 0")
+    _at_least(args.warmup, 0, "--warmup", ">= 0")
+    _at_least(args.repeat, 1, "--repeat", ">= 1")
+    _at_least(args.min_time, 1e-9, "--min-time", "> 0")
+    _check_outputs(args)
+    client = _client(args.client)
+    if client is None:
+        return ExitCode.ENVIRONMENT
+    pinned = not args.no_pin
+    progress(f"looplab bench goals: echo 1 KiB x 10 on {len(GOAL_ECHO_RUNTIMES)} runtimes and "
+             f"micro yield/spawn_join/pingpong on coro and curio, {args.repeat} round(s) each")
+    measured, interrupted = _measure(run_goals, args.repeat, args.duration, args.warmup,
+                                     args.min_time, client, pinned)
+    if interrupted:
+        cells, rows = measured, evaluate_goals(measured)
+        skipped = split_available(runtimes.parse_list(",".join(GOAL_ECHO_RUNTIMES)))[1]
+    else:
+        cells, rows, skipped = measured
+    for spec, reason in skipped.items():
+        progress(f"skipped {spec}: {reason}")
+    env = environment(client[1], pinned)
+    doc = results.new_document(cells, env=env, goals=rows, config={
+        "mode": "goals", "repeat": args.repeat, "duration": args.duration,
+        "warmup": args.warmup, "min_time": args.min_time, "skipped": skipped,
+        "interrupted": interrupted})
+    echo = [c for c in cells if c["scenario"] == "echo"]
+    micro = [c for c in cells if c["scenario"] == "micro"]
+    print("\n\n".join([goals_table(rows), echo_tables(echo, "asyncio-protocol"),
+                       micro_table(micro)]))
+    body = "\n\n".join(["### goals (medians of per-round paired ratios, range in brackets; "
+                        "server CPU/req ratio: the reference's server CPU per request over "
+                        "ours, > 1 is cheaper)", goals_table(rows, True),
+                        echo_tables(echo, "asyncio-protocol", True), micro_table(micro, True)])
+    code = _write_outputs(doc, args, _markdown("looplab bench goals", env, body, skipped,
+                                               METHOD_NOTES + MICRO_NOTES))
+    if code or interrupted:
+        return _finish(code, interrupted, args, cells) or code
+    if args.fail and any(not r["status"].startswith("met") for r in rows):
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+def cmd_micro(args) -> ExitCode:
+    _at_least(args.repeat, 1, "--repeat", ">= 1")
+    _at_least(args.min_time, 1e-9, "--min-time", "> 0")
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else list(MICRO_OPS)
+    for op in ops:
+        if op not in MICRO_OPS:
+            raise UsageError(f"unknown micro-benchmark {op!r}; valid: {', '.join(MICRO_OPS)}")
+    shard = _shard(args.shard)
+    rts = _runtimes(args.runtimes)
+    _check_outputs(args)
+    rts, skipped = _available(rts)
+    if not rts:
+        return ExitCode.ENVIRONMENT
+    pinned = not args.no_pin
+    units = results.shard([(op, rt) for op in ops for rt in rts if micro_supported(op, rt)], shard)
+    progress(f"looplab bench micro: {len(units)} cells x {args.repeat} repeats, min time "
+             f"{args.min_time} s per run")
+    cells, interrupted = _measure(run_micro_matrix, units, args.repeat, args.min_time, pinned)
+    env = environment(None, pinned)
+    doc = results.new_document(cells, env=env, config={
+        "mode": "micro", "ops": ops, "repeat": args.repeat, "min_time": args.min_time,
+        "skipped": skipped, "shard": shard, "interrupted": interrupted})
+    print(micro_table(cells))
+    code = _write_outputs(doc, args, _markdown("looplab bench micro", env,
+                                               micro_table(cells, True), skipped, MICRO_NOTES))
+    return _finish(code, interrupted, args, cells) or code or _no_measurement(cells)
+
+
+def _idle_cells(rts, n: int, repeat: int) -> list[dict]:
+    measured = []           # (runtime, samples, errors), filled as measurements finish
+
+    def measure_all():
+        for rt in rts:
+            samples: dict[str, list] = {}
+            errors: list[str] = []
+            measured.append((rt, samples, errors))
+            for r in range(repeat):
+                check_stop()
+                progress(f"idle: {rt.spec}, {n} connections (round {r + 1}/{repeat})")
+                try:
+                    s = measure_idle(rt, n)
+                except MeasureError as exc:
+                    errors.append(str(exc))
+                    progress(f"  FAILED: {exc}")
+                    continue
+                for k, v in s.items():
+                    samples.setdefault(k, []).append(v)
+                progress(f"  {s['rss_per_connection_bytes'] / 1024:.1f} KiB per connection")
+    interrupted = run_interruptibly(measure_all)
+    cells = [results.new_cell("idle", rt.spec, "naive", {"connections": n}, samples=samples,
+                              errors=errors, details={"server_runtime": bench_runtime(rt).spec})
+             for rt, samples, errors in measured if samples or errors or not interrupted]
+    if interrupted:
+        raise Interrupted(cells)
+    return cells
+
+
+def cmd_idle(args) -> ExitCode:
+    _at_least(args.connections, 1, "--connections", ">= 1")
+    _at_least(args.repeat, 1, "--repeat", ">= 1")
+    rts = _runtimes(args.runtimes)
+    _check_outputs(args)
+    rts, skipped = _available(rts)
+    if not rts:
+        return ExitCode.ENVIRONMENT
+    n = args.connections
+    soft, hard, warning = raise_nofile(n + 256)
+    notes = [f"RLIMIT_NOFILE: soft {soft}, hard {hard}"]
+    if warning:
+        n = max(1, soft - 256)
+        warning += f"; measuring {n} connections instead"
+        progress(f"WARNING: {warning}")
+        notes.append(warning)
+    cells, interrupted = _measure(_idle_cells, rts, n, args.repeat)
+    print(idle_table(cells))
+    if warning:
+        print(f"NOTE: {warning}")
+    env = environment(None, False)
+    doc = results.new_document(cells, env=env, config={
+        "mode": "idle", "connections": n, "repeat": args.repeat, "skipped": skipped,
+        "rlimit_nofile": [soft, hard], "interrupted": interrupted})
+    code = _write_outputs(doc, args, _markdown("looplab bench idle", env, idle_table(cells, True),
+                                               skipped, notes))
+    return _finish(code, interrupted, args, cells) or code or (
+        ExitCode.FAILED if any(c["errors"] and not c["samples"] for c in cells) else ExitCode.OK)
+
+
+_COMMANDS = {"matrix": cmd_matrix, "goals": cmd_goals, "micro": cmd_micro, "idle": cmd_idle,
+             "curve": cmd_curve}
+
+
+# ---------------------------------------------------------------------------
+# The parser
+
+def _one_line_error(message: str):
+    print(f"looplab: {message}", file=sys.stderr)
+    raise SystemExit(ExitCode.USAGE)
+
+
+class _Options:
+    """Adds options to one parser; for bare ``bench`` (``top``) they are the matrix's,
+    stored under a prefixed name with no default, so ``bench --preset full goals`` is
+    caught instead of silently ignored."""
+
+    def __init__(self, parser, top: bool = False):
+        self.parser, self.top = parser, top
+
+    def __call__(self, *flags, **kw):
+        if self.top:
+            dest = kw.pop("dest", None) or flags[0].lstrip("-").replace("-", "_")
+            kw.update(dest=_TOP + dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        self.parser.add_argument(*flags, **kw)
+
+
+def _outputs(opt) -> None:
+    opt("--json", default=None, metavar="FILE", help="write the results JSON to this file")
+    opt("--out", default=None, metavar="DIR",
+        help="write results.json, results.csv and bench.md into this folder")
+
+
+def _echo_options(opt, *, repeat, duration) -> None:
+    opt("--runtimes", default=None,
+        help="comma list of runtime specs, or all/ours (default: all available)")
+    opt("--duration", "--seconds", dest="duration", type=float, default=duration,
+        help="counted seconds per run" + (f" (default {duration:g})" if duration else
+                                          " (default: the preset's)"))
+    opt("--warmup", type=float, default=None if duration is None else 1.0,
+        help="uncounted seconds before each run (default 1)")
+    opt("--repeat", type=int, default=repeat,
+        help="runs per cell, interleaved in rounds" + (f" (default {repeat})" if repeat else
+                                                      " (default: the preset's)"))
+    opt("--baseline", default="asyncio-protocol", help="runtime the ratios are taken against")
+    opt("--shard", default=None, metavar="I/N", help="measure only the I-th of N slices of the cells")
+    opt("--client", default="auto", choices=CLIENT_KINDS,
+        help="load client: auto (C if a compiler works), c, python")
+    opt("--sockbuf", type=int, default=0, metavar="BYTES",
+        help="pin the server's SO_SNDBUF/SO_RCVBUF (default 0: the system's)")
+    opt("--no-pin", action="store_true", help="do not pin server and client to CPUs")
+    _outputs(opt)
+
+
+def _matrix_options(opt) -> None:
+    opt("--preset", default="quick",
+        help="quick (1 KiB x 10 connections, 2-s runs, 3 repeats; ~2-3 min for all runtimes) "
+             "or full (1/10/100 KiB x 1/10/100 connections, 5-s runs, 7 repeats)")
+    opt("--sizes", default=None, help="message sizes, e.g. 1KiB,10KiB (plain numbers are bytes)")
+    opt("--concurrency", default=None, help="connection counts, e.g. 1,10,100")
+    _echo_options(opt, repeat=None, duration=None)
+
+
+def _dispatch(matrix_parser):
+    def run(args) -> ExitCode:
+        mode = _MODE_ALIASES.get(args.bench_mode, args.bench_mode)
+        given = {k[len(_TOP):]: v for k, v in vars(args).items() if k.startswith(_TOP)}
+        if mode is None:
+            merged = matrix_parser.parse_args([])
+            for k, v in given.items():
+                setattr(merged, k, v)
+            return cmd_matrix(merged)
+        if given:
+            flags = ", ".join("--" + k.replace("_", "-") for k in given)
+            raise UsageError(f"{flags} before `{mode}` would be ignored: options before a "
+                             f"sub-command are `bench matrix` options; see `looplab bench "
+                             f"{mode} --help` for its own")
+        return _COMMANDS[mode](args)
+    return run
+
+
+def add_parser(subparsers) -> None:
+    """Register ``bench`` and its sub-commands on the looplab command line."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = subparsers.add_parser(
+        "bench", help="performance: echo matrix, goals, micro-benchmarks, idle memory, curve",
+        formatter_class=fmt,
+        description="Performance measurements, each a sub-command with its own options "
+                    "(`looplab bench SUB --help`). Progress goes to stderr, tables to stdout.\n"
+                    "With no sub-command, `looplab bench [options]` runs `bench matrix` "
+                    "with those options (e.g. `looplab bench --preset quick`).")
+    _matrix_options(_Options(p, top=True))
+    sub = p.add_subparsers(dest="bench_mode", metavar="SUB")
+
+    m = sub.add_parser(
+        "matrix", aliases=["echo"], formatter_class=fmt,
+        help="echo throughput/latency: runtimes x message sizes x connections (the default)",
+        description="Echo throughput and latency in uvloop's shape: a fresh `looplab serve "
+                    "echo` process per measurement pinned to one CPU, a C epoll load client "
+                    "on the other, runtimes interleaved in rounds whose order rotates, "
+                    "medians with spreads and a ratio table against --baseline.")
+    _matrix_options(_Options(m))
+
+    g = sub.add_parser(
+        "goals", formatter_class=fmt, help="exactly the measurements behind the performance goals",
+        description="Echo 1 KiB x 10 connections on our kernels and their references (uvloop, "
+                    "asyncio, curio, trio), plus yield, spawn+join and ping-pong on coro and "
+                    "curio. Each goal is judged on the median of per-round paired ratios "
+                    "and shown with their range, met or not; echo rows give the req/s ratio "
+                    "and the server-CPU-per-request ratio side by side.")
+    go = _Options(g)
+    go("--repeat", type=int, default=5, help="paired rounds (default 5; the goals quote 7)")
+    go("--duration", "--seconds", dest="duration", type=float, default=2.0,
+       help="counted seconds per echo run (default 2)")
+    go("--warmup", type=float, default=1.0, help="uncounted seconds before each echo run (default 1)")
+    go("--min-time", type=float, default=0.3, help="least seconds per timed micro run (default 0.3)")
+    go("--client", default="auto", choices=CLIENT_KINDS,
+       help="load client: auto (C if a compiler works), c, python")
+    go("--no-pin", action="store_true", help="do not pin server and client to CPUs")
+    go("--fail", action="store_true", help="exit 1 when a goal is not met")
+    _outputs(go)
+
+    mi = sub.add_parser(
+        "micro", formatter_class=fmt, help="spawn+join, yield, ping-pong, timers per runtime",
+        description="Micro-benchmarks, each in a fresh worker process pinned to one CPU; the "
+                    "operation count grows until one run lasts --min-time (the shorter runs "
+                    "before it are the warm-up). spawn_join applies to the stream and task "
+                    "ports only.")
+    mo = _Options(mi)
+    mo("--runtimes", default=None, help="comma list of runtime specs (default: all available)")
+    mo("--ops", default=None, help=f"comma list of {','.join(MICRO_OPS)} (default: all)")
+    mo("--repeat", type=int, default=3, help="rounds per cell (default 3)")
+    mo("--min-time", type=float, default=0.2, help="least seconds per timed run (default 0.2)")
+    mo("--shard", default=None, metavar="I/N", help="measure only the I-th of N slices of the cells")
+    mo("--no-pin", action="store_true", help="do not pin the workers to a CPU")
+    _outputs(mo)
+
+    i = sub.add_parser(
+        "idle", formatter_class=fmt, help="server memory per idle connection",
+        description="Open --connections idle connections to a fresh echo server (one 1-byte "
+                    "round trip each, so the server has set it up) and report the server's "
+                    "RSS growth per connection. The soft RLIMIT_NOFILE is raised to the hard "
+                    "limit; when that is too low, fewer connections are measured and the "
+                    "results say so.")
+    io_ = _Options(i)
+    io_("--runtimes", default=None, help="comma list of runtime specs (default: all available)")
+    io_("--connections", type=int, default=10000, help="idle connections to open (default 10000)")
+    io_("--repeat", type=int, default=1, help="measurements per runtime (default 1)")
+    _outputs(io_)
+
+    c = sub.add_parser(
+        "curve", formatter_class=fmt, help="echo throughput over 1..1000 connections",
+        description="Echo requests/s of one message size over a range of connection counts, "
+                    "to find where a runtime falls off; with --out, also curve.png "
+                    "(needs matplotlib).")
+    co = _Options(c)
+    co("--concurrency", default=",".join(map(str, CURVE_CONNECTIONS)),
+       help=f"connection counts (default {','.join(map(str, CURVE_CONNECTIONS))})")
+    co("--size", default="1KiB", help="message size (default 1KiB)")
+    _echo_options(co, repeat=3, duration=2.0)
+
+    run = _dispatch(m)
+    for parser in (p, m, g, mi, i, c):
+        parser.error = _one_line_error
+        parser.set_defaults(func=run, fn=run)

@@ -1,0 +1,141 @@
+"""The performance goals: what each kernel should reach against which reference, and
+how a run of ``looplab bench goals`` judges them.
+
+Goals are benchmarks, not tests. Each is judged on the median of per-round *paired*
+ratios (subject and reference measured in the same round), and reported with the range
+of those ratios, met or not. The echo goals against uvloop are stated in server CPU per
+request (the reference's over ours, so > 1 means ours is cheaper): at ~100k req/s the load
+client saturates before uvloop does, which squeezes req/s ratios toward 1. Every echo row
+shows both ratios side by side, whichever one it is judged on.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from bench.echo import KiB, echo_units, paired, run_echo_matrix
+from bench.machine import Interrupted, progress, split_available
+from bench.micro import run_micro_matrix
+from bench.tables import MISSING, format_table
+from protocols import runtimes
+
+__all__ = ["Goal", "GOALS", "GOAL_ECHO_RUNTIMES", "GOAL_MICRO_OPS", "GOAL_MICRO_RUNTIMES",
+           "evaluate_goals", "goals_table", "run_goals"]
+
+RATE, CPU = "req/s", "server CPU/req"
+
+
+@dataclass(frozen=True)
+class Goal:
+    kind: str           # "echo", or the micro-benchmark op
+    subject: str
+    reference: str
+    target: float
+    what: str
+    judged_on: str = RATE   # echo goals: RATE or CPU; micro goals: operations per second
+
+    @property
+    def text(self) -> str:
+        return f"{self.subject} {self.what} >= {self.target:g}x {self.reference}"
+
+
+_ECHO = "echo 1 KiB x 10 conns"
+GOALS = [
+    Goal("echo", "callback", "uvloop-protocol", 0.9, _ECHO, CPU),
+    Goal("echo", "hybrid", "uvloop-streams", 1.2, _ECHO, CPU),
+    Goal("echo", "coro", "uvloop-streams", 1.2, _ECHO, CPU),
+    Goal("echo", "coro", "curio", 1.25, _ECHO, CPU),
+    Goal("echo", "coro", "trio", 2.0, _ECHO, CPU),
+    Goal("echo", "callback", "asyncio-protocol", 1.1, _ECHO, RATE),
+    Goal("echo", "hybrid", "asyncio-streams", 1.0, _ECHO, RATE),
+    Goal("spawn_join", "coro", "curio", 10.0, "spawn+join/s", "ops/s"),
+    Goal("yield", "coro", "curio", 2.0, "yields/s", "ops/s"),
+    Goal("pingpong", "coro", "curio", 1.1, "ping-pong round trips/s", "ops/s"),
+]
+GOAL_ECHO_RUNTIMES = ["callback", "uvloop-protocol", "asyncio-protocol", "hybrid", "coro",
+                      "uvloop-streams", "asyncio-streams", "curio", "trio"]
+GOAL_MICRO_OPS = ["yield", "spawn_join", "pingpong"]
+GOAL_MICRO_RUNTIMES = ["coro", "curio"]
+
+
+def _summary(ratios: list[float]) -> dict:
+    if not ratios:
+        return {"ratio": None, "min": None, "max": None, "n": 0}
+    return {"ratio": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+            "n": len(ratios)}
+
+
+def _status(s: dict, target: float) -> str:
+    if s["ratio"] is None:
+        return "not measured"
+    status = "met" if s["ratio"] >= target else f"not met (gap {1 - s['ratio'] / target:.0%})"
+    if s["n"] > 1 and s["min"] < target <= s["max"]:
+        status += " (borderline)"
+    return status
+
+
+def evaluate_goals(cells: list[dict]) -> list[dict]:
+    """One row per goal::
+
+        {"goal", "kind", "subject", "reference", "target", "judged_on",
+         "ratio", "min", "max", "n", "status",
+         "rate": {ratio, min, max, n}, "cpu": {ratio, min, max, n}}   # echo rows only
+
+    ``ratio``/``min``/``max`` are those of the metric the goal is judged on: the median
+    of paired per-round ratios and their range. "met" when the median reaches the
+    target; "borderline" when the range straddles it."""
+    by = {}
+    for c in cells:
+        key = "echo" if c["scenario"] == "echo" else c["variant"]
+        by[(key, c["runtime"])] = c
+    rows = []
+    for g in GOALS:
+        a, b = by.get((g.kind, g.subject)), by.get((g.kind, g.reference))
+        row = {"goal": g.text, "kind": g.kind, "subject": g.subject, "reference": g.reference,
+               "target": g.target, "judged_on": g.judged_on}
+        if g.kind == "echo":
+            rate = _summary(paired(a, b, "requests_per_s") if a and b else [])
+            # The reference's CPU per request over ours: > 1 means ours is cheaper.
+            cpu = _summary(paired(b, a, "server_cpu_per_request_s") if a and b else [])
+            row.update(rate=rate, cpu=cpu)
+            judged = cpu if g.judged_on == CPU else rate
+        else:
+            judged = _summary(paired(a, b, "ops_per_s") if a and b else [])
+        row.update(judged, status=_status(judged, g.target))
+        rows.append(row)
+    return rows
+
+
+def _ratio_text(s: dict | None) -> str:
+    if not s or s.get("ratio") is None:
+        return MISSING
+    if s["n"] > 1:
+        return f"{s['ratio']:.2f} ({s['min']:.2f}-{s['max']:.2f})"
+    return f"{s['ratio']:.2f}"
+
+
+def goals_table(rows: list[dict], markdown: bool = False) -> str:
+    """The goal table: judged ratio beside both echo ratios, each a median (range)."""
+    table = [[r["goal"], r["judged_on"], _ratio_text(r), _ratio_text(r.get("rate")),
+              _ratio_text(r.get("cpu")), r["n"], r["status"]] for r in rows]
+    return format_table(["goal", "judged on", "median (range)", "req/s ratio",
+                         "server CPU/req ratio", "rounds", "status"], table, markdown,
+                        align="llrrrrl")
+
+
+def run_goals(repeat: int = 5, duration: float = 2.0, warmup: float = 1.0, min_time: float = 0.3,
+              client=None, pinned: bool = True, progress=progress) -> tuple[list[dict], list[dict], dict]:
+    """Exactly the measurements behind GOALS. Returns (cells, goal rows, skipped); on
+    SIGINT/SIGTERM raises Interrupted with the cells measured so far."""
+    rts, skipped = split_available(runtimes.parse_list(",".join(GOAL_ECHO_RUNTIMES)))
+    cells = []
+    if rts:
+        cells += run_echo_matrix(echo_units(rts, [1 * KiB], [10]), duration, warmup, repeat,
+                                 client, pinned, progress)
+    units = [(op, rt) for op in GOAL_MICRO_OPS for rt in rts if rt.id in GOAL_MICRO_RUNTIMES]
+    if units:
+        try:
+            cells += run_micro_matrix(units, repeat, min_time, pinned, progress)
+        except Interrupted as exc:
+            raise Interrupted(cells + exc.cells) from None
+    return cells, evaluate_goals(cells), skipped
