@@ -11,7 +11,6 @@ can run here at all.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import resource
 import select
@@ -326,22 +325,9 @@ def tail(f, limit: int = 600) -> str:
 # ---------------------------------------------------------------------------
 # Runtimes as benchmarked
 
-# Our kernels are imported here only to say why one is unavailable (a broken checkout).
-_OUR_MODULES = {"callback": "kernels.callback", "hybrid": "kernels.hybrid", "coro": "kernels.coro"}
-
-
 def unavailable(rt) -> str | None:
-    """Why runtime ``rt`` can't run here (library missing, or our kernel not importable)."""
-    reason = rt.unavailable_reason()
-    if reason:
-        return reason
-    module = _OUR_MODULES.get(rt.id)
-    if module:
-        try:
-            importlib.import_module(module)
-        except Exception as exc:
-            return f"{module} does not import ({type(exc).__name__}: {exc})"
-    return None
+    """Why runtime ``rt`` can't run here (library missing, or its port not importable)."""
+    return rt.unavailable_reason()
 
 
 def bench_runtime(rt):

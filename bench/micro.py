@@ -22,7 +22,6 @@ import subprocess
 import sys
 import time
 
-import kernels.coro
 from bench import results
 from bench.machine import (ROOT, Interrupted, MeasureError, bench_runtime, check_stop,
                            cpu_plan, pin, progress, run_interruptibly)
@@ -259,13 +258,7 @@ async def _st_pingpong(port, n, box, listener):
 def _native_spawn(port):
     """The library's own ``spawn`` where it has spawn-and-join (coro, curio): that is the
     operation the goals name. trio has no join; its idiom is a nursery per child."""
-    rid = port.runtime.id
-    if rid == "coro":
-        return kernels.coro.spawn
-    if rid == "curio":
-        import curio    # a reference library, optional: imported only when benchmarked
-        return curio.spawn
-    return None
+    return port.detached_spawn
 
 
 async def _tk_spawn_join(port, n, box):
