@@ -946,7 +946,54 @@ async def st_server_handler_exception(a):
             "handled": handled}
 
 
+@probe("stream")
+async def st_connect_refused(a):
+    """open_connection() to a port nobody listens on."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    out = await _catch(a.wait_for(a.open_connection("127.0.0.1", port), 2))
+    out["is_OSError"] = out.get("raised") in ("ConnectionRefusedError", "OSError")
+    return out
+
+
 # -- tasks -------------------------------------------------------------------
+
+@probe("stream")
+async def tk_eager_spawn(a):
+    """Eager tasks (3.12's eager_task_factory): is there one, and does the child's first
+    step run inside create_task()? Where there is none, spawning is lazy."""
+    factory = getattr(a, "eager_task_factory", None)
+    if factory is None:
+        return {"eager_factory": False}
+    loop = a.get_running_loop()
+    loop.set_task_factory(factory)
+    order = []
+
+    async def child():
+        order.append("child")
+    try:
+        t = a.create_task(child())
+        order.append("parent")
+        await t
+    finally:
+        loop.set_task_factory(None)
+    return {"eager_factory": True, "order": order}
+
+
+@probe("stream")
+async def tk_timeout_uncancels(a):
+    """After an expired timeout() is caught, the task's cancelling() count is back to 0."""
+    try:
+        async with a.timeout(0.01):
+            await a.sleep(1)
+    except TimeoutError:
+        pass
+    task = a.current_task()
+    await a.sleep(0)
+    return {"cancelling": task.cancelling(), "still_runs": True}
+
 
 @probe("stream")
 async def tk_cancel_uncancel(a):
@@ -1778,11 +1825,6 @@ async def co_sleep0_round_robin(k):
     return {"order": order}
 
 
-def _co_pair():
-    lst = _Listener()
-    return lst
-
-
 async def _co_connect(k):
     lst = _Listener()
     s = await k.connect(lst.port)
@@ -1790,6 +1832,22 @@ async def _co_connect(k):
     peer.setblocking(False)
     lst.opened.append(peer)
     return lst, s, peer
+
+
+@probe("task")
+async def co_connect_refused(k):
+    """Connecting to a port nobody listens on."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return await _trap(k, _connect_only(k, port))
+
+
+async def _connect_only(k, port):
+    s = await k.connect(port)
+    await k.close(s)
+    return "connected"
 
 
 @probe("task")
