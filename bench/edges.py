@@ -1440,10 +1440,27 @@ class TaskSide:
     def base(self, exc) -> str:
         return "Exception" if isinstance(exc, Exception) else "BaseException"
 
+    def crash_reports(self) -> int:
+        """How many crash reports so far: curio logs them (logger "curio", ERROR); our
+        kernel prints a line on stderr. Both channels are caught while a probe runs."""
+        return len(self._log.messages) + sum(1 for line in self._err.getvalue().splitlines()
+                                             if line.strip())
+
     def run(self, fn):
-        if self.rid == "coro":
-            return self.lib.run(fn, self)
-        if self.rid == "curio":
+        import contextlib
+        import io
+        self._log, self._err = _LogCatcher(), io.StringIO()
+        self._log.setLevel(logging.ERROR)
+        logger = logging.getLogger(self.rid)
+        logger.addHandler(self._log)
+        try:
+            with contextlib.redirect_stderr(self._err):
+                return self._run(fn)
+        finally:
+            logger.removeHandler(self._log)
+
+    def _run(self, fn):
+        if self.rid in ("coro", "curio"):
             return self.lib.run(fn, self)
 
         async def main():
@@ -1684,9 +1701,11 @@ async def co_join_error(k):
     t = await k.spawn(child)
     try:
         await k.join(t)
-        return {"raised": None}
+        out = {"raised": None}
     except BaseException as exc:
-        return {"raised": k.role(exc), "cause": k.role(exc.__cause__)}
+        out = {"raised": k.role(exc), "cause": k.role(exc.__cause__)}
+    out["crash_reported"] = k.crash_reports() > 0
+    return out
 
 
 @probe("task", skip=("trio",))
@@ -1928,9 +1947,10 @@ async def co_child_crash_unjoined(k):
     """A child crashes and nobody joins it: does the parent carry on?"""
     async def child():
         raise ValueError("unjoined")
-    await k.spawn(child)
+    t = await k.spawn(child)
     await k.sleep(0.01)
-    return {"parent_continues": True}
+    return {"parent_continues": True, "reported_before_run_ends": k.crash_reports() > 0,
+            "done": t.done() if k.rid == "coro" else bool(t.terminated)}
 
 
 @probe("task", skip=("trio",))
@@ -2014,9 +2034,9 @@ def run_probes(rid, names=None, out=sys.stdout):
     ``{"probe", "obs"}``, or ``{"probe", "error"}`` when the probe itself failed."""
     style = STYLE_OF[rid]
     signal.signal(signal.SIGALRM, _alarm)
-    # curio and our kernels print unjoined crashes on stderr/logging: keep them out
-    # of the way (stderr is not part of an observation).
-    logging.getLogger("curio").setLevel(logging.CRITICAL)
+    # curio logs crashes and our kernel prints them; TaskSide counts both, and neither
+    # reaches this process's stderr.
+    logging.getLogger("curio").propagate = False
     for p in PROBES.values():
         if p.style != style or (names and p.name not in names):
             continue
