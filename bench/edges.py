@@ -582,6 +582,16 @@ def cb_writelines_and_memoryview(h):
 
 
 @probe("callback")
+def cb_extra_info(h):
+    """get_extra_info(): peername, sockname, socket present, unknown key default."""
+    t, p, peer = h.connect()
+    return {"peer_host": t.get_extra_info("peername")[0],
+            "sock_host": t.get_extra_info("sockname")[0],
+            "has_socket": t.get_extra_info("socket") is not None,
+            "unknown": t.get_extra_info("no-such-key", "dflt")}
+
+
+@probe("callback")
 def cb_callback_exception_reported(h):
     """An exception in a call_soon callback goes to the exception handler; the loop goes on."""
     order = []
@@ -692,6 +702,20 @@ async def st_readexactly_edges(a):
     out["zero"] = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in out["zero"].items()}
     _done(r, w)
     return out
+
+
+@probe("stream")
+async def st_readexactly_split_and_read_partial(a):
+    """readexactly(10) across two sends; read(100) returns what is there."""
+    r, w, peer = await _peer_pair(a)
+    peer.sendall(b"abc")
+    a.get_running_loop().call_later(0.02, peer.sendall, b"defghij")
+    whole = await a.wait_for(r.readexactly(10), 1)
+    peer.sendall(b"12345")
+    await a.sleep(0.02)
+    part = await a.wait_for(r.read(100), 1)
+    _done(r, w)
+    return {"readexactly": whole.decode(), "read": part.decode()}
 
 
 @probe("stream")
@@ -1135,6 +1159,27 @@ async def tk_wait_for_none_timeout(a):
         await a.sleep(0)
         return 7
     return await _catch(a.wait_for(quick(), None))
+
+
+@probe("stream")
+async def tk_wait_for_outer_cancel(a):
+    """The caller of wait_for(slow, 10) is cancelled: the inner coroutine is cancelled too."""
+    seen = []
+
+    async def slow():
+        try:
+            await a.sleep(10)
+        except a.CancelledError:
+            seen.append("inner-cancelled")
+            raise
+
+    async def caller():
+        await a.wait_for(slow(), 10)
+    t = a.create_task(caller())
+    await a.sleep(0.01)
+    t.cancel()
+    out = await _catch(t)
+    return {**out, "seen": seen}
 
 
 _VAR = contextvars.ContextVar("looplab_fidelity", default="default")
@@ -1929,6 +1974,35 @@ async def co_bytes_sent_on_timeout(k):
     await _trap(k, k.close(s))
     lst.close()
     return out
+
+
+@probe("task", skip=("trio",))
+async def co_bytes_sent_on_cancel(k):
+    """A task blocked in sendall of 8 MB is cancelled: what it sees, and bytes_sent."""
+    lst, s, peer = await _co_connect(k)
+    seen = {}
+
+    async def sender():
+        try:
+            await k.send(s, b"c" * (8 * MB))
+        except BaseException as exc:
+            seen["role"] = k.role(exc)
+            seen["bytes_sent_positive"] = (getattr(exc, "bytes_sent", 0) or 0) > 0
+            raise
+    t = await k.spawn(sender)
+    await k.sleep(0.05)
+    await k.cancel(t)
+    await _trap(k, k.close(s))
+    lst.close()
+    return seen
+
+
+@probe("task")
+async def co_finished_timeout_leaves_no_timer(k):
+    """After a timeout_after(0.02) block that finished early, sleeping past its deadline."""
+    async with k.timeout_after(0.02):
+        await k.sleep(0)
+    return await _trap(k, k.sleep(0.05))
 
 
 @probe("task")
