@@ -31,7 +31,7 @@ import struct
 import sys
 import time
 
-__all__ = ["PROBES", "Probe", "STYLE_OF", "run_probes"]
+__all__ = ["PROBES", "EdgeProbe", "STYLE_OF", "probe", "run_probes", "CallbackSide", "TaskSide"]
 
 #: runtime id -> probe style
 STYLE_OF = {
@@ -45,7 +45,7 @@ SOCKBUF = 65536
 PROBE_TIMEOUT_S = 5.0
 
 
-class Probe:
+class EdgeProbe:
     """One registered probe: ``name``, ``style``, the function, what it checks, and
     the runtimes it does not apply to (the API does not map there)."""
     __slots__ = ("name", "style", "fn", "doc", "skip")
@@ -54,7 +54,7 @@ class Probe:
         self.name, self.style, self.fn, self.doc, self.skip = name, style, fn, doc, skip
 
 
-PROBES: dict[str, Probe] = {}
+PROBES: dict[str, EdgeProbe] = {}
 
 
 def probe(style, skip=()):
@@ -63,7 +63,7 @@ def probe(style, skip=()):
         if name in PROBES:
             raise ValueError(f"duplicate probe {name}")
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else name
-        PROBES[name] = Probe(name, style, fn, doc, tuple(skip))
+        PROBES[name] = EdgeProbe(name, style, fn, doc, tuple(skip))
         return fn
     return register
 
@@ -236,7 +236,7 @@ class CallbackSide:
         loop.call_soon(check)
         loop.run_forever()
 
-    def fill(self, transport, peer, nbytes=MB):
+    def fill(self, transport, nbytes=MB):
         """Write ``nbytes`` to a peer that isn't reading, so most of it stays buffered."""
         transport.write(b"x" * nbytes)
         return transport.get_write_buffer_size()
@@ -277,7 +277,7 @@ def _cb_write_after_close(h, when):
 def cb_write_after_close_buffered(h):
     """write() after close() while 1 MB is buffered: are the bytes delivered?"""
     t, p, peer = h.connect(high=4 * MB)
-    h.fill(t, peer)
+    h.fill(t)
     t.close()
     t.write(b"y" * 1000)
     got, eof = h.read_all(peer, p)
@@ -300,7 +300,7 @@ def cb_write_after_connection_lost_exc(h):
 def cb_write_after_completed_buffered_close(h):
     """write() after a buffered close has completed with connection_lost(None)."""
     t, p, peer = h.connect(high=4 * MB)
-    h.fill(t, peer)
+    h.fill(t)
     t.close()
     h.read_all(peer, p)
     h.spin(lambda: p.lost, 1.0)
@@ -317,7 +317,7 @@ def cb_write_after_completed_buffered_close(h):
 def cb_lower_high_water_after_close(h):
     """set_write_buffer_limits(high=1024) after close() while 1 MB drains: pause_writing()?"""
     t, p, peer = h.connect(high=4 * MB)
-    h.fill(t, peer)
+    h.fill(t)
     t.close()
     t.set_write_buffer_limits(high=1024)
     h.read_all(peer, p)
@@ -395,7 +395,7 @@ def cb_write_after_write_eof(h):
 def cb_write_eof_twice_and_flush(h):
     """write_eof() twice after a 1 MB write: everything arrives, then EOF."""
     t, p, peer = h.connect(high=4 * MB)
-    h.fill(t, peer)
+    h.fill(t)
     t.write_eof()
     t.write_eof()
     got, eof = h.read_all(peer, p)
@@ -475,7 +475,7 @@ def cb_bad_buffer_limits(h):
 def cb_pause_resume_writing_cycle(h):
     """A 1 MB write to a slow peer: pause_writing() once, resume_writing() once."""
     t, p, peer = h.connect()
-    size = h.fill(t, peer)
+    size = h.fill(t)
     h.read_all(peer, p, timeout=0.5)
     return {"buffered_after_write": size > 0, "events": [e for e in p.events if e != "data"],
             "buffer_after_drain": t.get_write_buffer_size()}
@@ -485,7 +485,7 @@ def cb_pause_resume_writing_cycle(h):
 def cb_abort_with_buffer(h):
     """abort() with 1 MB buffered: buffer dropped, connection_lost(None) on a later pass."""
     t, p, peer = h.connect(high=4 * MB)
-    h.fill(t, peer)
+    h.fill(t)
     t.abort()
     lost_at_once = p.lost
     h.spin(lambda: p.lost, 1.0)
@@ -498,7 +498,7 @@ def cb_abort_with_buffer(h):
 def cb_close_twice_abort_after(h):
     """close(); close(); abort() on a buffered transport: connection_lost once."""
     t, p, peer = h.connect(high=4 * MB)
-    h.fill(t, peer)
+    h.fill(t)
     t.close()
     t.close()
     t.abort()
@@ -542,7 +542,7 @@ def cb_peer_reset_while_reading(h):
 def cb_peer_reset_while_buffered(h):
     """Peer resets while 1 MB sits in our buffer."""
     t, p, peer = h.connect(high=4 * MB)
-    h.fill(t, peer)
+    h.fill(t)
     reset(peer)
     h.spin(lambda: p.lost, 1.0)
     return dict(h.reports(), events=[e for e in p.events if e != "data"],
@@ -641,8 +641,7 @@ def cb_stop_before_run(h):
 # ---------------------------------------------------------------------------
 # Stream style: ``a`` is asyncio or kernels.hybrid
 
-async def _server(a, handler, limit=None):
-    kw = {} if limit is None else {"limit": limit}
+async def _server(a, handler):
     srv = await a.start_server(handler, "127.0.0.1", 0)
     return srv, srv.sockets[0].getsockname()[1]
 

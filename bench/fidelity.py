@@ -127,11 +127,11 @@ def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL) -> dic
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     todo = [(rid, [n for n in names if PROBES[n].style == STYLE_OF[rid]]) for rid in runtimes]
     todo = [(rid, ns) for rid, ns in todo if ns]
-    results, running = {}, []
+    results, running, started = {}, [], []
 
     def finish(rid, ns, proc, start):
         try:
-            out, err = proc.communicate(timeout=max(0.1, timeout - (time.monotonic() - start)))
+            out, err = proc.communicate(timeout=max(0.0, timeout - (time.monotonic() - start)))
             failure = None if proc.returncode == 0 else \
                 f"runtime process exited with {proc.returncode}: " \
                 f"{(err.strip().splitlines() or ['?'])[-1][:120]}"
@@ -156,13 +156,16 @@ def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL) -> dic
                 finish(*running.pop(0))
             proc = subprocess.Popen(_worker_cmd(rid, ns), stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, env=env, cwd=root)
+            started.append(proc)
             running.append((rid, ns, proc, time.monotonic()))
         while running:
             finish(*running.pop(0))
     finally:
-        for _rid, _ns, proc, _t in running:
-            proc.kill()
-            proc.wait()
+        # interrupted (Ctrl-C): no worker outlives the run
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
     return results
 
 

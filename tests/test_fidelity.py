@@ -307,3 +307,10 @@ def test_add_parser_registers_the_verb():
     fidelity.add_parser(sub)
     args = p.parse_args(["fidelity", "--probes", "cb_*", "--fail"])
     assert args.func is fidelity.run and args.fail and args.probes == "cb_*"
+
+
+def test_a_runtime_process_that_overruns_is_killed_and_reported():
+    names = [n for n, p in PROBES.items() if p.style == "callback"][:3]
+    out = fidelity.collect(["callback"], names, timeout=0.0)
+    assert set(out["callback"]) == set(names)
+    assert all("timed out" in rec.get("error", "") for rec in out["callback"].values())
