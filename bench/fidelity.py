@@ -240,6 +240,8 @@ def undeclared(rows) -> list[dict]:
 
 
 def _summary(pair, c) -> str:
+    if not c["compared"]:
+        return f"{pair}: no selected probe maps onto both"
     if not c["primary"]:
         return (f"{pair} (secondary, information): {c['agree']}/{c['compared']} agree, "
                 f"{c['differ'] + c['declared']} differ, {c['error']} errors")
