@@ -213,6 +213,10 @@ def _worst(statuses) -> str:
     return max(statuses, key=lambda s: _RANK[s])
 
 
+def _numeric(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _value(metric: str, v) -> str:
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
@@ -366,7 +370,7 @@ def line_chart(title: str, metric: str, lines: list, *, xlabel: str, log_x: bool
         hi = hi if hi > lo else lo + 1
         fx = lambda x: left + pw * (math.log10(x) - lo) / (hi - lo)  # noqa: E731
     else:
-        lo, hi = 0.0, max(xs or [1]) or 1.0
+        lo, hi = 0.0, _nice_max(max(xs or [1]))
         fx = lambda x: left + pw * (x - lo) / (hi - lo)  # noqa: E731
     ymax = _nice_max(max(ys or [0]))
     fy = lambda y: top + ph - ph * y / ymax  # noqa: E731
@@ -383,12 +387,13 @@ def line_chart(title: str, metric: str, lines: list, *, xlabel: str, log_x: bool
     for t in ticks:
         x = fx(t)
         if left - 0.5 <= x <= left + pw + 0.5:
-            text = _value(x_metric, t) if x_metric else (f"{t:g}")
+            text = _value(x_metric, t) if x_metric else f"{t:.4g}"
             p.append(f'<text x="{_n(x)}" y="{top + ph + 14}" font-size="10" text-anchor="middle" '
                      f'fill="#555">{e(text)}</text>')
     p.append(f'<text x="{left + pw / 2:.0f}" y="{height - 6}" font-size="10" text-anchor="middle">'
              f'{e(xlabel)}</text>')
-    for key, label, colour, dashed, thick, pts in lines:
+    # thick lines (our kernels) last, so a reference drawn on top never hides them
+    for key, label, colour, dashed, thick, pts in sorted(lines, key=lambda ln: bool(ln[4])):
         pts = [(x, y) for x, y in pts if not log_x or x > 0]
         if not pts:
             continue
@@ -427,8 +432,8 @@ def _table(header: list, rows: list, *, cls: str = "data", row_attrs: list | Non
 
 def _rt_label(rts: _Runtimes, spec: str) -> str:
     if rts[spec]["ours"]:
-        return f'<span class="ours" title="our kernel">\u2605 {e(spec)}</span>'
-    return e(spec)
+        return f'<span class="ours" data-rt="{e(spec)}" title="our kernel">{STAR} {e(spec)}</span>'
+    return f'<span data-rt="{e(spec)}">{e(spec)}</span>'
 
 
 def _verdict_text(cell: dict, info: dict | None = None) -> str:
@@ -517,7 +522,7 @@ class _Page:
                     f'title="not applicable: {e(why)}"></td>')
         status = _worst(cell_status(c) for c in cells)
         main = cells[0]
-        head = next((m for m in info["columns"] if (main.get("metrics") or {}).get(m) is not None), None)
+        head = next((m for m in info["columns"] if _numeric((main.get("metrics") or {}).get(m))), None)
         text = STATUSES[status][1]
         if head and status in ("pass", "fail", "measured"):
             text += " " + e(_value(head, main["metrics"][head]))
@@ -540,51 +545,74 @@ class _Page:
 
     # -- the three questions -----------------------------------------------
     def answers(self) -> str:
-        def grouped(pred, metric_pref):
+        def witness(c, kind):
+            """The number that shows why a verdict failed, as (label, text)."""
+            m = c.get("metrics") or {}
+            if kind == "grow":
+                names = [n for n in m if n.endswith("_bytes") and ("buffer" in n or "queue" in n) and _numeric(m[n])]
+                if names:
+                    best = max(sorted(names), key=lambda n: m[n])
+                    return fmt(best, m[best])
+                for n in ("in_flight_at_end_bytes", "rss_growth_bytes"):
+                    if _numeric(m.get(n)):
+                        return fmt(n, m[n])
+            else:
+                if _numeric(m.get("bytes_lost")):
+                    return fmt("bytes_lost", m["bytes_lost"]) + " lost"
+                for n in sorted(m):
+                    if "delivered" in n and _numeric(m[n]):
+                        return fmt(n, m[n]) + " delivered"
+            return ""
+
+        def question(pred, kind, none_text, legend):
             found = {}
             for c in self.scen:
-                bad = [n for n, ok in (c.get("verdicts") or {}).items() if pred(n)]
-                if not bad:
+                names = [n for n in (c.get("verdicts") or {}) if pred(n)]
+                if names:
+                    holds = all(c["verdicts"][n] for n in names)
+                    found.setdefault((c.get("scenario"), c.get("variant")), ([], []))[1 if holds else 0].append(c)
+            if not found:
+                return f'<p class="muted">{none_text}</p>'
+            rows, clean, bad_rts, seen = [], [], set(), set()
+            for (sid, variant), (failing, holding) in sorted(
+                    found.items(), key=lambda kv: (_natural(kv[0][0]), self.info[kv[0][0]]["variants"].index(kv[0][1])
+                                                   if kv[0][1] in self.info[kv[0][0]]["variants"] else 99)):
+                seen.update(c["runtime"] for c in failing + holding)
+                link = f'<a href="#{self.anchors.get(sid, "s")}">{e(sid)}</a> {e(variant)}'
+                if not failing:
+                    clean.append(link)
                     continue
-                key = (c.get("scenario"), c.get("variant"))
-                holds = all((c.get("verdicts") or {})[n] for n in bad)
-                found.setdefault(key, ([], []))[0 if not holds else 1].append(c)
-            out = []
-            for (sid, variant), (failing, holding) in sorted(found.items(), key=lambda kv: (_natural(kv[0][0]), kv[0][1])):
-                info = self.info[sid]
                 order = {s: i for i, s in enumerate(self.rts.ordered(c["runtime"] for c in failing + holding))}
-                m = next((m for m in metric_pref + info["columns"]
-                          if any((c.get("metrics") or {}).get(m) is not None for c in failing)), None)
-
-                def who(cs, with_value):
-                    cs = sorted(cs, key=lambda c: order[c["runtime"]])
-                    return ", ".join(
-                        _rt_label(self.rts, c["runtime"]) + (
-                            f" ({e(_value(m, c['metrics'][m]))})" if with_value and m
-                            and (c.get("metrics") or {}).get(m) is not None else "")
-                        for c in cs) or "none"
-                out.append(f'<li><a href="#{self.anchors.get(sid, "s")}">{e(sid)}</a> {e(variant)}: '
-                           f'<span class="no">\u2717 {who(failing, True)}</span>; '
-                           f'<span class="ok">\u2713 {who(holding, False)}</span>'
-                           + (f' <span class="muted">({e(_label(info, m))} in brackets)</span>' if m and failing else "")
-                           + "</li>")
+                bad_rts.update(c["runtime"] for c in failing)
+                fails = ", ".join(_rt_label(self.rts, c["runtime"]) + (
+                    f' <span class="muted">{e(witness(c, kind))}</span>' if witness(c, kind) else "")
+                    for c in sorted(failing, key=lambda c: order[c["runtime"]]))
+                holds = ", ".join(_rt_label(self.rts, c["runtime"])
+                                  for c in sorted(holding, key=lambda c: order[c["runtime"]])) or "none"
+                rows.append([link, fails, holds])
+            never = [s for s in self.rts.ordered(seen) if s not in bad_rts]
+            out = ("<p>" + (f"{NO} somewhere: " + ", ".join(_rt_label(self.rts, s) for s in self.rts.ordered(bad_rts))
+                            if bad_rts else "No runtime fails.")
+                   + (f". {YES} everywhere it ran: " + ", ".join(_rt_label(self.rts, s) for s in never)
+                      if never and bad_rts else "") + ".</p>")
+            if rows:
+                out += _table(["cell", f"{NO} fails", f"{YES} holds"], rows, cls="data answer", caption=legend)
+            if clean:
+                out += f'<p class="muted">Holds on every runtime: {", ".join(clean)}.</p>'
             return out
 
-        grow = grouped(lambda n: "bounded" in n, ["peak_user_buffer_bytes", "in_flight_at_end_bytes"])
-        loss = grouped(lambda n: n == "no_loss" or "loss" in n, ["bytes_lost", "bytes_delivered"])
-        parts = ['<div class="answers"><h2 id="answers">The three questions</h2>',
-                 "<h3>Which runtimes let the buffer grow without bound?</h3>",
-                 ("<ul>" + "".join(grow) + "</ul><p class=\"muted\">\u2717: the <code>bounded</code> "
-                  "verdict fails (user-space buffer or memory beyond its limit); \u2713: it holds.</p>")
-                 if grow else "<p class=\"muted\">No scenario with a <code>bounded</code> verdict in this run "
-                 "(S1, S5 and S6 answer it).</p>",
-                 "<h3>Which lose data at shutdown?</h3>",
-                 ("<ul>" + "".join(loss) + "</ul><p class=\"muted\">\u2717: bytes written never reached the "
-                  "peer (<code>no_loss</code> fails).</p>")
-                 if loss else "<p class=\"muted\">No scenario with a <code>no_loss</code> verdict in this run "
-                 "(S3 and S8 answer it).</p>",
-                 "<h3>How do the causality fingerprints differ?</h3>", self.fingerprint_summary(), "</div>"]
-        return "".join(parts)
+        return "".join([
+            '<div class="answers"><h2 id="answers">The three questions</h2>',
+            "<h3>Which runtimes let the buffer grow without bound?</h3>",
+            question(lambda n: "bounded" in n, "grow",
+                     "No scenario with a bounded verdict in this run (S1, S5 and S6 answer it).",
+                     "the bounded verdict: user-space buffer (or queue, or memory) within its limit; "
+                     "after a failing runtime, its largest user-space buffer or queue"),
+            "<h3>Which lose data at shutdown?</h3>",
+            question(lambda n: n == "no_loss", "loss",
+                     "No scenario with a no_loss verdict in this run (S3 and S8 answer it).",
+                     "the no_loss verdict: every byte written reached the peer"),
+            "<h3>How do the causality fingerprints differ?</h3>", self.fingerprint_summary(), "</div>"])
 
     def fingerprint_sid(self):
         for sid in self.sids:
@@ -604,7 +632,8 @@ class _Page:
         for m in info["columns"]:
             groups = {}
             for c in sorted(cells, key=lambda c: order[c["runtime"]]):
-                groups.setdefault(_value(m, c["metrics"].get(m)), []).append(c["runtime"])
+                v = c["metrics"].get(m)
+                groups.setdefault("n/a" if v is None else _value(m, v), []).append(c["runtime"])
             if len(groups) < 2:
                 continue
             alts = "; ".join(f"<b>{e(v)}</b> on {', '.join(_rt_label(self.rts, r) for r in rs)}"
@@ -672,7 +701,7 @@ class _Page:
     def series_plots(self, sid, info, cells) -> str:
         names = sorted({n for c in cells for n in _series(c)}, key=lambda n: (n != "in_flight", n))
         variants = [v for v in info["variants"] if any(c.get("variant") == v for c in cells)]
-        charts, summary = [], []
+        charts, summary = [], {}
         styles = []
         for spec in self.rts.ordered(c.get("runtime", "?") for c in cells):
             if self.rts[spec]["style"] not in styles:
@@ -697,8 +726,8 @@ class _Page:
                         v = c.get("variant", "?")
                         lines.append((f"{s} {v}", f"{STAR if self.rts[s]['ours'] else ''}{s} {v}", colour[s],
                                       variants.index(v) > 0 if v in variants else True, self.rts[s]["ours"], pts))
-                        summary.append([_rt_label(self.rts, s), e(v), e(name), e(_value(metric, max(p[1] for p in pts))),
-                                        e(_value(metric, pts[-1][1])), e(f"{pts[-1][0]:.2f} s")])
+                        summary.setdefault((s, v), {})[name] = (
+                            _value(metric, max(p[1] for p in pts)), _value(metric, pts[-1][1]))
                 if lines:
                     row.append(line_chart(f"{sid} {style} style: {name.replace('_', ' ')}", metric, lines,
                                           xlabel="time (s)", width=430, height=230))
@@ -706,8 +735,11 @@ class _Page:
         note = ('<p class="muted">Solid: the first variant (' + e(variants[0] if variants else "") +
                 "); dashed: the others. Thick orange: our kernel. Click a legend entry to hide or show "
                 "its line; hover a line for its peak.</p>")
-        table = _table(["runtime", "variant", "series", "peak", "last", "at"], summary, cls="data small",
-                       caption="the plotted series in numbers")
+        order = {sp: i for i, sp in enumerate(self.rts.ordered(c.get("runtime", "?") for c in cells))}
+        rows = [[_rt_label(self.rts, sp), e(v)] + [e(summary[(sp, v)].get(n, ("-", "-"))[k]) for n in names for k in (0, 1)]
+                for sp, v in sorted(summary, key=lambda sv: (order[sv[0]], variants.index(sv[1]) if sv[1] in variants else 99))]
+        header = ["runtime", "variant"] + [f"{e(n.replace('_', ' '))}: {k}" for n in names for k in ("peak", "at the end")]
+        table = _table(header, rows, caption="the plotted series in numbers")
         return "".join(charts) + note + table
 
     def scenario_table(self, sid, info, cells) -> str:
@@ -720,7 +752,6 @@ class _Page:
                 mode[m] = max(sorted(set(vals)), key=vals.count) if vals else None
         rows, attrs = [], []
         for c in cells:
-            status = cell_status(c)
             row = [_rt_label(self.rts, c.get("runtime", "?")), e(str(c.get("variant", "?")))]
             for m in cols:
                 v = (c.get("metrics") or {}).get(m)
@@ -728,7 +759,7 @@ class _Page:
                 if fingerprint and c.get("metrics") and _value(m, v) != mode.get(m):
                     text = f'<span class="diff" title="differs from most runtimes">{text}</span>'
                 row.append(text)
-            row.append(f'<span class="badge v-{status}">{STATUSES[status][1] or "-"}</span> ' + _verdict_text(c, info))
+            row.append(_verdict_text(c, info))
             rows.append(row)
             cls = "ours" if self.rts[c.get("runtime", "?")]["ours"] else ""
             attrs.append(f' id="{self.anchors.get(str(c.get("id")), "c")}"' + (f' class="{cls}"' if cls else ""))
@@ -1087,7 +1118,7 @@ h1{margin:8px 0 2px;font-size:26px}h2{margin:28px 0 8px;font-size:20px;border-bo
 h3{margin:16px 0 6px;font-size:16px}a{color:#0b5cad}nav{margin:6px 0 0;font-size:13px}
 code{background:#f0f0f0;padding:0 3px;border-radius:3px;font-size:12px}
 .lead{margin:0;color:#444}.muted{color:#777}.ok{color:#1a7a35}.no{color:#b2182b;font-weight:600}.err{color:#7b3294}
-.ours{font-weight:700;color:#a63603}
+span.ours{font-weight:700;color:#a63603}
 .gridwrap{overflow-x:auto;padding-bottom:4px}
 table.grid{border-collapse:separate;border-spacing:2px;font-size:12px}
 table.grid th{font-weight:600;background:#eee;padding:3px 6px;white-space:nowrap}
