@@ -82,6 +82,11 @@ def _natural(text: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(text))]
 
 
+def _scenario_order(sid: str):
+    """looplab's own S1-S8 first, in number order; anything a user registered after."""
+    return (not re.fullmatch(r"S\d+", str(sid)), _natural(sid))
+
+
 class _Runtimes:
     """Style, ours-ness and primary reference of each runtime spec in the document."""
 
@@ -425,7 +430,10 @@ def _table(header: list, rows: list, *, cls: str = "data", row_attrs: list | Non
     out.append("<thead><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr></thead><tbody>")
     for i, row in enumerate(rows):
         attrs = row_attrs[i] if row_attrs else ""
-        out.append(f"<tr{attrs}>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>")
+        # short cells (numbers with units, names) never wrap; long text does
+        out.append(f"<tr{attrs}>" + "".join(
+            f'<td class="n">{c}</td>' if len(re.sub(r"<[^>]+>", "", str(c))) <= 28 else f"<td>{c}</td>"
+            for c in row) + "</tr>")
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -453,12 +461,12 @@ class _Page:
     def __init__(self, doc: dict, plots: dict | None, command: str | None, out_dir: str | None):
         self.doc = doc
         cells = [c for c in (doc.get("cells") or []) if isinstance(c, dict)]
-        self.cells = sorted(cells, key=lambda c: (_natural(c.get("scenario", "")), str(c.get("id", ""))))
+        self.cells = sorted(cells, key=lambda c: (_scenario_order(c.get("scenario", "")), str(c.get("id", ""))))
         self.bench = [c for c in self.cells if c.get("scenario") in BENCH_KINDS]
         self.scen = [c for c in self.cells if c.get("scenario") not in BENCH_KINDS]
         self.rts = _Runtimes(self.cells)
         self.anchors = _Anchors()
-        self.sids = sorted({c.get("scenario", "?") for c in self.scen}, key=_natural)
+        self.sids = sorted({c.get("scenario", "?") for c in self.scen}, key=_scenario_order)
         self.info = {sid: _scenario_info(doc, sid, [c for c in self.scen if c.get("scenario") == sid])
                      for sid in self.sids}
         self.plots = dict(plots or {})
@@ -575,7 +583,7 @@ class _Page:
                 return f'<p class="muted">{none_text}</p>'
             rows, clean, bad_rts, seen = [], [], set(), set()
             for (sid, variant), (failing, holding) in sorted(
-                    found.items(), key=lambda kv: (_natural(kv[0][0]), self.info[kv[0][0]]["variants"].index(kv[0][1])
+                    found.items(), key=lambda kv: (_scenario_order(kv[0][0]), self.info[kv[0][0]]["variants"].index(kv[0][1])
                                                    if kv[0][1] in self.info[kv[0][0]]["variants"] else 99)):
                 seen.update(c["runtime"] for c in failing + holding)
                 link = f'<a href="#{self.anchors.get(sid, "s")}">{e(sid)}</a> {e(variant)}'
@@ -778,7 +786,7 @@ class _Page:
     def fidelity(self) -> str:
         keyed = self.by_key()
         rows, agree, total, flipped = [], 0, 0, set()
-        for (spec, sid, variant), cs in sorted(keyed.items(), key=lambda kv: (_natural(kv[0][1]), kv[0][2], kv[0][0])):
+        for (spec, sid, variant), cs in sorted(keyed.items(), key=lambda kv: (_scenario_order(kv[0][1]), kv[0][2], kv[0][0])):
             info = self.rts[spec]
             if not info["ours"]:
                 continue
@@ -893,9 +901,11 @@ class _Page:
             def label(p):
                 return ",".join(f"{k}={v}" for k, v in sorted(p.items())) or "-"
             ratios = None
-        labels = sorted({label(c.get("params") or {}) for c in cells},
-                        key=lambda lb: sorted((c.get("params") or {}).items() for c in cells
-                                              if label(c.get("params") or {}) == lb)[0])
+        def size_first(params):
+            return (params.get("message_bytes", 0), params.get("connections", 0), json.dumps(params, sort_keys=True))
+        labels = [label(p) for p in sorted({json.dumps(c.get("params") or {}, sort_keys=True): c.get("params") or {}
+                                            for c in cells}.values(), key=size_first)]
+        labels = list(dict.fromkeys(labels))
         out = ['<h3 id="echo">Echo</h3>']
         if ratios:
             rows = []
@@ -1157,6 +1167,7 @@ table.data caption,table.more caption{text-align:left;color:#666;font-size:12px;
 table.data th,table.data td,table.more th,table.more td{border:1px solid #ddd;padding:3px 7px;text-align:left;
 vertical-align:top}
 table.data th,table.more th{background:#f1f1f1;font-weight:600}
+td.n{white-space:nowrap}
 table.data tr.ours td{background:#fff5eb}
 table.data tr:target td{background:#fff3a8}
 table.data td span.ok,table.data td span.no,table.data td span.err{margin-right:6px;white-space:nowrap}

@@ -199,6 +199,9 @@ def check_page(text, out_dir):
     return page
 
 
+TD = r"<td(?: class=\"n\")?>"
+
+
 def grid_of(page):
     return {tuple(td["data-key"].split("|")): td for td in page.grid}
 
@@ -251,7 +254,7 @@ def test_the_three_questions_follow_the_verdicts(real_doc, tmp_path):
     for c in real_doc["cells"]:
         if "no_loss" not in c.get("verdicts", {}):
             continue
-        rows = re.findall(r"<tr><td><a href=\"#s-%s\">%s</a> %s</td><td>(.*?)</td><td>(.*?)</td></tr>"
+        rows = re.findall(r"<tr><TD><a href=\"#s-%s\">%s</a> %s</td><TD>(.*?)</td><TD>(.*?)</td></tr>".replace("<TD>", TD)
                           % (c["scenario"], c["scenario"], c["variant"]), loss)
         name = 'data-rt="%s"' % c["runtime"]
         if c["verdicts"]["no_loss"]:
@@ -308,8 +311,8 @@ def test_errors_skips_unknown_scenarios_and_several_machines(edge_doc, tmp_path)
     fid = text.split('id="fidelity"')[1].split("</section>")[0]
     assert "coro:exit=wait" in fid.split("Not compared")[1]
     rows = {re.sub(r"<[^>]+>", "", r[0]) + " " + re.sub(r"<[^>]+>", "", r[1]): r[2]
-            for r in re.findall(r"<tr><td>(.*?)</td><td>.*?</td><td>(.*?)</td><td>.*?</td><td>.*?</td>"
-                                r"<td>(.*?)</td><td>.*?</td></tr>", fid)}
+            for r in re.findall(r"<tr>TD(.*?)</td>TD.*?</td>TD(.*?)</td>TD.*?</td>TD.*?</td>"
+                                r"TD(.*?)</td>TD.*?</td></tr>".replace("TD", TD), fid)}
     assert "agree" in rows["S3 \u2605 callback"]
     assert "differ" in rows["S1 \u2605 callback"]
     assert "not comparable" in fid and "error: no measurement" in fid     # coro vs the crashed curio cell
