@@ -426,7 +426,7 @@ def _table(header: list, rows: list, *, cls: str = "data", row_attrs: list | Non
     """``rows`` hold already-escaped HTML cells."""
     out = [f'<table class="{cls}">']
     if caption:
-        out.append(f"<caption>{caption}</caption>")
+        out.insert(0, f'<p class="caption">{caption}</p>')
     out.append("<thead><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr></thead><tbody>")
     for i, row in enumerate(rows):
         attrs = row_attrs[i] if row_attrs else ""
@@ -739,7 +739,11 @@ class _Page:
                 if lines:
                     row.append(line_chart(f"{sid} {style} style: {name.replace('_', ' ')}", metric, lines,
                                           xlabel="time (s)", width=430, height=230))
-            charts.append('<div class="row">' + "".join(row) + "</div>")
+            charts.append(row)
+        # one row per series with a chart per style; a single style puts its charts side by side
+        rows_html = ['<div class="row">' + "".join(r) + "</div>" for r in charts] if len(styles) > 1 else \
+            ['<div class="row">' + "".join(x for r in charts for x in r) + "</div>"]
+        charts = rows_html
         note = ('<p class="muted">Solid: the first variant (' + e(variants[0] if variants else "") +
                 "); dashed: the others. Thick orange: our kernel. Click a legend entry to hide or show "
                 "its line; hover a line for its peak.</p>")
@@ -784,64 +788,67 @@ class _Page:
 
     # -- fidelity -----------------------------------------------------------
     def fidelity(self) -> str:
+        """One row per scenario x variant, one column per kernel of ours and its primary
+        reference: agree, or why not."""
         keyed = self.by_key()
-        rows, agree, total, flipped = [], 0, 0, set()
-        for (spec, sid, variant), cs in sorted(keyed.items(), key=lambda kv: (_scenario_order(kv[0][1]), kv[0][2], kv[0][0])):
-            info = self.rts[spec]
-            if not info["ours"]:
-                continue
-            if not info["primary"]:
-                flipped.add(spec)
-                continue
-            ref = info["primary"]
-            ours = cs[0]
-            refs = [c for s, cc in keyed.items() if s[0] == ref and s[1:] == (sid, variant) for c in cc]
-            so = cell_status(ours)
-            if not refs:
-                continue
-            rc = refs[0]
-            sr = cell_status(rc)
-            if so in ("pass", "fail") and sr in ("pass", "fail"):
-                total += 1
-                same = (ours.get("verdicts") or {}) == (rc.get("verdicts") or {})
-                agree += same
-                if same:
-                    why = ""
-                else:
-                    names = sorted(set(ours.get("verdicts") or {}) | set(rc.get("verdicts") or {}))
-                    why = "; ".join(
-                        f"{e(n)}: ours {YES if (ours.get('verdicts') or {}).get(n) else NO}, "
-                        f"{e(ref)} {YES if (rc.get('verdicts') or {}).get(n) else NO}"
-                        for n in names if (ours.get("verdicts") or {}).get(n) != (rc.get("verdicts") or {}).get(n))
-                    head = next((m for m in self.info[sid]["columns"]
-                                 if (ours.get("metrics") or {}).get(m) is not None), None)
-                    if head:
-                        why += (f" ({e(_label(self.info[sid], head))}: ours {e(_value(head, ours['metrics'][head]))},"
-                                f" {e(ref)} {e(_value(head, (rc.get('metrics') or {}).get(head)))})")
-                    notes = [n for n in ours.get("notes") or [] if "differs" in str(n)]
-                    if notes:
-                        why += "; " + e("; ".join(str(n) for n in notes[:2]))
-                verdict = '<span class="ok">\u2713 agree</span>' if same else '<span class="no">\u2717 differ</span>'
-            else:
-                why = f"not comparable: ours {STATUSES[so][0]}, {e(ref)} {STATUSES[sr][0]}"
-                verdict = '<span class="muted">\u2013</span>'
-            rows.append([f'<a href="#{self.anchors.get(sid, "s")}">{e(sid)}</a>', e(variant),
-                         _rt_label(self.rts, spec), e(ref),
-                         f'<a href="#{self.anchors.get(str(ours.get("id")), "c")}">{STATUSES[so][1]}</a> '
-                         f'<a href="#{self.anchors.get(str(rc.get("id")), "c")}">{STATUSES[sr][1]}</a>',
-                         verdict, why])
-        if not rows:
+        pairs = sorted({(spec, self.rts[spec]["primary"]) for spec, _, _ in keyed
+                        if self.rts[spec]["ours"] and self.rts[spec]["primary"]},
+                       key=lambda p: self.rts.ordered(k[0] for k in keyed).index(p[0]))
+        flipped = sorted({spec for spec, _, _ in keyed if self.rts[spec]["ours"] and not self.rts[spec]["primary"]})
+        if not pairs:
             return ""
+        columns = sorted({(sid, v) for _, sid, v in keyed},
+                         key=lambda sv: (_scenario_order(sv[0]), self.info[sv[0]]["variants"].index(sv[1])
+                                         if sv[1] in self.info[sv[0]]["variants"] else 99))
+        rows, agree, total, differ = [], 0, 0, 0
+        for sid, variant in columns:
+            row, any_pair = [f'<a href="#{self.anchors.get(sid, "s")}">{e(sid)}</a>', e(variant)], False
+            for spec, ref in pairs:
+                ours, refs = keyed.get((spec, sid, variant)), keyed.get((ref, sid, variant))
+                if not ours or not refs:
+                    row.append('<span class="muted">not run</span>' if ours or refs else "")
+                    continue
+                any_pair = True
+                o, r = ours[0], refs[0]
+                so, sr = cell_status(o), cell_status(r)
+                links = (f'<a href="#{self.anchors.get(str(o.get("id")), "c")}">ours</a>/'
+                         f'<a href="#{self.anchors.get(str(r.get("id")), "c")}">ref</a>')
+                if so not in ("pass", "fail") or sr not in ("pass", "fail"):
+                    row.append(f'<span class="muted">{DASH} not comparable: ours {e(STATUSES[so][0])}, '
+                               f'{e(ref)} {e(STATUSES[sr][0])}</span> <small>{links}</small>')
+                    continue
+                total += 1
+                vo, vr = o.get("verdicts") or {}, r.get("verdicts") or {}
+                if vo == vr:
+                    agree += 1
+                    row.append(f'<span class="ok">{YES} agree</span> <small class="muted">'
+                               f'({e(" ".join(("" if vo[n] else "not ") + n for n in sorted(vo)))})</small> '
+                               f'<small>{links}</small>')
+                    continue
+                differ += 1
+                why = "; ".join(f"{e(n)}: ours {YES if vo.get(n) else NO}, {e(ref)} {YES if vr.get(n) else NO}"
+                                for n in sorted(set(vo) | set(vr)) if vo.get(n) != vr.get(n))
+                head = next((m for m in self.info[sid]["columns"] if _numeric((o.get("metrics") or {}).get(m))), None)
+                if head:
+                    why += (f" ({e(_label(self.info[sid], head))}: ours {e(_value(head, o['metrics'][head]))}, "
+                            f"{e(ref)} {e(_value(head, (r.get('metrics') or {}).get(head)))})")
+                notes = [str(n) for n in o.get("notes") or [] if "differs" in str(n)]
+                if notes:
+                    why += "; " + e("; ".join(notes[:2]))
+                row.append(f'<span class="no">{NO} differ</span>: {why} <small>{links}</small>')
+            if any_pair:
+                rows.append(row)
         head = (f"<p><b>Our kernels' verdicts equal their primary reference's in {agree} of {total} "
-                "comparable cells</b> (callback \u2248 asyncio-protocol, hybrid \u2248 asyncio-streams, "
-                "coro \u2248 curio: the library each kernel's defaults reproduce). A racy outcome can differ "
-                "in a single run; repeat the cell (<code>--repeat N</code>) before calling it a difference.</p>")
+                f"comparable cells</b>{f' ({differ} differ)' if differ else ''}. Each of our kernels' defaults "
+                "reproduce one library: callback \u2248 asyncio-protocol, hybrid \u2248 asyncio-streams, "
+                "coro \u2248 curio. A racy outcome can differ in a single run: repeat the cell "
+                "(<code>--repeat N</code>) before calling it a difference.</p>")
         if flipped:
             head += ('<p class="muted">Not compared (options changed, so no single library is the reference): '
-                     + ", ".join(e(s) for s in sorted(flipped)) + ".</p>")
+                     + ", ".join(e(s) for s in flipped) + ".</p>")
+        header = ["scenario", "variant"] + [f"{_rt_label(self.rts, spec)} vs {e(ref)}" for spec, ref in pairs]
         return ('<section><h2 id="fidelity">Fidelity: our kernels against their references</h2>' + head
-                + _table(["scenario", "variant", "ours", "reference", "ours / ref", "verdicts", "why not"], rows)
-                + "</section>")
+                + _table(header, rows, cls="data fidelity") + "</section>")
 
     # -- benchmarks -----------------------------------------------------------
     def benchmarks(self) -> str:
@@ -1163,7 +1170,7 @@ section.scenario{margin-top:10px}
 svg.chart{background:#fff;border:1px solid #e2e2e2;border-radius:4px;margin:0 6px 6px 0;font-family:inherit}
 svg.chart .lg{cursor:pointer}svg.chart .lg.off{opacity:.35}
 table.data,table.more{border-collapse:collapse;background:#fff;font-size:12px;margin:4px 0 8px}
-table.data caption,table.more caption{text-align:left;color:#666;font-size:12px;padding:2px 0}
+p.caption{color:#666;font-size:12px;margin:6px 0 0}
 table.data th,table.data td,table.more th,table.more td{border:1px solid #ddd;padding:3px 7px;text-align:left;
 vertical-align:top}
 table.data th,table.more th{background:#f1f1f1;font-weight:600}
