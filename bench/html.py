@@ -822,7 +822,7 @@ class _Page:
                 if vo == vr:
                     agree += 1
                     row.append(f'<span class="ok">{YES} agree</span> <small class="muted">'
-                               f'({e(" ".join(("" if vo[n] else "not ") + n for n in sorted(vo)))})</small> '
+                               f'({e(" ".join((YES if vo[n] else NO) + n for n in sorted(vo)))})</small> '
                                f'<small>{links}</small>')
                     continue
                 differ += 1
@@ -1143,17 +1143,17 @@ table.grid th.rt{text-align:left;background:#f4f4f4}
 table.grid tr.ours th.rt{background:#fde0c5}
 table.grid tr.style th{background:none;text-align:left;color:#555;font-style:italic;padding-top:8px}
 table.grid th.var{font-weight:400;font-size:11px}
-table.grid td{position:relative;min-width:64px;height:24px;padding:0;text-align:center;border-radius:3px;
+table.grid>tbody>tr>td{position:relative;min-width:64px;height:24px;padding:0;text-align:center;border-radius:3px;
 white-space:nowrap}
-table.grid td>a{display:block;padding:3px 5px;color:inherit;text-decoration:none}
-table.grid td.v-na{border:1px dashed #ddd}
-table.grid td:hover{outline:2px solid #333;z-index:3}
+table.grid>tbody>tr>td>a{display:block;padding:3px 5px;color:inherit;text-decoration:none}
+table.grid>tbody>tr>td.v-na{border:1px dashed #ddd}
+table.grid>tbody>tr>td:hover{outline:2px solid #333;z-index:3}
 .tip{display:none;position:absolute;left:0;top:100%;z-index:5;background:#fff;color:#111;border:1px solid #999;
 box-shadow:0 3px 10px rgba(0,0,0,.25);padding:6px 8px;text-align:left;white-space:normal;width:290px;
-font-size:12px;border-radius:4px}
+font-size:12px;font-weight:400;border-radius:4px}
 td.flip .tip{left:auto;right:0}
-table.grid td:hover .tip{display:block}
-.tip table{border-collapse:collapse;margin:4px 0}.tip td{padding:0 8px 0 0;text-align:left}
+table.grid>tbody>tr>td:hover .tip{display:block}
+.tip table{border-collapse:collapse;margin:4px 0}.tip td{padding:0 8px 0 0;text-align:left;background:none}
 .tip .note{color:#555;font-size:11px;margin-top:3px}
 .v-pass{background:#a6dba0;color:#0b3d14}.v-fail{background:#f4a582;color:#5c0a0a;font-weight:600}
 .v-error{background:#7b3294;color:#fff}.v-skipped{background:#d9d9d9;color:#333}
