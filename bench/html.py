@@ -219,7 +219,7 @@ def _worst(statuses) -> str:
 
 
 def _numeric(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _value(metric: str, v) -> str:
@@ -314,6 +314,10 @@ def _legend(entries, x0: float, y0: float, width: float) -> tuple[str, float]:
     return "".join(parts), y - y0 + 16
 
 
+def _short(label: str, n: int = 22) -> str:
+    return label if len(label) <= n else label[: n - 1] + "\u2026"
+
+
 def bar_chart(title: str, metric: str, rows: list, groups: list, colours: dict) -> str:
     """Horizontal bars: ``rows`` are (runtime label, ours, {group: value}); one bar per
     group (variant) in each row."""
@@ -327,7 +331,8 @@ def bar_chart(title: str, metric: str, rows: list, groups: list, colours: dict) 
     legend, lh = _legend([(g, g, colours[g], "", False) for g in groups], left, top, plot_w) \
         if len(groups) > 1 else ("", 0)
     top += lh
-    vals = [v for _, _, d in rows for v in d.values() if isinstance(v, (int, float))]
+    rows = [(label, ours, {g: v for g, v in d.items() if _numeric(v)}) for label, ours, d in rows]
+    vals = [v for _, _, d in rows for v in d.values()]
     vmax = _nice_max(max([abs(v) for v in vals] + [0]))
     height = top + row_h * len(rows) + 28
     p = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{_n(height)}" '
@@ -342,11 +347,11 @@ def bar_chart(title: str, metric: str, rows: list, groups: list, colours: dict) 
         y = top + r * row_h + 3
         p.append(f'<text x="{left - 6}" y="{_n(y + row_h / 2 + 1)}" font-size="11" text-anchor="end"'
                  f'{" font-weight=" + chr(34) + "bold" + chr(34) + " fill=" + chr(34) + _OURS_COLOUR + chr(34) if ours else ""}>'
-                 f'{e((STAR + " " if ours else "") + label)}</text>')
+                 f'<title>{e(label)}</title>{e((STAR + " " if ours else "") + _short(label))}</text>')
         for j, g in enumerate(groups):
             v = d.get(g)
             by = y + j * bar_h
-            if not isinstance(v, (int, float)):
+            if v is None:
                 continue
             w = plot_w * abs(v) / vmax
             p.append(f'<g data-series="{e(g)}"><rect x="{left}" y="{_n(by)}" width="{_n(max(w, 0.5))}" '

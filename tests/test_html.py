@@ -344,6 +344,22 @@ def test_bench_only_document(bench_doc, tmp_path):
     assert 'href="curve.png"' in text
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("doc", [
+    {"schema": 1, "cells": []},
+    {"schema": 1, "env": "not a dict", "cells": [{"id": "only-an-id"}]},
+    {"schema": 1, "cells": [{"id": "S9/nosuch:x=1/naive", "scenario": "S9", "runtime": "nosuch:x=1",
+                             "variant": "naive", "verdicts": {"ok": True},
+                             "metrics": {"a_bytes": float("nan"), "b_s": None, "c": "text", "d_count": True},
+                             "series": {"in_flight": [[0, 1]]}}]},
+    {"schema": 1, "cells": [{"id": "echo/coro", "scenario": "echo", "runtime": "coro", "variant": "naive",
+                             "params": {"connections": 1}, "metrics": {}, "errors": ["boom"]}]},
+], ids=["empty", "bare-cell", "odd-values", "failed-bench"])
+def test_odd_documents_still_give_a_valid_page(doc, tmp_path):
+    page = check_page(render(doc, tmp_path), str(tmp_path))
+    assert "run" in page.ids
+
+
 # ---------------------------------------------------------------------------
 # the browser
 
