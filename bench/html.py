@@ -482,6 +482,7 @@ class _Page:
             self.anchors.get(sid, "s")
         for c in self.scen:
             self.anchors.get(str(c.get("id")), "c")
+        self._fingerprint = self._find_fingerprint()
 
     def by_key(self):
         out = {}
@@ -521,9 +522,10 @@ class _Page:
             for k in STATUSES)
         return ('<div class="gridwrap"><table class="grid" id="grid"><thead><tr>' + "".join(head1)
                 + "</tr><tr>" + "".join(head2) + "</tr></thead><tbody>" + "".join(rows)
-                + f'</tbody></table></div><p class="legend">{legend}. \u2605 = our kernel, listed first '
-                "in its style with the libraries it imitates below it. Hover a cell for its numbers; "
-                "click it for its row in the scenario's table.</p>")
+                + f'</tbody></table></div><p class="legend">{legend}</p><p class="legend">{STAR} our kernel, '
+                "listed first in its style with the libraries it imitates below it. Each cell shows the "
+                "scenario's first metric; hover it for the others, click it for its row in the "
+                "scenario's table.</p>")
 
     def grid_cell(self, spec, sid, variant, cells, flip) -> str:
         info = self.info[sid]
@@ -537,7 +539,7 @@ class _Page:
         main = cells[0]
         head = next((m for m in info["columns"] if _numeric((main.get("metrics") or {}).get(m))), None)
         text = STATUSES[status][1]
-        if head and status in ("pass", "fail", "measured"):
+        if head and status in ("pass", "fail", "measured") and sid != self.fingerprint_sid():
             text += " " + e(_value(head, main["metrics"][head]))
         tip = [f'<b>{e(spec)}</b> \u00b7 {e(sid)} {e(variant)}<br><i>{e(STATUSES[status][0])}</i>']
         for c in cells:
@@ -628,6 +630,9 @@ class _Page:
             "<h3>How do the causality fingerprints differ?</h3>", self.fingerprint_summary(), "</div>"])
 
     def fingerprint_sid(self):
+        return self._fingerprint
+
+    def _find_fingerprint(self):
         for sid in self.sids:
             if sid == "S4" or any("matches_declared" in (c.get("verdicts") or {})
                                   for c in self.scen if c.get("scenario") == sid):
