@@ -363,6 +363,18 @@ def test_odd_documents_still_give_a_valid_page(doc, tmp_path):
 # ---------------------------------------------------------------------------
 # the browser
 
+PROBE = """<script>
+(function(){
+  var g = document.querySelector('svg.chart .lg');
+  g.dispatchEvent(new MouseEvent('click', {bubbles: true}));
+  var hidden = 0, parts = g.ownerSVGElement.querySelectorAll('[data-series]');
+  for (var i = 0; i < parts.length; i++) if (parts[i].style.display === 'none') hidden++;
+  document.body.setAttribute('data-probe-hidden', hidden);
+  document.body.setAttribute('data-probe-legend', g.getAttribute('class'));
+})();
+</script>"""
+
+
 def _run_browser(args, timeout):
     """Chromium in its own process group, so a hang kills every process it started."""
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -421,9 +433,13 @@ def test_page_renders_in_headless_chromium(real_doc, tmp_path):
     assert (w, h) == (1400, 2000)
     assert distinct > 20, "the screenshot is (nearly) blank"
     assert os.path.getsize(shot) > 30_000
+    # A copy of the page that clicks the first legend entry once the page's own script has run,
+    # and records how many plot elements that hid: the legend toggle works in a real browser.
+    probe = tmp_path / "probe.html"
+    probe.write_text(text.replace("</body>", PROBE + "</body>"), encoding="utf-8")
     with tempfile.TemporaryDirectory() as profile:
         rc, dom, err = _run_browser(common + [f"--user-data-dir={profile}", "--window-size=1400,2000",
-                                              "--dump-dom", url], 90)
+                                              "--dump-dom", "file://" + str(probe)], 90)
     body = re.search(r"<body([^>]*)>", dom)
     assert body, f"no DOM (exit {rc}): {err[-600:]}"
     attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(1)))
@@ -434,3 +450,7 @@ def test_page_renders_in_headless_chromium(real_doc, tmp_path):
     assert charts and int(attrs["data-charts-shown"]) == charts, "a plot did not render"
     assert tables and int(attrs["data-tables-shown"]) == tables, "a table did not render"
     assert int(attrs["data-grid-cells-shown"]) == len(page.grid) > 0, "the grid did not render"
+    first = re.search(r'<svg class="chart".*?</svg>', text, re.S).group(0)
+    key = re.search(r'class="lg" data-key="([^"]*)"', first).group(1)
+    assert int(attrs["data-probe-hidden"]) == first.count(f'data-series="{key}"') > 0
+    assert "off" in attrs["data-probe-legend"].split()
