@@ -70,6 +70,7 @@ _DEFAULT_COLUMNS = {
 
 _PALETTE = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f", "#bcbd22", "#e377c2")
 _OURS_COLOUR = "#e6550d"
+_OURS_SHADES = ("#e6550d", "#fd8d3c", "#a63603")     # several of our kernels on one chart
 
 e = html.escape
 STAR, YES, NO, MID, DASH = "\u2605", "\u2713", "\u2717", " \u00b7 ", "\u2013"
@@ -197,6 +198,31 @@ def _label(info: dict, metric: str) -> str:
     return name.replace("_", " ")
 
 
+def _machine(env: dict) -> tuple:
+    """What a results environment says about the machine and interpreter, as (field, text)
+    pairs; times and load are left out, so two runs on one machine are one machine."""
+    def joined(d, sep):
+        return ", ".join(f"{k}{sep}{v}" for k, v in sorted((d or {}).items()) if v) or None
+    sb = env.get("socket_buffers") or {}
+    fields = [
+        ("machine", env.get("node")),
+        ("CPU", f"{env['cpu']} \u00d7 {env.get('cpu_count')}" if env.get("cpu") else None),
+        ("platform", env.get("platform")),
+        ("Python", f"{env['python']} ({env.get('implementation', '?')})" if env.get("python") else None),
+        ("libraries", joined(env.get("libraries"), " ")),
+        ("allocator environment", joined(env.get("allocator_env"), "=") or "none set"),
+        ("socket buffers pinned to 64 KiB give", f"SO_SNDBUF {sb.get('pinned_sndbuf_bytes')}, "
+                                                 f"SO_RCVBUF {sb.get('pinned_rcvbuf_bytes')}" if sb else None),
+        ("load client", env.get("load_client")),
+        ("pinning", env.get("pinning")),
+    ]
+    return tuple((name, str(v)) for name, v in fields if v not in (None, ""))
+
+
+def _vindex(variants: list, v) -> int:
+    return variants.index(v) if v in variants else len(variants)
+
+
 def cell_status(cell: dict) -> str:
     """pass | fail | error | skipped | measured: what a cell's grid colour says."""
     if cell.get("skipped"):
@@ -300,6 +326,8 @@ def _legend(entries, x0: float, y0: float, width: float) -> tuple[str, float]:
     parts, x, y = [], x0, y0
     for key, label, colour, dash, thick in entries:
         w = 26 + 6.3 * len(label)
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        bold = ' font-weight="bold"' if thick else ""
         if x + w > x0 + width and x > x0:
             x, y = x0, y + 16
         parts.append(
@@ -307,8 +335,7 @@ def _legend(entries, x0: float, y0: float, width: float) -> tuple[str, float]:
             f'<title>click to show or hide {e(label)}</title>'
             f'<rect x="-2" y="-9" width="{_n(w)}" height="14" fill="#fff" fill-opacity="0"/>'
             f'<line x1="0" y1="-2" x2="16" y2="-2" stroke="{colour}" stroke-width="{3 if thick else 2}"'
-            f'{" stroke-dasharray=" + chr(34) + dash + chr(34) if dash else ""}/>'
-            f'<text x="20" y="2" font-size="11"{" font-weight=" + chr(34) + "bold" + chr(34) if thick else ""}>'
+            f'{dash_attr}/><text x="20" y="2" font-size="11"{bold}>'
             f'{e(label)}</text></g>')
         x += w + 10
     return "".join(parts), y - y0 + 16
@@ -343,10 +370,12 @@ def bar_chart(title: str, metric: str, rows: list, groups: list, colours: dict) 
         p.append(f'<line x1="{_n(x)}" y1="{top}" x2="{_n(x)}" y2="{_n(height - 24)}" stroke="#e5e5e5"/>'
                  f'<text x="{_n(x)}" y="{_n(height - 10)}" font-size="10" text-anchor="middle" fill="#555">'
                  f'{e(_value(metric, vmax * i / 4))}</text>')
+    ours_text = f' font-weight="bold" fill="{_OURS_COLOUR}"'
+    ours_bar = ' stroke="#000" stroke-width="0.8"'
     for r, (label, ours, d) in enumerate(rows):
         y = top + r * row_h + 3
         p.append(f'<text x="{left - 6}" y="{_n(y + row_h / 2 + 1)}" font-size="11" text-anchor="end"'
-                 f'{" font-weight=" + chr(34) + "bold" + chr(34) + " fill=" + chr(34) + _OURS_COLOUR + chr(34) if ours else ""}>'
+                 f'{ours_text if ours else ""}>'
                  f'<title>{e(label)}</title>{e((STAR + " " if ours else "") + _short(label))}</text>')
         for j, g in enumerate(groups):
             v = d.get(g)
@@ -356,7 +385,7 @@ def bar_chart(title: str, metric: str, rows: list, groups: list, colours: dict) 
             w = plot_w * abs(v) / vmax
             p.append(f'<g data-series="{e(g)}"><rect x="{left}" y="{_n(by)}" width="{_n(max(w, 0.5))}" '
                      f'height="{bar_h - 1}" fill="{colours[g]}"'
-                     f'{" stroke=" + chr(34) + "#000" + chr(34) + " stroke-width=" + chr(34) + "0.8" + chr(34) if ours else ""}>'
+                     f'{ours_bar if ours else ""}>'
                      f'<title>{e(label)} {e(g)}: {e(_value(metric, v))}</title></rect>'
                      f'<text x="{_n(left + w + 3)}" y="{_n(by + bar_h - 2)}" font-size="9" fill="#333">'
                      f'{e(_value(metric, v))}</text></g>')
@@ -409,6 +438,7 @@ def line_chart(title: str, metric: str, lines: list, *, xlabel: str, log_x: bool
             continue
         step = max(1, len(pts) // 240)   # a few hundred points per line is plenty
         pts = pts[::step] + ([pts[-1]] if (len(pts) - 1) % step else [])
+        dashes = ' stroke-dasharray="5,3"'
         path = " ".join(f"{_n(fx(x))},{_n(fy(y))}" for x, y in pts)
         peak = max(y for _, y in pts)
         dots = "".join(f'<circle cx="{_n(fx(x))}" cy="{_n(fy(y))}" r="2.5" fill="{colour}">'
@@ -416,7 +446,7 @@ def line_chart(title: str, metric: str, lines: list, *, xlabel: str, log_x: bool
                        for x, y in pts) if len(pts) <= 12 else ""
         p.append(f'<g data-series="{e(key)}"><polyline fill="none" stroke="{colour}" '
                  f'stroke-width="{2.6 if thick else 1.3}"'
-                 f'{" stroke-dasharray=" + chr(34) + "5,3" + chr(34) if dashed else ""} points="{path}">'
+                 f'{dashes if dashed else ""} points="{path}">'
                  f'<title>{e(label)}: peak {e(_value(metric, peak))}, last {e(_value(metric, pts[-1][1]))}'
                  f'</title></polyline>{dots}</g>')
     p.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/></svg>')
@@ -477,7 +507,6 @@ class _Page:
         self.plots = dict(plots or {})
         self.command = command if command is not None else doc.get("command")
         self.out_dir = out_dir
-        self.toc = []
         for sid in self.sids:
             self.anchors.get(sid, "s")
         for c in self.scen:
@@ -590,8 +619,8 @@ class _Page:
                 return f'<p class="muted">{none_text}</p>'
             rows, clean, bad_rts, seen = [], [], set(), set()
             for (sid, variant), (failing, holding) in sorted(
-                    found.items(), key=lambda kv: (_scenario_order(kv[0][0]), self.info[kv[0][0]]["variants"].index(kv[0][1])
-                                                   if kv[0][1] in self.info[kv[0][0]]["variants"] else 99)):
+                    found.items(), key=lambda kv: (_scenario_order(kv[0][0]),
+                                                   _vindex(self.info[kv[0][0]]["variants"], kv[0][1]))):
                 seen.update(c["runtime"] for c in failing + holding)
                 link = f'<a href="#{self.anchors.get(sid, "s")}">{e(sid)}</a> {e(variant)}'
                 if not failing:
@@ -737,7 +766,7 @@ class _Page:
                 lines = []
                 for s in specs:
                     for c in sorted((c for c in cells if c.get("runtime") == s),
-                                    key=lambda c: (variants.index(c.get("variant")) if c.get("variant") in variants else 99)):
+                                    key=lambda c: _vindex(variants, c.get("variant"))):
                         pts = _series(c).get(name)
                         if not pts:
                             continue
@@ -758,9 +787,11 @@ class _Page:
                 "); dashed: the others. Thick orange: our kernel. Click a legend entry to hide or show "
                 "its line; hover a line for its peak.</p>")
         order = {sp: i for i, sp in enumerate(self.rts.ordered(c.get("runtime", "?") for c in cells))}
-        rows = [[_rt_label(self.rts, sp), e(v)] + [e(summary[(sp, v)].get(n, ("-", "-"))[k]) for n in names for k in (0, 1)]
-                for sp, v in sorted(summary, key=lambda sv: (order[sv[0]], variants.index(sv[1]) if sv[1] in variants else 99))]
-        header = ["runtime", "variant"] + [f"{e(n.replace('_', ' '))}: {k}" for n in names for k in ("peak", "at the end")]
+        rows = [[_rt_label(self.rts, sp), e(v)]
+                + [e(summary[(sp, v)].get(n, ("-", "-"))[k]) for n in names for k in (0, 1)]
+                for sp, v in sorted(summary, key=lambda sv: (order[sv[0]], _vindex(variants, sv[1])))]
+        header = ["runtime", "variant"] + [f"{e(n.replace('_', ' '))}: {k}"
+                                           for n in names for k in ("peak", "at the end")]
         table = _table(header, rows, caption="the plotted series in numbers")
         return "".join(charts) + note + table
 
@@ -947,6 +978,7 @@ class _Page:
         conns = sorted({(c.get("params") or {}).get("connections") for c in cells} - {None})
         sizes = sorted({(c.get("params") or {}).get("message_bytes") for c in cells} - {None})
         refs = [s for s in specs if not self.rts[s]["ours"]]
+        ours_specs = [s for s in specs if self.rts[s]["ours"]]
         if len(conns) > 1:
             charts = []
             for size in sizes or [None]:
@@ -957,9 +989,8 @@ class _Page:
                                   and (c.get("metrics") or {}).get("requests_per_s")))
                     if pts:
                         ours = self.rts[s]["ours"]
-                        colour = _OURS_COLOUR if ours and s == self.rts[s]["id"] and False else None
-                        colour = (["#e6550d", "#fd8d3c", "#a63603"][[x for x in specs if self.rts[x]["ours"]].index(s) % 3]
-                                  if ours else _PALETTE[refs.index(s) % len(_PALETTE)])
+                        colour = (_OURS_SHADES[ours_specs.index(s) % len(_OURS_SHADES)] if ours
+                                  else _PALETTE[refs.index(s) % len(_PALETTE)])
                         lines.append((s, ("\u2605" if ours else "") + s, colour, not ours, ours, pts))
                 if lines:
                     charts.append(line_chart(f"echo throughput by connections"
@@ -977,7 +1008,8 @@ class _Page:
                        + "</div>")
         rows = []
         for s in specs:
-            for c in sorted((c for c in cells if c["runtime"] == s), key=lambda c: labels.index(label(c.get("params") or {}))):
+            mine = [c for c in cells if c["runtime"] == s]
+            for c in sorted(mine, key=lambda c: labels.index(label(c.get("params") or {}))):
                 m, d = c.get("metrics") or {}, c.get("details") or {}
                 flags = []
                 if d.get("noisy_rounds"):
@@ -1025,25 +1057,10 @@ class _Page:
     def metadata(self) -> str:
         envs = self.doc.get("env")
         envs = envs if isinstance(envs, list) else [envs] if isinstance(envs, dict) else []
-        fields = [("machine", lambda v: v.get("node")), ("CPU", lambda v: f"{v.get('cpu')} \u00d7 {v.get('cpu_count')}"),
-                  ("platform", lambda v: v.get("platform")),
-                  ("Python", lambda v: f"{v.get('python')} ({v.get('implementation')})"),
-                  ("libraries", lambda v: ", ".join(f"{k} {x}" for k, x in sorted((v.get("libraries") or {}).items()) if x)),
-                  ("allocator environment", lambda v: ", ".join(f"{k}={x}" for k, x in sorted((v.get("allocator_env") or {}).items())) or "none set"),
-                  ("socket buffers pinned to 64 KiB give",
-                   lambda v: (lambda sb: f"SO_SNDBUF {sb.get('pinned_sndbuf_bytes')}, SO_RCVBUF {sb.get('pinned_rcvbuf_bytes')}"
-                              if sb else None)(v.get("socket_buffers") or {})),
-                  ("load client", lambda v: v.get("load_client")), ("pinning", lambda v: v.get("pinning"))]
-        machines = []
-        for env in envs:
-            if not isinstance(env, dict):
-                continue
-            desc = tuple((name, str(f(env))) for name, f in fields if f(env) not in (None, "", "None \u00d7 None"))
-            if desc not in machines:
-                machines.append(desc)
+        machines = sorted({_machine(env) for env in envs if isinstance(env, dict)})
         out = ['<section><h2 id="run">Run</h2>']
         if machines:
-            names = [n for n, _ in fields if any(n in dict(m) for m in machines)]
+            names = list(dict.fromkeys(n for m in machines for n, _ in m))
             rows = [[e(n)] + [e(dict(m).get(n, "-")) for m in machines] for n in names]
             out.append(_table(["", *[f"machine {i + 1}" if len(machines) > 1 else "machine"
                                      for i in range(len(machines))]], rows, cls="data meta"))
