@@ -801,15 +801,17 @@ class _Page:
         mode = {}
         if fingerprint:
             for m in cols:
-                vals = [_value(m, (c.get("metrics") or {}).get(m)) for c in cells]
+                vals = ["n/a" if (c.get("metrics") or {}).get(m) is None else _value(m, c["metrics"][m])
+                        for c in cells if c.get("metrics")]
                 mode[m] = max(sorted(set(vals)), key=vals.count) if vals else None
         rows, attrs = [], []
         for c in cells:
             row = [_rt_label(self.rts, c.get("runtime", "?")), e(str(c.get("variant", "?")))]
             for m in cols:
                 v = (c.get("metrics") or {}).get(m)
-                text = e(_value(m, v)) if v is not None or c.get("metrics") else "-"
-                if fingerprint and c.get("metrics") and _value(m, v) != mode.get(m):
+                # a fingerprint fact a style cannot have (no tasks on the callback port) is n/a, not 0
+                text = "n/a" if fingerprint and v is None and c.get("metrics") else e(_value(m, v))
+                if fingerprint and c.get("metrics") and text != e(mode.get(m) or ""):
                     text = f'<span class="diff" title="differs from most runtimes">{text}</span>'
                 row.append(text)
             row.append(_verdict_text(c, info))
