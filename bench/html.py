@@ -504,6 +504,8 @@ class _Page:
         self.sids = sorted({c.get("scenario", "?") for c in self.scen}, key=_scenario_order)
         self.info = {sid: _scenario_info(doc, sid, [c for c in self.scen if c.get("scenario") == sid])
                      for sid in self.sids}
+        if isinstance(plots, (list, tuple)):      # what bench.report.plot() returns: paths
+            plots = {os.path.basename(str(p)): p for p in plots}
         self.plots = dict(plots or {})
         self.command = command if command is not None else doc.get("command")
         self.out_dir = out_dir
@@ -1247,9 +1249,10 @@ _JS = """
 
 def render_html(doc: dict, *, plots: dict | None = None, command: str | None = None,
                 out_dir: str | None = None) -> str:
-    """The page as a string. ``plots``: {label: path} of files already in the report
-    folder (PNG plots, traces) to link to; ``command``: the command line that produced
-    the document (default: the document's own ``command``, if any)."""
+    """The page as a string. ``plots``: {label: path} (or a list of paths) of files already
+    in the report folder (PNG plots, traces) to link to; a PNG whose name starts with a
+    scenario id (``s1_...``) is also linked from that scenario's section. ``command``: the
+    command line that produced the document (default: the document's own ``command``)."""
     return _Page(doc, plots, command, out_dir).render()
 
 

@@ -293,7 +293,10 @@ def test_same_document_same_page_and_merged_shards_equal_the_unsharded_run(real_
 
 @pytest.mark.timeout(60)
 def test_errors_skips_unknown_scenarios_and_several_machines(edge_doc, tmp_path):
-    text = render(edge_doc, tmp_path)
+    (tmp_path / "s3_bytes_delivered.png").write_bytes(b"\x89PNG")
+    text = render(edge_doc, tmp_path, plots=[str(tmp_path / "s3_bytes_delivered.png")])
+    s3 = text.split('id="s-S3"')[1].split("</section>")[0]
+    assert 'href="s3_bytes_delivered.png"' in s3
     page = check_page(text, str(tmp_path))
     grid = grid_of(page)
     assert grid[("curio", "S3", "naive")]["data-status"] == "error"
