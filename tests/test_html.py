@@ -1,0 +1,459 @@
+"""report.html: checked as a parser and as a browser sees it.
+
+One small real matrix (S1, S3, S4 on callback, coro and curio at the quick preset) is
+run once through the command line; hand-made documents cover what a short run never
+shows (errors, skipped cells, several machines, a scenario nobody registered, a
+benchmark-only document). The browser test needs Debian's ``chromium`` and is skipped
+with the reason where it is missing.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+import zlib
+from html.parser import HTMLParser
+
+import pytest
+
+from bench import html as report_html
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+
+
+# ---------------------------------------------------------------------------
+# documents
+
+@pytest.fixture(scope="module")
+def real_doc(tmp_path_factory):
+    path = tmp_path_factory.mktemp("real") / "results.json"
+    cmd = [sys.executable, "-m", "bench", "run", "--scenarios", "S1,S3,S4", "--runtimes",
+           "callback,coro,curio", "--variants", "naive,fixed", "--preset", "quick", "--jobs", "2",
+           "--json", str(path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=150)
+    assert path.exists(), f"looplab run wrote no results (exit {proc.returncode}): {proc.stderr[-800:]}"
+    with open(path) as f:
+        return json.load(f)
+
+
+def _cell(sid, rt, variant, metrics=None, verdicts=None, errors=None, **extra):
+    c = {"id": f"{sid}/{rt}/{variant}/quick", "scenario": sid, "runtime": rt, "variant": variant,
+         "params": {}, "repeats": 1, "metrics": dict(metrics or {}), "samples": {},
+         "verdicts": dict(verdicts or {}), "errors": list(errors or []), "notes": []}
+    c.update(extra)
+    return c
+
+
+def _env(node, python="3.11.7"):
+    return {"python": python, "implementation": "CPython", "platform": "Linux-test", "node": node,
+            "cpu": "Test CPU", "cpu_count": 2, "libraries": {"curio": "1.6", "trio": "0.35.0"},
+            "time_utc": "2026-01-01T00:00:00Z", "loadavg": [0.5, 0.4, 0.3]}
+
+
+@pytest.fixture()
+def edge_doc():
+    cells = [
+        _cell("S3", "callback", "naive", {"bytes_delivered": 130964, "bytes_lost": 1966188},
+              {"no_loss": False, "close_completed": True}),
+        _cell("S3", "asyncio-protocol", "naive", {"bytes_delivered": 130964, "bytes_lost": 1966188},
+              {"no_loss": False, "close_completed": True}),
+        _cell("S3", "coro", "naive", {"bytes_delivered": 2097152, "bytes_lost": 0},
+              {"no_loss": True, "close_completed": True}),
+        _cell("S3", "curio", "naive", {}, {}, ["RuntimeError: app side: boom"]),
+        _cell("S3", "trio", "naive", skipped="trio is not importable"),
+        _cell("S3", "coro:exit=wait", "naive", {"bytes_delivered": 2097152, "bytes_lost": 0},
+              {"no_loss": True, "close_completed": True}),
+        _cell("S1", "callback", "naive", {"peak_user_buffer_bytes": 2_830_000}, {"bounded": False},
+              series={"in_flight": [[0.0, 0], [0.5, 1e6], [1.0, 2e6]], "latency": [[0.1, 0.01], [1.0, 0.9]]}),
+        _cell("S1", "asyncio-protocol", "naive", {"peak_user_buffer_bytes": 2_830_000}, {"bounded": True}),
+        _cell("MY1", "coro", "naive", {"delivered_bytes": 10}, {}),
+    ]
+    return {"schema": 1, "looplab": "0.1.0", "run_id": "merged-1", "env": [_env("alpha"), _env("beta", "3.12.1")],
+            "merged_from": ["r1", "r2"], "cells": cells}
+
+
+@pytest.fixture()
+def bench_doc():
+    cells = []
+    for rt, base in (("callback", 100e3), ("asyncio-protocol", 90e3), ("coro", 80e3), ("curio", 55e3)):
+        for conns in (1, 10, 100):
+            rps = [base * (1 + conns / 200) * f for f in (1.0, 0.95, 1.05)]
+            cells.append({"id": f"echo/{rt}/naive/connections={conns},message_bytes=1024", "scenario": "echo",
+                          "runtime": rt, "variant": "naive",
+                          "params": {"message_bytes": 1024, "connections": conns}, "repeats": 3,
+                          "metrics": {"requests_per_s": sorted(rps)[1], "latency_p50_s": 1e-4,
+                                      "latency_p99_s": 4e-4},
+                          "samples": {"requests_per_s": rps}, "verdicts": {}, "errors": [],
+                          "details": {"rounds": [0, 1, 2], "noisy_rounds": [1]}})
+    for rt, ops in (("coro", 1.49e6), ("curio", 4.5e5)):
+        cells.append({"id": f"micro/{rt}/yield", "scenario": "micro", "runtime": rt, "variant": "yield",
+                      "params": {}, "repeats": 3, "metrics": {"ops_per_s": ops}, "samples": {"ops_per_s": [ops] * 3},
+                      "verdicts": {}, "errors": []})
+    goals = [{"goal": "coro yields/s >= 2x curio", "target": 2.0, "ratio": 3.3, "min": 3.1, "max": 3.4, "n": 3,
+              "status": "met"},
+             {"goal": "coro spawn+join/s >= 10x curio", "target": 10.0, "ratio": None, "min": None, "max": None,
+              "n": 0, "status": "not measured"}]
+    return {"schema": 1, "looplab": "0.1.0", "run_id": "bench-1", "env": _env("alpha"),
+            "config": {"mode": "curve", "baseline": "asyncio-protocol"}, "goals": goals, "cells": cells}
+
+
+# ---------------------------------------------------------------------------
+# parsing
+
+class Page(HTMLParser):
+    """Every element with its attributes, the grid cells, the raw SVG blocks."""
+
+    def __init__(self, text):
+        super().__init__(convert_charrefs=True)
+        self.elements, self.ids, self.grid, self.stack = [], set(), [], []
+        self.tables = []
+        self.style = ""
+        self._in_style = False
+        self.feed(text)
+        self.svgs = re.findall(r"<svg\b.*?</svg>", text, flags=re.S)
+        self.volatile = len(re.findall(r"data-volatile=", text))
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.elements.append((tag, a))
+        if "id" in a:
+            assert a["id"] not in self.ids, f"duplicate id {a['id']!r}"
+            self.ids.add(a["id"])
+        if tag == "table":
+            self.tables.append("grid" in (a.get("class") or "").split())
+        if tag == "td" and self.tables and self.tables[-1]:
+            self.grid.append(a)      # a cell of the grid itself, not of a hover card's table
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag):
+        if tag == "table" and self.tables:
+            self.tables.pop()
+        if tag == "style":
+            self._in_style = False
+
+    def handle_data(self, data):
+        if self._in_style:
+            self.style += data
+
+
+def render(doc, tmp_path, **kw):
+    path = report_html.write_html(doc, str(tmp_path), **kw)
+    assert path == os.path.join(str(tmp_path), "report.html")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def expected_status(cell):
+    """The grid's colour, worked out here independently of bench.html."""
+    if cell.get("skipped"):
+        return "skipped"
+    v = cell.get("verdicts") or {}
+    if cell.get("errors") and not v and not cell.get("metrics"):
+        return "error"
+    if v:
+        return "pass" if all(v.values()) else "fail"
+    return "error" if cell.get("errors") else "measured"
+
+
+def css_background(style, status):
+    m = re.search(r"\.v-%s\{background:#([0-9a-f]{6})" % status, style)
+    assert m, f"no background colour for .v-{status}"
+    return tuple(int(m.group(1)[i:i + 2], 16) for i in (0, 2, 4))
+
+
+def check_page(text, out_dir):
+    """What every page must satisfy: self-contained, links resolve, SVG parses."""
+    page = Page(text)
+    for tag, a in page.elements:
+        for attr in ("src", "href", "data", "srcset", "action", "poster"):
+            val = a.get(attr)
+            if val is None:
+                continue
+            if tag == "a" and attr == "href" and re.match(r"https://github\.com/[^\s]+/(issues|pull)/\d+", val):
+                continue          # a plain hyperlink to an issue thread is fine
+            assert not re.match(r"(?i)^\s*(https?:)?//", val), f"external resource <{tag} {attr}={val!r}>"
+            if attr == "href" and val.startswith("#"):
+                assert val[1:] in page.ids, f"broken internal link {val}"
+            elif attr == "href":
+                assert tag == "a", f"<{tag} href={val!r}> loads a file"
+                assert os.path.exists(os.path.join(out_dir, val)), f"link to a missing file {val}"
+            else:
+                pytest.fail(f"<{tag} {attr}={val!r}>: the page must not load anything")
+        assert tag not in ("img", "iframe", "object", "embed", "link", "video", "audio"), f"<{tag}> in the page"
+        if tag == "script":
+            assert "src" not in a
+    assert "@import" not in page.style and "url(" not in page.style
+    for svg in page.svgs:
+        root = ET.fromstring(svg)
+        assert root.tag.endswith("svg")
+        assert len(list(root.iter())) > 5, "an empty plot"
+    return page
+
+
+TD = r"<td(?: class=\"n\")?>"
+
+
+def grid_of(page):
+    return {tuple(td["data-key"].split("|")): td for td in page.grid}
+
+
+# ---------------------------------------------------------------------------
+# the real run
+
+@pytest.mark.timeout(200)
+def test_real_page_is_self_contained_and_its_grid_matches_the_data(real_doc, tmp_path):
+    with open(tmp_path / "results.json", "w") as f:
+        json.dump(real_doc, f)
+    text = render(real_doc, tmp_path, command="looplab run --scenarios S1,S3,S4")
+    page = check_page(text, str(tmp_path))
+    cells = [c for c in real_doc["cells"]]
+    grid = grid_of(page)
+    runtimes = {c["runtime"] for c in cells}
+    columns = {(c["scenario"], c["variant"]) for c in cells}
+    # one grid cell per runtime x (scenario, variant), no more, no fewer
+    assert set(grid) == {(rt, sid, v) for rt in runtimes for sid, v in columns}
+    assert len(page.grid) == len(grid)
+    style = page.style
+    green, red = css_background(style, "pass"), css_background(style, "fail")
+    assert green[1] > green[0] and red[0] > red[1], "pass must be green and fail red"
+    for c in cells:
+        td = grid[(c["runtime"], c["scenario"], c["variant"])]
+        want = expected_status(c)
+        assert td["data-status"] == want, c["id"]
+        assert f"v-{want}" in td["class"].split()
+        assert c["id"] in td["data-cells"].split()
+    # our kernels are marked and placed first in their style
+    for ours in ("callback", "coro"):
+        assert re.search(r'<tr class="ours"><th class="rt"><span class="ours" data-rt="%s"[^>]*>\u2605 %s<' % (ours, ours), text)
+    # one section per scenario, each with a plot and a table
+    for sid in ("S1", "S3", "S4"):
+        sec = re.search(r'<section class="scenario"><h2 id="s-%s">(.*?)</section>' % sid, text, re.S)
+        assert sec, sid
+        assert "<svg" in sec.group(1) and '<table class="data' in sec.group(1)
+    # S1 has time series: one line per cell in the in-flight charts
+    s1 = [c for c in cells if c["scenario"] == "S1" and c.get("series", {}).get("in_flight")]
+    assert text.count('data-series="') >= len(s1)
+    # results.json is linked and the command is shown
+    assert 'href="results.json"' in text and "looplab run --scenarios S1,S3,S4" in text
+
+
+@pytest.mark.timeout(200)
+def test_the_three_questions_follow_the_verdicts(real_doc, tmp_path):
+    text = render(real_doc, tmp_path)
+    answers = re.search(r'<div class="answers">(.*?)</div>', text, re.S).group(1)
+    loss = answers.split("Which lose data at shutdown?")[1].split("How do the causality")[0]
+    for c in real_doc["cells"]:
+        if "no_loss" not in c.get("verdicts", {}):
+            continue
+        rows = re.findall(r"<tr><TD><a href=\"#s-%s\">%s</a> %s</td><TD>(.*?)</td><TD>(.*?)</td></tr>".replace("<TD>", TD)
+                          % (c["scenario"], c["scenario"], c["variant"]), loss)
+        name = 'data-rt="%s"' % c["runtime"]
+        if c["verdicts"]["no_loss"]:
+            assert not rows or re.search(name, rows[0][1]), c["id"]
+        else:
+            assert rows and re.search(name, rows[0][0]), c["id"]
+    fp = answers.split("How do the causality fingerprints differ?")[1]
+    s4 = [c for c in real_doc["cells"] if c["scenario"] == "S4" and c["metrics"]]
+    differing = [m for m in ("child_first_after_yield_fraction", "user_buffered_after_write_bytes",
+                             "closed_when_close_returned", "error_surface")
+                 if len({json.dumps(c["metrics"].get(m)) for c in s4}) > 1]
+    for m in differing:
+        label = m.rsplit("_", 1)[0].replace("_", " ") if m.endswith(("_fraction", "_bytes")) else m.replace("_", " ")
+        assert f"<li>{label}:" in fp, m
+
+
+@pytest.mark.timeout(200)
+def test_same_document_same_page_and_merged_shards_equal_the_unsharded_run(real_doc, tmp_path):
+    from bench import results
+    one = report_html.render_html(real_doc)
+    assert one == report_html.render_html(copy.deepcopy(real_doc))
+    shuffled = dict(real_doc, cells=list(reversed(real_doc["cells"])))
+    assert report_html.render_html(shuffled) == one
+    shards = [dict(real_doc, run_id=f"shard{i}", cells=real_doc["cells"][i - 1::2]) for i in (1, 2)]
+    merged = results.merge(shards)
+    assert isinstance(merged["env"], list) and len(merged["env"]) == 2
+
+    def stable(text):
+        return re.sub(r'<p data-volatile="[^"]*">.*?</p>', "", text)
+    assert stable(report_html.render_html(merged)) == stable(one)
+    assert Page(one).volatile >= 2
+
+
+# ---------------------------------------------------------------------------
+# hand-made edge cases
+
+@pytest.mark.timeout(60)
+def test_errors_skips_unknown_scenarios_and_several_machines(edge_doc, tmp_path):
+    (tmp_path / "s3_bytes_delivered.png").write_bytes(b"\x89PNG")
+    text = render(edge_doc, tmp_path, plots=[str(tmp_path / "s3_bytes_delivered.png")])
+    s3 = text.split('id="s-S3"')[1].split("</section>")[0]
+    assert 'href="s3_bytes_delivered.png"' in s3
+    page = check_page(text, str(tmp_path))
+    grid = grid_of(page)
+    assert grid[("curio", "S3", "naive")]["data-status"] == "error"
+    assert grid[("trio", "S3", "naive")]["data-status"] == "skipped"
+    assert grid[("callback", "S3", "naive")]["data-status"] == "fail"
+    assert grid[("coro", "S3", "naive")]["data-status"] == "pass"
+    assert grid[("coro", "MY1", "naive")]["data-status"] == "measured"
+    assert grid[("trio", "S1", "naive")]["data-status"] == "na"
+    for status in ("error", "skipped", "measured"):
+        css_background(page.style, status)
+    assert "RuntimeError: app side: boom" in text
+    assert 'id="s-MY1">MY1 \u2014 MY1<' in text          # nobody registered it: its id is its title
+    assert "machine 1" in text and "machine 2" in text and "2 different machines" in text
+    # coro:exit=wait has options flipped: not compared with curio
+    fid = text.split('id="fidelity"')[1].split("</section>")[0]
+    assert "coro:exit=wait" in fid.split("Not compared")[1]
+    header = re.search(r"<thead>(.*?)</thead>", fid).group(1)
+    assert 'data-rt="callback"' in header and "vs asyncio-protocol" in header and "vs curio" in header
+
+    def row(sid, variant):
+        for tr in fid.split("<tr>")[1:]:
+            tds = re.findall(r"<td[^>]*>(.*?)</td>", tr)
+            if tds and re.sub(r"<[^>]+>", "", tds[0]) == sid and tds[1] == variant:
+                return tds
+        pytest.fail(f"no fidelity row for {sid} {variant}")
+    assert "agree" in row("S3", "naive")[2]                       # callback vs asyncio-protocol
+    assert "not comparable" in row("S3", "naive")[3] and "error: no measurement" in row("S3", "naive")[3]
+    assert "differ" in row("S1", "naive")[2]
+    assert "bounded: ours \u2717, asyncio-protocol \u2713" in row("S1", "naive")[2]
+    assert "equal their primary reference's in 1 of 2" in fid
+    # the series in the hand-made S1 cell is drawn
+    assert "S1 callback style: in flight" in text
+
+
+@pytest.mark.timeout(60)
+def test_bench_only_document(bench_doc, tmp_path):
+    plots = {"curve.png": str(tmp_path / "curve.png")}
+    (tmp_path / "curve.png").write_bytes(b"\x89PNG")
+    text = render(bench_doc, tmp_path, plots=plots)
+    page = check_page(text, str(tmp_path))
+    assert not page.grid and 'id="grid"' not in text
+    bench = text.split('id="bench"')[1]
+    assert "Performance goals" in bench and "coro yields/s &gt;= 2x curio" in bench
+    assert "3.30\u00d7" in bench and "not measured" in bench
+    assert "requests/s relative to asyncio-protocol" in bench
+    assert "echo throughput by connections" in bench       # a curve: three connection counts
+    assert "Micro-benchmarks" in bench and "1.49M/s" in bench
+    assert 'href="curve.png"' in text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("doc", [
+    {"schema": 1, "cells": []},
+    {"schema": 1, "env": "not a dict", "cells": [{"id": "only-an-id"}]},
+    {"schema": 1, "cells": [{"id": "S9/nosuch:x=1/naive", "scenario": "S9", "runtime": "nosuch:x=1",
+                             "variant": "naive", "verdicts": {"ok": True},
+                             "metrics": {"a_bytes": float("nan"), "b_s": None, "c": "text", "d_count": True},
+                             "series": {"in_flight": [[0, 1]]}}]},
+    {"schema": 1, "cells": [{"id": "echo/coro", "scenario": "echo", "runtime": "coro", "variant": "naive",
+                             "params": {"connections": 1}, "metrics": {}, "errors": ["boom"]}]},
+], ids=["empty", "bare-cell", "odd-values", "failed-bench"])
+def test_odd_documents_still_give_a_valid_page(doc, tmp_path):
+    page = check_page(render(doc, tmp_path), str(tmp_path))
+    assert "run" in page.ids
+
+
+# ---------------------------------------------------------------------------
+# the browser
+
+PROBE = """<script>
+(function(){
+  var g = document.querySelector('svg.chart .lg');
+  g.dispatchEvent(new MouseEvent('click', {bubbles: true}));
+  var hidden = 0, parts = g.ownerSVGElement.querySelectorAll('[data-series]');
+  for (var i = 0; i < parts.length; i++) if (parts[i].style.display === 'none') hidden++;
+  document.body.setAttribute('data-probe-hidden', hidden);
+  document.body.setAttribute('data-probe-legend', g.getAttribute('class'));
+})();
+</script>"""
+
+
+def _run_browser(args, timeout):
+    """Chromium in its own process group, so a hang kills every process it started."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"chromium did not finish within {timeout} s")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # helpers it left behind
+        except ProcessLookupError:
+            pass
+    return proc.returncode, out, err
+
+
+def _png_summary(path):
+    """(width, height, distinct byte values in the first rows): enough to tell a
+    rendered page from a blank one, with the standard library only."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    pos, idat = 8, b""
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if kind == b"IDAT":
+            idat += data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    return width, height, len(set(raw[: width * 4 * 600]))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium)")
+@pytest.mark.timeout(240)
+def test_page_renders_in_headless_chromium(real_doc, tmp_path):
+    with open(tmp_path / "results.json", "w") as f:
+        json.dump(real_doc, f)
+    path = report_html.write_html(real_doc, str(tmp_path))
+    text = open(path, encoding="utf-8").read()
+    url = "file://" + os.path.abspath(path)
+    shot = tmp_path / "grid.png"
+    common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+              "--disable-background-networking", "--disable-component-update", "--disable-sync",
+              "--disable-dev-shm-usage"]
+    with tempfile.TemporaryDirectory() as profile:
+        rc, _, err = _run_browser(common + [f"--user-data-dir={profile}", f"--screenshot={shot}",
+                                            "--window-size=1400,2000", "--enable-logging=stderr", "--v=0",
+                                            url], 90)
+    assert shot.exists(), f"no screenshot (exit {rc}): {err[-600:]}"
+    console = [ln for ln in err.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    assert not console, "console messages: " + " | ".join(console)
+    w, h, distinct = _png_summary(shot)
+    assert (w, h) == (1400, 2000)
+    assert distinct > 20, "the screenshot is (nearly) blank"
+    assert os.path.getsize(shot) > 30_000
+    # A copy of the page that clicks the first legend entry once the page's own script has run,
+    # and records how many plot elements that hid: the legend toggle works in a real browser.
+    probe = tmp_path / "probe.html"
+    probe.write_text(text.replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    with tempfile.TemporaryDirectory() as profile:
+        rc, dom, err = _run_browser(common + [f"--user-data-dir={profile}", "--window-size=1400,2000",
+                                              "--dump-dom", "file://" + str(probe)], 90)
+    body = re.search(r"<body([^>]*)>", dom)
+    assert body, f"no DOM (exit {rc}): {err[-600:]}"
+    attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(1)))
+    assert attrs.get("data-ready") == "1", "the page's script did not run to its end"
+    page = Page(text)
+    charts = sum(1 for tag, a in page.elements if tag == "svg" and "chart" in (a.get("class") or "").split())
+    tables = sum(1 for tag, a in page.elements if tag == "table" and "data" in (a.get("class") or "").split())
+    assert charts and int(attrs["data-charts-shown"]) == charts, "a plot did not render"
+    assert tables and int(attrs["data-tables-shown"]) == tables, "a table did not render"
+    assert int(attrs["data-grid-cells-shown"]) == len(page.grid) > 0, "the grid did not render"
+    first = re.search(r'<svg class="chart".*?</svg>', text, re.S).group(0)
+    key = re.search(r'class="lg" data-key="([^"]*)"', first).group(1)
+    assert int(attrs["data-probe-hidden"]) == first.count(f'data-series="{key}"') > 0
+    assert "off" in attrs["data-probe-legend"].split()
