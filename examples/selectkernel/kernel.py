@@ -267,6 +267,14 @@ class Loop:
 
     def close(self) -> None:
         if not self.closed:
+            # Unfinished coroutines get GeneratorExit now (their finally blocks run
+            # while the selector still exists), not a warning at garbage collection.
+            for task in list(self.tasks):
+                try:
+                    task._coro.close()
+                except Exception:     # noqa: BLE001 -- one that awaits in finally
+                    pass
+            self.tasks.clear()
             self.closed = True
             self._selector.close()
             self._fds.clear()
