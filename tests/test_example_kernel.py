@@ -342,3 +342,31 @@ def test_cli_runs_s3_and_s4_on_it_with_the_module_from_the_environment(sk, tmp_p
     assert cells["S4"]["verdicts"] == {"matches_declared": True}, cells["S4"]["notes"]
     assert cells["S3"]["verdicts"]["no_loss"] is True, cells["S3"]
     assert cells["S3"]["metrics"]["bytes_lost"] == 0
+
+
+@pytest.mark.timeout(20)
+def test_a_second_concurrent_reader_is_refused_and_the_first_stays_intact(sk):
+    listener = runtimes.bind_listener()
+
+    async def main(port):
+        reader, writer = await port.open_connection(*listener.getsockname()[:2])
+        peer, _ = listener.accept()              # already queued: connect completed
+        with peer:
+            first = port.create_task(reader.read(10))
+            await port.sleep(0.01)               # the first reader is waiting now
+            try:
+                await reader.read(10)
+                second = "read"
+            except RuntimeError:
+                second = "refused"
+            peer.sendall(b"hello")
+            got = await port.wait_for(first, 5)
+        writer.close()
+        return second, got
+
+    try:
+        with runtimes.parse(RID).open() as port:
+            second, got = port.run(main)
+    finally:
+        listener.close()
+    assert (second, got) == ("refused", b"hello")

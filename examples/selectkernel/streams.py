@@ -124,6 +124,8 @@ class Connection:
 
     # -- reading (pulled: only while someone waits)
     async def readable(self) -> None:
+        if self._readable is not None:
+            raise RuntimeError("another task is already reading this connection")
         fut = self._readable = Future(self.loop)
         self.loop.add_reader(self.fd, self._on_readable)
         try:
