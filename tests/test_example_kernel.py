@@ -370,3 +370,27 @@ def test_a_second_concurrent_reader_is_refused_and_the_first_stays_intact(sk):
     finally:
         listener.close()
     assert (second, got) == ("refused", b"hello")
+
+
+@pytest.mark.timeout(20)
+def test_sigint_during_the_exit_flush_drops_the_rest_and_is_raised(sk):
+    """A peer that never reads would hold exit=flush for linger_s; Ctrl-C ends
+    it at once, counts what was dropped and reaches the caller."""
+    import signal
+    listener = runtimes.bind_listener(sockbuf=65536)     # never accepts, never reads
+
+    async def main(port):
+        _r, writer = await port.open_connection(*listener.getsockname()[:2], sockbuf=65536)
+        writer.write(bytes(4 << 20))
+        writer.close()
+        port.loop.call_later(0.2, signal.raise_signal, signal.SIGINT)
+
+    try:
+        with runtimes.parse(f"{RID}:linger_s=10").open() as port:
+            with pytest.raises(KeyboardInterrupt):
+                port.run(main)
+            report = port.probe()["exit"]
+    finally:
+        listener.close()
+    assert report["interrupted"] is True and report["policy"] == "flush"
+    assert report["lost_on_exit_bytes"] > 0 and report["exit_s"] < 5

@@ -269,8 +269,7 @@ class SelectPort:
         try:
             self.loop.run_until(task.done)
         except KeyboardInterrupt:
-            self._end("cancel", interrupted=True)
-            raise
+            self._end("cancel", interrupted=True)      # raises KeyboardInterrupt again
         except BaseException:
             self._end("cancel")
             raise
@@ -294,13 +293,21 @@ class SelectPort:
         unsent = sum(len(c.wbuf) for c in self._conns if not c.closed)
         for t in left:
             t.cancel()
-        if not interrupted:
-            self._settle(lambda: not any(not t.done() for t in left), CANCEL_WAIT_S)
-            if policy == "flush":
-                self._settle(lambda: all(c.closed or not c.wbuf for c in self._conns), self.linger_s)
+        t0 = self.loop.time()
+        try:
+            if not interrupted:
+                self._settle(lambda: all(t.done() for t in left), CANCEL_WAIT_S)
+                if policy == "flush":
+                    self._settle(lambda: all(c.closed or not c.wbuf for c in self._conns),
+                                 self.linger_s)
+        except KeyboardInterrupt:          # Ctrl-C during the flush: drop the rest now
+            interrupted = True
         lost = self._drop_all()
         self._exit = {"policy": policy, "tasks_left_count": len(left), "unsent_bytes": unsent,
-                      "lost_on_exit_bytes": lost, "interrupted": interrupted}
+                      "lost_on_exit_bytes": lost, "exit_s": round(self.loop.time() - t0, 4),
+                      "interrupted": interrupted}
+        if interrupted:
+            raise KeyboardInterrupt
         if policy == "raise" and (left or unsent):
             raise RuntimeError(f"selectkernel: main returned with {len(left)} tasks and "
                                f"{unsent} unsent bytes left (exit=raise)")
