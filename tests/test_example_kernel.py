@@ -324,24 +324,27 @@ def test_conformance_suite_passes_apart_from_declared_differences(sk):
 
 
 @pytest.mark.timeout(SUBPROCESS_S + 30)
-def test_cli_runs_s3_and_s4_on_it_with_the_module_from_the_environment(sk, tmp_path):
+def test_cli_runs_s1_s3_and_s4_on_it_with_the_module_from_the_environment(sk, tmp_path):
     out = tmp_path / "results.json"
     env = _child_env()
     env[runtimes.ENV_VAR] = MODULE
-    cmd = [sys.executable, "-m", "bench", "run", "--scenarios", "S3,S4", "--variants", "naive",
+    cmd = [sys.executable, "-m", "bench", "run", "--scenarios", "S1,S3,S4", "--variants", "naive",
            "--runtimes", RID, "--preset", "quick", "--json", str(out)]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=SUBPROCESS_S)
     tail = proc.stdout[-3000:] + proc.stderr[-2000:]
     assert out.exists(), tail
     cells = {c["scenario"]: c for c in json.loads(out.read_text())["cells"]}
-    assert set(cells) == {"S3", "S4"}, tail
+    assert set(cells) == {"S1", "S3", "S4"}, tail
     for cell in cells.values():
         assert cell["runtime"] == RID and not cell["errors"] and "skipped" not in cell, cell
     # S4: the measured row is the declared one; S3 naive: exit=flush loses nothing
     assert cells["S4"]["verdicts"] == {"matches_declared": True}, cells["S4"]["notes"]
     assert cells["S3"]["verdicts"]["no_loss"] is True, cells["S3"]
     assert cells["S3"]["metrics"]["bytes_lost"] == 0
+    # S1 naive never awaits drain(): with no water marks the proxy's buffer grows
+    # with the source's lead (3 MB/s in, 1 MB/s out), as on asyncio
+    assert cells["S1"]["metrics"]["peak_user_buffer_bytes"] > 512 * 1024, cells["S1"]["metrics"]
 
 
 @pytest.mark.timeout(20)
