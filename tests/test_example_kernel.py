@@ -1,6 +1,6 @@
 """The fourth kernel (examples/selectkernel): its own behaviour, the shipped
-conformance suite run on it with one command, and a small scenario run through
-the unmodified CLI, the runtime registered from outside the package.
+conformance suite run on it with one command, and S1, S3 and S4 (naive, quick)
+through the unmodified CLI, the runtime registered from outside the package.
 
 The kernel is imported only inside the ``sk`` fixture and unregistered after
 this module, so the rest of the suite keeps seeing exactly the built-in runtimes.
