@@ -256,7 +256,11 @@ class Runtime:
         if reason:
             raise Unavailable(f"runtime {self.id} is unavailable: {reason}")
         opts = dict(self.options)
-        opts.update(overrides)
+        if overrides:
+            try:
+                opts = self.info.options.validate({**opts, **overrides})
+            except OptionError as exc:
+                raise _usage_from(self.info, exc) from None
         return _port_class(self.info)(self, opts)
 
 
@@ -330,6 +334,11 @@ def _register_returned(result) -> None:
 def _load_module(name: str) -> None:
     if name in _loaded_modules:
         return
+    # A user names a module of their checkout, as ``python -m`` would find it; the
+    # console scripts don't put the current directory on sys.path, so we do (last,
+    # so it never shadows an installed package). Cell processes share the cwd.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     with _origin(f"module {name}"):
         try:
             importlib.import_module(name)
