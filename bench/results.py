@@ -23,7 +23,8 @@ regression, the reverse a fix. Then the metrics whose scenario declares a direct
 or higher is better); the rest are information, as are latency maxima. A difference counts
 only when it is beyond the rule's threshold (default 10 % of the median) *and* beyond the
 noise: with five or more samples a side, a Mann-Whitney U test at p < 0.05; with two to
-four, non-overlapping ranges; with a lone sample a side, a change of at least 50 %. Byte
+four, ranges apart by more than the threshold; with a lone sample a side, a change of at
+least 50 %. Byte
 differences under 64 KiB (one socket buffer) never count. Results without declared
 directions (benchmark files) fall back on the unit: rates higher, times lower.
 
@@ -663,18 +664,20 @@ def mann_whitney_p(a: list, b: list) -> float:
     return max(0.0, min(1.0, math.erfc(z / math.sqrt(2))))
 
 
-def significant(a: list, b: list) -> tuple[bool, str]:
+def significant(a: list, b: list, margin: float = 0.0) -> tuple[bool, str]:
     """Is the difference between sample sets ``a`` and ``b`` more than noise?
-    Five or more samples a side: Mann-Whitney U, p < 0.05. Two to four: the ranges
-    must not overlap (at n=3 a side that is the test's own smallest p, 0.1). One
-    sample on a side: no spread to judge by, so it counts only when the change is
-    large (``LONE_SAMPLE_CHANGE``; the caller checks that)."""
+    Five or more samples a side: Mann-Whitney U, p < 0.05. Two to four: too few for a
+    rank test to reach 0.05, so the ranges must be apart by more than ``margin`` (the
+    rule's threshold, in the metric's units). One sample on a side: no spread to judge
+    by; it counts only when the change is large (``LONE_SAMPLE_CHANGE``, the caller's
+    check)."""
     if len(a) >= 5 and len(b) >= 5:
         p = mann_whitney_p(a, b)
         return p < ALPHA, f"Mann-Whitney p={p:.3f}"
     if len(a) >= 2 and len(b) >= 2:
-        apart = max(a) < min(b) or max(b) < min(a)
-        return apart, "ranges apart" if apart else "ranges overlap"
+        gap = max(min(b) - max(a), min(a) - max(b))
+        apart = gap > margin
+        return apart, "ranges apart" if apart else "ranges too close"
     return True, "one sample"
 
 
@@ -768,7 +771,7 @@ def compare(old: dict, new: dict, rule: str = "median:10%", metrics=None,
             if small or abs(change) <= needed:
                 row["status"] = "same"
                 continue
-            sig, why = significant(sa, sb)
+            sig, why = significant(sa, sb, threshold * abs(va))
             row["spread"] += f", {why}"
             if not sig:
                 row["status"] = "noise"

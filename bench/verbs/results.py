@@ -75,7 +75,7 @@ def add_parser(sub) -> None:
                     "regression, the reverse a fix. Then the metrics whose scenario declares a "
                     "direction, noise-aware: a change counts only beyond the rule's threshold and "
                     "beyond the noise (Mann-Whitney U at p<0.05 with 5+ samples a side, "
-                    "non-overlapping ranges with 2-4, a 50%% change with one). Latency maxima "
+                    "ranges apart by more than the threshold with 2-4, a 50%% change with one). Latency maxima "
                     "and metrics without a direction are information. No cell in common is an "
                     "error (exit 2). Exit 1 with --fail when a gated regression is found.")
     cp.add_argument("old", help="baseline results JSON")
