@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 
-from bench import scenario
+from bench import results, scenario
 from protocols import callback, runtimes, stream, task
 
 DRIVERS = {"callback": callback, "stream": stream, "task": task}
@@ -100,8 +100,7 @@ def run_server(spec: dict) -> dict:
         sock.close()
     trace = port.trace() if hasattr(port, "trace") else None
     if spec.get("trace_path") and trace is not None:
-        with open(spec["trace_path"], "w") as f:
-            json.dump(trace.to_chrome(), f)
+        results.write_text(spec["trace_path"], json.dumps(trace.to_chrome()))
     return {"probe": port.probe(), "counters": counters, "interrupted": interrupted,
             "rss_growth_bytes": (peak - base) if peak is not None and base is not None else None}
 

@@ -10,29 +10,40 @@ variants, whether the scenario belongs in the main job and whether it can be tra
 live on the same object. Looplab's own S1-S8 (``bench.builtin``) are defined exactly
 this way; a user's scenario is one more object, registered from their own file::
 
-    # my_bug.py -- run with: looplab run --scenario-file my_bug.py --runtimes all
+    # my_bug.py -- run with: looplab run --scenario-file my_bug.py --runtimes coro,trio
     from bench import peers
     from bench.scenario import Metric, Scenario, run_program
 
-    def program(job):                        # runs in the cell process, on job.runtime
+
+    async def send(port, host, tcp_port, n):
+        stream = await port.open_tcp_stream(host, tcp_port)
+        await stream.send_all(b"x" * n)
+        await stream.aclose()
+
+
+    def program(job):                      # runs in the cell process, on job.runtime
         port = job.runtime.open()
         try:
-            ...                              # connect to job.peer("reader"), write, close
-            return {"written_bytes": n}
+            port.run(send, *job.peer("reader"), job.params["total_bytes"])
         finally:
             port.close()
+        return {"written_bytes": job.params["total_bytes"]}
 
-    def run(ctx):                            # runs in the parent, once per repeat
-        ran = run_program(ctx, peers=[peers.reader(max_s=5)])
+
+    def run(ctx):                          # runs in the parent, once per repeat
+        ran = run_program(ctx, peers=[peers.reader(max_s=10)], max_s=10)
         got = ran.peers["reader"]["received_bytes"]
-        return {"delivered_bytes": got}, {"no_loss": got == ran.app["written_bytes"]}, []
+        return ({"delivered_bytes": got, "written_bytes": ran.app["written_bytes"]},
+                {"all_arrived": got == ran.app["written_bytes"]}, [])
+
 
     SCENARIO = Scenario(
-        id="MY1", title="my shutdown bug", run=run, programs={"*": program},
-        summary="Writes then closes. Does every byte arrive?",
-        metrics=[Metric("delivered_bytes", "higher", "delivered")],
-        verdicts={"no_loss": "every byte written arrived"},
-        presets={"quick": {"total_bytes": 100_000}})
+        id="U1", title="user send and close", run=run, programs={"task": program},
+        styles=("task",), summary="Sends then closes. Does every byte arrive?",
+        metrics=[Metric("delivered_bytes", "higher", "delivered"),
+                 Metric("written_bytes", None, "written")],
+        verdicts={"all_arrived": "the reader got every byte written"},
+        presets={"tiny": {"total_bytes": 300_000}, "quick": {"total_bytes": 3_000_000}})
 
 A module-level ``Scenario`` is registered when the file is loaded (calling
 ``register`` yourself does the same). The building blocks:

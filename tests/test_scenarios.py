@@ -80,48 +80,25 @@ def test_run_results_are_checked_against_the_declaration():
         scenarios._outcome(sc, ({}, {}, []))
 
 
-USER_SCENARIO = '''
-    """A user's scenario: send some bytes, close, return. Does everything arrive?"""
-    from bench import peers
-    from bench.scenario import Metric, Scenario, run_program
+def _docstring_example() -> str:
+    """The user scenario file shown in bench.scenario's docstring, as written there."""
+    lines = scmod.__doc__.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.strip().startswith("# my_bug.py"))
+    block = []
+    for ln in lines[start:]:
+        if ln and not ln.startswith("    "):
+            break
+        block.append(ln)
+    return textwrap.dedent("\n".join(block))
 
 
-    async def send(port, host, tcp_port, n):
-        stream = await port.open_tcp_stream(host, tcp_port)
-        await stream.send_all(b"x" * n)
-        await stream.aclose()
-
-
-    def program(job):                      # runs in the cell process
-        port = job.runtime.open()
-        try:
-            port.run(send, *job.peer("reader"), job.params["total_bytes"])
-        finally:
-            port.close()
-        return {"written_bytes": job.params["total_bytes"]}
-
-
-    def run(ctx):                          # runs in the parent
-        ran = run_program(ctx, peers=[peers.reader(max_s=10)], max_s=10)
-        got = ran.peers["reader"]["received_bytes"]
-        return ({"delivered_bytes": got, "written_bytes": ran.app["written_bytes"]},
-                {"all_arrived": got == ran.app["written_bytes"]}, [])
-
-
-    SCENARIO = Scenario(
-        id="U1", title="user send and close", run=run, programs={"task": program},
-        styles=("task",), summary="Sends then closes. Does every byte arrive?",
-        metrics=[Metric("delivered_bytes", "higher", "delivered"),
-                 Metric("written_bytes", None, "written")],
-        verdicts={"all_arrived": "the reader got every byte written"},
-        presets={"tiny": {"total_bytes": 300_000}})
-'''
+USER_SCENARIO = _docstring_example()
 
 
 @pytest.fixture
 def user_file(tmp_path):
     path = tmp_path / "my_bug.py"
-    path.write_text(textwrap.dedent(USER_SCENARIO))
+    path.write_text(USER_SCENARIO)
     return path
 
 
@@ -298,3 +275,22 @@ def test_s3_what_the_peer_counted_against_what_the_program_wrote(runtime):
 def test_s4_fingerprint_matches_its_declared_column(runtime):
     result = _run("S4", runtime, "naive")
     assert result["verdicts"]["matches_declared"], result["notes"]
+
+
+@pytest.mark.timeout(180)
+def test_run_fail_on_verdict_exits_1_on_a_planted_verdict_regression(tmp_path):
+    """S3 naive on callback loses data (no_loss=NO). Without a baseline any failed
+    verdict fails the run; with one, only a verdict that held there."""
+    common = ["run", "--scenarios", "S3", "--runtimes", "callback", "--variants", "naive",
+              "--preset", "tiny", "--fail-on", "verdict"]
+    first = _looplab(*common, "--out", tmp_path / "a", timeout=120)
+    assert first.returncode == 1 and "verdict(s) failed" in first.stderr
+    baseline = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert baseline["cells"][0]["verdicts"]["no_loss"] is False
+    results.write_json(baseline, str(tmp_path / "same.json"))
+    baseline["cells"][0]["verdicts"]["no_loss"] = True            # the planted "it used to hold"
+    results.write_json(baseline, str(tmp_path / "held.json"))
+    r = _looplab(*common, "--baseline", tmp_path / "same.json", "--out", tmp_path / "b", timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = _looplab(*common, "--baseline", tmp_path / "held.json", "--out", tmp_path / "c", timeout=120)
+    assert r.returncode == 1 and "no_loss" in r.stderr
