@@ -46,7 +46,12 @@ this way; a user's scenario is one more object, registered from their own file::
         presets={"tiny": {"total_bytes": 300_000}, "quick": {"total_bytes": 3_000_000}})
 
 A module-level ``Scenario`` is registered when the file is loaded (calling
-``register`` yourself does the same). The building blocks:
+``register`` yourself does the same). ``run(ctx)`` gets a ``CellContext`` (``scenario``,
+``runtime``, ``variant``, ``preset``, ``params`` -- the preset's values -- ``style`` and
+``trace_path``) and returns ``(metrics, verdicts, notes)`` or an ``Outcome`` (which can
+also carry time series for plots). Every metric it returns must be declared, and every
+declared verdict returned; otherwise that repeat is recorded as an error. The building
+blocks:
 
 ``serve_app(ctx, app, peers=..., params=..., upstream=None)``
     Start the peers, serve one of the protocol suite's apps (echo, sink, proxy,
@@ -374,13 +379,12 @@ def load_scenario_file(path: str) -> list[Scenario]:
     try:
         spec.loader.exec_module(module)
         added = _register_found(vars(module), before)
-    except UsageError as exc:
-        sys.modules.pop(modname, None)
-        raise UsageError(f"scenario file {path}: {exc}") from None
     except BaseException as exc:   # noqa: BLE001 -- a user's file may raise anything, even SystemExit
         sys.modules.pop(modname, None)
-        for sid in set(_REGISTRY) - before:
+        for sid in set(_REGISTRY) - before:     # all of the file or none of it
             del _REGISTRY[sid]
+        if isinstance(exc, UsageError):
+            raise UsageError(f"scenario file {path}: {exc}") from None
         where = _line_in(exc, full)
         raise UsageError(f"scenario file {path}{where}: {type(exc).__name__}: {exc}") from None
     finally:
