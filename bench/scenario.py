@@ -12,7 +12,7 @@ this way; a user's scenario is one more object, registered from their own file::
 
     # my_bug.py -- run with: looplab run --scenario-file my_bug.py --runtimes coro,trio
     from bench import peers
-    from bench.scenario import Metric, Scenario, run_program
+    from bench.scenario import Bars, Metric, Scenario, run_program
 
 
     async def send(port, host, tcp_port, n):
@@ -43,7 +43,8 @@ this way; a user's scenario is one more object, registered from their own file::
         metrics=[Metric("delivered_bytes", "higher", "delivered"),
                  Metric("written_bytes", None, "written")],
         verdicts={"all_arrived": "the reader got every byte written"},
-        presets={"tiny": {"total_bytes": 300_000}, "quick": {"total_bytes": 3_000_000}})
+        presets={"tiny": {"total_bytes": 300_000}, "quick": {"total_bytes": 3_000_000}},
+        plots=[Bars("delivered_bytes", "bytes delivered")])
 
 A module-level ``Scenario`` is registered when the file is loaded (calling
 ``register`` yourself does the same). ``run(ctx)`` gets a ``CellContext`` (``scenario``,

@@ -123,7 +123,12 @@ def test_a_user_scenario_file_runs_end_to_end(tmp_path, user_file):
         csv_rows = list(csv.DictReader(f))
     assert {(r["runtime"], r["value"]) for r in csv_rows if r["metric"] == "verdict:all_arrived"} \
         == {("coro", "true"), ("trio", "true")}
-    assert "## U1 — user send and close" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "## U1 — user send and close" in md and "![U1](u1_delivered_bytes.png)" in md
+    assert (out / "u1_delivered_bytes.png").stat().st_size > 0
+    assert "coro | trio |" in md          # a fidelity row: our task kernel against trio
+    same = _looplab("compare", out / "results.json", out / "results.json", "--fail", "all", timeout=30)
+    assert same.returncode == 0 and "0 regression" not in same.stderr, same.stderr
     # the report renders from the results alone, without the user's file
     again = _looplab("report", out / "results.json", "--out", tmp_path / "again", timeout=60)
     assert again.returncode == 0, again.stderr
