@@ -180,7 +180,8 @@ def test_two_shards_merged_and_rendered_equal_the_run_in_one_piece(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_sigterm_mid_run_keeps_the_finished_cells(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_run_keeps_the_finished_cells(tmp_path, sig):
     out = tmp_path / "run"
     proc = subprocess.Popen(LOOPLAB + ["run", "--scenarios", "S4,S3", "--runtimes", "callback",
                                        "--preset", "tiny", "--out", str(out)],
@@ -192,7 +193,7 @@ def test_sigterm_mid_run_keeps_the_finished_cells(tmp_path):
             if path.exists() and json.loads(path.read_text())["cells"]:
                 break
             time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
@@ -299,3 +300,27 @@ def test_run_fail_on_verdict_exits_1_on_a_planted_verdict_regression(tmp_path):
     assert r.returncode == 0, r.stderr
     r = _looplab(*common, "--baseline", tmp_path / "held.json", "--out", tmp_path / "c", timeout=120)
     assert r.returncode == 1 and "no_loss" in r.stderr
+
+
+def test_report_rows_naive_first_marker_on_errors_and_no_question_marks():
+    from bench import report
+
+    def cell(rt, variant, ours, **kw):
+        base = {"id": f"S3/{rt}/{variant}/tiny", "scenario": "S3", "runtime": rt, "variant": variant,
+                "style": "callback", "ours": ours, "params": {}, "repeats": 1, "notes": [],
+                "metrics": {"accepted_bytes": 10, "delivered_bytes": None, "lost_bytes": 0,
+                            "eof_after_stop_s": 0.0},
+                "verdicts": {"no_loss": True, "close_completed": True}, "errors": []}
+        base.update(kw)
+        return base
+    doc = results.new_document([cell("asyncio-protocol", "fixed", False),
+                                cell("callback", "fixed", True, verdicts={}, metrics={},
+                                     errors=["RuntimeError: boom"]),
+                                cell("asyncio-protocol", "naive", False),
+                                cell("callback", "naive", True)], run_id="r", env={})
+    [(title, header, rows)] = report.table_rows(doc)
+    assert [r[1] for r in rows] == ["naive", "naive", "fixed", "fixed"]     # declared order
+    error_row = next(r for r in rows if r[-1].startswith("ERROR"))
+    assert error_row[0] == "* callback"
+    assert "?" not in report.render_terminal(doc)
+    assert "?" not in report.render_markdown(doc, [])
