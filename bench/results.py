@@ -470,7 +470,8 @@ def machine(doc: dict) -> str:
     """The machine a document was measured on (host and CPU), or "" if unrecorded."""
     env = doc.get("env")
     envs = env if isinstance(env, list) else [env] if isinstance(env, dict) else []
-    names = sorted({f"{e.get('node', '?')} ({e.get('cpu', '?')})" for e in envs if isinstance(e, dict)})
+    names = sorted({f"{e.get('node', 'unknown host')} ({e.get('cpu', 'unknown CPU')})"
+                    for e in envs if isinstance(e, dict)})
     return ", ".join(names)
 
 
