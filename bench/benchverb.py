@@ -637,4 +637,4 @@ def add_parser(subparsers) -> None:
     run = _dispatch(m)
     for parser in (p, m, g, mi, i, c):
         parser.error = _one_line_error
-        parser.set_defaults(func=run, fn=run)
+        parser.set_defaults(func=run)

@@ -1,11 +1,19 @@
 """The app side of one cell, in its own process: ``python -m bench.cell JSON``.
 
 Each cell's kernel under test runs here, alone, so its RSS, its leaks and its crashes
-are its own. The orchestrator (``bench.scenarios``) talks to this process over
-stdout, one JSON object per line:
+are its own. The parent side is ``bench.scenario.AppProcess``; it talks to this
+process over stdout, one JSON object per line:
 
   {"event": "listening", "addr": [host, port]}   a server is accepting
+  {"event": "stopped", "at": T}                    a program returned (time.monotonic())
   {"event": "result", ...}                         what the app side measured
+
+The spec (JSON, in argv) says what to run -- ``kind`` "server" (``app``, ``variant``,
+``params`` served through the runtime's port driver) or "program" (the ``scenario``
+whose program for this runtime runs, with ``variant``, ``params`` and the listening
+``peers``' addresses) -- on ``runtime``, bounded by ``max_s``. ``plugins`` names the
+scenario files and modules (and runtime modules) the parent had loaded: they are
+loaded here first, so a user's scenario, its programs and its runtimes exist here too.
 
 A server runs until its app finishes (the one-shot proxy) or the orchestrator sends
 SIGINT; ``max_s`` bounds it regardless. RSS growth is the peak resident set during
@@ -20,6 +28,11 @@ import signal
 import sys
 import threading
 import time
+
+from bench import results, scenario
+from protocols import callback, runtimes, stream, task
+
+DRIVERS = {"callback": callback, "stream": stream, "task": task}
 
 
 def _rss_bytes(field: str) -> int | None:
@@ -55,7 +68,6 @@ def _deadline(max_s: float) -> threading.Timer:
 
 
 def run_server(spec: dict) -> dict:
-    from protocols import callback, runtimes, stream, task
     rt = runtimes.parse(spec["runtime"])
     params = dict(spec.get("params", {}))
     if params.get("upstream"):
@@ -63,7 +75,7 @@ def run_server(spec: dict) -> dict:
     counters: dict = {}
     params["counters"] = counters
     sock = runtimes.bind_listener("127.0.0.1", 0, sockbuf=params.get("sockbuf"))
-    driver = {"callback": callback, "stream": stream, "task": task}[rt.style]
+    driver = DRIVERS[rt.style]
     port = rt.open()
     emit({"event": "listening", "addr": list(sock.getsockname()[:2])})
     interrupted = False
@@ -88,22 +100,25 @@ def run_server(spec: dict) -> dict:
         sock.close()
     trace = port.trace() if hasattr(port, "trace") else None
     if spec.get("trace_path") and trace is not None:
-        with open(spec["trace_path"], "w") as f:
-            json.dump(trace.to_chrome(), f)
+        results.write_text(spec["trace_path"], json.dumps(trace.to_chrome()))
     return {"probe": port.probe(), "counters": counters, "interrupted": interrupted,
             "rss_growth_bytes": (peak - base) if peak is not None and base is not None else None}
 
 
 def run_program(spec: dict) -> dict:
-    from bench import programs
-    fn = getattr(programs, spec["program"])
+    rt = runtimes.parse(spec["runtime"])
+    fn = scenario.get(spec["scenario"]).program_for(rt)
+    job = scenario.Job(rt, spec.get("variant", "naive"), dict(spec.get("params", {})),
+                       {k: tuple(v) for k, v in spec.get("peers", {}).items()})
     base = _rss_bytes("VmRSS")
     _reset_peak()
     timer = _deadline(spec.get("max_s", 60))
     try:
-        result = fn(spec["runtime"], *spec.get("args", []), **spec.get("kwargs", {}))
+        result = fn(job)
     finally:
         timer.cancel()
+    if not isinstance(result, dict):
+        raise TypeError(f"the program of {spec['scenario']} returned {type(result).__name__}, not a dict")
     result["loop_stopped_at"] = time.monotonic()
     peak = _rss_bytes("VmHWM")
     result["rss_growth_bytes"] = (peak - base) if peak is not None and base is not None else None
@@ -113,20 +128,19 @@ def run_program(spec: dict) -> dict:
     return result
 
 
-def run_probe(spec: dict) -> dict:
-    from bench import causality
-    return causality.fingerprint(spec["runtime"], **spec.get("kwargs", {}))
-
-
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[1] if len(argv) > 1 else sys.stdin.read())
     kind = spec["kind"]
-    runner = {"server": run_server, "program": run_program, "probe": run_probe}[kind]
+    runner = {"server": run_server, "program": run_program}[kind]
     result = {"error": "interrupted"}
     try:
+        scenario.load_plugin_spec(spec.get("plugins") or {})
         result = runner(spec)
     except* KeyboardInterrupt:
         pass
+    except* Exception as group:   # reported to the parent as this cell's error, one line
+        exc = group.exceptions[0]
+        result = {"error": f"{type(exc).__name__}: {exc}"}
     emit({"event": "result", **result})
     return 1 if "error" in result else 0
 

@@ -340,7 +340,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("fidelity", help="edge-behaviour probes: our kernels vs their "
                                                "reference libraries, side by side")
     _add_arguments(p)
-    p.set_defaults(func=run, fn=run)
+    p.set_defaults(func=run)
 
 
 def run(args) -> ExitCode:

@@ -26,6 +26,8 @@ import math
 import os
 import re
 
+from bench import echo as echomod
+from bench import goals as goalsmod
 from bench.tables import fmt
 
 __all__ = ["write_html", "render_html", "cell_status", "STATUSES", "BENCH_KINDS"]
@@ -919,11 +921,7 @@ class _Page:
     def goals(self) -> str:
         rows = self.doc.get("goals")
         if not rows and self.bench:
-            try:
-                from bench import perf
-                rows = perf.evaluate_goals(self.bench)
-            except Exception:
-                rows = None
+            rows = goalsmod.evaluate_goals(self.bench)
             if rows and all(r.get("status") == "not measured" for r in rows):
                 rows = None
         if not rows:
@@ -945,14 +943,9 @@ class _Page:
         specs = self.rts.ordered(c["runtime"] for c in cells)
         baseline = cfg.get("baseline") if cfg.get("baseline") in specs else (
             "asyncio-protocol" if "asyncio-protocol" in specs else specs[0])
-        try:
-            from bench import perf
-            label = perf._param_label
-            ratios = perf.ratio_table([c for c in cells if (c.get("metrics") or {}).get("requests_per_s")], baseline)
-        except Exception:
-            def label(p):
-                return ",".join(f"{k}={v}" for k, v in sorted(p.items())) or "-"
-            ratios = None
+        label = echomod.param_label
+        measured = [c for c in cells if (c.get("metrics") or {}).get("requests_per_s")]
+        ratios = echomod.ratio_table(measured, baseline) if measured else None
         def size_first(params):
             return (params.get("message_bytes", 0), params.get("connections", 0), json.dumps(params, sort_keys=True))
         labels = [label(p) for p in sorted({json.dumps(c.get("params") or {}, sort_keys=True): c.get("params") or {}

@@ -82,7 +82,8 @@ import time
 import traceback
 
 __all__ = ["PeerProcess", "PeerError", "PeerTimeout", "ROLES", "check_spec", "check_role",
-           "main"]
+           "role", "sink", "source", "reader", "pipeline_client", "push_client", "echo_client",
+           "reset_peer", "main"]
 
 _TICK = 0.05                 # socket timeout and series sampling period
 _MAX_CHUNK = 64 * 1024 * 1024  # largest recv/chunk size a spec may ask for
@@ -301,6 +302,59 @@ def check_spec(spec, default_max_s: float = 30.0) -> list[dict]:
             raise ValueError(f"two roles are named {r['name']!r}; names must be unique")
         seen.add(r["name"])
     return roles
+
+
+# ---------------------------------------------------------------------------
+# The roles as public building blocks: ``peers.sink(rate_Bps=1e6, listen=...)``
+# returns the role's spec dict (checked when a PeerProcess starts). A scenario's
+# ``serve_app`` also accepts ``connect=bench.scenario.APP``: "connect to the app".
+
+def role(kind: str, name: str | None = None, **fields) -> dict:
+    """A role spec of ``kind`` (one of ROLES) named ``name`` (default: the kind).
+    Listening roles default to ``listen="127.0.0.1:0"``."""
+    if kind not in ROLES:
+        raise ValueError(f"unknown role {kind!r}; valid roles: {', '.join(ROLES)}")
+    if "connect" not in fields and "listen" not in fields and kind in _LISTENERS:
+        fields["listen"] = "127.0.0.1:0"
+    return {"name": name or kind, "role": kind, **fields}
+
+
+_LISTENERS = ("sink", "reader")
+
+
+def sink(name: str = "sink", **fields) -> dict:
+    """Counts and timestamps what arrives, optionally rate limited (``rate_Bps``)."""
+    return role("sink", name, **fields)
+
+
+def source(name: str = "source", **fields) -> dict:
+    """Sends framed data at ``rate_Bps`` for ``duration_s`` or ``total_bytes``."""
+    return role("source", name, **fields)
+
+
+def reader(name: str = "reader", **fields) -> dict:
+    """Reads everything until EOF, starting after ``start_after_s``, optionally rate limited."""
+    return role("reader", name, **fields)
+
+
+def pipeline_client(name: str = "client", **fields) -> dict:
+    """Sends ``count`` tiny requests at once and never reads for ``hold_s``."""
+    return role("pipeline_client", name, **fields)
+
+
+def push_client(name: str = "client", **fields) -> dict:
+    """A push subscriber: ``mode="healthy"`` reads, ``"stalled"`` never does."""
+    return role("push_client", name, **fields)
+
+
+def echo_client(name: str = "client", **fields) -> dict:
+    """Sends ``total_bytes`` and checks the echo byte for byte."""
+    return role("echo_client", name, **fields)
+
+
+def reset_peer(name: str = "reset", **fields) -> dict:
+    """Resets its connection after ``after_bytes`` or ``after_s``."""
+    return role("reset_peer", name, **fields)
 
 
 # ---------------------------------------------------------------------------

@@ -1,23 +1,32 @@
 """Results documents: write, read, shard, merge, compare and export looplab measurements.
 
-Every looplab run produces one JSON document (the contract in DESIGN.md, "Results")::
+Every looplab run produces one JSON document, described by the JSON Schema shipped
+beside this module (``results.schema.json``; ``looplab validate FILE`` checks a file)::
 
-    {"schema": 1, "looplab": VERSION, "run_id": "...", "env": {...}, "cells": [CELL, ...]}
+    {"schema": 1, "looplab": VERSION, "run_id": "...", "env": {...}, "cells": [CELL, ...],
+     "scenarios": {id: {title, variants, metrics: {name: {unit, direction}}, verdicts, columns}},
+     "shard": {"index", "count", "plan"}}          # the last two when they apply
 
 A *cell* is one scenario x runtime x variant x parameter set::
 
     {"id", "scenario", "runtime", "variant", "params", "repeats",
      "metrics": {name: value},          # the summary: medians over the repeats
      "samples": {name: [per repeat]},   # the raw values behind each summary
-     "verdicts": {name: bool}, "errors": [str, ...],
-     "spread": {name: {"q1", "q3", "iqr", "min", "max", "n"}},  # optional, from samples
-     "details": {...}}                  # optional, free-form: how it was measured
+     "verdicts": {name: bool}, "errors": [str, ...], "notes": [str, ...],
+     "spread": {name: {"q1", "q3", "iqr", "min", "max", "n"}}}  # optional, from samples
 
 Metric names carry their unit as a suffix (``_bytes``, ``_s``, ``_Bps``, ``_per_s``,
-``_count``, ``_fraction``), and that suffix is what ``compare`` reads to know which way is
-worse: a rate (``_per_s``, ``_Bps``) regresses when it falls, a time (``_s``) when it rises;
-anything else (counts, sizes, fractions) is shown but never called a regression, because
-"more bytes" is not worse in general.
+``_count``, ``_fraction``).
+
+Comparing (``compare``) looks at verdicts first: a verdict that held and now fails is a
+regression, the reverse a fix. Then the metrics whose scenario declares a direction (lower
+or higher is better); the rest are information, as are latency maxima. A difference counts
+only when it is beyond the rule's threshold (default 10 % of the median) *and* beyond the
+noise: with five or more samples a side, a Mann-Whitney U test at p < 0.05; with two to
+four, ranges apart by more than the threshold; with a lone sample a side, a change of at
+least 50 %. Byte
+differences under 64 KiB (one socket buffer) never count. Results without declared
+directions (benchmark files) fall back on the unit: rates higher, times lower.
 
 Why medians and raw samples: on these shared two-core machines a 5-s run varies ~9 %, so a
 summary without its spread invites reading noise as signal. Comparisons are only meaningful
@@ -25,15 +34,17 @@ within one run or between runs on one machine; ``env`` records enough (interpret
 library versions, allocator variables, socket buffer sizes, load) to see when they are not.
 
 Merging (``merge``) is how sharded runs (``--shard I/N``) become one document: the union of
-the cells. When two documents hold the *same* cell id, the measurements are taken to be more
-repeats of one experiment: samples are concatenated, summaries recomputed from them, verdicts
-AND-ed (a failure anywhere stays a failure), errors kept, and the cell remembers which runs
-it came from (``merged_from``). The environments are kept as a list, one per input, so a merge
-of runs from different machines stays visible as such.
+the cells. It refuses the same input twice, one cell id with different parameters, an
+incomplete set of shards, and inputs from different machines (unless told to pool them).
+When two documents hold the *same* cell id, the measurements are taken to be more repeats
+of one experiment: samples are concatenated, summaries recomputed from them, verdicts AND-ed
+(a failure anywhere stays a failure), errors kept, and the cell remembers which runs it came
+from (``merged_from``). Each input's file, run and machine are listed in ``inputs``.
 """
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import os
@@ -42,11 +53,17 @@ import secrets
 import socket
 import statistics
 import sys
+import tempfile
 import time
 
+from bench.errors import UsageError
+from bench.tables import fmt, format_table
+
 __all__ = ["VERSION", "SCHEMA", "environment", "new_document", "new_cell", "cell_id",
-           "write_json", "load_json", "write_csv", "shard", "merge", "compare", "parse_rule",
-           "direction", "summarize", "spread", "to_pytest_benchmark", "register"]
+           "write_json", "write_text", "write_csv", "check_output", "load_json", "validate",
+           "shard", "shard_info", "merge", "machine", "compare", "verdict_changes", "parse_rule",
+           "parse_gates", "significant", "format_compare", "direction", "summarize", "spread",
+           "to_pytest_benchmark"]
 
 SCHEMA = 1
 
@@ -60,11 +77,6 @@ def _version() -> str:
 
 
 VERSION = _version()
-
-
-def _usage(message: str) -> Exception:
-    from bench.cli import Usage
-    return Usage(message)
 
 
 # ---------------------------------------------------------------------------
@@ -234,30 +246,98 @@ def _json_default(obj):
     return str(obj)
 
 
-def write_json(doc: dict, path: str) -> None:
-    """Write atomically (a reader never sees half a file)."""
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
+def _atomic(path: str, write, mode: str = "w", newline=None) -> None:
+    """Write ``path`` through a temporary file in its folder, then rename: a reader
+    never sees half a file, and a failure leaves no temporary file behind."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o666 & ~_UMASK)      # what open() would have given it
+        with os.fdopen(fd, mode, newline=newline) as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json(doc: dict, path: str) -> None:
+    def dump(f):
         json.dump(doc, f, indent=1, default=_json_default, allow_nan=False)
         f.write("\n")
-    os.replace(tmp, path)
+    _atomic(path, dump)
+
+
+def write_text(path: str, text: str) -> None:
+    _atomic(path, lambda f: f.write(text))
+
+
+def check_output(path: str, what: str, folder: bool = False) -> str:
+    """Check, before anything is measured, that ``path`` can be written: a folder
+    (``folder=True``, created if missing) or a file (its folder created if missing).
+    A problem is a one-line UsageError naming the option ``what``."""
+    full = os.path.abspath(path)
+    if folder:
+        if os.path.exists(full) and not os.path.isdir(full):
+            raise UsageError(f"{what} {path}: exists and is not a folder")
+        target = full
+    else:
+        if os.path.isdir(full):
+            raise UsageError(f"{what} {path}: is a folder; give a file name")
+        target = os.path.dirname(full)
+    try:
+        os.makedirs(target, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=target, prefix=".looplab-write-test.")
+        os.close(fd)
+        os.unlink(probe)
+        if not folder and os.path.exists(full) and not os.access(full, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot write there: {exc.strerror or exc}") from None
+    return full
 
 
 def check_document(doc, where: str = "document") -> dict:
     """Raise a one-line Usage error unless ``doc`` looks like a looplab results document."""
     if not isinstance(doc, dict) or "cells" not in doc or "schema" not in doc:
-        raise _usage(f"{where} is not a looplab results file (no 'schema' and 'cells' keys)")
+        raise UsageError(f"{where} is not a looplab results file (no 'schema' and 'cells' keys)")
     if doc["schema"] != SCHEMA:
-        raise _usage(f"{where} has results schema {doc['schema']!r}; this looplab reads schema {SCHEMA}")
+        raise UsageError(f"{where} has results schema {doc['schema']!r}; this looplab reads schema {SCHEMA}")
     if not isinstance(doc["cells"], list):
-        raise _usage(f"{where} is not a looplab results file ('cells' is not a list)")
+        raise UsageError(f"{where} is not a looplab results file ('cells' is not a list)")
     for i, cell in enumerate(doc["cells"]):
         if not isinstance(cell, dict) or not isinstance(cell.get("id"), str) \
                 or not isinstance(cell.get("metrics", {}), dict):
-            raise _usage(f"{where}: cell {i} is malformed (needs an 'id' and a 'metrics' dict)")
+            raise UsageError(f"{where}: cell {i} is malformed (needs an 'id' and a 'metrics' dict)")
     return doc
+
+
+SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.schema.json")
+
+
+def schema() -> dict:
+    with open(SCHEMA_FILE) as f:
+        return json.load(f)
+
+
+def validate(doc) -> list[str]:
+    """Where ``doc`` departs from the results JSON Schema (shipped as
+    ``bench/results.schema.json``): one line per problem, empty when valid."""
+    import jsonschema
+    validator = jsonschema.Draft202012Validator(schema())
+    problems = []
+    for err in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
+        where = "/".join(str(p) for p in err.absolute_path) or "(top)"
+        problems.append(f"{where}: {err.message[:200]}")
+    return problems
 
 
 def load_json(path: str) -> dict:
@@ -266,11 +346,11 @@ def load_json(path: str) -> dict:
         with open(path) as f:
             text = f.read()
     except OSError as exc:
-        raise _usage(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         doc = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _usage(f"{path} is not a looplab results file (not JSON: {exc})") from None
+        raise UsageError(f"{path} is not a looplab results file (not JSON: {exc})") from None
     return check_document(doc, path)
 
 
@@ -304,12 +384,11 @@ def csv_rows(doc: dict) -> list[dict]:
 
 
 def write_csv(doc: dict, path: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    with open(path, "w", newline="") as f:
+    def rows(f):
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
         w.writerows(csv_rows(doc))
+    _atomic(path, rows, newline="")
 
 
 # ---------------------------------------------------------------------------
@@ -318,10 +397,10 @@ def write_csv(doc: dict, path: str) -> None:
 def parse_shard(text: str) -> tuple[int, int]:
     index, sep, total = (text or "").partition("/")
     if not sep or not index.strip().isdigit() or not total.strip().isdigit():
-        raise _usage(f"bad shard {text!r}: expected I/N with 1 <= I <= N, e.g. 2/4")
+        raise UsageError(f"bad shard {text!r}: expected I/N with 1 <= I <= N, e.g. 2/4")
     i, n = int(index), int(total)
     if n < 1 or not 1 <= i <= n:
-        raise _usage(f"bad shard {text!r}: expected I/N with 1 <= I <= N, e.g. 2/4")
+        raise UsageError(f"bad shard {text!r}: expected I/N with 1 <= I <= N, e.g. 2/4")
     return i, n
 
 
@@ -379,35 +458,103 @@ def _merge_cells(a: dict, b: dict, run_a: str, run_b: str) -> dict:
     return out
 
 
-def merge(docs: list[dict]) -> dict:
-    """Union of the cells of ``docs`` (see the module docstring for duplicate ids)."""
+def shard_info(cells_ids: list[str], spec: str) -> dict:
+    """What a shard's results record so ``merge`` can tell a complete set: its index,
+    the count, and a fingerprint of the whole plan it was cut from."""
+    i, n = parse_shard(spec)
+    plan = hashlib.sha1("\n".join(cells_ids).encode()).hexdigest()[:16]
+    return {"index": i, "count": n, "plan": plan}
+
+
+def machine(doc: dict) -> str:
+    """The machine a document was measured on (host and CPU), or "" if unrecorded."""
+    env = doc.get("env")
+    envs = env if isinstance(env, list) else [env] if isinstance(env, dict) else []
+    names = sorted({f"{e.get('node', 'unknown host')} ({e.get('cpu', 'unknown CPU')})"
+                    for e in envs if isinstance(e, dict)})
+    return ", ".join(names)
+
+
+def merge(docs: list[dict], names: list[str] | None = None,
+          allow_mixed_machines: bool = False) -> dict:
+    """Union of the cells of ``docs`` (see the module docstring for duplicate ids).
+
+    Refused (UsageError): the same input twice (same run id and cells), one cell id
+    with different parameters, an incomplete or mixed set of shards (the message
+    names the missing ones), and inputs from different machines unless
+    ``allow_mixed_machines``. Each input's file, run id, machine and shard are
+    recorded in ``inputs``."""
     if not docs:
-        raise _usage("merge needs at least one results file")
+        raise UsageError("merge needs at least one results file")
+    names = list(names or [f"input {i + 1}" for i in range(len(docs))])
+    seen: dict = {}
+    for doc, name in zip(docs, names):
+        check_document(doc, name)
+        key = (doc.get("run_id"), json.dumps(doc.get("shard"), sort_keys=True),
+               tuple(c["id"] for c in doc["cells"]))
+        if key in seen:
+            raise UsageError(f"merge: {name} is the same results as {seen[key]} (run "
+                             f"{doc.get('run_id')}); give each input once")
+        seen[key] = name
+    shards = [d.get("shard") for d in docs]
+    if any(shards):
+        if not all(shards):
+            plain = [n for n, s in zip(names, shards) if not s]
+            raise UsageError(f"merge: {', '.join(plain)} is not a shard, the others are; "
+                             "merge shards of one run together")
+        plans = {(s["plan"], s["count"]) for s in shards}
+        if len(plans) > 1:
+            raise UsageError("merge: these shards come from different plans (different "
+                             "scenarios, runtimes, variants or preset); merge one run's shards")
+        count = shards[0]["count"]
+        have = {s["index"] for s in shards}
+        missing = [f"{i}/{count}" for i in range(1, count + 1) if i not in have]
+        if missing:
+            raise UsageError(f"merge: incomplete shard set: missing shard(s) {', '.join(missing)}")
+    machines = {n: machine(d) for n, d in zip(names, docs)}
+    if len({m for m in machines.values() if m}) > 1 and not allow_mixed_machines:
+        listing = "; ".join(f"{n}: {m}" for n, m in machines.items())
+        raise UsageError(f"merge: inputs come from different machines ({listing}); numbers from "
+                         "different machines do not pool -- pass --allow-mixed-machines to merge anyway")
     cells: dict[str, dict] = {}
     origin: dict[str, str] = {}
-    envs, runs = [], []
-    for doc in docs:
-        check_document(doc)
+    envs, runs, inputs = [], [], []
+    scenarios: dict = {}
+    for doc, name in zip(docs, names):
         run = doc.get("run_id", "")
         runs.append(run)
+        inputs.append({"file": name, "run_id": run, "machine": machines[name],
+                       **({"shard": doc["shard"]} if doc.get("shard") else {})})
         env = doc.get("env")
         envs.extend(env if isinstance(env, list) else [env] if env else [])
+        for sid, desc in (doc.get("scenarios") or {}).items():
+            scenarios.setdefault(sid, desc)
         for cell in doc["cells"]:
             cid = cell["id"]
             if cid in cells:
-                cells[cid] = _merge_cells(cells[cid], cell, origin[cid], run)
+                if cells[cid].get("params", {}) != cell.get("params", {}):
+                    raise UsageError(f"merge: cell {cid} has different parameters in {origin[cid]} "
+                                     f"and {name}; these are different experiments")
+                cells[cid] = _merge_cells(cells[cid], cell, cells[cid].get("run_id", ""), run)
             else:
                 cells[cid] = json.loads(json.dumps(cell, default=_json_default))
                 cells[cid].setdefault("run_id", run)
-                origin[cid] = run
-    return {"schema": SCHEMA, "looplab": VERSION, "run_id": new_run_id(), "env": envs,
-            "merged_from": runs, "cells": list(cells.values())}
+                origin[cid] = name
+    out = {"schema": SCHEMA, "looplab": VERSION, "run_id": new_run_id(), "env": envs,
+           "merged_from": runs, "inputs": inputs, "cells": list(cells.values())}
+    if scenarios:
+        out["scenarios"] = scenarios
+    return out
 
 
 # ---------------------------------------------------------------------------
-# Compare
+# Compare: verdicts first, then metrics with a declared direction, noise-aware
 
 _STATS = {"median": statistics.median, "mean": statistics.fmean, "min": min, "max": max}
+GATES = ("verdict", "behaviour", "timing")
+ALPHA = 0.05                 # Mann-Whitney's two-sided significance level
+LONE_SAMPLE_CHANGE = 0.5     # with one sample a side, only a change this large counts
+BYTES_FLOOR = 64 * 1024      # byte differences below one socket buffer never count
 
 
 def parse_rule(rule: str) -> tuple[str, float]:
@@ -420,20 +567,42 @@ def parse_rule(rule: str) -> tuple[str, float]:
     stat = stat.strip().lower()
     thr = thr.strip()
     if stat not in _STATS or not thr.endswith("%"):
-        raise _usage(f"bad rule {rule!r}: expected STAT:N% with STAT one of "
-                     f"{', '.join(_STATS)}, e.g. median:10%")
+        raise UsageError(f"bad rule {rule!r}: expected STAT:N% with STAT one of "
+                         f"{', '.join(_STATS)}, e.g. median:10%")
     try:
         value = float(thr[:-1]) / 100.0
     except ValueError:
-        raise _usage(f"bad rule {rule!r}: {thr!r} is not a percentage") from None
+        raise UsageError(f"bad rule {rule!r}: {thr!r} is not a percentage") from None
     if not (value >= 0 and math.isfinite(value)):
-        raise _usage(f"bad rule {rule!r}: the threshold must be a non-negative percentage")
+        raise UsageError(f"bad rule {rule!r}: the threshold must be a non-negative percentage")
     return stat, value
 
 
+def parse_gates(text: str | None) -> tuple[set, str | None]:
+    """``--fail`` -> (gates, rule). Gates: a comma list of verdict, behaviour, timing or
+    all; a rule such as ``median:10%`` (the older spelling) means all gates with it."""
+    if not text:
+        return set(), None
+    if ":" in text or text.strip().endswith("%"):
+        parse_rule(text)
+        return set(GATES), text
+    gates = set()
+    for g in (t.strip() for t in text.split(",") if t.strip()):
+        if g == "all":
+            gates |= set(GATES)
+        elif g in GATES:
+            gates.add(g)
+        else:
+            raise UsageError(f"bad --fail {text!r}: choose from {', '.join(GATES)}, all "
+                             "(comma-separated), or a rule such as median:10%")
+    return gates, None
+
+
 def direction(metric: str) -> str | None:
-    """"higher" if bigger is better (rates), "lower" for times, None when the unit
-    doesn't say (sizes, counts, fractions)."""
+    """The direction a metric's unit implies, for results that do not declare one
+    (benchmark files): rates higher, times lower, maxima and everything else none."""
+    if "max" in metric.split("_"):
+        return None
     if metric.endswith("_per_s") or metric.endswith("_Bps"):
         return "higher"
     if metric.endswith("_s"):
@@ -441,60 +610,193 @@ def direction(metric: str) -> str | None:
     return None
 
 
-def _value(cell: dict, metric: str, stat: str):
-    samples = [v for v in (cell.get("samples", {}) or {}).get(metric, [])
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
-    if samples:
-        return _STATS[stat](samples)
-    value = cell.get("metrics", {}).get(metric)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value
-    return None
+def _declared(old: dict, new: dict, cell: dict, metric: str) -> tuple[str | None, bool]:
+    """(direction, timing) of ``metric`` in ``cell``'s scenario: as the documents
+    declare it, else as the registered scenario does, else by its unit (timing)."""
+    sid = cell.get("scenario")
+    for doc in (new, old):
+        desc = (doc.get("scenarios") or {}).get(sid)
+        if desc and metric in desc.get("metrics", {}):
+            m = desc["metrics"][metric]
+            return m.get("direction"), bool(m.get("timing"))
+        if desc and metric.endswith("_fraction") and metric[:-9] in desc.get("verdicts", {}):
+            return "higher", False
+        if desc and metric == "cell_wall_s":
+            return None, True
+    from bench import scenario as scmod
+    sc = scmod.scenarios().get(sid)
+    if sc is not None:
+        m = sc.metric(metric)
+        return (m.direction, m.timing) if m else (None, metric == "cell_wall_s")
+    return direction(metric), True
 
 
-def compare(old: dict, new: dict, rule: str = "median:10%", metrics=None) -> tuple[list, list]:
-    """Match cells by id and metrics by name. Returns ``(rows, regressions)``; each row is
-    ``{"cell", "metric", "old", "new", "change", "direction", "status"}`` with status one of
-    regression | improvement | same | info (no direction or not numeric) | only-old | only-new.
-    ``change`` is (new - old) / old."""
+def _samples(cell: dict, metric: str) -> list:
+    vals = (cell.get("samples", {}) or {}).get(metric)
+    if not vals:
+        vals = [cell.get("metrics", {}).get(metric)]
+    return [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v)]
+
+
+def mann_whitney_p(a: list, b: list) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (normal approximation with a tie
+    correction and continuity correction): is one sample set stochastically larger?"""
+    n1, n2 = len(a), len(b)
+    pooled = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
+    ranks = [0.0] * len(pooled)
+    i, ties = 0, 0.0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[k] = (i + j) / 2 + 1
+        t = j - i + 1
+        ties += t ** 3 - t
+        i = j + 1
+    r1 = sum(r for r, (_, side) in zip(ranks, pooled) if side == 0)
+    u = r1 - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if var <= 0:
+        return 1.0
+    z = (abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(var)
+    return max(0.0, min(1.0, math.erfc(z / math.sqrt(2))))
+
+
+def significant(a: list, b: list, margin: float = 0.0) -> tuple[bool, str]:
+    """Is the difference between sample sets ``a`` and ``b`` more than noise?
+    Five or more samples a side: Mann-Whitney U, p < 0.05. Two to four: too few for a
+    rank test to reach 0.05, so the ranges must be apart by more than ``margin`` (the
+    rule's threshold, in the metric's units). One sample on a side: no spread to judge
+    by; it counts only when the change is large (``LONE_SAMPLE_CHANGE``, the caller's
+    check)."""
+    if len(a) >= 5 and len(b) >= 5:
+        p = mann_whitney_p(a, b)
+        return p < ALPHA, f"Mann-Whitney p={p:.3f}"
+    if len(a) >= 2 and len(b) >= 2:
+        gap = max(min(b) - max(a), min(a) - max(b))
+        apart = gap > margin
+        return apart, "ranges apart" if apart else "ranges too close"
+    return True, "one sample"
+
+
+def _spread_text(a: list, b: list) -> str:
+    def r(v):
+        return fmt("", min(v)) if len(v) == 1 else f"{fmt('', min(v))}..{fmt('', max(v))}"
+    return f"n={len(a)}/{len(b)}, {r(a)} vs {r(b)}"
+
+
+def verdict_changes(old: dict, new: dict) -> list[dict]:
+    """One row per verdict of each cell in both: regression (held, now fails), fix
+    (failed, now holds) or same."""
+    old_cells = {c["id"]: c for c in old["cells"]}
+    rows = []
+    for b in new["cells"]:
+        a = old_cells.get(b["id"])
+        if a is None:
+            continue
+        for name in dict.fromkeys([*a.get("verdicts", {}), *b.get("verdicts", {})]):
+            va, vb = a.get("verdicts", {}).get(name), b.get("verdicts", {}).get(name)
+            if va is None or vb is None:
+                status = "only-old" if vb is None else "only-new"
+            else:
+                status = "same" if bool(va) == bool(vb) else ("regression" if va else "fix")
+            rows.append({"cell": b["id"], "metric": f"verdict:{name}", "kind": "verdict",
+                         "old": va, "new": vb, "change": None, "direction": "higher",
+                         "status": status, "spread": ""})
+    return rows
+
+
+def compare(old: dict, new: dict, rule: str = "median:10%", metrics=None,
+            gates=GATES) -> tuple[list, list]:
+    """Match cells by id; compare verdicts first, then the metrics with a declared
+    direction. Returns ``(rows, failures)``: rows carry ``cell, metric, kind`` (verdict,
+    behaviour, timing), ``old, new, change`` ((new - old) / old of the rule's
+    statistic), ``status`` (regression, fix, improvement, same, noise, info, only-old,
+    only-new) and ``spread``; failures are the regressions of a kind in ``gates``.
+    Nothing in common, or a ``metrics`` name found nowhere, is a UsageError."""
     stat, threshold = parse_rule(rule)
     check_document(old, "old")
     check_document(new, "new")
-    wanted = set(metrics) if metrics else None
     old_cells = {c["id"]: c for c in old["cells"]}
     new_cells = {c["id"]: c for c in new["cells"]}
+    common = [cid for cid in new_cells if cid in old_cells]
+    if not common:
+        raise UsageError("nothing to compare: no cell id is in both files (are they results "
+                         "of the same scenarios, runtimes, variants and presets?)")
+    wanted = set(metrics) if metrics else None
+    if wanted:
+        found = {n for cid in common for c in (old_cells[cid], new_cells[cid])
+                 for n in [*c.get("metrics", {}), *(f"verdict:{v}" for v in c.get("verdicts", {}))]}
+        unknown = sorted(wanted - found - {n.split(":", 1)[-1] for n in found if n.startswith("verdict:")})
+        if unknown:
+            raise UsageError(f"--metrics: no cell has {', '.join(unknown)}")
     rows = []
-    for cid in list(dict.fromkeys([*old_cells, *new_cells])):
-        if cid not in new_cells or cid not in old_cells:
-            rows.append({"cell": cid, "metric": "", "old": None, "new": None, "change": None,
-                         "direction": None,
+    for cid in dict.fromkeys([*old_cells, *new_cells]):
+        if cid not in common:
+            rows.append({"cell": cid, "metric": "", "kind": "", "old": None, "new": None,
+                         "change": None, "direction": None, "spread": "",
                          "status": "only-old" if cid not in new_cells else "only-new"})
-            continue
+    for r in verdict_changes(old, new):
+        if wanted is None or r["metric"] in wanted or r["metric"][8:] in wanted:
+            rows.append(r)
+    for cid in common:
         a, b = old_cells[cid], new_cells[cid]
         for name in dict.fromkeys([*a.get("metrics", {}), *b.get("metrics", {})]):
             if wanted is not None and name not in wanted:
                 continue
-            va, vb = _value(a, name, stat), _value(b, name, stat)
-            d = direction(name)
-            change = None
-            if va is not None and vb is not None and va != 0:
-                change = (vb - va) / abs(va)
-            elif va == 0 and vb == 0:
-                change = 0.0
-            if d is None or change is None:
-                status = "info"
-            elif (d == "higher" and change < -threshold) or (d == "lower" and change > threshold):
-                status = "regression"
-            elif (d == "higher" and change > threshold) or (d == "lower" and change < -threshold):
-                status = "improvement"
+            d, timing = _declared(old, new, b, name)
+            sa, sb = _samples(a, name), _samples(b, name)
+            row = {"cell": cid, "metric": name, "kind": "timing" if timing else "behaviour",
+                   "old": a.get("metrics", {}).get(name), "new": b.get("metrics", {}).get(name),
+                   "change": None, "direction": d, "spread": "", "status": "info"}
+            rows.append(row)
+            if not sa or not sb:
+                continue
+            va, vb = _STATS[stat](sa), _STATS[stat](sb)
+            row["old"], row["new"] = va, vb
+            row["spread"] = _spread_text(sa, sb)
+            if va != 0:
+                row["change"] = (vb - va) / abs(va)
+            elif vb == 0:
+                row["change"] = 0.0
             else:
-                status = "same"
-            rows.append({"cell": cid, "metric": name,
-                         "old": va if va is not None else a.get("metrics", {}).get(name),
-                         "new": vb if vb is not None else b.get("metrics", {}).get(name),
-                         "change": change, "direction": d, "status": status})
-    regressions = [r for r in rows if r["status"] == "regression"]
-    return rows, regressions
+                row["change"] = math.copysign(math.inf, vb)
+            if d is None:
+                continue
+            change = row["change"]
+            small = name.endswith("_bytes") and abs(vb - va) < BYTES_FLOOR
+            needed = max(threshold, LONE_SAMPLE_CHANGE) if min(len(sa), len(sb)) < 2 else threshold
+            if small or abs(change) <= needed:
+                row["status"] = "same"
+                continue
+            sig, why = significant(sa, sb, threshold * abs(va))
+            row["spread"] += f", {why}"
+            if not sig:
+                row["status"] = "noise"
+                continue
+            worse = change < 0 if d == "higher" else change > 0
+            row["status"] = "regression" if worse else "improvement"
+    failures = [r for r in rows if r["status"] == "regression" and r["kind"] in set(gates)]
+    return rows, failures
+
+
+def format_compare(rows: list[dict], show_all: bool = False) -> str:
+    """Verdict changes and metric regressions/improvements (every row with --all)."""
+    quiet = ("info", "same", "noise")
+    shown = [r for r in rows if show_all or r["status"] not in quiet]
+    if not shown:
+        return "no verdict changed and no metric moved beyond the rule (use --all to see every row)"
+    table = []
+    for r in shown:
+        change = "-" if r["change"] is None else (
+            f"{r['change'] * 100:+.1f}%" if math.isfinite(r["change"]) else "from 0")
+        table.append([r["cell"], r["metric"], fmt(r["metric"], r["old"]), fmt(r["metric"], r["new"]),
+                      change, r["status"], r.get("spread", "")])
+    return format_table(["cell", "metric", "old", "new", "change", "status", "spread"], table,
+                        align="llrrrll")
 
 
 # ---------------------------------------------------------------------------
@@ -575,107 +877,3 @@ def to_pytest_benchmark(doc: dict) -> dict:
             "benchmarks": benches,
             "datetime": env.get("time_utc") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "version": _lib_version("pytest-benchmark") or "5"}
-
-
-# ---------------------------------------------------------------------------
-# Command line: `looplab compare` and `looplab merge`
-
-def _fmt(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        if value == 0:
-            return "0"
-        if abs(value) >= 1000:
-            return f"{value:,.0f}"
-        if abs(value) >= 1:
-            return f"{value:.3g}"
-        return f"{value:.3g}"
-    return str(value)
-
-
-def format_compare(rows: list[dict], show_all: bool = False) -> str:
-    shown = [r for r in rows if show_all or r["status"] not in ("info",)]
-    if not shown:
-        return "no comparable metrics (use --all to see every row)"
-    head = ("cell", "metric", "old", "new", "change", "status")
-    table = [head]
-    for r in shown:
-        change = "-" if r["change"] is None else f"{r['change'] * 100:+.1f}%"
-        table.append((r["cell"], r["metric"], _fmt(r["old"]), _fmt(r["new"]), change, r["status"]))
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
-    lines = ["  ".join(str(v).ljust(widths[i]) if i < 2 else str(v).rjust(widths[i])
-                       for i, v in enumerate(row)).rstrip() for row in table]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def cmd_compare(args) -> int:
-    old, new = load_json(args.old), load_json(args.new)
-    rule = args.fail or args.rule
-    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
-    rows, regressions = compare(old, new, rule, metrics)
-    print(format_compare(rows, args.all))
-    stat, thr = parse_rule(rule)
-    counts = {}
-    for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    print(f"\nrule {stat}:{thr * 100:g}%: {summary or 'nothing to compare'}")
-    if args.fail and regressions:
-        print(f"looplab compare: {len(regressions)} regression(s) beyond {stat}:{thr * 100:g}%",
-              file=sys.stderr)
-        return 1
-    return 0
-
-
-def cmd_merge(args) -> int:
-    docs = [load_json(p) for p in args.files]
-    doc = merge(docs)
-    if not (args.out or args.csv or args.pytest_benchmark):
-        json.dump(doc, sys.stdout, indent=1, default=_json_default)
-        sys.stdout.write("\n")
-        return 0
-    if args.out:
-        write_json(doc, args.out)
-    if args.csv:
-        write_csv(doc, args.csv)
-    if args.pytest_benchmark:
-        write_json(to_pytest_benchmark(doc), args.pytest_benchmark)
-    print(f"merged {len(docs)} file(s): {len(doc['cells'])} cells", file=sys.stderr)
-    return 0
-
-
-def register(subparsers) -> None:
-    """Add the ``compare`` and ``merge`` verbs to the looplab command line."""
-    cp = subparsers.add_parser(
-        "compare", help="compare two results files, cell by cell",
-        description="Match cells by id and metrics by name; a rate (_per_s, _Bps) regresses "
-                    "when it falls, a time (_s) when it rises, by more than the rule's "
-                    "threshold. Other metrics are shown with --all but never fail. "
-                    "Exit 1 with --fail when a regression is found.")
-    cp.add_argument("old", help="baseline results JSON")
-    cp.add_argument("new", help="results JSON to check")
-    cp.add_argument("--fail", metavar="RULE", default=None,
-                    help="exit 1 on a regression beyond RULE, e.g. median:10%% "
-                         "(statistic over the samples: median, mean, min or max)")
-    cp.add_argument("--rule", default="median:10%",
-                    help="rule used to mark rows without failing (default median:10%%)")
-    cp.add_argument("--metrics", default=None, help="comma list of metric names to compare")
-    cp.add_argument("--all", action="store_true", help="also show rows without a direction")
-    cp.set_defaults(fn=cmd_compare)
-
-    mp = subparsers.add_parser(
-        "merge", help="merge results files (e.g. shards) into one",
-        description="Union of the cells. The same cell id in several files is taken as more "
-                    "repeats of one experiment: samples are concatenated and the medians "
-                    "recomputed, verdicts AND-ed; the environments are kept as a list. "
-                    "Without an output option the merged JSON goes to stdout.")
-    mp.add_argument("files", nargs="+", help="results JSON files")
-    mp.add_argument("--out", "-o", default=None, metavar="PATH", help="write the merged JSON here")
-    mp.add_argument("--csv", default=None, metavar="PATH", help="also write CSV rows here")
-    mp.add_argument("--pytest-benchmark", default=None, metavar="PATH",
-                    help="also write pytest-benchmark JSON (for `pytest-benchmark compare`)")
-    mp.set_defaults(fn=cmd_merge)

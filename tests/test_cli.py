@@ -3,6 +3,7 @@ echo and through the proxy; bad input is one line and the documented exit code."
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -114,6 +115,17 @@ def test_proxy_relays_one_connection_then_exits(runtime):
     assert bytes(got) == payload
 
 
+def test_proxy_upstream_by_name_is_resolved_up_front():
+    """``--upstream localhost:P`` works on every port style, callback included."""
+    with Served("echo", "--runtime", "asyncio-protocol") as upstream:
+        for rt in ("callback", "hybrid", "coro"):
+            with Served("proxy", "--runtime", rt, "--two-way", "--forever",
+                        "--upstream", "localhost:%d" % upstream.addr[1]) as proxy:
+                assert _roundtrip(proxy.addr, _payload(64 * 1024), timeout=10) == _payload(64 * 1024)
+                rc, err = proxy.stop()
+                assert rc == 0, err
+
+
 def test_two_way_proxy_echoes_through_upstream(runtime):
     with Served("echo", "--runtime", "asyncio-protocol") as upstream:
         with Served("proxy", "--runtime", runtime.spec, "--two-way", "--forever",
@@ -159,10 +171,19 @@ def test_port_in_use_is_one_line_exit_2():
 
 @pytest.mark.parametrize("args, needle", [
     (["serve", "echo", "--runtime", "nope"], "valid runtimes"),
+    (["--bogus"], "unrecognized"),
     (["serve", "echo", "--runtime", "coro:bogus=1"], "valid options"),
     (["serve", "echo", "--runtime", "coro", "--variant", "weird"], "valid"),
     (["run", "--scenarios", "S99"], "valid scenarios"),
-    (["run", "--preset", "huge"], "valid presets"),
+    (["run", "--preset", "huge"], "its presets"),
+    (["run", "--repeat", "0"], "--repeat"),
+    (["run", "--jobs", "0"], "--jobs"),
+    (["serve", "echo", "--runtime", "coro", "--sockbuf", "-1"], "--sockbuf"),
+    (["serve", "proxy", "--runtime", "callback", "--upstream", "no-such-host.invalid:80"],
+     "cannot resolve"),
+    (["--out", "x", "list", "runtimes"], "writes no report folder"),
+    (["compare", "a.json"], "required"),
+    (["list", "cells", "--shard", "3/2"], "bad shard"),
     (["run", "--scenarios", "S1", "--variants", "odd"], "valid variants"),
     (["list", "cells", "--runtimes", "nope"], "valid runtimes"),
 ])
@@ -197,7 +218,8 @@ def test_python_m_bench_is_looplab():
     assert r.returncode == 0 and r.stdout == _looplab("list", "apps").stdout
 
 
-@pytest.mark.parametrize("verb", ["list", "run", "serve", "trace"])
+@pytest.mark.parametrize("verb", ["list", "run", "serve", "trace", "report", "compare",
+                                  "merge", "validate", "bench"])
 def test_every_verb_has_help(verb):
     r = _looplab(verb, "--help")
     assert r.returncode == 0 and "usage: looplab " + verb in r.stdout
@@ -242,3 +264,104 @@ def test_malformed_input_closes_that_connection_only(runtime, app, extra, garbag
         rc, err = srv.stop()
     assert rc == 0
     assert "protocol error" in err and "Traceback" not in err
+
+
+def test_version():
+    r = _looplab("--version")
+    assert r.returncode == 0 and re.match(r"looplab \d+\.\d+", r.stdout)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "--scenarios", "S4", "--runtimes", "callback", "--json", "{tmp}"], "is a folder"),
+    (["run", "--scenarios", "S4", "--runtimes", "callback", "--out", "/proc/looplab/x"], "cannot write"),
+    (["merge", "{doc}", "-o", "/proc/looplab/x.json"], "cannot write"),
+    (["merge", "{doc}", "-o", "{tmp}"], "is a folder"),
+    (["merge", "{doc}", "--csv", "{tmp}"], "is a folder"),
+    (["report", "{doc}", "--out", "/proc/looplab"], "cannot write"),
+    (["trace", "S5", "--runtime", "coro", "--out", "/proc/looplab/t.json"], "cannot write"),
+])
+def test_bad_output_paths_are_one_line_exit_2_before_measuring(tmp_path, args, needle):
+    from bench import results
+    doc = tmp_path / "r.json"
+    results.write_json(results.new_document([], run_id="r", env={}), str(doc))
+    args = [a.format(tmp=tmp_path, doc=doc) for a in args]
+    r = _looplab(*args)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
+
+
+def test_run_without_out_writes_a_default_folder_and_says_where(tmp_path):
+    r = subprocess.run(LOOPLAB + ["run", "--scenarios", "S4", "--runtimes", "callback",
+                                  "--preset", "tiny"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    said = re.search(r"writing to (\S+)", r.stderr).group(1)
+    assert (tmp_path / said / "results.json").exists() and (tmp_path / said / "report.md").exists()
+
+
+def test_global_out_is_the_verbs_out(tmp_path):
+    r = _looplab("--out", str(tmp_path / "g"), "run", "--scenarios", "S4", "--runtimes", "callback",
+                 "--preset", "tiny", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "g" / "results.json").exists()
+
+
+def test_a_missing_runtime_library_is_exit_3_in_run_and_serve(monkeypatch, capsys):
+    from bench import cli
+    from protocols import runtimes
+    monkeypatch.setattr(runtimes.Runtime, "unavailable_reason",
+                        lambda self: "No module named 'uvloop'" if self.id.startswith("uvloop") else None)
+    assert cli.main(["run", "--runtimes", "uvloop-protocol", "--scenarios", "S4",
+                     "--out", "/tmp/looplab-test-never-written"]) == 3
+    assert cli.main(["serve", "echo", "--runtime", "uvloop-protocol"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("unavailable" in ln for ln in err)
+
+
+def _imports(path):
+    """Every module a file imports, function-local imports included."""
+    import ast
+    tree = ast.parse(open(path).read())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def _graph():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    mods = {}
+    for pkg in ("bench", "protocols", "kernels"):
+        for dirpath, _, files in os.walk(os.path.join(root, pkg)):
+            for f in files:
+                if f.endswith(".py"):
+                    rel = os.path.relpath(os.path.join(dirpath, f), root)[:-3].replace(os.sep, ".")
+                    mods[rel.removesuffix(".__init__")] = os.path.join(dirpath, f)
+    return {m: {d for d in _imports(p) if d in mods and d != m} for m, p in mods.items()}
+
+
+def test_nobody_imports_the_cli():
+    importers = {m for m, deps in _graph().items() if "bench.cli" in deps and m != "bench.__main__"}
+    assert importers == set()
+
+
+def test_no_import_cycles_in_bench():
+    graph = _graph()
+    cycles = []
+
+    def visit(node, stack, seen):
+        for dep in graph.get(node, ()):
+            if dep in stack:
+                cycles.append(stack[stack.index(dep):] + [dep])
+            elif dep not in seen:
+                seen.add(dep)
+                visit(dep, stack + [dep], seen)
+    for start in (m for m in graph if m.startswith("bench")):
+        visit(start, [start], {start})
+    assert not cycles, cycles[:3]

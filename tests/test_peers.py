@@ -727,3 +727,20 @@ def test_the_child_speaks_json_lines_on_its_own():
             proc.wait()
         proc.stdin.close()
         proc.stdout.close()
+
+
+def test_public_roles_build_specs_that_check():
+    from bench import peers
+    at = ("127.0.0.1", 9)
+    spec = [peers.sink(rate_Bps=1_000_000), peers.source(connect=at, duration_s=1.0),
+            peers.reader("r2", start_after_s=0.5), peers.pipeline_client(connect=at, count=3),
+            peers.push_client("h", connect=at, mode="healthy", duration_s=1.0),
+            peers.echo_client("e", connect=at, total_bytes=10),
+            peers.reset_peer(connect=at, after_s=0.1)]
+    assert {r["role"] for r in spec} == set(peers.ROLES)
+    assert spec[0]["listen"] == "127.0.0.1:0"          # listening roles default to a free port
+    checked = check_spec(spec)
+    assert [r["name"] for r in checked] == ["sink", "source", "r2", "client", "h", "e", "reset"]
+    assert checked[2]["start_after_s"] == 0.5
+    with pytest.raises(ValueError, match="valid roles"):
+        peers.role("nope")

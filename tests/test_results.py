@@ -1,16 +1,19 @@
-"""Results documents: compare (and its exit code), merge of shards, CSV, loading, export."""
+"""Results documents: compare (verdicts, noise-aware gates, exit codes), merge and its
+refusals, CSV, the JSON Schema, loading, export."""
 from __future__ import annotations
 
 import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from bench import results
-from bench.cli import Usage
+from bench.errors import UsageError as Usage
+from bench.verbs import results as results_verbs
 
 
 def _cells(scale: float = 1.0, latency_scale: float = 1.0) -> list[dict]:
@@ -33,9 +36,9 @@ def _doc(cells, run_id="run-a") -> dict:
 def _cli(argv) -> int:
     parser = argparse.ArgumentParser(prog="looplab")
     sub = parser.add_subparsers(dest="verb")
-    results.register(sub)
+    results_verbs.add_parser(sub)
     args = parser.parse_args(argv)
-    return args.fn(args)
+    return args.func(args)
 
 
 def test_new_cell_summarizes_samples_with_median_and_spread():
@@ -56,11 +59,11 @@ def test_cell_id_ignores_param_order():
 
 
 def test_compare_flags_a_planted_throughput_regression(tmp_path):
-    old, new = _doc(_cells()), _doc(_cells(scale=0.8), "run-b")
+    old, new = _doc(_cells()), _doc(_cells(scale=0.6), "run-b")
     rows, regressions = results.compare(old, new, "median:10%")
     assert {r["metric"] for r in regressions} == {"requests_per_s"}
     assert len(regressions) == len(old["cells"])
-    assert all(r["change"] == pytest.approx(-0.2) for r in regressions)
+    assert all(r["change"] == pytest.approx(-0.4) for r in regressions)
     # sizes and fractions have no direction: shown as info, never a regression
     assert all(r["status"] == "info" for r in rows if r["metric"] in
                ("peak_user_buffer_bytes", "server_cpu_fraction"))
@@ -68,7 +71,7 @@ def test_compare_flags_a_planted_throughput_regression(tmp_path):
 
 def test_compare_latency_rise_is_a_regression_and_fall_an_improvement():
     old = _doc(_cells())
-    _, worse = results.compare(old, _doc(_cells(latency_scale=1.5)), "median:10%")
+    _, worse = results.compare(old, _doc(_cells(latency_scale=2.0)), "median:10%")
     assert {r["metric"] for r in worse} == {"latency_p99_s"}
     rows, better = results.compare(old, _doc(_cells(latency_scale=0.5)), "median:10%")
     assert better == []
@@ -76,10 +79,89 @@ def test_compare_latency_rise_is_a_regression_and_fall_an_improvement():
 
 
 def test_compare_threshold_and_statistic():
+    old, new = _doc(_cells()), _doc(_cells(scale=0.6))
+    assert len(results.compare(old, new, "median:10%")[1]) == len(old["cells"])
+    assert results.compare(old, new, "median:50%")[1] == []
+    assert len(results.compare(old, new, "min:10%")[1]) == len(old["cells"])
+
+
+def test_a_shift_inside_the_spread_is_noise_not_a_regression():
     old, new = _doc(_cells()), _doc(_cells(scale=0.95))
-    assert results.compare(old, new, "median:10%")[1] == []
-    assert len(results.compare(old, new, "median:3%")[1]) == len(old["cells"])
-    assert len(results.compare(old, new, "min:3%")[1]) == len(old["cells"])
+    rows, failures = results.compare(old, new, "median:3%")
+    assert failures == []
+    assert {r["status"] for r in rows if r["metric"] == "requests_per_s"} == {"noise"}
+
+    def tight(k):   # the same 5 % shift with tight samples is beyond the noise
+        return _doc([results.new_cell("echo", "coro", "naive", {}, samples={
+            "requests_per_s": [k * v for v in (1000, 1001, 1002, 999, 1000)]})])
+    _, failures = results.compare(tight(1.0), tight(0.95), "median:3%")
+    assert [r["metric"] for r in failures] == ["requests_per_s"]
+    assert "Mann-Whitney" in failures[0]["spread"]
+
+
+def test_back_to_back_runs_of_the_same_code_pass_the_timing_gate():
+    import random
+    rng = random.Random(7)
+
+    def run(name):
+        cells = []
+        for rt in ("asyncio-protocol", "callback", "trio", "coro", "hybrid", "curio"):
+            cells.append(results.new_cell("echo", rt, "naive", {}, samples={
+                "requests_per_s": [rng.gauss(10000, 900) for _ in range(3)],
+                "latency_p99_s": [abs(rng.gauss(0.003, 0.0005)) for _ in range(3)],
+                "latency_max_s": [abs(rng.gauss(0.01, 0.01)) for _ in range(3)]}))
+        return _doc(cells, name)
+    rows, failures = results.compare(run("a"), run("b"), "median:10%", gates=("timing",))
+    assert failures == []
+    assert {r["status"] for r in rows if r["metric"] == "latency_max_s"} == {"info"}
+
+
+def test_mann_whitney_p_value():
+    assert results.mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) < 0.05
+    assert results.mann_whitney_p([1, 3, 5, 7, 9], [2, 4, 6, 8, 10]) > 0.5
+
+
+def _scenario_doc(verdicts, peak, delivered, run_id):
+    from bench import scenario
+    cell = results.new_cell("S1", "callback", "fixed", {"duration_s": 1.0},
+                            metrics={"peak_user_buffer_bytes": peak, "delivered_bytes": delivered,
+                                     "max_frame_latency_s": 0.1},
+                            verdicts=verdicts)
+    return results.new_document([cell], run_id=run_id, env={"node": "m"},
+                                scenarios={"S1": scenario.get("S1").describe()})
+
+
+def test_compare_verdict_regression_fails_the_verdict_gate(tmp_path, capsys):
+    old = _scenario_doc({"bounded": True}, 100_000, 1_000_000, "a")
+    new = _scenario_doc({"bounded": False}, 100_000, 1_000_000, "b")
+    rows, failures = results.compare(old, new, gates=("verdict",))
+    assert [(r["metric"], r["status"]) for r in failures] == [("verdict:bounded", "regression")]
+    rows, _ = results.compare(new, old)
+    assert [r["status"] for r in rows if r["kind"] == "verdict"] == ["fix"]
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    results.write_json(old, str(a))
+    results.write_json(new, str(b))
+    assert _cli(["compare", str(a), str(b), "--fail", "verdict"]) == 1
+    assert "verdict:bounded" in capsys.readouterr().out
+    assert _cli(["compare", str(b), str(a), "--fail", "verdict"]) == 0
+
+
+def test_compare_gates_behavioural_metrics_by_declared_direction():
+    old = _scenario_doc({"bounded": True}, 100_000, 1_000_000, "a")
+    new = _scenario_doc({"bounded": True}, 2_000_000, 0, "b")       # buffer x20, delivered -100 %
+    rows, failures = results.compare(old, new, gates=("behaviour",))
+    assert {r["metric"] for r in failures} == {"peak_user_buffer_bytes", "delivered_bytes"}
+    # latency maxima are information, never a gate
+    assert [r["status"] for r in rows if r["metric"] == "max_frame_latency_s"] == ["info"]
+
+
+def test_compare_with_nothing_matched_is_an_error():
+    old = _doc(_cells())
+    other = _doc([results.new_cell("other", "x", "naive", {}, metrics={"a_count": 1})])
+    with pytest.raises(Usage, match="nothing to compare"):
+        results.compare(old, other)
+    with pytest.raises(Usage, match="no cell has requests_per_sec"):
+        results.compare(old, old, metrics=["requests_per_sec"])
 
 
 def test_compare_reports_cells_only_on_one_side():
@@ -252,3 +334,86 @@ def test_pytest_benchmark_export_is_readable_by_pytest_benchmark_compare(tmp_pat
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "micro/coro/yield:ops_per_s" in proc.stdout
+
+
+# ---------------------------------------------------------------------------
+# merge refuses what would pool the wrong things
+
+def _sharded(n=3, node="m1"):
+    cells = _cells()
+    plan_ids = [c["id"] for c in cells]
+    return [results.new_document(results.shard(cells, f"{i}/{n}"), run_id=f"s{i}",
+                                 env={"node": node, "cpu": "x"},
+                                 shard=results.shard_info(plan_ids, f"{i}/{n}"))
+            for i in range(1, n + 1)]
+
+
+def test_merge_refuses_the_same_input_twice():
+    doc = _doc(_cells())
+    with pytest.raises(Usage, match="same results"):
+        results.merge([doc, doc], ["a.json", "b.json"])
+
+
+def test_merge_refuses_conflicting_params_for_one_cell_id():
+    a = results.new_cell("S1", "trio", "naive", {}, metrics={"x_count": 1})
+    b = dict(a, params={"duration_s": 9})
+    with pytest.raises(Usage, match="different parameters"):
+        results.merge([_doc([a], "ra"), _doc([b], "rb")])
+
+
+def test_merge_names_the_missing_shards():
+    s1, s2, s3 = _sharded()
+    with pytest.raises(Usage, match=r"missing shard\(s\) 2/3"):
+        results.merge([s1, s3])
+    merged = results.merge([s1, s2, s3], ["1.json", "2.json", "3.json"])
+    assert [i["file"] for i in merged["inputs"]] == ["1.json", "2.json", "3.json"]
+    assert {i["machine"] for i in merged["inputs"]} == {"m1 (x)"}
+
+
+def test_merge_needs_a_flag_to_pool_machines():
+    a = _doc(_cells()[:2], "ra")
+    b = _doc(_cells()[2:], "rb")
+    a["env"], b["env"] = {"node": "m1", "cpu": "x"}, {"node": "m2", "cpu": "x"}
+    with pytest.raises(Usage, match="different machines"):
+        results.merge([a, b])
+    assert len(results.merge([a, b], allow_mixed_machines=True)["cells"]) == len(_cells())
+
+
+# ---------------------------------------------------------------------------
+# the JSON Schema
+
+def test_the_schema_is_shipped_and_every_document_kind_validates(tmp_path):
+    assert os.path.exists(results.SCHEMA_FILE)
+    docs = [_doc(_cells()), results.merge(_sharded()), _scenario_doc({"bounded": True}, 1, 2, "x")]
+    for doc in docs:
+        path = tmp_path / "r.json"
+        results.write_json(doc, str(path))
+        assert results.validate(json.loads(path.read_text())) == []
+
+
+def test_validate_reports_where_a_file_departs(tmp_path, capsys):
+    doc = json.loads(json.dumps(_doc(_cells())))
+    doc["cells"][0]["verdicts"]["bounded"] = "yes"
+    del doc["run_id"]
+    problems = results.validate(doc)
+    assert any(p.startswith("cells/0/verdicts/bounded") for p in problems)
+    assert any("run_id" in p for p in problems)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    assert _cli(["validate", str(path)]) == 1
+    assert "INVALID" in capsys.readouterr().out
+
+
+def test_outputs_are_checked_first_and_writes_leave_no_temp_files(tmp_path):
+    with pytest.raises(Usage, match="cannot write"):
+        results.check_output("/proc/looplab/x.json", "--out")
+    with pytest.raises(Usage, match="is a folder"):
+        results.check_output(str(tmp_path), "--json")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(Usage, match="not a folder"):
+        results.check_output(str(blocker), "--out", folder=True)
+    with pytest.raises(ValueError):      # NaN is not JSON: the write fails half-way
+        results.write_json({"bad": float("nan")}, str(tmp_path / "r.json"))
+    results.write_csv(_doc(_cells()), str(tmp_path / "r.csv"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "r.csv"]

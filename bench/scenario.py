@@ -1,0 +1,709 @@
+"""The public scenario API: one ``Scenario`` object carries everything about itself.
+
+A scenario is a question asked of every runtime the same way: which peers to start
+(``bench.peers``: blocking sockets in their own process, the ground truth), what runs
+on the runtime under test (an app served through its port's driver, or a program of
+the scenario's own), which numbers to keep (``Metric``: the name ends in its unit,
+the direction says whether lower or higher is better, or neither) and which yes/no
+oracles to judge (``verdicts``). The report's columns, its plots, the presets, the
+variants, whether the scenario belongs in the main job and whether it can be traced
+live on the same object. Looplab's own S1-S8 (``bench.builtin``) are defined exactly
+this way; a user's scenario is one more object, registered from their own file::
+
+    # my_bug.py -- run with: looplab run --scenario-file my_bug.py --runtimes coro,trio
+    from bench import peers
+    from bench.scenario import Bars, Metric, Scenario, run_program
+
+
+    async def send(port, host, tcp_port, n):
+        stream = await port.open_tcp_stream(host, tcp_port)
+        await stream.send_all(b"x" * n)
+        await stream.aclose()
+
+
+    def program(job):                      # runs in the cell process, on job.runtime
+        port = job.runtime.open()
+        try:
+            port.run(send, *job.peer("reader"), job.params["total_bytes"])
+        finally:
+            port.close()
+        return {"written_bytes": job.params["total_bytes"]}
+
+
+    def run(ctx):                          # runs in the parent, once per repeat
+        ran = run_program(ctx, peers=[peers.reader(max_s=10)], max_s=10)
+        got = ran.peers["reader"]["received_bytes"]
+        return ({"delivered_bytes": got, "written_bytes": ran.app["written_bytes"]},
+                {"all_arrived": got == ran.app["written_bytes"]}, [])
+
+
+    SCENARIO = Scenario(
+        id="U1", title="user send and close", run=run, programs={"task": program},
+        styles=("task",), summary="Sends then closes. Does every byte arrive?",
+        metrics=[Metric("delivered_bytes", "higher", "delivered"),
+                 Metric("written_bytes", None, "written")],
+        verdicts={"all_arrived": "the reader got every byte written"},
+        presets={"tiny": {"total_bytes": 300_000}, "quick": {"total_bytes": 3_000_000}},
+        plots=[Bars("delivered_bytes", "bytes delivered")])
+
+A module-level ``Scenario`` is registered when the file is loaded (calling
+``register`` yourself does the same). ``run(ctx)`` gets a ``CellContext`` (``scenario``,
+``runtime``, ``variant``, ``preset``, ``params`` -- the preset's values -- ``style`` and
+``trace_path``) and returns ``(metrics, verdicts, notes)`` or an ``Outcome`` (which can
+also carry time series for plots). Every metric it returns must be declared, and every
+declared verdict returned; otherwise that repeat is recorded as an error. The building
+blocks:
+
+``serve_app(ctx, app, peers=..., params=..., upstream=None)``
+    Start the peers, serve one of the protocol suite's apps (echo, sink, proxy,
+    reqresp, push) through the port driver of the runtime under test in a cell
+    process, start the peers that connect to it (``connect=APP``), wait for the
+    peers to finish, stop the server. Returns ``Served(app, peers)``: the app side's
+    probe and counters, and each peer's result. ``upstream="sink"`` hands that
+    listening peer's address to a proxy.
+``run_program(ctx, peers=..., linger_s=0)``
+    Start the (listening) peers, then run the scenario's program for the runtime's
+    port style in a cell process; the program gets a ``Job`` (runtime, variant,
+    params, peer addresses) and returns a JSON-able dict. Returns
+    ``Ran(app, peers, stopped_at)``. ``linger_s`` keeps the cell process alive after
+    the program returned, so a peer can tell "the close completed" from "the process
+    exited".
+``bench.peers`` roles: ``sink``, ``source``, ``reader``, ``pipeline_client``,
+    ``push_client``, ``echo_client``, ``reset_peer`` (each ``peers.ROLE(name=..., **fields)``).
+
+Programs are looked up per runtime: ``programs`` maps a runtime id, a port style
+(``callback``, ``stream``, ``task``) or ``"*"`` to a function. The cell process is a
+fresh interpreter: its spec names the scenario files and modules this process loaded
+(``plugin_spec()``), and it loads them before it looks the program up, so a program
+defined in the user's own file runs there.
+
+Discovery: ``load_plugins(files, modules)`` loads scenario files
+(``--scenario-file``), modules (``--scenario-module``) and the installed packages'
+entry points in group ``looplab.scenarios`` (an entry point names a module, a
+``Scenario``, or an iterable of them). Each scenario remembers where it came from
+(``origin``). A file that does not import, or that defines no scenario, is a
+``UsageError`` naming the file; so is an id that is already taken.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from bench.errors import UsageError
+from bench.peers import PeerProcess
+
+__all__ = ["Scenario", "Metric", "Bars", "Job", "CellContext", "Outcome", "Served", "Ran",
+           "APP", "STYLES", "UNITS", "register", "get", "scenarios", "load_scenario_file",
+           "load_plugins", "plugin_spec", "serve_app", "run_program", "AppProcess",
+           "abort_running"]
+
+STYLES = ("callback", "stream", "task")
+APP = "app"            # a peer's ``connect=APP``: connect to the app under test
+UNITS = {"_bytes": "bytes", "_Bps": "bytes/s", "_per_s": "1/s", "_s": "seconds",
+         "_count": "count", "_fraction": "fraction"}
+KINDS = ("flag", "text")   # metrics whose value is not a number: yes/no, a label
+DIRECTIONS = ("lower", "higher", None)
+BUILTIN_MODULE = "bench.builtin"
+ENTRY_POINT_GROUP = "looplab.scenarios"
+_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
+
+
+def unit_of(name: str) -> str | None:
+    for suffix, unit in UNITS.items():
+        if name.endswith(suffix):
+            return unit
+    return None
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number a scenario keeps. ``name`` ends in its unit (``_bytes``, ``_s``,
+    ``_Bps``, ``_per_s``, ``_count``, ``_fraction``) unless ``unit`` is ``"flag"`` or
+    ``"text"``. ``direction``: ``"lower"`` or ``"higher"`` is better, or ``None``
+    (information: shown, never a gate). ``label`` heads its report column; ``format``
+    overrides the unit's formatter (``bench.tables``)."""
+    name: str
+    direction: str | None = None
+    label: str = ""
+    unit: str | None = None
+    format: Callable | None = None
+    timing: bool = False      # a wall-clock timing: compared noise-aware, never exactly
+
+    def __post_init__(self):
+        if self.unit is None:
+            object.__setattr__(self, "unit", unit_of(self.name))
+        if not self.label:
+            object.__setattr__(self, "label", self.name)
+
+    def problem(self) -> str | None:
+        if not isinstance(self.name, str) or not self.name:
+            return "a metric without a name"
+        if self.unit is None:
+            return (f"metric {self.name!r} must end in its unit "
+                    f"({', '.join(UNITS)}) or give unit='flag' or 'text'")
+        if self.unit not in UNITS.values() and self.unit not in KINDS:
+            return f"metric {self.name!r}: unknown unit {self.unit!r}"
+        if self.direction not in DIRECTIONS:
+            return f"metric {self.name!r}: direction must be 'lower', 'higher' or None"
+        if self.direction is not None and self.unit in KINDS:
+            return f"metric {self.name!r}: a {self.unit} has no direction"
+        return None
+
+    def describe(self) -> dict:
+        return {"unit": self.unit, "direction": self.direction, "label": self.label,
+                "timing": self.timing}
+
+
+@dataclass(frozen=True)
+class Bars:
+    """A bar chart of one metric, one bar per cell (our kernels highlighted)."""
+    metric: str
+    ylabel: str
+    scale: float = 1.0
+
+
+@dataclass
+class Outcome:
+    """What one repeat of a scenario found. ``series``: time series for plots
+    ({name: [[t, value], ...]}, kept from the first repeat)."""
+    metrics: dict
+    verdicts: dict
+    notes: list = field(default_factory=list)
+    series: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Scenario:
+    """Everything about one scenario (see the module docstring).
+
+    ``run(ctx) -> Outcome | (metrics, verdicts, notes)`` is called once per repeat in
+    the parent process. ``presets`` maps a preset name to the parameters a cell gets
+    (``ctx.params``). ``variants`` are listed in the order the report shows them.
+    ``columns`` names the metrics the report table shows (default: every metric with
+    a direction). ``main_variants`` narrows the main job (``looplab`` with no verb)."""
+    id: str
+    title: str
+    summary: str
+    run: Callable
+    metrics: tuple = ()
+    verdicts: Mapping[str, str] = field(default_factory=dict)
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    variants: tuple = ("naive",)
+    programs: Mapping[str, Callable] = field(default_factory=dict)
+    peers: tuple = ()
+    columns: tuple = ()
+    plots: tuple = ()
+    styles: tuple = STYLES
+    main_job: bool = False
+    main_variants: tuple | None = None
+    traceable: bool = False
+    default_repeats: int = 1
+    origin: str = ""
+
+    def __post_init__(self):
+        self.metrics = tuple(self.metrics)
+        self.variants = tuple(self.variants)
+        self.styles = tuple(self.styles)
+        self.verdicts = dict(self.verdicts)
+        self.presets = {k: dict(v) for k, v in dict(self.presets).items()}
+        self.programs = dict(self.programs)
+        if not self.columns:
+            self.columns = tuple(m.name for m in self.metrics if m.direction is not None) \
+                or tuple(m.name for m in self.metrics[:4])
+        self.columns = tuple(self.columns)
+
+    def metric(self, name: str) -> Metric | None:
+        for m in self.metrics:
+            if m.name == name:
+                return m
+        return None
+
+    def problems(self) -> list[str]:
+        """What is missing or wrong; empty when the scenario can be registered."""
+        out = []
+        if not isinstance(self.id, str) or not _ID.match(self.id):
+            out.append(f"an id of letters, digits, '_', '.', '-' (got {self.id!r})")
+        if not self.title:
+            out.append("a title")
+        if not self.summary:
+            out.append("a summary (two sentences: what it does, what it asks)")
+        if not callable(self.run):
+            out.append("run: a function run(ctx) -> (metrics, verdicts, notes)")
+        if not self.metrics:
+            out.append("metrics: at least one Metric")
+        if not self.verdicts:
+            out.append("verdicts (oracles): at least one {name: meaning}")
+        if not self.presets:
+            out.append("presets: at least one {name: params}")
+        if not self.variants:
+            out.append("variants: at least one")
+        for m in self.metrics:
+            if not isinstance(m, Metric):
+                out.append(f"metrics must be Metric objects, got {m!r}")
+                continue
+            p = m.problem()
+            if p:
+                out.append(p)
+        names = [m.name for m in self.metrics if isinstance(m, Metric)]
+        if len(set(names)) != len(names):
+            out.append("metrics with unique names")
+        for c in self.columns:
+            if c not in names:
+                out.append(f"column {c!r} is not a declared metric")
+        for p in self.plots:
+            if isinstance(p, Bars) and p.metric not in names:
+                out.append(f"plot of {p.metric!r}, which is not a declared metric")
+        for s in self.styles:
+            if s not in STYLES:
+                out.append(f"styles from {', '.join(STYLES)} (got {s!r})")
+        if self.main_variants and set(self.main_variants) - set(self.variants):
+            out.append("main_variants from its variants")
+        if not isinstance(self.default_repeats, int) or self.default_repeats < 1:
+            out.append("default_repeats >= 1")
+        return out
+
+    def program_for(self, runtime) -> Callable:
+        """The program for ``runtime``: by its id, else its style, else ``"*"``."""
+        for key in (runtime.id, runtime.style, "*"):
+            if key in self.programs:
+                return self.programs[key]
+        raise UsageError(f"scenario {self.id} has no program for {runtime.id} "
+                         f"({runtime.style} style); it has: {', '.join(self.programs) or 'none'}")
+
+    def describe(self) -> dict:
+        """The JSON-able part, stored in every results file so a report can be
+        rendered without the scenario's code."""
+        return {"title": self.title, "summary": self.summary, "origin": self.origin,
+                "variants": list(self.variants),
+                "metrics": {m.name: m.describe() for m in self.metrics},
+                "verdicts": dict(self.verdicts), "columns": list(self.columns)}
+
+
+# ---------------------------------------------------------------------------
+# The registry
+
+_REGISTRY: dict[str, Scenario] = {}
+_LOADED = {"files": [], "modules": [], "runtime_modules": []}      # what this process loaded: the cells load it too
+_FILE_MODULES: dict[str, Any] = {}
+_origin_now: list[str] = []                 # the origin being loaded (a stack)
+_builtin_loaded = False
+
+
+def register(scenario: Scenario) -> Scenario:
+    """Add ``scenario``. Refused (UsageError) when something is missing (the message
+    says what) or its id is taken. Registering the same object twice is a no-op."""
+    if not isinstance(scenario, Scenario):
+        raise UsageError(f"register() takes a Scenario, got {type(scenario).__name__}")
+    _ensure_builtin()
+    have = _REGISTRY.get(scenario.id)
+    if have is scenario:
+        return scenario
+    missing = scenario.problems()
+    if missing:
+        raise UsageError(f"scenario {scenario.id!r} is refused: it needs {'; '.join(missing)}")
+    if have is not None:
+        raise UsageError(f"scenario id {scenario.id!r} is taken by {have.origin}; "
+                         "choose another id")
+    if not scenario.origin:
+        scenario.origin = _origin_now[-1] if _origin_now else "registered in-process"
+    _REGISTRY[scenario.id] = scenario
+    return scenario
+
+
+def _ensure_builtin() -> None:
+    global _builtin_loaded
+    if not _builtin_loaded:
+        _builtin_loaded = True
+        # Built-ins are loaded the way any scenario module is, by name.
+        _import_module(BUILTIN_MODULE, "built-in")
+
+
+def scenarios() -> dict[str, Scenario]:
+    """Every registered scenario, built-ins first, in registration order."""
+    _ensure_builtin()
+    return dict(_REGISTRY)
+
+
+def get(sid: str) -> Scenario:
+    _ensure_builtin()
+    try:
+        return _REGISTRY[sid]
+    except KeyError:
+        raise UsageError(f"unknown scenario {sid!r}; valid scenarios: {', '.join(_REGISTRY)}") from None
+
+
+def _register_found(namespace: dict, before: set) -> int:
+    """Register module-level Scenario objects not yet registered; count new ids."""
+    for value in list(namespace.values()):
+        if isinstance(value, Scenario) and _REGISTRY.get(value.id) is not value:
+            register(value)
+    return len(set(_REGISTRY) - before)
+
+
+def _import_module(name: str, origin: str):
+    _origin_now.append(origin)
+    try:
+        return importlib.import_module(name)
+    finally:
+        _origin_now.pop()
+
+
+def load_scenario_file(path: str) -> list[Scenario]:
+    """Load a user's scenario file; returns the scenarios it added. Loading the
+    same file again is a no-op. Errors are one-line UsageErrors naming the file."""
+    _ensure_builtin()
+    full = os.path.abspath(path)
+    if full in _FILE_MODULES:
+        return [s for s in _REGISTRY.values() if s.origin == f"file {full}"]
+    if not os.path.isfile(full):
+        raise UsageError(f"scenario file {path}: no such file")
+    modname = "looplab_scenario_" + hashlib.sha1(full.encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(modname, full)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"scenario file {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    before = set(_REGISTRY)
+    sys.modules[modname] = module          # so its programs and dataclasses resolve
+    _origin_now.append(f"file {full}")
+    try:
+        spec.loader.exec_module(module)
+        added = _register_found(vars(module), before)
+    except BaseException as exc:   # noqa: BLE001 -- a user's file may raise anything, even SystemExit
+        sys.modules.pop(modname, None)
+        for sid in set(_REGISTRY) - before:     # all of the file or none of it
+            del _REGISTRY[sid]
+        if isinstance(exc, UsageError):
+            raise UsageError(f"scenario file {path}: {exc}") from None
+        where = _line_in(exc, full)
+        raise UsageError(f"scenario file {path}{where}: {type(exc).__name__}: {exc}") from None
+    finally:
+        _origin_now.pop()
+    if not added:
+        sys.modules.pop(modname, None)
+        raise UsageError(f"scenario file {path}: defines no scenario (give it a module-level "
+                         "Scenario(...) or call bench.scenario.register)")
+    _FILE_MODULES[full] = module
+    _LOADED["files"].append(full)
+    return [_REGISTRY[s] for s in _REGISTRY if s not in before]
+
+
+def _line_in(exc: BaseException, filename: str) -> str:
+    if isinstance(exc, SyntaxError) and exc.lineno:
+        return f", line {exc.lineno}"
+    tb, line = exc.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f", line {line}" if line else ""
+
+
+def load_scenario_module(name: str) -> list[Scenario]:
+    _ensure_builtin()
+    before = set(_REGISTRY)
+    try:
+        module = _import_module(name, f"module {name}")
+        _register_found(vars(module), before)
+    except UsageError as exc:
+        raise UsageError(f"scenario module {name}: {exc}") from None
+    except Exception as exc:
+        raise UsageError(f"scenario module {name}: {type(exc).__name__}: {exc}") from None
+    if name not in _LOADED["modules"]:
+        _LOADED["modules"].append(name)
+    return [_REGISTRY[s] for s in _REGISTRY if s not in before]
+
+
+def _entry_points():
+    from importlib.metadata import entry_points
+    return entry_points(group=ENTRY_POINT_GROUP)
+
+
+def load_plugins(files=(), modules=()) -> list[Scenario]:
+    """Load the entry points of group ``looplab.scenarios``, then ``modules``, then
+    ``files``. Returns the scenarios added."""
+    _ensure_builtin()
+    added: list[Scenario] = []
+    for ep in _entry_points():
+        origin = f"entry point {ep.name} ({ep.value})"
+        if any(s.origin == origin for s in _REGISTRY.values()):
+            continue
+        _origin_now.append(origin)
+        before = set(_REGISTRY)
+        try:
+            obj = ep.load()
+            objs = [obj] if isinstance(obj, Scenario) else \
+                list(obj) if isinstance(obj, (list, tuple)) else []
+            for sc in objs:
+                register(sc)
+            if not objs and hasattr(obj, "__dict__"):
+                _register_found(vars(obj), before)
+        except UsageError as exc:
+            raise UsageError(f"entry point {ep.name}: {exc}") from None
+        except Exception as exc:
+            raise UsageError(f"entry point {ep.name} ({ep.value}): {type(exc).__name__}: {exc}") from None
+        finally:
+            _origin_now.pop()
+        added += [_REGISTRY[s] for s in _REGISTRY if s not in before]
+    for name in modules:
+        added += load_scenario_module(name)
+    for path in files:
+        added += load_scenario_file(path)
+    return added
+
+
+def load_runtime_modules(modules=()) -> None:
+    """Import runtime plugin modules through the runtime registry (and remember them
+    for the cell processes)."""
+    from protocols import runtimes
+    loader = getattr(runtimes, "load_plugins", None)
+    if modules and loader is None:
+        raise UsageError("--runtime-module needs a runtime registry with load_plugins()")
+    if loader is not None:
+        loader(tuple(modules))
+    for m in modules:
+        if m not in _LOADED["runtime_modules"]:
+            _LOADED["runtime_modules"].append(m)
+
+
+def plugin_spec() -> dict:
+    """What a cell process must load to see the same scenarios and runtimes as this one."""
+    return {"scenario_files": list(_LOADED["files"]), "scenario_modules": list(_LOADED["modules"]),
+            "runtime_modules": list(_LOADED["runtime_modules"])}
+
+
+def load_plugin_spec(spec: dict) -> None:
+    """The cell side of ``plugin_spec``."""
+    load_runtime_modules(spec.get("runtime_modules") or ())
+    load_plugins(spec.get("scenario_files", ()), spec.get("scenario_modules", ()))
+
+
+# ---------------------------------------------------------------------------
+# What a run function gets, and what a program gets
+
+@dataclass
+class CellContext:
+    """One repeat of one cell, as its scenario's ``run`` sees it."""
+    scenario: Scenario
+    runtime: Any              # protocols.runtimes.Runtime
+    variant: str
+    preset: str
+    params: dict
+    trace_path: str | None = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def style(self) -> str:
+        return self.runtime.style
+
+
+@dataclass
+class Job:
+    """What a program gets in the cell process."""
+    runtime: Any              # protocols.runtimes.Runtime: job.runtime.open() -> a port
+    variant: str
+    params: dict
+    peers: dict               # name -> (host, port) of the listening peers
+
+    def peer(self, name: str) -> tuple[str, int]:
+        try:
+            return tuple(self.peers[name])
+        except KeyError:
+            raise KeyError(f"no listening peer {name!r}; peers: {', '.join(self.peers)}") from None
+
+
+# ---------------------------------------------------------------------------
+# The cell process, seen from here
+
+_RUNNING: set = set()          # live AppProcess and PeerProcess objects (abort_running ends them)
+_RUNNING_LOCK = threading.Lock()
+
+
+class AppProcess:
+    """``python -m bench.cell SPEC`` with its stdout read by a thread. Leaving the
+    with-block always ends the process (SIGINT, then kill)."""
+
+    def __init__(self, spec: dict):
+        spec = {**spec, "plugins": plugin_spec()}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.cell", json.dumps(spec)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.events: queue.Queue = queue.Queue()
+        self.stderr_lines: list[str] = []
+        self._threads = [threading.Thread(target=self._read_stdout, daemon=True),
+                         threading.Thread(target=self._read_stderr, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _read_stdout(self):
+        for line in self.proc.stdout:
+            try:
+                self.events.put(json.loads(line))
+            except ValueError:
+                self.stderr_lines.append(line.rstrip())
+        self.events.put({"event": "eof"})
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            self.stderr_lines.append(line.rstrip())
+
+    def wait(self, name: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"app process gave no {name!r} within {timeout:.0f} s")
+            try:
+                ev = self.events.get(timeout=left)
+            except queue.Empty:
+                continue
+            if ev.get("event") == name:
+                return ev
+            if ev.get("event") == "result" and "error" in ev:
+                raise RuntimeError(f"app side: {ev['error']}")
+            if ev.get("event") == "eof":
+                tail = " | ".join(self.stderr_lines[-3:])
+                raise RuntimeError(f"app process exited (code {self.proc.wait()}) before {name!r}: {tail}")
+
+    def result(self, timeout: float) -> dict:
+        """The app side's result; the error it reported is raised."""
+        out = self.wait("result", timeout)
+        if "error" in out:
+            raise RuntimeError(f"app side: {out['error']}")
+        return out
+
+    def interrupt(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+    def __enter__(self):
+        with _RUNNING_LOCK:
+            _RUNNING.add(self)
+        return self
+
+    def __exit__(self, *exc):
+        with _RUNNING_LOCK:
+            _RUNNING.discard(self)
+        if self.proc.poll() is None:
+            self.interrupt()
+            try:
+                self.proc.wait(3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for t in self._threads:
+            t.join(2)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+class _Peers(PeerProcess):
+    def __enter__(self):
+        super().__enter__()
+        with _RUNNING_LOCK:
+            _RUNNING.add(self)
+        return self
+
+    def __exit__(self, *exc):
+        with _RUNNING_LOCK:
+            _RUNNING.discard(self)
+        super().__exit__(*exc)
+
+    def kill(self):
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+
+def abort_running() -> None:
+    """Kill every cell and peer process still running (an interrupted matrix)."""
+    with _RUNNING_LOCK:
+        live = list(_RUNNING)
+    for p in live:
+        p.kill()
+
+
+# ---------------------------------------------------------------------------
+# Building blocks
+
+@dataclass
+class Served:
+    app: dict                 # probe, counters, rss_growth_bytes, interrupted
+    peers: dict               # name -> the peer's result
+
+
+@dataclass
+class Ran:
+    app: dict                 # what the program returned (+ rss_growth_bytes)
+    peers: dict
+    stopped_at: float | None  # time.monotonic() when the program returned
+
+
+def _bound(roles) -> float:
+    return max([float(r.get("max_s") or 10.0) for r in roles] or [10.0])
+
+
+def serve_app(ctx: CellContext, app: str, *, peers=(), params: dict | None = None,
+              upstream: str | None = None, timeout_s: float | None = None) -> Served:
+    """Serve ``app`` on the runtime under test with ``peers`` around it (see the
+    module docstring). Peers with ``connect=APP`` start once the app listens."""
+    roles, to_app = [], []
+    for r in peers:
+        r = dict(r)
+        if r.get("connect") == APP:
+            r.pop("connect")
+            r["deferred"] = True
+            to_app.append(r.get("name") or r["role"])
+        roles.append(r)
+    bound = timeout_s or _bound(roles) + 10
+    params = dict(params or {})
+    spec = {"kind": "server", "runtime": ctx.runtime.spec, "app": app, "variant": ctx.variant,
+            "max_s": bound, "trace_path": ctx.trace_path, "params": params}
+    with _Peers(roles, timeout_s=bound) as pp:
+        if upstream:
+            params["upstream"] = list(pp.address(upstream))
+        with AppProcess(spec) as proc:
+            addr = proc.wait("listening", 20)["addr"]
+            for name in to_app:
+                pp.start(name, connect=tuple(addr))
+            res = pp.results()
+            proc.interrupt()
+            out = proc.result(10)
+    return Served(out, res)
+
+
+def run_program(ctx: CellContext, *, peers=(), linger_s: float = 0.0,
+                max_s: float | None = None) -> Ran:
+    """Run the scenario's program for this runtime in a cell process, with the
+    listening ``peers`` started first (see the module docstring)."""
+    roles = [dict(r) for r in peers]
+    bound = max_s or _bound(roles)
+    spec = {"kind": "program", "scenario": ctx.scenario.id, "runtime": ctx.runtime.spec,
+            "variant": ctx.variant, "params": ctx.params, "linger_s": linger_s, "max_s": bound}
+    if not roles:
+        with AppProcess({**spec, "peers": {}}) as proc:
+            stopped = proc.wait("stopped", bound + 10)["at"]
+            return Ran(proc.result(linger_s + 10), {}, stopped)
+    with _Peers(roles, timeout_s=bound + 5) as pp:
+        addrs = {r.get("name") or r["role"]: list(pp.address(r.get("name") or r["role"]))
+                 for r in roles if r.get("listen")}
+        with AppProcess({**spec, "peers": addrs}) as proc:
+            stopped = proc.wait("stopped", bound + 10)["at"]
+            out = proc.result(linger_s + 10)
+        res = pp.results()
+    return Ran(out, res, stopped)

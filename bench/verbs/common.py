@@ -1,0 +1,32 @@
+"""Argument types and plugin options the verb modules share."""
+from __future__ import annotations
+
+import argparse
+
+from bench import scenario as scmod
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_plugin_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario-file", action="append", default=[], metavar="FILE",
+                   help="load a scenario file (repeatable); it is loaded in every cell process too")
+    p.add_argument("--scenario-module", action="append", default=[], metavar="MODULE",
+                   help="import a module that registers scenarios (repeatable)")
+    p.add_argument("--runtime-module", action="append", default=[], metavar="MODULE",
+                   help="import a module that registers runtimes (repeatable)")
+
+
+def load_plugins(args) -> None:
+    """Runtimes first (a scenario file may name them), then scenarios."""
+    scmod.load_runtime_modules(getattr(args, "runtime_module", None) or ())
+    scmod.load_plugins(getattr(args, "scenario_file", None) or (),
+                       getattr(args, "scenario_module", None) or ())

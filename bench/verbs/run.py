@@ -1,0 +1,223 @@
+"""Verbs over the scenario matrix: ``run``, ``list``, ``trace``, ``report``, and the main
+report (``looplab`` with no verb).
+
+Every output path is checked before the first cell runs. A runtime named explicitly
+whose library is missing is exit 3 (ENVIRONMENT) before anything runs -- the same code
+``serve`` and ``bench`` give, because the machine lacks something the user asked for;
+with ``all`` or ``ours`` the missing ones are skipped with a line saying so.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from bench import report
+from bench import results as resmod
+from bench import scenario as scmod
+from bench import scenarios
+from bench.errors import ExitCode, Unavailable, UsageError
+from bench.verbs.common import add_plugin_options, load_plugins, positive_int
+from protocols import runtimes as rtmod
+
+APPS = ("echo", "sink", "proxy", "reqresp", "push")
+LIST_WHAT = ("runtimes", "scenarios", "cells", "apps")
+
+
+def _variants_for(app: str) -> tuple[str, ...]:
+    from protocols import callback, stream, task
+    seen: list[str] = []
+    for mod in (callback, stream, task):
+        for v in mod.VARIANTS[app]:
+            if v not in seen:
+                seen.append(v)
+    return tuple(seen)
+
+
+def check_named_runtimes(text: str | None) -> None:
+    """Exit 3 up front when a runtime the user named is missing here."""
+    named = [t for t in scenarios.split(text) or [] if t not in ("all", "ours")]
+    for rt in rtmod.parse_list(",".join(named)) if named else []:
+        reason = rt.unavailable_reason()
+        if reason:
+            raise Unavailable(f"runtime {rt.id} is unavailable here: {reason}")
+
+
+# ---------------------------------------------------------------------------
+# list
+
+def cmd_list(args) -> int:
+    load_plugins(args)
+    if args.what == "runtimes":
+        for info in rtmod.RUNTIMES.values():
+            rt = rtmod.parse(info.id)
+            reason = rt.unavailable_reason()
+            status = "available" if reason is None else f"UNAVAILABLE: {reason}"
+            ref = f" (compare with {', '.join(info.compared_with)})" if info.compared_with else ""
+            origin = getattr(info, "origin", "") or "built-in"
+            print(f"{info.id:18} {info.style:8} {info.summary}{ref} -- {status} [from: {origin}]")
+            for opt in info.options:
+                print(f"    {opt.describe()}")
+        return ExitCode.OK
+    if args.what == "scenarios":
+        for sc in scmod.scenarios().values():
+            flags = [f for f, on in (("main job", sc.main_job), ("traceable", sc.traceable)) if on]
+            print(f"{sc.id:5} {sc.title}  [variants: {', '.join(sc.variants)}; presets: "
+                  f"{', '.join(sc.presets)}{'; ' + ', '.join(flags) if flags else ''}] "
+                  f"[from: {sc.origin}]")
+            print(f"      {sc.summary}")
+        return ExitCode.OK
+    if args.what == "cells":
+        cells = scenarios.plan(args.scenarios, args.runtimes, args.variants, args.preset)
+        if args.shard:
+            cells = resmod.shard(cells, args.shard)
+        for cell in cells:
+            print(cell.id)
+        return ExitCode.OK
+    for app in APPS:
+        print(f"{app:8} variants: {', '.join(_variants_for(app))}")
+    return ExitCode.OK
+
+
+# ---------------------------------------------------------------------------
+# run
+
+def cmd_run(args) -> int:
+    load_plugins(args)
+    out_dir = args.out or report.default_out_dir()
+    resmod.check_output(out_dir, "--out", folder=True)
+    if args.json:
+        resmod.check_output(args.json, "--json")
+    baseline = resmod.load_json(args.baseline) if args.baseline else None
+    if args.baseline and args.fail_on != "verdict":
+        raise UsageError("--baseline is the reference for --fail-on verdict; give both")
+    check_named_runtimes(args.runtimes)
+    cells = scenarios.plan(args.scenarios, args.runtimes, args.variants, args.preset, args.repeat)
+    extra = {}
+    if args.shard:
+        extra["shard"] = resmod.shard_info([c.id for c in cells], args.shard)
+        cells = resmod.shard(cells, args.shard)
+    if not cells:
+        raise UsageError("the matrix is empty: no cell matches those scenarios, runtimes and variants")
+    if not args.out:
+        print(f"looplab run: no --out given; writing to {out_dir}", file=sys.stderr)
+    print(f"looplab run: {len(cells)} cells", file=sys.stderr)
+    return report.run_and_report(cells, out_dir, args.json, args.jobs, args.fail_on, baseline, extra)
+
+
+def cmd_main_job(args) -> int:
+    """``looplab`` with no verb: the main-job scenarios at the quick preset on every
+    available runtime, the table in the terminal and the report folder."""
+    out_dir = args.main_out or "looplab-report"
+    resmod.check_output(out_dir, "--out", folder=True)
+    available, missing = rtmod.available_runtimes()
+    for spec, reason in missing.items():
+        print(f"skipping {spec}: {reason}", file=sys.stderr)
+    cells = scenarios.plan(None, ",".join(r.spec for r in available), None, "quick", main_job=True)
+    print(f"looplab: {len(cells)} cells on {len(available)} runtimes (quick preset)", file=sys.stderr)
+    return report.run_and_report(cells, out_dir, jobs=2)
+
+
+# ---------------------------------------------------------------------------
+# trace
+
+def cmd_trace(args) -> int:
+    """Run one server cell with tracing on and write Chrome trace-event JSON."""
+    load_plugins(args)
+    traceable = [sid for sid, sc in scmod.scenarios().items() if sc.traceable]
+    if args.scenario not in traceable:
+        raise UsageError(f"trace works on the server scenarios {', '.join(traceable)}, "
+                         f"not {args.scenario!r}")
+    path = resmod.check_output(args.out, "--out")
+    rt = rtmod.parse(args.runtime)
+    if not rt.ours:
+        raise UsageError(f"tracing needs one of our kernels (callback, hybrid, coro); {rt.id} is a "
+                         "reference library whose internals we only see through public APIs")
+    spec = rt.spec + ("," if ":" in rt.spec else ":") + "trace=true"
+    cells = scenarios.plan(args.scenario, spec, args.variant, args.preset)
+    if not cells:
+        raise UsageError(f"no cell for {args.scenario} {rt.id} {args.variant}")
+    result = scenarios.run_cell(cells[0], trace_path=path)
+    if result["errors"] or not os.path.exists(path):
+        print(f"looplab trace: the cell failed: {'; '.join(result['errors']) or 'no trace written'}",
+              file=sys.stderr)
+        return ExitCode.FAILED
+    print(f"trace: {args.out} (open it in https://ui.perfetto.dev or chrome://tracing)")
+    return ExitCode.OK
+
+
+# ---------------------------------------------------------------------------
+# report
+
+def cmd_report(args) -> int:
+    load_plugins(args)
+    resmod.check_output(args.out, "--out", folder=True)
+    docs = [resmod.load_json(p) for p in args.files]
+    doc = docs[0] if len(docs) == 1 else resmod.merge(
+        docs, args.files, allow_mixed_machines=args.allow_mixed_machines)
+    paths = report.render_folder(doc, args.out)
+    print(report.render_terminal(doc, notes_in=paths["md"]))
+    print(f"\nreport: {paths['md']} (results.json, results.csv, {len(paths['plots'])} plots)")
+    return ExitCode.OK
+
+
+def add_parser(sub) -> None:
+    ls = sub.add_parser("list", help="what exists: runtimes, scenarios, cells, apps",
+                        description="List runtimes and scenarios (with where each came from), "
+                        "the cells a run would make (with --shard: one shard's), or the apps.")
+    ls.add_argument("what", choices=LIST_WHAT)
+    ls.add_argument("--scenarios", default=None, help="for cells: comma list (default: all)")
+    ls.add_argument("--runtimes", default=None, help="for cells: comma list of runtime specs")
+    ls.add_argument("--variants", default=None, help="for cells: comma list")
+    ls.add_argument("--preset", default="quick", help="for cells: a preset, e.g. quick, blog, tiny")
+    ls.add_argument("--shard", default=None, metavar="I/N", help="for cells: only shard I of N")
+    add_plugin_options(ls)
+    ls.set_defaults(func=cmd_list)
+
+    rn = sub.add_parser("run", help="run a matrix of scenarios x runtimes x variants",
+                        description="Run a matrix; each cell in its own process, peers in another. "
+                        "A crashing or hanging cell is recorded and the matrix goes on. Finished cells "
+                        "are written to DIR/results.json as they complete; Ctrl-C or SIGTERM keeps "
+                        "them. Exit 0 ok, 1 a cell failed (or a verdict, with --fail-on verdict), "
+                        "2 usage, 3 a named runtime is missing, 130 interrupted.")
+    rn.add_argument("--scenarios", default=None, help="comma list, e.g. S1,S3 (default: all)")
+    rn.add_argument("--runtimes", default=None,
+                    help="comma list of runtime specs, e.g. callback,asyncio-protocol or "
+                         "coro:ready_order=random-7; 'all', 'ours' (default: all)")
+    rn.add_argument("--variants", default=None, help="comma list, e.g. naive,fixed (default: all)")
+    rn.add_argument("--preset", default="quick",
+                    help="quick (CI-sized), blog (the post's scale), tiny (smoke tests)")
+    rn.add_argument("--repeat", type=positive_int, default=1,
+                    help="repeats per cell; racy outcomes become frequencies")
+    rn.add_argument("--out", default=None, metavar="DIR",
+                    help="write report.md, results.json/csv and plots (default: looplab-runs/TIME)")
+    rn.add_argument("--json", default=None, metavar="PATH", help="also write the results JSON here")
+    rn.add_argument("--shard", default=None, metavar="I/N", help="run only shard I of N (merge with looplab merge)")
+    rn.add_argument("--jobs", type=positive_int, default=1, help="cells run at once (default 1)")
+    rn.add_argument("--fail-on", choices=["verdict"], default=None,
+                    help="exit 1 when a verdict fails (with --baseline: only one that held there)")
+    rn.add_argument("--baseline", default=None, metavar="RESULTS.json",
+                    help="for --fail-on verdict: the results whose verdicts must keep holding")
+    add_plugin_options(rn)
+    rn.set_defaults(func=cmd_run)
+
+    tr = sub.add_parser("trace", help="write a Chrome trace of one cell (Perfetto opens it)",
+                        description="Run one server-scenario cell on one of our kernels with "
+                        "trace=true and write Chrome trace-event JSON: a track per task or "
+                        "connection, buffer-size counters, flow arrows from wake-up to step.")
+    tr.add_argument("scenario", help="a traceable scenario (looplab list scenarios)")
+    tr.add_argument("--runtime", required=True, help="callback, hybrid or coro (with options)")
+    tr.add_argument("--variant", default="naive")
+    tr.add_argument("--preset", default="quick")
+    tr.add_argument("--out", default="trace.json", help="output path (default trace.json)")
+    add_plugin_options(tr)
+    tr.set_defaults(func=cmd_trace)
+
+    rp = sub.add_parser("report", help="render the full report from results files",
+                        description="Render report.md, results.json/csv and plots into DIR from "
+                        "one results file or several (merged first, with merge's checks).")
+    rp.add_argument("files", nargs="+", metavar="RESULTS.json")
+    rp.add_argument("--out", required=True, metavar="DIR", help="report folder")
+    rp.add_argument("--allow-mixed-machines", action="store_true",
+                    help="pool results from different machines")
+    add_plugin_options(rp)
+    rp.set_defaults(func=cmd_report)
