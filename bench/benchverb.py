@@ -16,15 +16,11 @@ then renamed), so a failed write leaves neither half a file nor a stray temporar
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import json
 import math
 import os
 import sys
-import tempfile
 
-from bench import results
+from bench import html, results
 from bench.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, curve_table,
                         echo_tables, echo_units, idle_table, measure_idle, run_echo_matrix)
 from bench.errors import ExitCode, UsageError
@@ -103,36 +99,14 @@ def _runtimes(text: str | None, default=None) -> list:
 # ---------------------------------------------------------------------------
 # Output paths and atomic writes
 
-def _writable_folder(folder: str, option: str, path: str) -> None:
-    """The nearest existing folder on the way to ``folder`` must take a new file: tried
-    for real (root passes every permission check, and /proc refuses anyway)."""
-    probe = folder
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        raise UsageError(f"cannot write {option} {path}: {probe} is not a folder")
-    try:
-        fd, name = tempfile.mkstemp(dir=probe, prefix=".looplab-probe-")
-    except OSError as exc:
-        raise UsageError(f"cannot write {option} {path}: {probe} does not take new files "
-                         f"({exc.strerror or exc})") from None
-    os.close(fd)
-    os.unlink(name)
-
-
 def check_output_file(path: str, option: str = "--json") -> None:
-    """A UsageError unless a file can be written at ``path``."""
-    if os.path.isdir(path):
-        raise UsageError(f"{option} {path} is a folder; give a file name, e.g. "
-                         f"{os.path.join(path, 'results.json')}")
-    _writable_folder(os.path.dirname(os.path.abspath(path)), option, path)
+    """A UsageError unless a file can be written at ``path`` (checked for real)."""
+    results.check_output(path, option)
 
 
 def check_output_dir(path: str, option: str = "--out") -> None:
-    """A UsageError unless ``path`` is (or can become) a folder we can write in."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UsageError(f"{option} {path} is a file; give a folder")
-    _writable_folder(os.path.abspath(path), option, path)
+    """A UsageError unless ``path`` is, or can become, a folder that takes files."""
+    results.check_output(path, option, folder=True)
 
 
 def _check_outputs(args) -> None:
@@ -142,64 +116,35 @@ def _check_outputs(args) -> None:
         check_output_dir(args.out, "--out")
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def write_atomic(path: str, data: bytes | str) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``:
-    a reader never sees half a file, and a failure leaves no temporary file behind."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())       # mkstemp's 0600 is not what open() gives
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _json_text(doc: dict) -> str:
-    def default(obj):
-        return list(obj) if isinstance(obj, (set, tuple)) else str(obj)
-    return json.dumps(doc, indent=1, default=default, allow_nan=False) + "\n"
-
-
-def _csv_text(doc: dict) -> str:
-    out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=results.CSV_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(results.csv_rows(doc))
-    return out.getvalue()
+    """Write ``data`` through a temporary file beside ``path`` and a rename: a reader
+    never sees half a file, and a failure leaves no temporary file behind."""
+    results.write_bytes(path, data)
 
 
 def _write_outputs(doc: dict, args, markdown: str, extra: dict | None = None) -> ExitCode:
-    """--json FILE and --out DIR (results.json, results.csv, bench.md, ``extra``)."""
-    files = {}
-    if getattr(args, "json", None):
-        files[args.json] = _json_text(doc)
-    if getattr(args, "out", None):
-        files[os.path.join(args.out, "results.json")] = _json_text(doc)
-        files[os.path.join(args.out, "results.csv")] = _csv_text(doc)
-        files[os.path.join(args.out, "bench.md")] = markdown
-        for name, data in (extra or {}).items():
-            files[os.path.join(args.out, name)] = data
-    for path, data in files.items():
-        try:
-            write_atomic(path, data)
-        except OSError as exc:
-            print(f"looplab bench: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
-            return ExitCode.FAILED
-    if files:
-        progress("wrote " + ", ".join(files))
+    """--json FILE and --out DIR (results.json, results.csv, bench.md, ``extra`` and,
+    last so that its links find them, report.html), each written atomically."""
+    written = []
+    try:
+        if getattr(args, "json", None):
+            results.write_json(doc, args.json)
+            written.append(args.json)
+        if getattr(args, "out", None):
+            for name in ("results.json", "results.csv"):
+                path = os.path.join(args.out, name)
+                (results.write_json if name.endswith("json") else results.write_csv)(doc, path)
+                written.append(path)
+            for name, data in {"bench.md": markdown, **(extra or {})}.items():
+                results.write_bytes(os.path.join(args.out, name), data)
+                written.append(os.path.join(args.out, name))
+            written.append(html.write_html(doc, args.out))
+    except OSError as exc:
+        print(f"looplab bench: cannot write {exc.filename or args.out or args.json}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    if written:
+        progress("wrote " + ", ".join(written))
     return ExitCode.OK
 
 

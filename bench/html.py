@@ -28,6 +28,7 @@ import re
 
 from bench import echo as echomod
 from bench import goals as goalsmod
+from bench.results import write_text
 from bench.tables import fmt
 
 __all__ = ["write_html", "render_html", "cell_status", "STATUSES", "BENCH_KINDS"]
@@ -1254,8 +1255,5 @@ def write_html(doc: dict, out_dir: str, *, plots: dict | None = None, command: s
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "report.html")
     text = render_html(doc, plots=plots, command=command, out_dir=out_dir)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_text(path, text)
     return path

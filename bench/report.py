@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 
+from bench import html as htmlmod
 from bench import results as resmod
 from bench import scenario as scmod
 from bench import scenarios
@@ -246,7 +247,8 @@ def _bars(plt, sid, cells, bars, out_dir, key) -> list[str]:
 
 
 def write_report(doc: dict, out_dir: str) -> dict:
-    """results.json, results.csv, report.md and the plots, each written atomically."""
+    """results.json, results.csv, report.md, the plots and report.html, each written
+    atomically. The page comes last: it links only files that exist."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {"json": os.path.join(out_dir, "results.json"), "csv": os.path.join(out_dir, "results.csv"),
              "md": os.path.join(out_dir, "report.md")}
@@ -255,6 +257,7 @@ def write_report(doc: dict, out_dir: str) -> dict:
     plots = plot(doc, out_dir)
     resmod.write_text(paths["md"], render_markdown(doc, plots))
     paths["plots"] = plots
+    paths["html"] = htmlmod.write_html(doc, out_dir, plots=plots)
     return paths
 
 

@@ -50,6 +50,7 @@ import math
 import os
 import platform
 import secrets
+import shlex
 import socket
 import statistics
 import sys
@@ -236,6 +237,7 @@ def new_document(cells: list, run_id: str | None = None, env: dict | None = None
     """A results document. ``extra`` adds top-level keys (e.g. ``config``)."""
     doc = {"schema": SCHEMA, "looplab": VERSION, "run_id": run_id or new_run_id(),
            "env": env if env is not None else environment(), "cells": list(cells)}
+    doc.setdefault("command", shlex.join(["looplab", *sys.argv[1:]]))
     doc.update(extra)
     return doc
 
@@ -278,6 +280,14 @@ def write_json(doc: dict, path: str) -> None:
 
 def write_text(path: str, text: str) -> None:
     _atomic(path, lambda f: f.write(text))
+
+
+def write_bytes(path: str, data: bytes | str) -> None:
+    """Text or bytes, atomically (the one writer every output goes through)."""
+    if isinstance(data, str):
+        write_text(path, data)
+    else:
+        _atomic(path, lambda f: f.write(data), mode="wb")
 
 
 def check_output(path: str, what: str, folder: bool = False) -> str:

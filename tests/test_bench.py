@@ -302,11 +302,11 @@ def test_bad_values_are_usage_errors_before_anything_starts(argv, message, nothi
 def _bad_outputs(tmp_path):
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
-    out = [("--json", str(tmp_path), "is a folder"), ("--out", str(a_file), "is a file"),
-           ("--json", str(a_file / "x.json"), "is not a folder")]
+    out = [("--json", str(tmp_path), "is a folder"), ("--out", str(a_file), "is not a folder"),
+           ("--json", str(a_file / "x.json"), "cannot write there")]
     if os.path.isdir("/proc/self"):
-        out += [("--out", "/proc/x", "does not take new files"),
-                ("--json", "/proc/x/results.json", "does not take new files")]
+        out += [("--out", "/proc/x", "cannot write there"),
+                ("--json", "/proc/x/results.json", "cannot write there")]
     return out
 
 
@@ -394,7 +394,7 @@ def test_a_run_writes_json_csv_and_markdown_atomically(monkeypatch, tmp_path, ca
     args = _bench_args(["--runtimes", "asyncio-protocol,trio", "--repeat", "2",
                         "--out", str(out), "--json", str(js)])
     assert args.func(args) == ExitCode.OK
-    assert sorted(os.listdir(out)) == ["bench.md", "results.csv", "results.json"]
+    assert sorted(os.listdir(out)) == ["bench.md", "report.html", "results.csv", "results.json"]
     doc = results.load_json(str(js))
     assert [c["runtime"] for c in doc["cells"]] == ["asyncio-protocol", "trio"]
     assert doc["config"]["mode"] == "matrix" and doc["env"]["load_client"] == "python (test)"
