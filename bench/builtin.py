@@ -16,7 +16,7 @@ SAME_CODE = "task port: naive and fixed are the same code (send_all blocks)"
 
 
 def _high_water(rt) -> int:
-    return rt.options.get("high_water", 64 * KiB) if rt.ours else 64 * KiB
+    return rt.options.get("high_water", 64 * KiB)
 
 
 def _same_code_note(ctx) -> list:

@@ -91,20 +91,19 @@ def table_rows(doc: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     return out
 
 
-def _primary_reference(runtime_spec: str) -> str | None:
-    """The library whose behaviour our kernel's *defaults* reproduce: the first of
-    its compared_with. With options flipped there is no single primary."""
+def _references(runtime_spec: str) -> tuple[tuple, str | None]:
+    """(the runtimes this one is compared with, the primary one its *defaults*
+    reproduce). Any runtime that names references is a subject of the fidelity table:
+    our kernels and a user's kernel alike. With options flipped there is no primary."""
     try:
         rt = rtmod.parse(runtime_spec)
     except Exception:       # a results file from a runtime not registered here
-        return None
-    if not rt.ours or not rt.info.compared_with or rt.spec != rt.id:
-        return None
-    return rt.info.compared_with[0]
+        return (), None
+    return tuple(rt.info.compared_with), rt.primary_reference
 
 
 def fidelity(cells: list[dict]) -> list[list[str]]:
-    """For each scenario x variant x style: our verdicts vs each reference's.
+    """For each scenario x variant x style: a kernel's verdicts vs each reference's.
     Only a mismatch with the primary reference is a fidelity failure; the others show
     how the reference libraries differ among themselves (uvloop vs asyncio, trio vs curio)."""
     rows = []
@@ -114,10 +113,11 @@ def fidelity(cells: list[dict]) -> list[list[str]]:
             continue
         by_key.setdefault((r["scenario"], r["variant"], r.get("style")), []).append(r)
     for (sid, variant, style), group in sorted(by_key.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        ours = [r for r in group if r.get("ours")]
-        refs = [r for r in group if not r.get("ours")]
-        for o in ours:
-            primary = _primary_reference(o["runtime"])
+        refs_of = {r["runtime"]: _references(r["runtime"]) for r in group}
+        subjects = [r for r in group if refs_of[r["runtime"]][0]]
+        refs = [r for r in group if not refs_of[r["runtime"]][0]]
+        for o in subjects:
+            primary = refs_of[o["runtime"]][1]
             for ref in refs:
                 same = o["verdicts"] == ref["verdicts"]
                 diff = "" if same else "; ".join(
