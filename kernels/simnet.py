@@ -1485,7 +1485,7 @@ class Source(_Peer):
                 self._left -= n
                 if self._left:
                     continue
-            done_time = self.duration_s is not None and now - self.t0 >= self.duration_s
+            done_time = self.duration_s is not None and now >= self.t0 + self.duration_s
             done_bytes = self.total_bytes is not None and self.sent >= self.total_bytes
             if done_time or done_bytes:
                 self._finish()
@@ -1562,14 +1562,19 @@ class Sink(_Peer):
         s = self.sock
         while True:
             now = self.world.now
-            el = now - self.t0
-            if el < self.start_after_s:
-                if self.start_after_s != math.inf:
-                    self._wake_at(self.t0 + self.start_after_s)
+            # absolute times: the timer fires at exactly these, and now - t0
+            # may round just below the interval
+            start = self.t0 + self.start_after_s
+            if now < start:
+                if start != math.inf:
+                    self._wake_at(start)
                 return
-            if self.stall_at_s is not None and self.stall_at_s <= el < self.stall_at_s + self.stall_s:
-                self._wake_at(self.t0 + self.stall_at_s + self.stall_s)
-                return
+            if self.stall_at_s is not None:
+                stall_from = self.t0 + self.stall_at_s
+                stall_to = stall_from + self.stall_s
+                if stall_from <= now < stall_to:
+                    self._wake_at(stall_to)
+                    return
             if self._bucket is not None and self._bucket.due > now:
                 self._wake_at(self._bucket.due)
                 return
@@ -1689,7 +1694,7 @@ class ResettingPeer(_Peer):
             return
         s = self.sock
         now = self.world.now
-        if self.after_s is not None and now - self.t0 >= self.after_s:
+        if self.after_s is not None and now >= self.t0 + self.after_s:
             return self._reset()
         if self.after_s is not None:
             self._wake_at(self.t0 + self.after_s)
