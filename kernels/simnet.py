@@ -136,6 +136,7 @@ _BOTH = READ | WRITE
 FD_BASE = 1 << 20
 
 FAULT_KINDS = ("stall", "slow", "reset", "vanish")
+MAX_EVENTS_AT_ONE_TIME = 1_000_000
 _SIDES = ("client", "server", "both")
 _SLOW_SLICE_S = 0.05      # a slowed reader gets at most this many seconds of rate per recv
 
@@ -259,15 +260,22 @@ class World:
         return heap[0][0] if heap else None
 
     def _run_due(self):
-        """Run every event due at or before now, in (time, seq) order."""
+        """Run every event due at or before now, in (time, seq) order. A
+        participant that keeps scheduling itself at the same instant would
+        stop time for ever: after ``MAX_EVENTS_AT_ONE_TIME`` it is an error."""
         heap = self._heap
         now = self.now
+        budget = MAX_EVENTS_AT_ONE_TIME
         while heap and heap[0][0] <= now:
             ev = heapq.heappop(heap)[2]
             fn = ev.fn
             if fn is not None:
                 ev.fn = None
                 fn(*ev.args)
+                budget -= 1
+                if not budget:
+                    raise RuntimeError(f"simnet: livelock: {MAX_EVENTS_AT_ONE_TIME} events at "
+                                       f"t={now:.6f}s without time moving (last: {fn!r})")
 
     def run(self, until=None, max_events=None) -> None:
         """Advance through events up to virtual time ``until`` (``None``: until
@@ -879,6 +887,8 @@ class SimSocket:
     def _pump(self):
         """Move unsent bytes onto the link as far as the peer's window allows,
         then the FIN if one is queued behind them."""
+        if not self._unsent and (self._fin_sent or not self._fin_queued):
+            return
         peer = self._peer
         if peer is None or self._reset or self._state != _CONNECTED:
             return
@@ -891,8 +901,12 @@ class SimSocket:
             if window <= 0:
                 return
             n = min(len(unsent), mss, window)
-            data = bytes(unsent[:n])
-            del unsent[:n]
+            if n == len(unsent):
+                data = bytes(unsent)
+                unsent.clear()
+            else:
+                data = bytes(unsent[:n])
+                del unsent[:n]
             self._sent_total += n
             self._unacked += n
             world.call_at(link.arrival(world, n), peer._deliver, data)

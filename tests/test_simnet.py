@@ -569,3 +569,15 @@ def test_queue_delays_need_no_framing():
     assert delays and all(d >= 0 for _, d in delays)
     assert delays[-1][1] > delays[0][1]           # the reader is slower: the queue grows
     assert not math.isnan(delays[-1][1])
+
+
+def test_a_participant_spinning_at_one_instant_is_an_error_not_a_hang(monkeypatch):
+    import kernels.simnet as simnet
+    monkeypatch.setattr(simnet, "MAX_EVENTS_AT_ONE_TIME", 1000)
+    world = World(0)
+
+    def spin():
+        world.call_later(0, spin)
+    world.call_later(1.0, spin)
+    with pytest.raises(RuntimeError, match="livelock"):
+        world.run(until=2.0)
