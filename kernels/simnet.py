@@ -1084,12 +1084,14 @@ def _address(address):
 class SimPoller:
     """The seam's poller over the world. ``wait`` never blocks: it advances the
     virtual clock instead (see the module docstring)."""
-    __slots__ = ("_world", "_fds", "_closed")
+    __slots__ = ("_world", "_fds", "_closed", "_spin_at", "_spins")
 
     def __init__(self, world):
         self._world = world
         self._fds = {}
         self._closed = False
+        self._spin_at = -1.0
+        self._spins = 0
         world._pollers.append(self)
 
     def register(self, fd, mask) -> None:
@@ -1143,6 +1145,16 @@ class SimPoller:
             run_due()
             events = ready()
             if events:
+                if world.now != self._spin_at:
+                    self._spin_at = world.now
+                    self._spins = 0
+                else:
+                    # level-triggered readiness nobody consumes never lets time move
+                    self._spins += 1
+                    if self._spins >= MAX_EVENTS_AT_ONE_TIME:
+                        raise RuntimeError(
+                            f"simnet: livelock: {self._spins} waits at t={world.now:.6f}s "
+                            f"returned ready fds without time moving (e.g. {events[0]})")
                 return events
             while heap and heap[0][2].fn is None:
                 heapq.heappop(heap)

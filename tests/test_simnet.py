@@ -581,3 +581,16 @@ def test_a_participant_spinning_at_one_instant_is_an_error_not_a_hang(monkeypatc
     world.call_later(1.0, spin)
     with pytest.raises(RuntimeError, match="livelock"):
         world.run(until=2.0)
+
+
+def test_polling_an_always_ready_fd_forever_is_an_error_not_a_hang(monkeypatch):
+    import kernels.simnet as simnet
+    monkeypatch.setattr(simnet, "MAX_EVENTS_AT_ONE_TIME", 1000)
+    world = World(0)
+    a, b = world.io().socketpair()
+    poller = world.io().poller()
+    poller.register(a.fileno(), WRITE)          # writable, and nobody ever writes
+    with pytest.raises(RuntimeError, match="livelock"):
+        for _ in range(2000):
+            poller.wait(1.0)
+    poller.close()
