@@ -594,3 +594,71 @@ def test_polling_an_always_ready_fd_forever_is_an_error_not_a_hang(monkeypatch):
         for _ in range(2000):
             poller.wait(1.0)
     poller.close()
+
+
+def test_a_universe_replays_identically_in_another_process():
+    import os
+    import subprocess
+    import sys
+    u = World(11, jitter_s=0.0005, random_faults=2, fault_horizon_s=2.0).universe()
+    program = (
+        "import json, sys\n"
+        "sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']\n"
+        "from kernels.simnet import World\n"
+        "import test_simnet as t\n"
+        "w = World.from_universe(json.loads(sys.argv[2]))\n"
+        "t.run_relay(w, bounded=True, duration=2.0)\n"
+        "print(w.digest())\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    out = subprocess.run([sys.executable, "-c", program, root, json.dumps(u)], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    here = World.from_universe(u)
+    run_relay(here, bounded=True, duration=2.0)
+    assert out.stdout.strip() == here.digest()
+
+
+def test_closing_a_listener_resets_connections_it_never_accepted():
+    world = World(0)
+    io = world.io()
+    ls = io.socket()
+    ls.setblocking(False)
+    ls.bind(A)
+    ls.listen(4)
+    c = io.socket()
+    c.setblocking(False)
+    c.connect_ex(A)
+    settle(world)
+    assert c.getpeername() == A
+    ls.close()
+    settle(world)
+    with pytest.raises(ConnectionResetError):
+        c.recv(10)
+    # the address is free again
+    ls2 = io.socket()
+    ls2.bind(A)
+    ls2.close()
+    c.close()
+
+
+def test_peek_recv_into_with_nbytes_and_eof_hidden_during_a_stall():
+    world = World(0, faults=[{"at": 0.05, "kind": "stall", "conn": 0, "side": "server",
+                              "duration_s": 1.0}])
+    c, s = pair(world)
+    c.send(b"abcdef")
+    c.shutdown(socket.SHUT_WR)
+    settle(world, 0.01)
+    assert s.recv(3, socket.MSG_PEEK) == b"abc"
+    buf = bytearray(10)
+    assert s.recv_into(buf, 2) == 2 and buf[:2] == b"ab"
+    world.run(until=0.5)                       # stalled: data and EOF are there but hidden
+    with pytest.raises(BlockingIOError):
+        s.recv(10)
+    poller = world.io().poller()
+    poller.register(s.fileno(), READ)
+    assert poller.wait(None) == [(s.fileno(), READ)]
+    assert world.now == pytest.approx(1.05)    # readable exactly when the stall ends
+    assert s.recv(10) == b"cdef"
+    assert s.recv(10) == b""
+    poller.close()
