@@ -662,3 +662,79 @@ def test_peek_recv_into_with_nbytes_and_eof_hidden_during_a_stall():
     assert s.recv(10) == b"cdef"
     assert s.recv(10) == b""
     poller.close()
+
+
+def test_asyncio_selector_loop_and_transports_run_on_simselector():
+    """asyncio's own loop, transports and (absent) flow control over the
+    simulated network: the naive callback relay of S1 buffers the difference
+    between source and sink in its transport, as on real sockets. The loop
+    subclass swaps asyncio's self-pipe and clock (private hooks, CPython 3.11)."""
+    import asyncio
+
+    duration = 3.0
+    world = World(1)
+
+    class SimLoop(asyncio.SelectorEventLoop):
+        def __init__(self):
+            super().__init__(SimSelector(world))
+
+        def _make_self_pipe(self):
+            self._waker = world.io().waker()
+            self._ssock = self._csock = None
+            self._internal_fds += 1
+            self._add_reader(self._waker.fileno(), self._waker.drain)
+
+        def _close_self_pipe(self):
+            self._remove_reader(self._waker.fileno())
+            self._waker.close()
+            self._internal_fds -= 1
+
+        def _write_to_self(self):
+            self._waker.wake()
+
+        def time(self):
+            return world.now
+
+    sink = Sink(world, rate_Bps=1_000_000).listen(B)
+    source = Source(world, rate_Bps=3_000_000, duration_s=duration).connect(A)
+    peak = [0]
+
+    class Relay(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.out, self.pending = None, []
+            asyncio.get_running_loop().create_task(self.dial())
+
+        async def dial(self):
+            s = world.socket()
+            s.setblocking(False)
+            s.connect_ex(B)
+            self.out, _ = await asyncio.get_running_loop().create_connection(
+                asyncio.Protocol, sock=s)
+            for data in self.pending:
+                self.out.write(data)
+
+        def data_received(self, data):
+            if self.out is None:
+                self.pending.append(data)
+                return
+            self.out.write(data)          # naive: no pause_reading on high water
+            peak[0] = max(peak[0], self.out.get_write_buffer_size())
+
+    async def main():
+        ls = world.socket()
+        ls.setblocking(False)
+        ls.bind(A)
+        ls.listen(1)
+        server = await asyncio.get_running_loop().create_server(Relay, sock=ls)
+        await asyncio.sleep(duration)
+        server.close()
+
+    loop = SimLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert world.now == pytest.approx(duration)
+    assert 0.8 * 2e6 * duration < peak[0] < 1.1 * 2e6 * duration
+    assert source.sent > 0.95 * 3e6 * duration
+    assert sink.corrupt_at is None and sink.received > 0.9e6 * duration
