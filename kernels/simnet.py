@@ -797,7 +797,9 @@ class SimSocket:
         if self._state != _CONNECTED:
             if self._state == _CONNECTING:
                 self._would_block("send")
-            raise _oserror(errno.ENOTCONN if not self._err else self._take_err())
+            if self._err:                      # a failed connect
+                raise _error_exc(self._take_err())
+            raise _oserror(errno.ENOTCONN)
         if self._err:
             raise _error_exc(self._take_err())
         if self._wr_shut or self._reset:

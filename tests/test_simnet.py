@@ -739,3 +739,28 @@ def test_asyncio_selector_loop_and_transports_run_on_simselector():
     assert 0.8 * 2e6 * duration < peak[0] < 1.1 * 2e6 * duration
     assert source.sent > 0.95 * 3e6 * duration
     assert sink.corrupt_at is None and sink.received > 0.9e6 * duration
+
+
+def test_send_after_a_refused_connect_raises_the_refusal_once():
+    world = World(0)
+    c = world.io().socket()
+    c.setblocking(False)
+    c.connect_ex(("127.0.0.1", 1))
+    settle(world)
+    with pytest.raises(ConnectionRefusedError):
+        c.send(b"x")
+    with pytest.raises(OSError) as info:
+        c.send(b"x")
+    assert info.value.errno == errno.ENOTCONN
+    c.close()
+
+
+def test_the_docs_first_run_snippet():
+    import pathlib
+    doc = pathlib.Path(__file__).resolve().parent.parent / "docs" / "simnet.md"
+    text = doc.read_text()
+    snippet = text.split("```python\n", 1)[1].split("```", 1)[0]
+    scope = {}
+    exec(snippet, scope)
+    assert scope["events"] == [(scope["ls"].fileno(), READ)]
+    assert 0 < scope["io"].time() < 1.0
