@@ -1,0 +1,1783 @@
+"""A simulated TCP network under a virtual clock: one seed, one universe.
+
+What it is for
+--------------
+A scenario on real loopback sockets takes its full duration in wall time, and a
+race it hits once cannot be replayed. Here the whole cell -- the program under
+test, its peers and the wires between them -- lives in one process as one
+deterministic sequence of events. ``World(seed, ...)`` holds the clock and the
+event queue; ``world.io()`` is a ``SimIO`` with the shape of the kernels'
+I/O-and-time seam (``poller()``, ``waker()``, ``time()``, ``socket()``,
+``socketpair()``, ``getaddrinfo()``, ``read_check()``), so a kernel that takes an
+IO object runs on it unchanged; ``world.selector()`` is a
+``selectors.BaseSelector`` over the same world for code built on selectors.
+
+Time never passes by itself. ``Poller.wait(timeout)`` runs the events due now;
+if a registered fd is ready it returns at once, otherwise it jumps the clock to
+the next event (a delivery, an acknowledgement, a peer's timer, a fault) and
+looks again, until something is ready or ``now + timeout`` is reached. So ten
+simulated seconds of a 1 MB/s stream cost a few thousand events, not ten
+seconds. ``wait(None)`` with nothing ready and nothing scheduled would block
+forever; it raises ``SimDeadlock`` instead.
+
+The model (what a byte goes through)
+------------------------------------
+Each connection has two directions. In each, the sender's **send buffer**
+(``SO_SNDBUF`` bytes, 64 KiB by default, as the scenarios pin on real sockets)
+holds bytes the application handed over and the receiver has not acknowledged.
+``send`` takes what fits -- a partial write when the buffer is nearly full,
+``BlockingIOError`` when it is full -- and the socket polls writable when the
+free space is at least half of what is queued (Linux's ``sk_stream_is_writeable``
+rule, which is why a full buffer does not wake a writer for every ACK).
+
+Bytes leave the send buffer for the **link** in segments of at most ``mss``
+bytes, and only as far as the receiver's **window** allows: the receiver's
+``SO_RCVBUF`` minus what is in flight or unread there, as last reported to the
+sender. The link serializes at ``bandwidth_Bps`` (``None``: unlimited) and
+delivers after ``latency_s`` (plus ``jitter_s`` drawn from the seed; a
+direction never reorders). A delivered segment lands in the receiver's
+**receive buffer**; its ACK travels back after the latency and frees the
+sender's buffer. When the application reads, a window update travels back the
+same way. So a reader that stops fills its receive buffer, then the window
+closes, then the sender's buffer fills, and the writer blocks: the same two
+64 KiB buffers of backpressure a pinned real socket pair has.
+
+Endings follow Linux:
+
+* ``shutdown(SHUT_WR)`` (and ``close``) queue a FIN behind the unsent data; the
+  peer's ``recv`` returns ``b""`` once it has read everything before it. The
+  other direction keeps working (half-close). ``send`` after ``SHUT_WR`` raises
+  ``BrokenPipeError``.
+* ``close()`` with unread received data sends an RST instead of a FIN and drops
+  whatever the closer had not sent yet (trio issue 412: the peer may lose data
+  it was about to read); so does data arriving at a socket that was closed, and
+  ``close()`` after ``SO_LINGER`` (on, 0 s).
+* An RST received is a pending ``ECONNRESET``: the receiver can still read what
+  had already arrived, then the first ``recv`` or ``send`` raises
+  ``ConnectionResetError``; afterwards ``recv`` returns ``b""`` and ``send``
+  raises ``BrokenPipeError``. ``SO_ERROR`` reports and clears it too.
+* ``connect`` to an address nobody listens on fails with ``ECONNREFUSED`` after
+  one round trip. A listener queues at most ``backlog + 1`` connections not yet
+  accepted (Linux's accept-queue test); a SYN beyond that is dropped and
+  retried after ``syn_retry_s``, doubling, ``syn_retries`` times, then the
+  connect fails with ``ETIMEDOUT``.
+
+Faults, planned or drawn from the seed, act on connection ``conn`` (numbered in
+``connect`` order from 0; a ``socketpair`` counts too) at time ``at``, on its
+``side`` ("client" is the connecting end, "server" the accepted end):
+
+* ``stall``: that side's application sees nothing to read for ``duration_s``
+  (data keeps arriving until its receive buffer and the window are full);
+* ``slow``: that side reads at most ``rate_Bps`` for ``duration_s``;
+* ``reset``: an RST reaches that side ("both": both sides) now;
+* ``vanish``: that side's host disappears without a FIN: nothing more crosses
+  the connection in either direction, and nothing ever tells the survivor
+  (no keep-alive, no retransmission time-out).
+
+What it does not model: congestion control, slow start, Nagle and delayed
+ACKs, packet loss and retransmission (except the SYN retries above), IP
+fragmentation, urgent data, ``SO_LINGER`` with a time-out, Linux's doubling of
+``SO_SNDBUF``/``SO_RCVBUF`` and its per-skb memory accounting (capacities here
+are exact byte counts), and file-descriptor reuse (fake fds count up from
+``FD_BASE``, above any real descriptor, so passing one to the real OS fails
+loudly).
+
+Peers
+-----
+``Source``, ``Sink`` (and its ``StalledReader`` and ``DelayedReader``
+settings), ``PipeliningClient`` and ``ResettingPeer`` are sans-IO participants
+in the same world: they hold simulated sockets, act when the world tells them a
+socket changed or their timer fires, count every byte and timestamp it with
+the virtual clock. They are the ground truth, independent of the program under
+test.
+
+Replay
+------
+``world.universe()`` is a JSON-able dict: the seed, every parameter and the
+full fault schedule (drawn faults written out). ``World.from_universe(d)``
+builds the same world; run the same program on it and every event happens at
+the same virtual time in the same order. ``world.log`` lists the events
+(``(time, kind, conn, side, value)``) and ``world.digest()`` hashes it.
+
+Standard library only, and no imports from the rest of looplab.
+"""
+from __future__ import annotations
+
+import bisect
+import errno
+import hashlib
+import heapq
+import math
+import os
+import random
+import select
+import selectors
+import socket as _socket
+import struct
+from collections import deque
+from collections.abc import Mapping
+
+__all__ = ["World", "SimIO", "SimSocket", "SimPoller", "SimWaker", "SimSelector",
+           "SimDeadlock", "SimBlockingError", "READ", "WRITE", "FD_BASE", "FAULT_KINDS",
+           "Source", "Sink", "StalledReader", "DelayedReader", "PipeliningClient",
+           "ResettingPeer", "queue_delays"]
+
+# The seam's mask bits (epoll's, as the real poller uses); an error or hang-up
+# is reported as both.
+if hasattr(select, "epoll"):
+    READ, WRITE = select.EPOLLIN, select.EPOLLOUT
+else:  # pragma: no cover - macOS/BSD/Windows only
+    READ, WRITE = 1, 4
+_ERR = 1 << 30            # internal: error or hang-up, reported as READ | WRITE
+_BOTH = READ | WRITE
+
+#: Fake file descriptors start here: above the highest real one a process can
+#: hold under Linux's default ``nr_open``.
+FD_BASE = 1 << 20
+
+FAULT_KINDS = ("stall", "slow", "reset", "vanish")
+MAX_EVENTS_AT_ONE_TIME = 1_000_000
+_SIDES = ("client", "server", "both")
+_SLOW_SLICE_S = 0.05      # a slowed reader gets at most this many seconds of rate per recv
+
+_DEFAULTS = {
+    "latency_s": 50e-6,          # one way; loopback is a few microseconds to tens
+    "bandwidth_Bps": None,       # None: the link never limits (loopback moves GB/s)
+    "jitter_s": 0.0,             # extra one-way delay, uniform in [0, jitter_s), per segment
+    "sndbuf": 65536,
+    "rcvbuf": 65536,
+    "mss": 65483,                # loopback's MTU of 65536 minus the headers
+    "syn_retry_s": 1.0,
+    "syn_retries": 6,
+    "random_faults": 0,          # with faults=None: how many to draw from the seed
+    "fault_horizon_s": 10.0,     # drawn faults happen in [0, horizon)
+    "fault_connections": 2,      # drawn faults pick a connection in range(this)
+}
+
+
+class SimDeadlock(RuntimeError):
+    """``wait(None)`` found nothing ready and nothing that could ever happen."""
+
+
+class SimBlockingError(RuntimeError):
+    """A simulated socket in blocking mode was asked to block: the simulation
+    cannot wait inside a call. Call ``setblocking(False)``."""
+
+
+def _oserror(code, cls=OSError):
+    return cls(code, f"{os.strerror(code)} (simulated)")
+
+
+# ---------------------------------------------------------------------------
+# The world: clock, event queue, address space, faults, log
+
+
+class World:
+    """A virtual clock, an event queue and everything on the simulated network.
+
+    ``World(seed, **params)``: see ``_DEFAULTS`` (and the module docstring) for
+    the parameters; ``faults`` is a list of fault dicts, or ``None`` to draw
+    ``random_faults`` of them from the seed. ``log=False`` keeps no event log
+    (``digest()`` then hashes nothing).
+    """
+
+    def __init__(self, seed=0, *, faults=None, log=True, **params):
+        if isinstance(seed, bool) or not isinstance(seed, (int, str)):
+            raise ValueError(f"simnet: seed must be an int or a str, got {seed!r}")
+        unknown = sorted(set(params) - set(_DEFAULTS))
+        if unknown:
+            raise ValueError(f"simnet: unknown parameter {unknown[0]!r}; valid: "
+                             + ", ".join(sorted(_DEFAULTS)))
+        p = dict(_DEFAULTS)
+        p.update(params)
+        _check_params(p)
+        self.seed = seed
+        self.params = p
+        self.now = 0.0
+        self._heap = []
+        self._seq = 0
+        self._gen = 0                 # bumped on every readiness-relevant change
+        self._files = {}              # fd -> SimSocket | SimWaker
+        self._next_fd = FD_BASE
+        self._listeners = {}          # (host, port) -> listening SimSocket
+        self._bound = set()
+        self._next_port = 40000
+        self._conns = []              # index -> [client endpoint, server endpoint]
+        self._pollers = []
+        self._pokes = deque()         # sockets whose peer must act before anything else runs
+        self._rng = random.Random(f"{seed}:net")
+        self.log = [] if log else None
+        if faults is None:
+            faults = _draw_faults(random.Random(f"{seed}:faults"), p)
+        self.faults = [_check_fault(f) for f in faults]
+        for fault in sorted(self.faults, key=lambda f: f["at"]):
+            self.call_at(fault["at"], self._fault, fault)
+
+    # -- replay ---------------------------------------------------------
+
+    def universe(self) -> dict:
+        """Everything that decides this world, as plain JSON values."""
+        return {"model": "looplab.simnet", "version": 1, "seed": self.seed,
+                "params": dict(self.params), "faults": [dict(f) for f in self.faults]}
+
+    @classmethod
+    def from_universe(cls, d, *, log=True) -> "World":
+        if not isinstance(d, Mapping) or d.get("model") != "looplab.simnet":
+            raise ValueError("simnet: not a simnet universe (no model 'looplab.simnet')")
+        if d.get("version") != 1:
+            raise ValueError(f"simnet: universe version {d.get('version')!r} is not 1")
+        return cls(d["seed"], faults=list(d.get("faults", [])), log=log,
+                   **dict(d.get("params", {})))
+
+    def digest(self) -> str:
+        """SHA-256 of the event log: equal digests, equal event sequences."""
+        return hashlib.sha256(repr(self.log).encode()).hexdigest()
+
+    def record(self, kind, conn=None, side=None, value=None):
+        if self.log is not None:
+            self.log.append((self.now, kind, conn, side, value))
+
+    # -- clock and events -------------------------------------------------
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when, fn, *args):
+        """Run ``fn(*args)`` at virtual time ``when`` (never before now).
+        Returns a handle whose ``cancel()`` stops it."""
+        ev = _Event(fn, args)
+        self._seq += 1
+        heapq.heappush(self._heap, (when if when > self.now else self.now, self._seq, ev))
+        return ev
+
+    def call_later(self, delay, fn, *args):
+        return self.call_at(self.now + delay, fn, *args)
+
+    def next_time(self):
+        """When the next event is due (``None``: nothing is scheduled)."""
+        heap = self._heap
+        while heap and heap[0][2].fn is None:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _run_due(self):
+        """Run every event due at or before now, in (time, seq) order. A
+        participant that keeps scheduling itself at the same instant would
+        stop time for ever: after ``MAX_EVENTS_AT_ONE_TIME`` it is an error."""
+        heap = self._heap
+        pokes = self._pokes
+        now = self.now
+        budget = MAX_EVENTS_AT_ONE_TIME
+        fn = None
+        while True:
+            # A peer whose socket changed acts right after the event that
+            # changed it (cheaper than a zero-delay event, just as ordered).
+            while pokes:
+                pokes.popleft()._poke()
+                budget -= 1
+            if not (heap and heap[0][0] <= now):
+                break
+            ev = heapq.heappop(heap)[2]
+            fn = ev.fn
+            if fn is not None:
+                ev.fn = None
+                fn(*ev.args)
+                budget -= 1
+            if budget <= 0:
+                raise RuntimeError(f"simnet: livelock: {MAX_EVENTS_AT_ONE_TIME} events at "
+                                   f"t={now:.6f}s without time moving (last: {fn!r})")
+
+    def run(self, until=None, max_events=None) -> None:
+        """Advance through events up to virtual time ``until`` (``None``: until
+        none are left), for worlds driven by peers alone."""
+        count = 0
+        while True:
+            self._run_due()
+            t = self.next_time()
+            if t is None or (until is not None and t > until):
+                break
+            self.now = t
+            count += 1
+            if max_events is not None and count > max_events:
+                raise RuntimeError(f"simnet: more than {max_events} event steps")
+        if until is not None and until > self.now:
+            self.now = until
+
+    # -- file descriptors and addresses -------------------------------------
+
+    def _new_fd(self, obj) -> int:
+        fd = self._next_fd
+        self._next_fd += 1
+        self._files[fd] = obj
+        return fd
+
+    def _release_fd(self, fd) -> None:
+        self._files.pop(fd, None)
+        for poller in self._pollers:
+            poller._fds.pop(fd, None)
+        self._gen += 1
+
+    def _ephemeral(self, host) -> tuple:
+        while True:
+            port = self._next_port
+            self._next_port = 40000 + (self._next_port - 40000 + 1) % 20000
+            if (host, port) not in self._bound:
+                return (host, port)
+
+    # -- the seam's objects -------------------------------------------------
+
+    def io(self) -> "SimIO":
+        return SimIO(self)
+
+    def selector(self) -> "SimSelector":
+        return SimSelector(self)
+
+    def socket(self, family=_socket.AF_INET, type=_socket.SOCK_STREAM, proto=0):
+        return SimSocket(self, family, type, proto)
+
+    def connection(self, index):
+        """``(client, server)`` endpoints of connection ``index``."""
+        return tuple(self._conns[index])
+
+    # -- faults -----------------------------------------------------------
+
+    def _fault(self, fault):
+        i = fault["conn"]
+        if i >= len(self._conns):
+            self.record("fault-missed", i, fault["side"], fault["kind"])
+            return
+        client, server = self._conns[i]
+        side = fault["side"]
+        targets = (client, server) if side == "both" else (client if side == "client" else server,)
+        kind = fault["kind"]
+        self.record("fault", i, side, kind)
+        for ep in targets:
+            if kind == "stall":
+                ep._gate_until = max(ep._gate_until, self.now + fault["duration_s"])
+                self.call_at(ep._gate_until, ep._changed)
+            elif kind == "slow":
+                ep._slow_rate = fault["rate_Bps"]
+                ep._slow_until = self.now + fault["duration_s"]
+                ep._slow_due = self.now
+                self.call_at(ep._slow_until, ep._changed)
+            elif kind == "reset":
+                ep._on_rst()
+            elif kind == "vanish":
+                ep._vanished = True
+                ep._link.dead = True
+                if ep._peer is not None:
+                    ep._peer._link.dead = True
+            ep._changed()
+
+
+class _Event:
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, args):
+        self.fn = fn
+        self.args = args
+
+    def cancel(self):
+        self.fn = None
+
+
+def _check_params(p):
+    def num(name, low, allow_none=False, integer=False, strict=False):
+        v = p[name]
+        if v is None and allow_none:
+            return
+        ok = (not isinstance(v, bool) and isinstance(v, int if integer else (int, float))
+              and math.isfinite(v) and (v > low if strict else v >= low))
+        if not ok:
+            kind = "an int" if integer else "a number"
+            bound = f"> {low}" if strict else f">= {low}"
+            extra = " or None" if allow_none else ""
+            raise ValueError(f"simnet: bad value {v!r} for {name}: must be {kind} {bound}{extra}")
+    num("latency_s", 0)
+    num("bandwidth_Bps", 0, allow_none=True, strict=True)
+    num("jitter_s", 0)
+    num("sndbuf", 1, integer=True)
+    num("rcvbuf", 1, integer=True)
+    num("mss", 1, integer=True)
+    num("syn_retry_s", 0, strict=True)
+    num("syn_retries", 0, integer=True)
+    num("random_faults", 0, integer=True)
+    num("fault_horizon_s", 0, strict=True)
+    num("fault_connections", 1, integer=True)
+
+
+def _check_fault(f) -> dict:
+    if not isinstance(f, Mapping):
+        raise ValueError(f"simnet: a fault must be a dict, got {f!r}")
+    kind = f.get("kind")
+    if kind not in FAULT_KINDS:
+        raise ValueError(f"simnet: bad fault kind {kind!r}; valid: {', '.join(FAULT_KINDS)}")
+    out = {"at": f.get("at"), "kind": kind, "conn": f.get("conn", 0),
+           "side": f.get("side", "both" if kind == "reset" else "server")}
+    if isinstance(out["at"], bool) or not isinstance(out["at"], (int, float)) \
+            or not math.isfinite(out["at"]) or out["at"] < 0:
+        raise ValueError(f"simnet: fault 'at' must be a time >= 0, got {out['at']!r}")
+    if isinstance(out["conn"], bool) or not isinstance(out["conn"], int) or out["conn"] < 0:
+        raise ValueError(f"simnet: fault 'conn' must be an index >= 0, got {out['conn']!r}")
+    if out["side"] not in _SIDES:
+        raise ValueError(f"simnet: bad fault side {out['side']!r}; valid: {', '.join(_SIDES)}")
+    if kind in ("stall", "slow"):
+        d = f.get("duration_s")
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not (0 < d < math.inf):
+            raise ValueError(f"simnet: a {kind} fault needs duration_s > 0, got {d!r}")
+        out["duration_s"] = d
+    if kind == "slow":
+        r = f.get("rate_Bps")
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0 < r < math.inf):
+            raise ValueError(f"simnet: a slow fault needs rate_Bps > 0, got {r!r}")
+        out["rate_Bps"] = r
+    extra = set(f) - set(out) - {"duration_s", "rate_Bps"}
+    if extra:
+        raise ValueError(f"simnet: unknown fault field {sorted(extra)[0]!r}")
+    return out
+
+
+def _draw_faults(rng, p) -> list:
+    faults = []
+    for _ in range(p["random_faults"]):
+        kind = rng.choice(FAULT_KINDS)
+        f = {"at": round(rng.uniform(0, p["fault_horizon_s"]), 6), "kind": kind,
+             "conn": rng.randrange(p["fault_connections"]),
+             "side": rng.choice(_SIDES if kind == "reset" else _SIDES[:2])}
+        if kind in ("stall", "slow"):
+            f["duration_s"] = round(rng.uniform(0.05, 0.2 * p["fault_horizon_s"]), 6)
+        if kind == "slow":
+            f["rate_Bps"] = float(rng.choice((16384, 65536, 262144)))
+        faults.append(f)
+    faults.sort(key=lambda f: f["at"])
+    return faults
+
+
+# ---------------------------------------------------------------------------
+# Simulated TCP sockets
+
+
+class _Link:
+    """One direction of a connection: serialization and propagation."""
+    __slots__ = ("latency", "bandwidth", "jitter", "free_at", "last_arrival", "dead")
+
+    def __init__(self, p):
+        self.latency = p["latency_s"]
+        self.bandwidth = p["bandwidth_Bps"]
+        self.jitter = p["jitter_s"]
+        self.free_at = 0.0
+        self.last_arrival = 0.0
+        self.dead = False
+
+    def arrival(self, world, nbytes) -> float:
+        start = world.now if world.now > self.free_at else self.free_at
+        if self.bandwidth is not None and nbytes:
+            start += nbytes / self.bandwidth
+            self.free_at = start
+        t = start + self.latency
+        if self.jitter:
+            t += world._rng.random() * self.jitter
+        if t < self.last_arrival:
+            t = self.last_arrival          # a direction never reorders
+        self.last_arrival = t
+        return t
+
+
+_NEW, _LISTENING, _CONNECTING, _CONNECTED, _CLOSED = range(5)
+_STATE_NAMES = ("new", "listening", "connecting", "connected", "closed")
+
+
+class SimSocket:
+    """A TCP socket on the simulated network, with the part of the socket API
+    the kernels use. Non-blocking calls that would block raise
+    ``BlockingIOError``; in blocking mode they raise ``SimBlockingError``."""
+
+    def __init__(self, world, family=_socket.AF_INET, type=_socket.SOCK_STREAM, proto=0,
+                 *, _fd=True):
+        if type != _socket.SOCK_STREAM:
+            raise _oserror(errno.EPROTONOSUPPORT)
+        self._world = world
+        self.family = family
+        self.type = type
+        self.proto = proto
+        self._fd = world._new_fd(self) if _fd else -1
+        self._blocking = True
+        self._state = _NEW
+        self._local = None
+        self._remote = None
+        self._conn = None                 # connection index
+        self._side = None                 # "client" | "server"
+        self._peer = None
+        self._link = _Link(world.params)
+        self.sndbuf = world.params["sndbuf"]
+        self.rcvbuf = world.params["rcvbuf"]
+        self._opts = {}
+        self._owns_addr = False
+        self._linger_abort = False
+        # sending
+        self._unsent = bytearray()
+        self._unacked = 0
+        self._sent_total = 0
+        self._peer_read = 0               # the peer's read total, as last reported
+        self._fin_queued = False
+        self._fin_sent = False
+        self._wr_shut = False
+        # receiving
+        self._rcv = bytearray()
+        self._read_total = 0
+        self._eof = False
+        self._rd_shut = False
+        # errors and faults
+        self._err = 0                     # pending error, reported once (SO_ERROR, recv, send)
+        self._reset = False               # an RST arrived (or we sent one)
+        self._app_closed = False
+        self._vanished = False
+        self._gate_until = 0.0            # stall: nothing readable before this
+        self._slow_rate = None
+        self._slow_until = 0.0
+        self._slow_due = 0.0
+        # listening
+        self._queue = None
+        self._backlog = 0
+        # sans-IO peers
+        self._watcher = None
+        self._poke_pending = False
+
+    def __repr__(self):
+        where = f" conn={self._conn} {self._side}" if self._conn is not None else ""
+        return f"<SimSocket fd={self._fd} {_STATE_NAMES[self._state]}{where}>"
+
+    # -- readiness -------------------------------------------------------
+
+    def _changed(self):
+        world = self._world
+        world._gen += 1
+        if self._watcher is not None and not self._poke_pending:
+            self._poke_pending = True
+            world._pokes.append(self)
+
+    def _poke(self):
+        self._poke_pending = False
+        if self._watcher is not None:
+            self._watcher()
+
+    def _gated(self) -> bool:
+        now = self._world.now
+        if now < self._gate_until:
+            return True
+        if self._slow_rate is not None:
+            if now >= self._slow_until:
+                self._slow_rate = None
+            elif now < self._slow_due:
+                return True
+        return False
+
+    def _events(self) -> int:
+        state = self._state
+        if state == _CONNECTED:
+            if self._err or self._reset:
+                return _ERR
+            ev = 0
+            if (self._rcv or self._eof or self._rd_shut) and not self._gated():
+                ev = READ
+            if self._wr_shut:
+                ev |= WRITE
+            else:
+                used = len(self._unsent) + self._unacked
+                if self.sndbuf - used >= used >> 1 and self.sndbuf > used:
+                    ev |= WRITE
+            if self._eof and self._wr_shut:
+                ev |= _ERR                 # both directions shut: a hang-up
+            return ev
+        if state == _LISTENING:
+            return READ if self._queue else 0
+        if state == _CONNECTING:
+            return 0
+        if self._err or self._conn is not None:
+            return _ERR                    # a failed connect: error, then hang-up
+        return _ERR if state == _CLOSED else 0
+
+    # -- plain socket calls ------------------------------------------------
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def setblocking(self, flag) -> None:
+        self._blocking = bool(flag)
+
+    def getblocking(self) -> bool:
+        return self._blocking
+
+    def settimeout(self, value) -> None:
+        self._blocking = value is None or value > 0
+
+    def gettimeout(self):
+        return None if self._blocking else 0.0
+
+    def _would_block(self, what):
+        if self._blocking:
+            raise SimBlockingError(f"simulated socket fd {self._fd} is in blocking mode and "
+                                   f"{what} would block; call setblocking(False)")
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable (simulated)")
+
+    def _check_open(self):
+        if self._app_closed:
+            raise _oserror(errno.EBADF)
+
+    def bind(self, address) -> None:
+        self._check_open()
+        host, port = _address(address)
+        if self._local is not None:
+            raise _oserror(errno.EINVAL)
+        if port == 0:
+            addr = self._world._ephemeral(host)
+        else:
+            addr = (host, port)
+            if addr in self._world._bound:
+                raise _oserror(errno.EADDRINUSE)
+        self._world._bound.add(addr)
+        self._local = addr
+        self._owns_addr = True
+
+    def listen(self, backlog=128) -> None:
+        self._check_open()
+        if self._state not in (_NEW, _LISTENING):
+            raise _oserror(errno.EINVAL)
+        if self._local is None:
+            self.bind(("0.0.0.0", 0))
+        self._backlog = max(0, int(backlog))
+        if self._state == _NEW:
+            self._state = _LISTENING
+            self._queue = deque()
+            self._world._listeners[self._local] = self
+        self._changed()
+
+    def getsockname(self):
+        return self._local if self._local is not None else ("0.0.0.0", 0)
+
+    def getpeername(self):
+        if self._state != _CONNECTED or self._remote is None:
+            raise _oserror(errno.ENOTCONN)
+        return self._remote
+
+    def setsockopt(self, level, option, value, *rest) -> None:
+        self._check_open()
+        if level == _socket.SOL_SOCKET and option == _socket.SO_SNDBUF:
+            self.sndbuf = max(1, int(value))
+            self._changed()
+        elif level == _socket.SOL_SOCKET and option == _socket.SO_RCVBUF:
+            self.rcvbuf = max(1, int(value))
+            if self._peer is not None:
+                self._peer._pump()
+        elif level == _socket.SOL_SOCKET and option == _socket.SO_LINGER:
+            onoff, secs = struct.unpack("ii", value)
+            self._linger_abort = bool(onoff) and secs == 0
+            self._opts[(level, option)] = value
+        else:
+            self._opts[(level, option)] = value     # TCP_NODELAY, SO_REUSEADDR, ...: no effect
+
+    def getsockopt(self, level, option, buflen=None):
+        self._check_open()
+        if level == _socket.SOL_SOCKET:
+            if option == _socket.SO_ERROR:
+                err, self._err = self._err, 0
+                return err
+            if option == _socket.SO_SNDBUF:
+                return self.sndbuf
+            if option == _socket.SO_RCVBUF:
+                return self.rcvbuf
+        value = self._opts.get((level, option), 0)
+        return value
+
+    # -- connecting and accepting ----------------------------------------------
+
+    def connect_ex(self, address) -> int:
+        self._check_open()
+        if self._state == _CONNECTING:
+            return errno.EALREADY
+        if self._state == _CONNECTED:
+            return errno.EISCONN
+        if self._state != _NEW:
+            return errno.EINVAL
+        if self._err:                        # an earlier connect failed
+            err, self._err = self._err, 0
+            return err
+        world = self._world
+        host, port = _address(address)
+        if self._local is None:
+            self._local = world._ephemeral("127.0.0.1")
+            world._bound.add(self._local)
+            self._owns_addr = True
+        self._remote = (host, port)
+        self._state = _CONNECTING
+        self._conn = len(world._conns)
+        self._side = "client"
+        world._conns.append([self, None])
+        world.record("syn", self._conn, "client", port)
+        world.call_at(self._link.arrival(world, 0), self._syn_arrives, 0)
+        return errno.EINPROGRESS
+
+    def connect(self, address) -> None:
+        err = self.connect_ex(address)
+        if err == errno.EINPROGRESS:
+            if self._blocking:
+                raise SimBlockingError(f"simulated socket fd {self._fd} is in blocking mode "
+                                       "and connect would block; call setblocking(False)")
+            raise BlockingIOError(errno.EINPROGRESS, "Operation now in progress (simulated)")
+        if err:
+            raise _oserror(err)
+
+    def _syn_arrives(self, attempt):
+        world = self._world
+        if self._state != _CONNECTING:
+            return
+        host, port = self._remote
+        lsock = world._listeners.get((host, port)) or world._listeners.get(("0.0.0.0", port))
+        if lsock is None or lsock._state != _LISTENING:
+            world.call_at(world.now + self._link.latency, self._connect_failed,
+                          errno.ECONNREFUSED)
+            return
+        if len(lsock._queue) > lsock._backlog:
+            world.record("syn-drop", self._conn, "client", attempt)
+            if attempt >= world.params["syn_retries"]:
+                self._connect_failed(errno.ETIMEDOUT)
+            else:
+                world.call_at(world.now + world.params["syn_retry_s"] * 2 ** attempt,
+                              self._syn_arrives, attempt + 1)
+            return
+        server = SimSocket(world, self.family, self.type, self.proto, _fd=False)
+        server._state = _CONNECTED
+        server._local = lsock._local if lsock._local[0] != "0.0.0.0" else (host, port)
+        server._remote = self._local
+        server._conn = self._conn
+        server._side = "server"
+        server.sndbuf = lsock.sndbuf          # accepted sockets inherit the listener's sizes
+        server.rcvbuf = lsock.rcvbuf
+        server._peer = self
+        self._peer = server
+        world._conns[self._conn][1] = server
+        # the SYN-ACK goes first on the way back: server data can't overtake it
+        synack = server._link.arrival(world, 0)
+        world.call_at(synack, self._established)
+        lsock._queue.append(server)
+        world.record("accept-queued", self._conn, "server", len(lsock._queue))
+        lsock._changed()
+
+    def _established(self):
+        if self._state != _CONNECTING:
+            return
+        self._state = _CONNECTED
+        self._world.record("established", self._conn, "client", None)
+        self._changed()
+
+    def _connect_failed(self, err):
+        if self._state != _CONNECTING:
+            return
+        self._state = _NEW
+        self._err = err
+        self._world.record("connect-failed", self._conn, "client", errno.errorcode.get(err))
+        self._changed()
+
+    def accept(self):
+        self._check_open()
+        if self._state != _LISTENING:
+            raise _oserror(errno.EINVAL)
+        if not self._queue:
+            self._would_block("accept")
+        conn = self._queue.popleft()
+        conn._fd = self._world._new_fd(conn)
+        self._world.record("accept", conn._conn, "server", conn._fd)
+        self._changed()
+        return conn, conn._remote
+
+    # -- data -----------------------------------------------------------
+
+    def send(self, data, flags=0) -> int:
+        self._check_open()
+        if self._state != _CONNECTED:
+            if self._state == _CONNECTING:
+                self._would_block("send")
+            if self._err:                      # a failed connect
+                raise _error_exc(self._take_err())
+            raise _oserror(errno.ENOTCONN)
+        if self._err:
+            raise _error_exc(self._take_err())
+        if self._wr_shut or self._reset:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe (simulated)")
+        free = self.sndbuf - len(self._unsent) - self._unacked
+        if free <= 0:
+            self._would_block("send")
+        n = len(data)
+        if n > free:
+            n = free
+            self._unsent += memoryview(data)[:n]
+        else:
+            self._unsent += data
+        if n:
+            self._pump()
+            self._changed()
+        return n
+
+    def recv(self, bufsize, flags=0) -> bytes:
+        n = self._recv_size(bufsize, flags)
+        if n is None:
+            return b""
+        rcv = self._rcv
+        if flags & _socket.MSG_PEEK:
+            return bytes(rcv[:n])
+        data = bytes(rcv[:n])
+        del rcv[:n]
+        self._consumed(n)
+        return data
+
+    def recv_into(self, buffer, nbytes=0, flags=0) -> int:
+        view = memoryview(buffer).cast("B")
+        size = nbytes or len(view)
+        n = self._recv_size(size, flags)
+        if n is None:
+            return 0
+        view[:n] = self._rcv[:n]
+        if not flags & _socket.MSG_PEEK:
+            del self._rcv[:n]
+            self._consumed(n)
+        return n
+
+    def _recv_size(self, bufsize, flags):
+        """How many bytes a recv of ``bufsize`` returns now; ``None`` for EOF.
+        Raises what Linux's tcp_recvmsg would."""
+        self._check_open()
+        if bufsize < 0:
+            raise ValueError("negative buffersize in recv")
+        if self._state != _CONNECTED:
+            if self._state == _CONNECTING:
+                self._would_block("recv")
+            if self._err:
+                raise _error_exc(self._take_err())
+            raise _oserror(errno.ENOTCONN)
+        if self._gated():
+            self._would_block("recv")
+        rcv = self._rcv
+        if rcv and not self._rd_shut:
+            n = bufsize if bufsize < len(rcv) else len(rcv)
+            if self._slow_rate is not None:
+                cap = max(1, int(self._slow_rate * _SLOW_SLICE_S))
+                if n > cap:
+                    n = cap
+                now = self._world.now
+                self._slow_due = max(self._slow_due, now) + n / self._slow_rate
+                self._world.call_at(self._slow_due, self._changed)
+            return n
+        if self._eof or self._rd_shut:
+            return None
+        if self._err:
+            raise _error_exc(self._take_err())
+        if self._reset:
+            return None
+        if bufsize == 0:
+            return 0
+        self._would_block("recv")
+
+    def _consumed(self, n):
+        if not n:
+            return
+        self._read_total += n
+        peer = self._peer
+        world = self._world
+        if peer is not None and not self._reset:
+            # the window update travels back like an ACK
+            reverse = self._link
+            if not reverse.dead:
+                world.call_at(world.now + reverse.latency, peer._on_window, self._read_total)
+        self._changed()
+
+    def _take_err(self):
+        err, self._err = self._err, 0
+        return err
+
+    # -- the wire ---------------------------------------------------------
+
+    def _pump(self):
+        """Move unsent bytes onto the link as far as the peer's window allows,
+        then the FIN if one is queued behind them."""
+        if not self._unsent and (self._fin_sent or not self._fin_queued):
+            return
+        peer = self._peer
+        if peer is None or self._reset or self._state != _CONNECTED:
+            return
+        world = self._world
+        link = self._link
+        unsent = self._unsent
+        mss = world.params["mss"]
+        while unsent:
+            window = peer.rcvbuf - (self._sent_total - self._peer_read)
+            if window <= 0:
+                return
+            n = min(len(unsent), mss, window)
+            if n == len(unsent):
+                data = bytes(unsent)
+                unsent.clear()
+            else:
+                data = bytes(unsent[:n])
+                del unsent[:n]
+            self._sent_total += n
+            self._unacked += n
+            world.call_at(link.arrival(world, n), peer._deliver, data)
+        if self._fin_queued and not self._fin_sent:
+            self._fin_sent = True
+            world.call_at(link.arrival(world, 0), peer._on_fin)
+
+    def _deliver(self, data):
+        """A segment arrives at this endpoint."""
+        world = self._world
+        sender = self._peer
+        if sender._link.dead or self._vanished:
+            return
+        if self._reset:
+            return
+        if self._app_closed:
+            # data for a socket nobody will read: answer with an RST (Linux)
+            world.record("rst-on-data", self._conn, self._side, len(data))
+            self._send_rst()
+            return
+        self._rcv += data
+        n = len(data)
+        world.record("deliver", self._conn, self._side, n)
+        reverse = self._link
+        if not reverse.dead:
+            world.call_at(world.now + reverse.latency, sender._on_ack, n, self._read_total)
+        self._changed()
+
+    def _on_ack(self, n, peer_read):
+        if self._reset or self._vanished:
+            return
+        self._unacked -= n
+        if peer_read > self._peer_read:
+            self._peer_read = peer_read
+        self._pump()
+        self._changed()
+
+    def _on_window(self, peer_read):
+        if self._reset or self._vanished:
+            return
+        if peer_read > self._peer_read:
+            self._peer_read = peer_read
+            self._pump()
+            self._changed()
+
+    def _on_fin(self):
+        if self._reset or self._vanished or self._peer._link.dead:
+            return
+        self._eof = True
+        self._world.record("fin", self._conn, self._side, None)
+        self._changed()
+
+    def _send_rst(self):
+        """Abort: tell the peer, drop what we had not sent."""
+        world = self._world
+        peer = self._peer
+        self._unsent.clear()
+        self._unacked = 0
+        self._reset = True
+        if peer is not None and not self._link.dead:
+            world.call_at(self._link.arrival(world, 0), peer._rst_arrives)
+        self._changed()
+
+    def _rst_arrives(self):
+        if not self._peer._link.dead:
+            self._on_rst()
+
+    def _on_rst(self):
+        if self._reset or self._vanished:
+            return
+        self._reset = True
+        if not self._app_closed and self._state == _CONNECTED:
+            self._err = errno.ECONNRESET
+        self._unsent.clear()
+        self._unacked = 0
+        self._world.record("rst", self._conn, self._side, len(self._rcv))
+        self._changed()
+
+    # -- endings ----------------------------------------------------------
+
+    def shutdown(self, how) -> None:
+        self._check_open()
+        if self._state != _CONNECTED:
+            raise _oserror(errno.ENOTCONN)
+        if how in (_socket.SHUT_RD, _socket.SHUT_RDWR):
+            self._rd_shut = True
+        if how in (_socket.SHUT_WR, _socket.SHUT_RDWR) and not self._wr_shut:
+            self._wr_shut = True
+            self._fin_queued = True
+            self._world.record("shutdown", self._conn, self._side, len(self._unsent))
+            self._pump()
+        self._changed()
+
+    def close(self) -> None:
+        if self._app_closed:
+            return
+        world = self._world
+        self._app_closed = True
+        if self._state == _LISTENING:
+            world._listeners.pop(self._local, None)
+            for conn in self._queue:           # never accepted: reset them
+                conn._app_closed = True
+                conn._send_rst()
+            self._queue.clear()
+        elif self._state == _CONNECTED and not self._reset:
+            if self._rcv or self._linger_abort:
+                world.record("close-rst", self._conn, self._side, len(self._rcv))
+                self._send_rst()
+            else:
+                world.record("close", self._conn, self._side, len(self._unsent))
+                if not self._fin_queued:
+                    self._fin_queued = True
+                    self._wr_shut = True
+                    self._pump()
+        elif self._state == _CONNECTING:
+            self._state = _CLOSED
+        if self._owns_addr:
+            world._bound.discard(self._local)
+        if self._fd >= 0:
+            world._release_fd(self._fd)
+        self._fd = -1
+        self._watcher = None
+
+    def detach(self):
+        raise OSError("simulated sockets cannot be detached")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- introspection for tests and peers -------------------------------------
+
+    @property
+    def unread_bytes(self) -> int:
+        """Bytes received and not yet read (FIONREAD)."""
+        return len(self._rcv)
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes in the send buffer: unsent plus unacknowledged."""
+        return len(self._unsent) + self._unacked
+
+
+def _error_exc(err):
+    if err == errno.ECONNRESET:
+        return ConnectionResetError(err, "Connection reset by peer (simulated)")
+    if err == errno.EPIPE:
+        return BrokenPipeError(err, "Broken pipe (simulated)")
+    if err == errno.ECONNREFUSED:
+        return ConnectionRefusedError(err, "Connection refused (simulated)")
+    if err == errno.ETIMEDOUT:
+        return TimeoutError(err, "Connection timed out (simulated)")
+    return OSError(err, f"{os.strerror(err)} (simulated)")
+
+
+def _address(address):
+    if not (isinstance(address, tuple) and len(address) >= 2):
+        raise TypeError(f"simulated sockets take (host, port) addresses, got {address!r}")
+    host, port = address[0], address[1]
+    if host in ("", None):
+        host = "0.0.0.0"
+    elif host == "localhost":
+        host = "127.0.0.1"
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise OverflowError(f"port must be 0-65535, got {port!r}")
+    return (host, port)
+
+
+# ---------------------------------------------------------------------------
+# The seam: poller, waker, clock, sockets
+
+
+class SimPoller:
+    """The seam's poller over the world. ``wait`` never blocks: it advances the
+    virtual clock instead (see the module docstring)."""
+    __slots__ = ("_world", "_fds", "_closed", "_spin_at", "_spins")
+
+    def __init__(self, world):
+        self._world = world
+        self._fds = {}
+        self._closed = False
+        self._spin_at = -1.0
+        self._spins = 0
+        world._pollers.append(self)
+
+    def register(self, fd, mask) -> None:
+        self._check(fd)
+        if fd in self._fds:
+            raise FileExistsError(errno.EEXIST, f"fd {fd} is already registered")
+        self._fds[fd] = mask
+
+    def modify(self, fd, mask) -> None:
+        self._check(fd)
+        if fd not in self._fds:
+            raise FileNotFoundError(errno.ENOENT, f"fd {fd} is not registered")
+        self._fds[fd] = mask
+
+    def unregister(self, fd) -> None:
+        if self._closed:
+            raise ValueError("I/O operation on closed poller")
+        if self._fds.pop(fd, None) is None:
+            raise FileNotFoundError(errno.ENOENT, f"fd {fd} is not registered")
+
+    def _check(self, fd):
+        if self._closed:
+            raise ValueError("I/O operation on closed poller")
+        if fd not in self._world._files:
+            raise OSError(errno.EBADF, f"fd {fd} is not an open simulated file")
+
+    def ready(self) -> list:
+        """What ``wait(0)`` would report, without running any event."""
+        files = self._world._files
+        out = []
+        for fd, interest in self._fds.items():
+            ev = files[fd]._events()
+            if ev & _ERR:
+                out.append((fd, _BOTH))
+            elif ev & interest:
+                out.append((fd, ev & interest))
+        return out
+
+    def wait(self, timeout=None) -> list:
+        if self._closed:
+            raise ValueError("I/O operation on closed poller")
+        world = self._world
+        if timeout is None or timeout < 0:       # epoll: negative means forever
+            deadline = math.inf
+        else:
+            deadline = world.now + timeout
+        heap = world._heap
+        run_due = world._run_due
+        ready = self.ready
+        while True:
+            run_due()
+            events = ready()
+            if events:
+                if world.now != self._spin_at:
+                    self._spin_at = world.now
+                    self._spins = 0
+                else:
+                    # level-triggered readiness nobody consumes never lets time move
+                    self._spins += 1
+                    if self._spins >= MAX_EVENTS_AT_ONE_TIME:
+                        raise RuntimeError(
+                            f"simnet: livelock: {self._spins} waits at t={world.now:.6f}s "
+                            f"returned ready fds without time moving (e.g. {events[0]})")
+                return events
+            while heap and heap[0][2].fn is None:
+                heapq.heappop(heap)
+            if not heap:
+                if deadline == math.inf:
+                    raise SimDeadlock(f"simnet: wait(None) at t={world.now:.6f}s with nothing "
+                                      f"ready and nothing scheduled: it would block forever")
+                world.now = deadline
+                return []
+            t = heap[0][0]
+            if t > deadline:
+                world.now = deadline
+                return []
+            world.now = t
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._fds.clear()
+            try:
+                self._world._pollers.remove(self)
+            except ValueError:
+                pass
+
+
+class SimWaker:
+    """The seam's wake-up pair, simulated: ``wake()`` makes ``fileno()``
+    readable until ``drain()``. No signal can reach it (``signal_fd()`` is None)."""
+    __slots__ = ("_world", "_fd", "_pending")
+
+    def __init__(self, world):
+        self._world = world
+        self._fd = world._new_fd(self)
+        self._pending = bytearray()
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def signal_fd(self):
+        return None
+
+    def wake(self) -> None:
+        if self._fd >= 0:
+            self._pending += b"\0"
+            self._world._gen += 1
+
+    def drain(self) -> bytes:
+        data = bytes(self._pending)
+        self._pending.clear()
+        return data
+
+    def _events(self) -> int:
+        return READ if self._pending else 0
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            self._world._release_fd(self._fd)
+            self._fd = -1
+
+
+class SimIO:
+    """The I/O-and-time seam backed by a ``World``: hand it to a kernel in
+    place of ``RealIO``."""
+
+    def __init__(self, world):
+        self.world = world
+        self.time = world.time
+
+    def poller(self) -> SimPoller:
+        return SimPoller(self.world)
+
+    def waker(self) -> SimWaker:
+        return SimWaker(self.world)
+
+    def socket(self, family=_socket.AF_INET, type=_socket.SOCK_STREAM, proto=0) -> SimSocket:
+        return SimSocket(self.world, family, type, proto)
+
+    def socketpair(self, family=None, type=_socket.SOCK_STREAM, proto=0):
+        """Two connected simulated sockets (a connection of its own in the log)."""
+        world = self.world
+        fam = _socket.AF_UNIX if family is None else family
+        a = SimSocket(world, fam, type, proto)
+        b = SimSocket(world, fam, type, proto)
+        a._local, b._local = world._ephemeral("127.0.0.1"), world._ephemeral("127.0.0.1")
+        a._remote, b._remote = b._local, a._local
+        a._state = b._state = _CONNECTED
+        a._peer, b._peer = b, a
+        a._conn = b._conn = len(world._conns)
+        a._side, b._side = "client", "server"
+        world._conns.append([a, b])
+        world.record("socketpair", a._conn, None, None)
+        return a, b
+
+    @staticmethod
+    def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+        if host in (None, ""):
+            host = "0.0.0.0"
+        elif host == "localhost":
+            host = "127.0.0.1"
+        try:
+            _socket.inet_aton(host)
+        except OSError:
+            raise _socket.gaierror(_socket.EAI_NONAME,
+                                   f"simulated network knows no host {host!r}") from None
+        return [(_socket.AF_INET, _socket.SOCK_STREAM, _socket.IPPROTO_TCP, "",
+                 (host, int(port or 0)))]
+
+    @staticmethod
+    def read_check(sock):
+        """``check(timeout)`` true when ``sock`` has something to read now."""
+        def check(timeout=0):
+            return bool(sock._events() & (READ | _ERR))
+        return check
+
+    def __repr__(self):
+        return f"SimIO(seed={self.world.seed!r})"
+
+
+class SimSelector(selectors.BaseSelector):
+    """A ``selectors`` selector over the world, for code built on selectors
+    (asyncio's selector event loop): ``select(timeout)`` advances the virtual
+    clock as ``SimPoller.wait`` does."""
+
+    def __init__(self, world):
+        self._world = world
+        self._poller = SimPoller(world)
+        self._keys = {}
+        self._map = _KeyMap(self._keys)
+
+    def _fd(self, fileobj):
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        if not isinstance(fd, int) or fd < 0:
+            raise ValueError(f"invalid file object {fileobj!r}")
+        return fd
+
+    def register(self, fileobj, events, data=None):
+        if not events or events & ~(selectors.EVENT_READ | selectors.EVENT_WRITE):
+            raise ValueError(f"invalid events: {events!r}")
+        fd = self._fd(fileobj)
+        if fd in self._keys:
+            raise KeyError(f"{fileobj!r} (FD {fd}) is already registered")
+        self._poller.register(fd, (READ if events & selectors.EVENT_READ else 0)
+                              | (WRITE if events & selectors.EVENT_WRITE else 0))
+        key = selectors.SelectorKey(fileobj, fd, events, data)
+        self._keys[fd] = key
+        return key
+
+    def unregister(self, fileobj):
+        fd = self._fd(fileobj)
+        key = self._keys.pop(fd, None)
+        if key is None:
+            raise KeyError(f"{fileobj!r} is not registered")
+        self._poller._fds.pop(fd, None)
+        return key
+
+    def select(self, timeout=None):
+        if timeout is not None and timeout < 0:
+            timeout = 0
+        out = []
+        for fd, mask in self._poller.wait(timeout):
+            key = self._keys.get(fd)
+            if key is None:
+                continue
+            ev = ((selectors.EVENT_READ if mask & READ else 0)
+                  | (selectors.EVENT_WRITE if mask & WRITE else 0)) & key.events
+            if ev:
+                out.append((key, ev))
+        return out
+
+    def close(self):
+        self._poller.close()
+        self._keys.clear()
+
+    def get_map(self):
+        return self._map
+
+
+class _KeyMap(Mapping):
+    __slots__ = ("_keys",)
+
+    def __init__(self, keys):
+        self._keys = keys
+
+    def __len__(self):
+        return len(self._keys)
+
+    def __getitem__(self, fileobj):
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        return self._keys[fd]
+
+    def __iter__(self):
+        return iter(self._keys)
+
+
+# ---------------------------------------------------------------------------
+# Peers: sans-IO participants that count the truth
+
+
+class _Peer:
+    """A participant that owns one connection's end. ``listen(addr)`` accepts the
+    first connection there; ``connect(addr)`` dials out. Acts when its socket
+    changes or its timer fires; ``result()`` reports what it saw."""
+
+    def __init__(self, world, name):
+        self.world = world
+        self.name = name
+        self.sock = None
+        self._lsock = None
+        self._timer = None
+        self._timer_at = math.inf
+        self.t0 = None
+        self.ended = None          # "eof" | "reset" | "closed" | "vanished" | ...
+        self.ended_at = None
+
+    def listen(self, address, backlog=1):
+        s = self.world.socket()
+        s.setblocking(False)
+        s.bind(address)
+        s.listen(backlog)
+        s._watcher = self._on_listen
+        self._lsock = s
+        return self
+
+    def address(self):
+        return (self._lsock or self.sock).getsockname()
+
+    def connect(self, address, at=0.0):
+        def dial():
+            s = self.world.socket()
+            s.setblocking(False)
+            s.connect_ex(address)
+            self._attach(s)
+        self.world.call_at(at, dial)
+        return self
+
+    def _on_listen(self):
+        try:
+            s, _ = self._lsock.accept()
+        except BlockingIOError:
+            return
+        s.setblocking(False)
+        self._lsock.close()
+        self._lsock = None
+        self._attach(s)
+
+    def _attach(self, s):
+        self.sock = s
+        self.t0 = self.world.now
+        s._watcher = self._act
+        self._start()
+        s._changed()
+
+    def _start(self):
+        pass
+
+    def _wake_at(self, t):
+        if self._timer is not None and self._timer_at <= t:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = t
+        self._timer = self.world.call_at(t, self._on_timer)
+
+    def _on_timer(self):
+        self._timer = None
+        self._timer_at = math.inf
+        if self.sock is not None and self.ended is None:
+            self._act()
+
+    def _end(self, how):
+        if self.ended is None:
+            self.ended = how
+            self.ended_at = self.world.now
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def result(self) -> dict:
+        return {"name": self.name, "ended": self.ended, "ended_at_s": self.ended_at}
+
+
+class _Bucket:
+    """Rate limiter as a due time: each ``charge(n)`` moves it n/rate later;
+    at most ``burst`` bytes of unused credit are kept."""
+    __slots__ = ("per_byte", "burst_s", "due")
+
+    def __init__(self, rate, burst, now):
+        self.per_byte = 1.0 / rate
+        self.burst_s = burst / rate
+        self.due = now
+
+    def charge(self, n, now):
+        due = self.due
+        if due < now - self.burst_s:
+            due = now - self.burst_s
+        self.due = due + n * self.per_byte
+
+
+_PATTERN_PERIOD = 251     # a prime: a shifted or dropped byte never lines up again
+_PATTERN = bytes(range(_PATTERN_PERIOD)) * (1 + (4 << 20) // _PATTERN_PERIOD)
+
+
+def _pattern(offset, n):
+    """The source's bytes ``offset .. offset+n`` (n up to 4 MiB)."""
+    start = offset % _PATTERN_PERIOD
+    return _PATTERN[start:start + n]
+
+
+class Source(_Peer):
+    """Sends a byte pattern in ``frame_bytes`` frames at ``rate_Bps`` (None:
+    as fast as the socket takes them) for ``duration_s`` and/or up to
+    ``total_bytes``, then ``finish``es: "shutdown" (SHUT_WR), "close" or
+    "reset". A frame goes whole before the next starts, so backpressure shows
+    as a lower achieved rate; the bucket saves at most two frames of credit.
+    ``frames`` records (first byte offset, virtual time) of every frame, which
+    ``queue_delays`` uses as ground truth."""
+
+    def __init__(self, world, *, rate_Bps=None, frame_bytes=32768, duration_s=None,
+                 total_bytes=None, finish="shutdown", name="source"):
+        super().__init__(world, name)
+        if finish not in ("shutdown", "close", "reset"):
+            raise ValueError(f"simnet: bad finish {finish!r}; valid: shutdown, close, reset")
+        self.rate = rate_Bps
+        self.frame_bytes = frame_bytes
+        self.duration_s = duration_s
+        self.total_bytes = total_bytes
+        self.finish = finish
+        self.sent = 0
+        self.frame_offsets = []
+        self.frame_times = []
+        self._left = 0                 # bytes of the current frame still to send
+        self._bucket = None
+
+    def _start(self):
+        if self.rate:
+            self._bucket = _Bucket(self.rate, 2 * self.frame_bytes, self.world.now)
+
+    def _act(self):
+        if self.ended is not None or self.sock is None:
+            return
+        s = self.sock
+        now = self.world.now
+        while True:
+            if self._left:
+                try:
+                    n = s.send(_pattern(self.sent, self._left))
+                except BlockingIOError:
+                    return
+                except OSError as e:
+                    self._end("reset" if isinstance(e, (ConnectionResetError, BrokenPipeError))
+                              else f"error:{e.errno}")
+                    return
+                self.sent += n
+                self._left -= n
+                if self._left:
+                    continue
+            done_time = self.duration_s is not None and now >= self.t0 + self.duration_s
+            done_bytes = self.total_bytes is not None and self.sent >= self.total_bytes
+            if done_time or done_bytes:
+                self._finish()
+                return
+            if self._bucket is not None and self._bucket.due > now:
+                wake = self._bucket.due
+                if self.duration_s is not None:
+                    wake = min(wake, self.t0 + self.duration_s)
+                self._wake_at(wake)
+                return
+            size = self.frame_bytes
+            if self.total_bytes is not None:
+                size = min(size, self.total_bytes - self.sent)
+            self.frame_offsets.append(self.sent)
+            self.frame_times.append(now)
+            if self._bucket is not None:
+                self._bucket.charge(size, now)
+            self._left = size
+
+    def _finish(self):
+        s = self.sock
+        try:
+            if self.finish == "shutdown":
+                s.shutdown(_socket.SHUT_WR)
+            elif self.finish == "reset":
+                s.setsockopt(_socket.SOL_SOCKET, _socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.close()
+            else:
+                s.close()
+        except OSError:
+            pass
+        self._end({"shutdown": "shutdown", "close": "closed", "reset": "reset_sent"}[self.finish])
+
+    def result(self):
+        r = super().result()
+        span = (self.ended_at if self.ended_at is not None else self.world.now) - (self.t0 or 0)
+        r.update(sent_bytes=self.sent, frames=len(self.frame_offsets),
+                 rate_Bps=self.sent / span if span > 0 else None)
+        return r
+
+
+class Sink(_Peer):
+    """Reads and counts until EOF or reset: ``recv_bytes`` a read, at most
+    ``rate_Bps`` (token bucket, one read of burst). ``start_after_s`` reads
+    nothing until then; ``stall_at_s`` + ``stall_s`` pauses once. ``verify``
+    checks every byte against the ``Source`` pattern. ``arrivals`` holds
+    (time, total bytes read) after every read. ``close_with_reset`` ends with
+    an RST."""
+
+    def __init__(self, world, *, rate_Bps=None, recv_bytes=65536, start_after_s=0.0,
+                 stall_at_s=None, stall_s=0.0, verify=True, close_with_reset=False,
+                 name="sink"):
+        super().__init__(world, name)
+        self.rate = rate_Bps
+        self.recv_bytes = recv_bytes
+        self.start_after_s = start_after_s
+        self.stall_at_s = stall_at_s
+        self.stall_s = stall_s
+        self.verify = verify
+        self.close_with_reset = close_with_reset
+        self.received = 0
+        self.arrival_times = []
+        self.arrival_totals = []
+        self.corrupt_at = None
+        self._bucket = None
+
+    def _start(self):
+        if self.rate:
+            self._bucket = _Bucket(self.rate, self.recv_bytes, self.world.now)
+
+    def _act(self):
+        if self.ended is not None or self.sock is None:
+            return
+        s = self.sock
+        while True:
+            now = self.world.now
+            # absolute times: the timer fires at exactly these, and now - t0
+            # may round just below the interval
+            start = self.t0 + self.start_after_s
+            if now < start:
+                if start != math.inf:
+                    self._wake_at(start)
+                return
+            if self.stall_at_s is not None:
+                stall_from = self.t0 + self.stall_at_s
+                stall_to = stall_from + self.stall_s
+                if stall_from <= now < stall_to:
+                    self._wake_at(stall_to)
+                    return
+            if self._bucket is not None and self._bucket.due > now:
+                self._wake_at(self._bucket.due)
+                return
+            try:
+                data = s.recv(self.recv_bytes)
+            except BlockingIOError:
+                return
+            except ConnectionResetError:
+                self._end("reset")
+                return
+            except OSError as e:
+                self._end(f"error:{e.errno}")
+                return
+            if not data:
+                self._end("eof")
+                if self.close_with_reset:
+                    s.setsockopt(_socket.SOL_SOCKET, _socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.close()
+                return
+            n = len(data)
+            if self.verify and self.corrupt_at is None and data != _pattern(self.received, n):
+                self.corrupt_at = self.received
+            self.received += n
+            self.arrival_times.append(now)
+            self.arrival_totals.append(self.received)
+            if self._bucket is not None:
+                self._bucket.charge(n, now)
+
+    def result(self):
+        r = super().result()
+        r.update(received_bytes=self.received, reads=len(self.arrival_times),
+                 corrupt_at=self.corrupt_at)
+        return r
+
+
+class StalledReader(Sink):
+    """Accepts or connects and never reads."""
+
+    def __init__(self, world, name="stalled", **kw):
+        super().__init__(world, start_after_s=math.inf, name=name, **kw)
+
+
+class DelayedReader(Sink):
+    """Reads nothing for ``delay_s``, then like a ``Sink``."""
+
+    def __init__(self, world, delay_s, name="delayed", **kw):
+        super().__init__(world, start_after_s=delay_s, name=name, **kw)
+
+
+class PipeliningClient(_Peer):
+    """Sends ``count`` requests of ``request`` bytes back to back and, unless
+    ``read``, never reads a response (Twisted 8868's flood). Counts requests the
+    socket took whole and bytes of responses read."""
+
+    def __init__(self, world, *, request=b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", count=1000,
+                 read=False, name="pipeliner"):
+        super().__init__(world, name)
+        self.request = bytes(request)
+        self.count = count
+        self.read = read
+        self.sent = 0
+        self.requests_sent = 0
+        self.received = 0
+        self._out = memoryview(self.request * count)
+
+    def _act(self):
+        if self.ended is not None or self.sock is None:
+            return
+        s = self.sock
+        while self.sent < len(self._out):
+            try:
+                n = s.send(self._out[self.sent:])
+            except BlockingIOError:
+                break
+            except OSError:
+                self._end("reset")
+                return
+            self.sent += n
+        self.requests_sent = self.sent // len(self.request)
+        while self.read:
+            try:
+                data = s.recv(65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                self._end("reset")
+                return
+            if not data:
+                self._end("eof")
+                return
+            self.received += len(data)
+
+    def result(self):
+        r = super().result()
+        r.update(sent_bytes=self.sent, requests_sent=self.requests_sent,
+                 received_bytes=self.received)
+        return r
+
+
+class ResettingPeer(_Peer):
+    """Sends ``send_bytes`` of pattern, reads whatever comes, and resets the
+    connection (SO_LINGER 0, close: an RST) ``after_s`` after it starts or once
+    it has read ``after_bytes``."""
+
+    def __init__(self, world, *, after_s=None, after_bytes=None, send_bytes=0, name="resetter"):
+        super().__init__(world, name)
+        if after_s is None and after_bytes is None:
+            raise ValueError("simnet: ResettingPeer needs after_s or after_bytes")
+        self.after_s = after_s
+        self.after_bytes = after_bytes
+        self.send_bytes = send_bytes
+        self.sent = 0
+        self.received = 0
+
+    def _act(self):
+        if self.ended is not None or self.sock is None:
+            return
+        s = self.sock
+        now = self.world.now
+        if self.after_s is not None and now >= self.t0 + self.after_s:
+            return self._reset()
+        if self.after_s is not None:
+            self._wake_at(self.t0 + self.after_s)
+        while self.sent < self.send_bytes:
+            try:
+                n = s.send(_pattern(self.sent, min(65536, self.send_bytes - self.sent)))
+            except BlockingIOError:
+                break
+            except OSError:
+                self._end("reset")
+                return
+            self.sent += n
+        while True:
+            try:
+                data = s.recv(65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                self._end("reset")
+                return
+            if not data:
+                break
+            self.received += len(data)
+            if self.after_bytes is not None and self.received >= self.after_bytes:
+                return self._reset()
+
+    def _reset(self):
+        self.sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.sock.close()
+        self._end("reset_sent")
+
+    def result(self):
+        r = super().result()
+        r.update(sent_bytes=self.sent, received_bytes=self.received)
+        return r
+
+
+def queue_delays(source, sink) -> list:
+    """[(time, delay)] per sink read: how long the last byte of that read
+    waited since its frame was stamped at the source."""
+    offsets = source.frame_offsets
+    times = source.frame_times
+    out = []
+    for t, total in zip(sink.arrival_times, sink.arrival_totals):
+        i = bisect.bisect_right(offsets, total - 1) - 1
+        if i >= 0:
+            out.append((t, t - times[i]))
+    return out

@@ -1,0 +1,766 @@
+"""The simulated network: its TCP semantics, the seam-shaped SimIO, determinism
+and replay, and S1's shape end to end with a hand-written relay.
+
+Ground truth comes from the simulated peers (bytes counted at the source and
+the sink), never from the relay under test. Nothing here touches a real socket
+or sleeps; every loop is bounded in count and in virtual time.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import math
+import selectors
+import socket
+import struct
+import time
+from collections import deque
+
+import pytest
+
+from kernels.simnet import (
+    FD_BASE, READ, WRITE, DelayedReader, PipeliningClient, ResettingPeer, SimDeadlock,
+    SimSelector, Sink, Source, StalledReader, World, queue_delays,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+A = ("127.0.0.1", 9000)
+B = ("127.0.0.1", 9001)
+
+
+# -- helpers -----------------------------------------------------------------
+
+def pair(world, **kw):
+    """A connected (client, server) pair through a listener, both non-blocking."""
+    io = world.io()
+    ls = io.socket()
+    ls.setblocking(False)
+    ls.bind(A)
+    ls.listen(8)
+    c = io.socket()
+    c.setblocking(False)
+    assert c.connect_ex(A) == errno.EINPROGRESS
+    poller = io.poller()
+    poller.register(ls.fileno(), READ)
+    assert poller.wait(1.0) == [(ls.fileno(), READ)]
+    s, addr = ls.accept()
+    s.setblocking(False)
+    assert addr == c.getsockname()
+    poller.unregister(ls.fileno())
+    ls.close()
+    poller.register(c.fileno(), WRITE)
+    assert poller.wait(1.0) == [(c.fileno(), WRITE)]
+    assert c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+    poller.close()
+    return c, s
+
+
+def settle(world, t=0.1):
+    """Let the network deliver everything it can within ``t`` virtual seconds."""
+    world.run(until=world.now + t)
+
+
+def drain(sock, limit=100):
+    out = bytearray()
+    for _ in range(limit):
+        try:
+            data = sock.recv(65536)
+        except BlockingIOError:
+            break
+        if not data:
+            break
+        out += data
+    return bytes(out)
+
+
+# -- S1's shape: source 3 MB/s -> relay -> sink 1 MB/s, 10 simulated seconds ------
+
+def run_relay(world, bounded, duration=10.0):
+    """A tiny non-blocking one-way relay on ``SimIO.poller().wait()``.
+    Naive: read whenever readable, queue without bound. Bounded: stop reading
+    while anything is queued (its send buffer is full). Returns the user
+    buffer sampled every 0.5 s and its peak."""
+    io = world.io()
+    sink = Sink(world, rate_Bps=1_000_000).listen(B)
+    ls = io.socket()
+    ls.setblocking(False)
+    ls.bind(A)
+    ls.listen(1)
+    source = Source(world, rate_Bps=3_000_000, duration_s=duration).connect(A)
+    poller = io.poller()
+    poller.register(ls.fileno(), READ)
+    src = dst = None
+    queue, queued = deque(), 0           # the relay's user-space buffer
+    connected = src_eof = False
+    peak, samples, next_sample = 0, [], 0.5
+    for _ in range(1_000_000):
+        if io.time() >= duration:
+            break
+        for fd, mask in poller.wait(duration - io.time()):
+            if fd == ls.fileno():
+                src, _ = ls.accept()
+                src.setblocking(False)
+                poller.unregister(fd)
+                ls.close()
+                poller.register(src.fileno(), 0)
+                dst = io.socket()
+                dst.setblocking(False)
+                dst.connect_ex(B)
+                poller.register(dst.fileno(), WRITE)
+            elif src is not None and fd == src.fileno() and mask & READ:
+                data = src.recv(65536)
+                if data:
+                    queue.append(data)
+                    queued += len(data)
+                else:
+                    src_eof = True
+            elif dst is not None and fd == dst.fileno() and not connected:
+                assert dst.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+                connected = True
+        while connected and queue:
+            head = queue[0]
+            try:
+                n = dst.send(head)
+            except BlockingIOError:
+                break
+            queued -= n
+            if n == len(head):
+                queue.popleft()
+            else:
+                queue[0] = head[n:]
+                break
+        if connected:
+            poller.modify(src.fileno(), READ if not src_eof and not (bounded and queue) else 0)
+            poller.modify(dst.fileno(), WRITE if queue else 0)
+        peak = max(peak, queued)
+        while io.time() >= next_sample:
+            samples.append((next_sample, queued))
+            next_sample += 0.5
+    else:
+        pytest.fail("relay loop did not reach the end of the simulated run")
+    poller.close()
+    return {"source": source, "sink": sink, "peak": peak, "samples": samples,
+            "src": src, "dst": dst}
+
+
+def test_s1_naive_relay_grows_2MBps_and_bounded_stays_one_read():
+    results = {}
+    for bounded in (False, True):
+        world = World(1)
+        t, cpu = time.perf_counter(), time.process_time()
+        r = run_relay(world, bounded)
+        wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+        results[bounded] = r
+        # Measured, never asserted: how much faster than real time this ran.
+        print(f"S1 {'bounded' if bounded else 'naive'}: 10 simulated s in {wall:.3f} s wall "
+              f"({10 / wall:.0f} simulated s per wall s; CPU {cpu:.3f} s), "
+              f"{len(world.log)} logged events")
+    naive, bounded = results[False], results[True]
+    # the naive relay's buffer grows at source rate minus sink rate: about +2 MB/s
+    t2, q2 = next(s for s in naive["samples"] if s[0] >= 2.0)
+    t10, q10 = naive["samples"][-1]
+    slope = (q10 - q2) / (t10 - t2)
+    assert 1.8e6 < slope < 2.2e6, slope
+    assert naive["source"].sent > 29e6          # the source was never held back
+    # the bounded one never holds more than one read, and the source is held to
+    # the sink's rate (the two 64 KiB buffer pairs on each hop are the slack)
+    assert bounded["peak"] <= 65536
+    src_rate = bounded["source"].sent / 10.0
+    assert 0.9e6 < src_rate < 1.2e6, src_rate
+    for r in (naive, bounded):
+        sink = r["sink"].result()
+        assert 9.5e6 < sink["received_bytes"] < 10.5e6
+        assert sink["corrupt_at"] is None      # every byte in order, none lost or doubled
+    # queue delay at the sink, from the peers' timestamps: ~20 s naive, well under 1 s bounded
+    naive_delay = max(d for _, d in queue_delays(naive["source"], naive["sink"]))
+    bounded_delay = max(d for _, d in queue_delays(bounded["source"], bounded["sink"]))
+    assert 5.0 < naive_delay
+    assert bounded_delay < 1.0
+
+
+def run_s1_universe(universe):
+    world = World.from_universe(universe)
+    r = run_relay(world, bounded=True, duration=5.0)
+    return world, (r["source"].result(), r["sink"].result(), r["peak"], r["samples"])
+
+
+def test_same_seed_same_universe_identical_log_and_results():
+    u = World(7, jitter_s=0.0005, random_faults=3, fault_horizon_s=5.0).universe()
+    assert json.loads(json.dumps(u)) == u
+    w1, r1 = run_s1_universe(u)
+    w2, r2 = run_s1_universe(json.loads(json.dumps(u)))
+    assert w1.log == w2.log and w1.digest() == w2.digest()
+    assert r1 == r2
+    assert w1.universe() == w2.universe() == u
+    assert len(w1.log) > 100
+
+
+def test_different_seed_with_random_faults_differs():
+    u7 = World(7, jitter_s=0.0005, random_faults=3, fault_horizon_s=5.0).universe()
+    u8 = World(8, jitter_s=0.0005, random_faults=3, fault_horizon_s=5.0).universe()
+    assert u7["faults"] != u8["faults"]
+    w7, _ = run_s1_universe(u7)
+    w8, _ = run_s1_universe(u8)
+    assert w7.digest() != w8.digest()
+    assert [e for e in w7.log if e[1].startswith("fault")] != \
+           [e for e in w8.log if e[1].startswith("fault")]
+
+
+def test_jitter_alone_changes_timing_with_the_seed():
+    logs = []
+    for seed in (1, 2):
+        w = World(seed, jitter_s=0.001)
+        run_relay(w, bounded=True, duration=1.0)
+        logs.append([e[0] for e in w.log if e[1] == "deliver"])
+    assert logs[0] != logs[1]
+
+
+def test_universe_rejects_bad_input_with_one_line():
+    with pytest.raises(ValueError, match="unknown parameter 'latency'"):
+        World(0, latency=1)
+    with pytest.raises(ValueError, match="bad value -1 for sndbuf"):
+        World(0, sndbuf=-1)
+    with pytest.raises(ValueError, match="bad fault kind 'explode'"):
+        World(0, faults=[{"at": 1, "kind": "explode"}])
+    with pytest.raises(ValueError, match="not a simnet universe"):
+        World.from_universe({"seed": 1})
+
+
+# -- TCP semantics -----------------------------------------------------------------
+
+def test_partial_writes_fill_both_buffers_then_block():
+    world = World(0)
+    c, s = pair(world)
+    assert c.send(b"x" * 100_000) == 65536           # the send buffer's capacity
+    with pytest.raises(BlockingIOError):
+        c.send(b"x")
+    settle(world)
+    # the peer's receive buffer took 64 KiB; acked bytes freed ours
+    assert s.unread_bytes == 65536
+    assert c.send(b"y" * 100_000) == 65536
+    settle(world)
+    with pytest.raises(BlockingIOError):
+        c.send(b"z")
+    assert c.queued_bytes == 65536 and s.unread_bytes == 65536
+    # not writable until half the queued bytes are free (Linux's wake rule)
+    poller = world.io().poller()
+    poller.register(c.fileno(), WRITE)
+    assert poller.wait(0) == []
+    assert len(s.recv(40_000)) == 40_000
+    settle(world)
+    assert poller.wait(0) == [(c.fileno(), WRITE)]
+    assert c.send(b"w" * 100_000) == 40_000          # a partial write: what fits
+    poller.close()
+    assert len(drain(s)) > 0
+
+
+def test_half_close_delivers_then_eof_and_the_other_direction_works():
+    world = World(0)
+    c, s = pair(world)
+    assert c.send(b"request") == 7
+    c.shutdown(socket.SHUT_WR)
+    with pytest.raises(BrokenPipeError):
+        c.send(b"more")
+    settle(world)
+    assert s.recv(100) == b"request"
+    assert s.recv(100) == b""                         # EOF after the data
+    assert s.recv(100) == b""
+    assert s.send(b"response") == 8                  # the other direction still works
+    s.close()
+    settle(world)
+    assert c.recv(100) == b"response"
+    assert c.recv(100) == b""
+
+
+def test_close_with_unread_data_resets_and_peer_recv_raises():
+    world = World(0)
+    c, s = pair(world)
+    c.send(b"hello")
+    settle(world)
+    s.send(b"reply-1")
+    s.close()                     # "hello" was never read: an RST, not a FIN (trio 412)
+    settle(world)
+    assert ("close-rst" in [e[1] for e in world.log])
+    assert c.recv(100) == b"reply-1"                 # what had arrived is still readable...
+    with pytest.raises(ConnectionResetError):        # ...then the reset, once
+        c.recv(100)
+    assert c.recv(100) == b""
+    with pytest.raises(BrokenPipeError):
+        c.send(b"x")
+
+
+def test_send_after_peer_reset_raises_reset_then_broken_pipe():
+    world = World(0)
+    c, s = pair(world)
+    s.close()                     # nothing unread: a FIN
+    settle(world)
+    assert c.recv(10) == b""
+    assert c.send(b"late") == 4   # the closed peer answers this data with an RST
+    settle(world)
+    with pytest.raises(ConnectionResetError):
+        c.send(b"x")
+    with pytest.raises(BrokenPipeError):
+        c.send(b"x")
+
+
+def test_so_linger_zero_close_resets_and_so_error_reports_it_once():
+    world = World(0)
+    c, s = pair(world)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+    settle(world)
+    assert c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET
+    assert c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+    assert c.recv(10) == b""
+
+
+def test_connect_refused_reports_through_so_error():
+    world = World(0)
+    io = world.io()
+    c = io.socket()
+    c.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        c.connect(("127.0.0.1", 1))
+    poller = io.poller()
+    poller.register(c.fileno(), WRITE)
+    assert poller.wait(1.0) == [(c.fileno(), READ | WRITE)]
+    assert c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNREFUSED
+    assert world.now == pytest.approx(2 * world.params["latency_s"])
+    poller.close()
+    c.close()
+
+
+def test_listen_backlog_drops_syns_beyond_backlog_plus_one_and_they_retry():
+    world = World(0)
+    io = world.io()
+    ls = io.socket()
+    ls.setblocking(False)
+    ls.bind(A)
+    ls.listen(1)
+    clients = [io.socket() for _ in range(3)]
+    for c in clients:
+        c.setblocking(False)
+        c.connect_ex(A)
+    settle(world, 0.5)
+    states = [c._state for c in clients]
+    assert [c.getpeername() for c in clients[:2]] == [A, A]   # backlog + 1 queued
+    with pytest.raises(OSError):
+        clients[2].getpeername()
+    assert ("syn-drop", 2) in [(e[1], e[2]) for e in world.log]
+    ls.accept()[0].close()
+    settle(world, 2.0)                                 # the SYN is retried after 1 s
+    assert clients[2].getpeername() == A
+    assert states[:2] == [clients[0]._state] * 2
+    for c in clients:
+        c.close()
+    ls.close()
+
+
+def test_accept_would_block_and_blocking_mode_is_refused_loudly():
+    from kernels.simnet import SimBlockingError
+    world = World(0)
+    ls = world.io().socket()
+    ls.bind(A)
+    ls.listen(1)
+    with pytest.raises(SimBlockingError):
+        ls.accept()
+    ls.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        ls.accept()
+    assert ls.fileno() >= FD_BASE
+    ls.close()
+    assert ls.fileno() == -1
+
+
+def test_latency_and_bandwidth_set_the_transfer_time():
+    world = World(0, latency_s=0.01, bandwidth_Bps=1_000_000)
+    sink = Sink(world).listen(B)
+    Source(world, total_bytes=1_000_000).connect(B)
+    world.run(until=5.0)
+    r = sink.result()
+    assert r["received_bytes"] == 1_000_000 and r["ended"] == "eof"
+    # handshake (2 latencies) + 1 s on the wire + the last one-way latency,
+    # plus the window round trips the 64 KiB buffers impose
+    assert 1.0 < r["ended_at_s"] < 1.5
+
+
+# -- the seam's shape ----------------------------------------------------------------
+
+def test_wait_advances_the_clock_and_never_blocks():
+    world = World(0)
+    io = world.io()
+    poller = io.poller()
+    waker = io.waker()
+    poller.register(waker.fileno(), READ)
+    t = time.perf_counter()
+    assert poller.wait(3600.0) == []
+    assert io.time() == 3600.0
+    assert time.perf_counter() - t < 5.0       # a sanity bound, not a speed claim
+    world.call_later(2.0, waker.wake)
+    assert poller.wait(None) == [(waker.fileno(), READ)]
+    assert io.time() == 3602.0
+    assert waker.drain() == b"\0" and waker.signal_fd() is None
+    assert poller.wait(0) == []
+    with pytest.raises(SimDeadlock):
+        poller.wait(None)
+    with pytest.raises(FileExistsError):
+        poller.register(waker.fileno(), READ)
+    poller.unregister(waker.fileno())
+    with pytest.raises(OSError):
+        poller.unregister(waker.fileno())
+    with pytest.raises(OSError):
+        poller.register(3, READ)               # a real fd is not in this world
+    waker.close()
+    poller.close()
+
+
+def test_socketpair_getaddrinfo_and_read_check():
+    world = World(0)
+    io = world.io()
+    a, b = io.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    check = io.read_check(b)
+    assert not check(0)
+    a.send(b"ping")
+    settle(world)
+    assert check(0)
+    assert b.recv_into(buf := bytearray(10)) == 4 and buf[:4] == b"ping"
+    assert io.getaddrinfo("localhost", 80)[0][4] == ("127.0.0.1", 80)
+    with pytest.raises(socket.gaierror):
+        io.getaddrinfo("example.invalid", 80)
+    assert a.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) == 65536
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    assert a.send(b"x" * 10_000) == 4096
+    a.close()
+    b.close()
+
+
+def test_selectors_selector_over_the_world():
+    world = World(0)
+    io = world.io()
+    a, b = io.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    sel = SimSelector(world)
+    assert isinstance(sel, selectors.BaseSelector)
+    key = sel.register(b, selectors.EVENT_READ, data="b")
+    sel.register(a, selectors.EVENT_WRITE)
+    assert sel.get_key(b) is key
+    ready = sel.select(0)
+    assert [(k.fileobj, ev) for k, ev in ready] == [(a, selectors.EVENT_WRITE)]
+    sel.unregister(a)
+    world.call_later(0.5, a.send, b"hi")
+    ready = sel.select(None)
+    assert [(k.data, ev) for k, ev in ready] == [("b", selectors.EVENT_READ)]
+    assert world.now == pytest.approx(0.5 + world.params["latency_s"])
+    sel.close()
+    a.close()
+    b.close()
+
+
+# -- faults --------------------------------------------------------------------------
+
+def stream_world(faults, **params):
+    world = World(0, faults=faults, **params)
+    sink = Sink(world, rate_Bps=1_000_000).listen(B)
+    source = Source(world, rate_Bps=1_000_000, duration_s=4.0).connect(B)
+    world.run(until=5.0)
+    return world, source, sink
+
+
+def test_planned_stall_pauses_the_reader_then_it_catches_up():
+    world, source, sink = stream_world([{"at": 1.0, "kind": "stall", "conn": 0,
+                                         "side": "server", "duration_s": 1.0}])
+    gaps = [t2 - t1 for t1, t2 in zip(sink.arrival_times, sink.arrival_times[1:])]
+    assert max(gaps) > 0.9
+    assert sink.result()["ended"] == "eof" and sink.corrupt_at is None
+
+
+def test_planned_reset_surfaces_at_both_ends():
+    world, source, sink = stream_world([{"at": 1.0, "kind": "reset", "conn": 0}])
+    assert sink.result()["ended"] == "reset"
+    assert source.result()["ended"] == "reset"
+    assert sink.received < 1.2e6
+
+
+def test_vanish_stops_all_traffic_without_a_fin():
+    world, source, sink = stream_world([{"at": 1.0, "kind": "vanish", "conn": 0,
+                                         "side": "server"}])
+    assert sink.received < 1.2e6
+    assert sink.result()["ended"] is None         # no EOF and no reset ever came
+    assert source.sent < 1.2e6 + 2 * 65536         # held by the closed window
+
+
+def test_slow_reader_fault_limits_the_rate():
+    world, source, sink = stream_world([{"at": 0.5, "kind": "slow", "conn": 0, "side": "server",
+                                         "duration_s": 2.0, "rate_Bps": 100_000}])
+    during = [n for t, n in zip(sink.arrival_times, sink.arrival_totals) if 0.6 <= t <= 2.5]
+    assert (during[-1] - during[0]) / 1.9 < 150_000
+
+
+def test_fault_on_a_missing_connection_is_logged_not_fatal():
+    world, _, sink = stream_world([{"at": 0.5, "kind": "reset", "conn": 5}])
+    assert ("fault-missed", 5) in [(e[1], e[2]) for e in world.log]
+    assert sink.result()["ended"] == "eof"
+
+
+# -- peers ---------------------------------------------------------------------------
+
+def test_stalled_and_delayed_readers():
+    world = World(0)
+    stalled = StalledReader(world).listen(A)
+    delayed = DelayedReader(world, 2.0).listen(B)
+    s1 = Source(world, total_bytes=1_000_000).connect(A)
+    s2 = Source(world, total_bytes=100_000).connect(B)
+    world.run(until=3.0)
+    assert stalled.received == 0
+    assert s1.sent == 2 * 65536 and s1.ended is None   # both buffers, then stuck
+    assert delayed.received == 100_000 and delayed.arrival_times[0] >= 2.0
+
+
+def test_pipelining_client_floods_a_server_that_does_not_read():
+    world = World(0)
+    io = world.io()
+    ls = io.socket()
+    ls.setblocking(False)
+    ls.bind(A)
+    ls.listen(1)
+    client = PipeliningClient(world, request=b"x" * 100, count=10_000).connect(A)
+    world.run(until=1.0)
+    conn, _ = ls.accept()
+    assert client.requests_sent == 2 * 65536 // 100
+    assert conn.unread_bytes == 65536
+    conn.close()
+    ls.close()
+
+
+def test_resetting_peer_after_bytes():
+    world = World(0)
+    io = world.io()
+    ls = io.socket()
+    ls.setblocking(False)
+    ls.bind(A)
+    ls.listen(1)
+    peer = ResettingPeer(world, after_bytes=1000, send_bytes=10).connect(A)
+    world.run(until=0.1)
+    conn, _ = ls.accept()
+    conn.setblocking(False)
+    assert conn.send(b"y" * 2000) == 2000
+    world.run(until=0.2)
+    assert peer.result()["ended"] == "reset_sent"
+    assert conn.recv(100) == _pattern_prefix(10)
+    with pytest.raises(ConnectionResetError):
+        conn.recv(100)
+    conn.close()
+    ls.close()
+
+
+def _pattern_prefix(n):
+    return bytes(range(n))
+
+
+def test_queue_delays_need_no_framing():
+    world = World(0)
+    sink = Sink(world, rate_Bps=100_000).listen(B)
+    source = Source(world, rate_Bps=200_000, duration_s=2.0).connect(B)
+    world.run(until=3.0)
+    delays = queue_delays(source, sink)
+    assert delays and all(d >= 0 for _, d in delays)
+    assert delays[-1][1] > delays[0][1]           # the reader is slower: the queue grows
+    assert not math.isnan(delays[-1][1])
+
+
+def test_a_participant_spinning_at_one_instant_is_an_error_not_a_hang(monkeypatch):
+    import kernels.simnet as simnet
+    monkeypatch.setattr(simnet, "MAX_EVENTS_AT_ONE_TIME", 1000)
+    world = World(0)
+
+    def spin():
+        world.call_later(0, spin)
+    world.call_later(1.0, spin)
+    with pytest.raises(RuntimeError, match="livelock"):
+        world.run(until=2.0)
+
+
+def test_polling_an_always_ready_fd_forever_is_an_error_not_a_hang(monkeypatch):
+    import kernels.simnet as simnet
+    monkeypatch.setattr(simnet, "MAX_EVENTS_AT_ONE_TIME", 1000)
+    world = World(0)
+    a, b = world.io().socketpair()
+    poller = world.io().poller()
+    poller.register(a.fileno(), WRITE)          # writable, and nobody ever writes
+    with pytest.raises(RuntimeError, match="livelock"):
+        for _ in range(2000):
+            poller.wait(1.0)
+    poller.close()
+
+
+def test_a_universe_replays_identically_in_another_process():
+    import os
+    import subprocess
+    import sys
+    u = World(11, jitter_s=0.0005, random_faults=2, fault_horizon_s=2.0).universe()
+    program = (
+        "import json, sys\n"
+        "sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']\n"
+        "from kernels.simnet import World\n"
+        "import test_simnet as t\n"
+        "w = World.from_universe(json.loads(sys.argv[2]))\n"
+        "t.run_relay(w, bounded=True, duration=2.0)\n"
+        "print(w.digest())\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    out = subprocess.run([sys.executable, "-c", program, root, json.dumps(u)], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    here = World.from_universe(u)
+    run_relay(here, bounded=True, duration=2.0)
+    assert out.stdout.strip() == here.digest()
+
+
+def test_closing_a_listener_resets_connections_it_never_accepted():
+    world = World(0)
+    io = world.io()
+    ls = io.socket()
+    ls.setblocking(False)
+    ls.bind(A)
+    ls.listen(4)
+    c = io.socket()
+    c.setblocking(False)
+    c.connect_ex(A)
+    settle(world)
+    assert c.getpeername() == A
+    ls.close()
+    settle(world)
+    with pytest.raises(ConnectionResetError):
+        c.recv(10)
+    # the address is free again
+    ls2 = io.socket()
+    ls2.bind(A)
+    ls2.close()
+    c.close()
+
+
+def test_peek_recv_into_with_nbytes_and_eof_hidden_during_a_stall():
+    world = World(0, faults=[{"at": 0.05, "kind": "stall", "conn": 0, "side": "server",
+                              "duration_s": 1.0}])
+    c, s = pair(world)
+    c.send(b"abcdef")
+    c.shutdown(socket.SHUT_WR)
+    settle(world, 0.01)
+    assert s.recv(3, socket.MSG_PEEK) == b"abc"
+    buf = bytearray(10)
+    assert s.recv_into(buf, 2) == 2 and buf[:2] == b"ab"
+    world.run(until=0.5)                       # stalled: data and EOF are there but hidden
+    with pytest.raises(BlockingIOError):
+        s.recv(10)
+    poller = world.io().poller()
+    poller.register(s.fileno(), READ)
+    assert poller.wait(None) == [(s.fileno(), READ)]
+    assert world.now == pytest.approx(1.05)    # readable exactly when the stall ends
+    assert s.recv(10) == b"cdef"
+    assert s.recv(10) == b""
+    poller.close()
+
+
+def test_asyncio_selector_loop_and_transports_run_on_simselector():
+    """asyncio's own loop, transports and (absent) flow control over the
+    simulated network: the naive callback relay of S1 buffers the difference
+    between source and sink in its transport, as on real sockets. The loop
+    subclass swaps asyncio's self-pipe and clock (private hooks, CPython 3.11)."""
+    import asyncio
+
+    duration = 3.0
+    world = World(1)
+
+    class SimLoop(asyncio.SelectorEventLoop):
+        def __init__(self):
+            super().__init__(SimSelector(world))
+
+        def _make_self_pipe(self):
+            self._waker = world.io().waker()
+            self._ssock = self._csock = None
+            self._internal_fds += 1
+            self._add_reader(self._waker.fileno(), self._waker.drain)
+
+        def _close_self_pipe(self):
+            self._remove_reader(self._waker.fileno())
+            self._waker.close()
+            self._internal_fds -= 1
+
+        def _write_to_self(self):
+            self._waker.wake()
+
+        def time(self):
+            return world.now
+
+    sink = Sink(world, rate_Bps=1_000_000).listen(B)
+    source = Source(world, rate_Bps=3_000_000, duration_s=duration).connect(A)
+    peak = [0]
+
+    class Relay(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.out, self.pending = None, []
+            asyncio.get_running_loop().create_task(self.dial())
+
+        async def dial(self):
+            s = world.socket()
+            s.setblocking(False)
+            s.connect_ex(B)
+            self.out, _ = await asyncio.get_running_loop().create_connection(
+                asyncio.Protocol, sock=s)
+            for data in self.pending:
+                self.out.write(data)
+
+        def data_received(self, data):
+            if self.out is None:
+                self.pending.append(data)
+                return
+            self.out.write(data)          # naive: no pause_reading on high water
+            peak[0] = max(peak[0], self.out.get_write_buffer_size())
+
+    async def main():
+        ls = world.socket()
+        ls.setblocking(False)
+        ls.bind(A)
+        ls.listen(1)
+        server = await asyncio.get_running_loop().create_server(Relay, sock=ls)
+        await asyncio.sleep(duration)
+        server.close()
+
+    loop = SimLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert world.now == pytest.approx(duration)
+    assert 0.8 * 2e6 * duration < peak[0] < 1.1 * 2e6 * duration
+    assert source.sent > 0.95 * 3e6 * duration
+    assert sink.corrupt_at is None and sink.received > 0.9e6 * duration
+
+
+def test_send_after_a_refused_connect_raises_the_refusal_once():
+    world = World(0)
+    c = world.io().socket()
+    c.setblocking(False)
+    c.connect_ex(("127.0.0.1", 1))
+    settle(world)
+    with pytest.raises(ConnectionRefusedError):
+        c.send(b"x")
+    with pytest.raises(OSError) as info:
+        c.send(b"x")
+    assert info.value.errno == errno.ENOTCONN
+    c.close()
+
+
+def test_the_docs_first_run_snippet():
+    import pathlib
+    doc = pathlib.Path(__file__).resolve().parent.parent / "docs" / "simnet.md"
+    text = doc.read_text()
+    snippet = text.split("```python\n", 1)[1].split("```", 1)[0]
+    scope = {}
+    exec(snippet, scope)
+    assert scope["events"] == [(scope["ls"].fileno(), READ)]
+    assert 0 < scope["io"].time() < 1.0
