@@ -1,12 +1,37 @@
 """What the three driver modules share: app counters, the one-line protocol
-error, and the push app's state. Not sans-IO (it prints), so not in ``cores``."""
+error, the push app's state and the unknown-action error. Not sans-IO (it
+prints), so not in ``cores``."""
 from __future__ import annotations
 
 import sys
 
-from protocols import cores
+from protocols import apps, cores
+from protocols.apps import PUSH_POLICIES  # noqa: F401  (re-exported for callers)
 
-PUSH_POLICIES = ("unbounded", "block", "drop", "disconnect")
+
+class Served:
+    """What every handler of one server shares: the port, the app's table entry,
+    the chosen variant and the params (``counters`` is where app counters go)."""
+
+    def __init__(self, port, style: str, name: str, variant: str, params: dict,
+                 push_app=None):
+        self.port = port
+        self.app = apps.get(name)
+        self.variant = apps.variant(name, style, variant)
+        self.params = params
+        self.counters = params.get("counters", {})
+        self.one_shot = self.app.one_shot and not params.get("forever", False)
+        self.push = None
+        if self.app.per_server:     # one core for the whole server
+            self.push = (push_app or PushApp)(self.new_core(), params)
+
+    def new_core(self):
+        return self.app.core(self.variant, self.params)
+
+
+def unknown(action, driver: str) -> cores.UnknownAction:
+    """The error for an action a driver has no case for (raise it)."""
+    return cores.UnknownAction(action, driver)
 
 
 def protocol_error(app: str, exc) -> None:
@@ -20,13 +45,11 @@ def count(counters: dict, name: str, n: int = 1) -> None:
 
 
 class PushApp:
-    """A push server's state: the core and the clients by id. ``block`` waits
-    before every write (queue_limit 0: "write; drain per client in turn", the S6
-    row); ``drop`` and ``disconnect`` judge a client by ``queue_limit`` messages."""
+    """A push server's state: the core (built by the app table for the policy)
+    and the clients by id."""
 
-    def __init__(self, policy: str, params: dict):
-        limit = 0 if policy == "block" else params.get("queue_limit", 16)
-        self.core = cores.PushCore(policy, limit)
+    def __init__(self, core: cores.PushCore, params: dict):
+        self.core = core
         self.clients: dict = {}
         self.boxes: dict = {}          # task port: per-client mailboxes
         self.counters = params.get("counters", {})

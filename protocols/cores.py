@@ -1065,16 +1065,19 @@ class PushCore:
       ``Disconnect(cid)``        close that client; the core forgets it.
 
     Policies, decided from each client's backlog:
-      "unbounded"   always ``send`` -- the driver writes into the transport's
-                    buffer without waiting (the S6 first row);
-      "block"       ``send``, preceded by ``block`` when the backlog is at or
+      "unbounded"   always ``Enqueue``, without limit -- the driver hands the
+                    message on (transport buffer, or the client's queue on
+                    the task port) and never waits (the S6 first row);
+      "block"       ``Send``, preceded by ``Block`` when the backlog is at or
                     over ``queue_limit``: the broadcaster waits for that client
                     and serves clients in turn (``queue_limit=0``: wait for
                     every write, the "write; drain per client" rows);
-      "drop"        ``enqueue``, or ``drop`` when the backlog is >= queue_limit;
-      "disconnect"  ``enqueue``, or ``disconnect`` when it is >= queue_limit.
+      "drop"        ``Enqueue``, or ``Drop`` when the backlog is >= queue_limit;
+      "disconnect"  ``Enqueue``, or ``Disconnect`` when it is >= queue_limit.
+    So ``Send`` always means "in turn, the broadcaster may wait" and
+    ``Enqueue`` "without waiting": a driver needs no policy of its own.
 
-    Backlog bookkeeping: each ``send``/``enqueue`` counts as +1 pending for
+    Backlog bookkeeping: each ``Send``/``Enqueue`` counts as +1 pending for
     that client until the driver reports the true figure with ``backlog(cid,
     n)`` (absolute). The driver must report when messages leave (dequeued, or
     written out): a driver that never reports makes every client look stuck
@@ -1138,7 +1141,9 @@ class PushCore:
         actions = []
         for cid in list(backlog):
             full = backlog[cid] >= limit
-            if policy == "unbounded" or (policy == "block" and not full):
+            if policy == "unbounded":
+                actions.append(Enqueue(cid, msg))
+            elif policy == "block" and not full:
                 actions.append(Send(cid, msg))
             elif policy == "block":
                 self.blocked_count += 1

@@ -3,44 +3,44 @@
 The same coroutines run on our hybrid kernel and on asyncio/uvloop. Variants, as the
 2016 post wrote them: ``naive`` never awaits ``drain()`` and returns right after
 ``writer.close()`` (backpressure bug, and bytes lost at shutdown); ``fixed`` awaits
-``drain()`` at the top of each pass and ``wait_closed()`` before returning;
-``limits0`` is ``fixed`` plus ``set_write_buffer_limits(0)`` (the post's full fix).
+``drain()`` after each write and ``wait_closed()`` before returning; ``limits0`` is
+``fixed`` plus ``set_write_buffer_limits(0)`` (the post's full fix). Proxy and push
+decisions are their cores'; the coroutines here feed events in and act.
 """
 from __future__ import annotations
 
 import sys
 import time
 
-from protocols import common, cores
+from protocols import apps, common, cores
+from protocols.cores import Block, Close, Disconnect, Done, Drop, Enqueue, Send, SendEof
 
-VARIANTS = {"echo": ("naive", "fixed"), "sink": ("naive", "fixed"),
-            "proxy": ("naive", "fixed", "limits0"), "reqresp": ("naive", "fixed"),
-            "push": common.PUSH_POLICIES}
+VARIANTS = apps.variants("stream")
 
 
-async def _close(writer, fixed: bool):
+async def _close(writer, wait: bool):
     writer.close()
-    if fixed:
+    if wait:
         try:
             await writer.wait_closed()
-        except ConnectionError:
+        except OSError:
             pass
 
 
-async def echo(port, reader, writer, variant, params):
-    core, fixed = cores.EchoCore(), variant != "naive"
+async def echo(served, reader, writer):
+    core, drain = served.new_core(), served.variant.drain
     try:
         while data := await reader.read(65536):
             writer.write(core.receive(data))
-            if fixed:
+            if drain:
                 await writer.drain()
-    except ConnectionError:
+    except OSError:
         pass
-    await _close(writer, fixed)
+    await _close(writer, drain)
 
 
-async def sink(port, reader, writer, variant, params):
-    core = cores.SinkCore(params.get("frame_bytes"))
+async def sink(served, reader, writer):
+    core = served.new_core()
     try:
         while data := await reader.read(65536):
             core.receive(data, time.monotonic())
@@ -49,72 +49,95 @@ async def sink(port, reader, writer, variant, params):
         common.protocol_error("sink", exc)
         writer.transport.abort()
         return
-    except ConnectionError:
+    except OSError:
         pass
-    await _close(writer, variant != "naive")
+    await _close(writer, served.variant.drain)
 
 
-async def reqresp(port, reader, writer, variant, params):
-    core, fixed = cores.ReqRespCore(params.get("response_bytes", 65536)), variant != "naive"
+async def reqresp(served, reader, writer):
+    core, drain = served.new_core(), served.variant.drain
     try:
         while data := await reader.read(65536):
             for _ in range(core.requests(data)):
                 writer.write(core.respond())
-                common.count(params.get("counters", {}), "requests_handled_count")
-                if fixed:
+                common.count(served.counters, "requests_handled_count")
+                if drain:
                     await writer.drain()
     except cores.ProtocolError as exc:
         common.protocol_error("reqresp", exc)
         writer.transport.abort()
         return
-    except ConnectionError:
+    except OSError:
         pass
-    await _close(writer, fixed)
+    await _close(writer, drain)
 
 
-async def proxy(port, reader, writer, variant, params):
-    """The post's program: copy client -> upstream until EOF (two-way: both ways,
-    propagating half-close)."""
-    fixed = variant != "naive"
-    host, up_port = params["upstream"]
+async def proxy(served, reader, writer):
+    """One pump task per side feeds the ProxyCore; the relay is over when the
+    core says Done (the other pump, still waiting to read, is then cancelled)
+    or when a pump fails with a driver bug, which is raised here."""
+    port, core, v = served.port, served.new_core(), served.variant
+    host, up_port = served.params["upstream"]
+    ends, over, failed = {"a": writer}, port.Event(), []
+
+    async def act(actions):
+        for action in actions:
+            match action:
+                case Send(to, data):
+                    ends[to].write(data)
+                    if v.drain:
+                        try:
+                            await ends[to].drain()
+                        except OSError as exc:
+                            await act(core.closed(to, exc))
+                case SendEof(to):
+                    if not ends[to].transport.is_closing():
+                        ends[to].write_eof()
+                case Close(to, abort=True):
+                    ends[to].transport.abort()
+                case Close(to):
+                    await _close(ends[to], v.drain)
+                case Done():
+                    over.set()
+                case _:
+                    raise common.unknown(action, "stream proxy")
+
+    async def pump(side, reader):
+        try:
+            while data := await reader.read(65536):
+                await act(core.data(side, data))
+            await act(core.eof(side))
+        except OSError as exc:
+            await act(core.closed(side, exc))
+        except Exception as exc:
+            failed.append(exc)
+            over.set()
+
     try:
-        up_reader, up_writer = await port.open_connection(host, up_port, sockbuf=params.get("sockbuf"))
+        up_reader, ends["b"] = await port.open_connection(host, up_port,
+                                                          sockbuf=served.params.get("sockbuf"))
     except OSError as exc:
         print(f"proxy: upstream {host}:{up_port} failed: {exc}", file=sys.stderr)
-        writer.close()
-        return
-    if variant == "limits0":
-        up_writer.transport.set_write_buffer_limits(0)
-
-    async def copy(src, dst):
-        try:
-            while True:
-                if fixed:
-                    await dst.drain()
-                data = await src.read(65536)
-                if not data:
-                    break
-                dst.write(data)
-            if params.get("two_way"):
-                dst.write_eof()
-        except ConnectionError:
-            pass
-
-    if params.get("two_way"):
-        await port.gather(copy(reader, up_writer), copy(up_reader, writer))
-        await _close(writer, fixed)
-    else:
-        await copy(reader, up_writer)
-    await _close(up_writer, fixed)
+        return await act(core.closed("b", exc))
+    if v.zero_limits:
+        ends["b"].transport.set_write_buffer_limits(0)
+    pumps = [port.create_task(pump("a", reader)), port.create_task(pump("b", up_reader))]
+    try:
+        await over.wait()
+    finally:
+        for task in pumps:
+            task.cancel()
+    if failed:
+        raise failed[0]
 
 
-async def push_client(port, reader, writer, app):
-    cid = id(writer)
+async def push(served, reader, writer):
+    app, cid = served.push, id(writer)
     app.core.add_client(cid)
     app.clients[cid] = writer
     try:
         await reader.read()          # a push client only ever sends EOF
-    except ConnectionError:
+    except OSError:
         pass
     finally:
         if app.clients.pop(cid, None) is not None:
@@ -122,55 +145,55 @@ async def push_client(port, reader, writer, app):
     writer.close()
 
 
-async def push_ticker(port, app, params):
+async def push_ticker(port, app):
     """Offer one message every interval to every client, under the overload policy.
-    ``block`` awaits that client's drain() before writing -- one stalled client
-    stalls all; ``drop``/``disconnect`` judge a client by its transport backlog."""
+    Block awaits that client's drain() before writing -- one stalled client
+    stalls all; drop/disconnect judge a client by its transport backlog."""
     while True:
         for cid, writer in app.clients.items():
             app.core.backlog(cid, writer.transport.get_write_buffer_size() // app.message_bytes)
-        for kind, cid, *rest in app.core.broadcast(app.next_message()):
-            writer = app.clients.get(cid)
-            if writer is None:
-                continue
-            if kind in ("send", "enqueue"):
-                writer.write(rest[0])
-            elif kind == "block":
-                try:
-                    await writer.drain()
-                except ConnectionError:
+        client = app.clients.get     # None once that client has gone
+        for action in app.core.broadcast(app.next_message()):
+            match action:
+                case Send(cid, data) | Enqueue(cid, data):
+                    if (writer := client(cid)) is not None:
+                        writer.write(data)
+                case Block(cid):
+                    if (writer := client(cid)) is not None:
+                        try:
+                            await writer.drain()
+                        except OSError:
+                            pass
+                case Disconnect(cid):
+                    if (writer := client(cid)) is not None:
+                        writer.transport.abort()
+                case Drop():
                     pass
-            elif kind == "disconnect":
-                writer.transport.abort()
+                case _:
+                    raise common.unknown(action, "stream push")
         app.report()
         await port.sleep(app.interval_s)
 
 
-HANDLERS = {"echo": echo, "sink": sink, "reqresp": reqresp, "proxy": proxy}
+HANDLERS = apps.bind("stream", {"echo": echo, "sink": sink, "reqresp": reqresp,
+                                "proxy": proxy, "push": push})
 
 
 async def main(port, name, sock, variant="naive", params=None):
     """Serve app ``name`` on ``sock``. The one-shot proxy returns after its one
     connection -- and what happens to unsent bytes then is the runtime's exit policy."""
-    params = params or {}
-    one_shot = name == "proxy" and not params.get("forever")
-    done = port.Event()
-    if name == "push":
-        app = common.PushApp(variant, params)
-        handler = lambda r, w: push_client(port, r, w, app)  # noqa: E731
-        ticker = port.create_task(push_ticker(port, app, params))
-    else:
-        ticker = None
-        fn = HANDLERS[name]
+    served = common.Served(port, "stream", name, variant, params or {})
+    fn, done = HANDLERS[name], port.Event()
 
-        async def handler(reader, writer):
-            if one_shot:
-                server.close()
-            await fn(port, reader, writer, variant, params)
-            if one_shot:
-                done.set()
+    async def handler(reader, writer):
+        if served.one_shot:
+            server.close()
+        await fn(served, reader, writer)
+        if served.one_shot:
+            done.set()
 
-    server = await port.start_server(handler, sock=sock, limit=params.get("limit", 65536))
+    ticker = port.create_task(push_ticker(port, served.push)) if served.push else None
+    server = await port.start_server(handler, sock=sock, limit=served.params.get("limit", 65536))
     try:
         await done.wait()
     finally:

@@ -4,7 +4,8 @@ The same coroutines run on our coro kernel, trio and curio. There is one code pa
 per app: ``naive`` and ``fixed`` are the *same code* here, because ``await
 send_all()`` returns only when the OS has the bytes -- backpressure comes from
 blocking, and there is no buffer to lose at shutdown. That the variants cannot
-differ on this port is the 2016 post's point; the report says so.
+differ on this port is the 2016 post's point; the report says so. Proxy and push
+decisions are their cores'; the coroutines here feed events in and act.
 """
 from __future__ import annotations
 
@@ -12,77 +13,107 @@ import collections
 import sys
 import time
 
-from protocols import common, cores
+from protocols import apps, common, cores
+from protocols.cores import Block, Close, Disconnect, Done, Drop, Enqueue, Send, SendEof
 
-VARIANTS = {"echo": ("naive", "fixed"), "sink": ("naive", "fixed"),
-            "proxy": ("naive", "fixed", "limits0"), "reqresp": ("naive", "fixed"),
-            "push": common.PUSH_POLICIES}
-SAME_CODE_NOTE = "task port: naive and fixed are the same code (send_all blocks)"
+VARIANTS = apps.variants("task")
+SAME_CODE_NOTE = apps.SAME_CODE_NOTE
 
 
-async def echo(port, stream, params):
-    core = cores.EchoCore()
+async def echo(served, stream):
+    core = served.new_core()
     try:
         while data := await stream.receive_some(65536):
             await stream.send_all(core.receive(data))
-    except port.StreamError:
+    except served.port.StreamError:
         pass
     await stream.aclose()
 
 
-async def sink(port, stream, params):
-    core = cores.SinkCore(params.get("frame_bytes"))
+async def sink(served, stream):
+    core = served.new_core()
     try:
         while data := await stream.receive_some(65536):
             core.receive(data, time.monotonic())
         core.eof()
     except cores.ProtocolError as exc:
         common.protocol_error("sink", exc)
-    except port.StreamError:
+    except served.port.StreamError:
         pass
     await stream.aclose()
 
 
-async def reqresp(port, stream, params):
-    core = cores.ReqRespCore(params.get("response_bytes", 65536))
+async def reqresp(served, stream):
+    core = served.new_core()
     try:
         while data := await stream.receive_some(65536):
             for _ in range(core.requests(data)):
                 await stream.send_all(core.respond())
-                common.count(params.get("counters", {}), "requests_handled_count")
+                common.count(served.counters, "requests_handled_count")
     except cores.ProtocolError as exc:
         common.protocol_error("reqresp", exc)
-    except port.StreamError:
+    except served.port.StreamError:
         pass
     await stream.aclose()
 
 
-async def _copy(port, src, dst, propagate_eof: bool):
-    try:
-        while data := await src.receive_some(65536):
-            await dst.send_all(data)
-        if propagate_eof:
-            await dst.send_eof()
-    except port.StreamError:
-        pass
+async def proxy(served, stream):
+    """One pump task per side feeds the ProxyCore. Close waits until Done has
+    cancelled the pumps: a stream is closed only once no task is using it. A
+    pump that fails with a driver bug ends the relay and the error is raised."""
+    port, core = served.port, served.new_core()
+    host, up_port = served.params["upstream"]
+    ends, over, failed = {"a": stream}, port.Event(), []
 
+    async def act(actions):
+        for action in actions:
+            match action:
+                case Send(to, data):
+                    try:
+                        await ends[to].send_all(data)
+                    except port.StreamError as exc:
+                        await act(core.closed(to, exc))
+                    else:
+                        await act(core.sent(to, len(data)))
+                case SendEof(to):
+                    try:
+                        await ends[to].send_eof()
+                    except port.StreamError as exc:
+                        await act(core.closed(to, exc))
+                case Close():
+                    pass              # both ends are closed below, after the pumps
+                case Done():
+                    over.set()
+                case _:
+                    raise common.unknown(action, "task proxy")
 
-async def proxy(port, stream, params):
-    host, up_port = params["upstream"]
+    async def pump(side):
+        try:
+            while data := await ends[side].receive_some(65536):
+                await act(core.data(side, data))
+            await act(core.eof(side))
+        except port.StreamError as exc:
+            await act(core.closed(side, exc))
+        except Exception as exc:
+            failed.append(exc)
+            over.set()
+
     try:
-        upstream = await port.open_tcp_stream(host, up_port, sockbuf=params.get("sockbuf"))
+        ends["b"] = await port.open_tcp_stream(host, up_port, sockbuf=served.params.get("sockbuf"))
     except OSError as exc:
         print(f"proxy: upstream {host}:{up_port} failed: {exc}", file=sys.stderr)
-        await stream.aclose()
-        return
-    if params.get("two_way"):
-        async with port.open_nursery() as n:
-            await n.spawn(_copy, port, stream, upstream, True)
-            await n.spawn(_copy, port, upstream, stream, True)
+        core.closed("b", exc)
     else:
-        await _copy(port, stream, upstream, False)
-    await upstream.aclose()
-    await stream.aclose()
+        async with port.open_nursery() as n:
+            await n.spawn(pump, "a")
+            await n.spawn(pump, "b")
+            await over.wait()
+            await n.cancel()
+    for side in ("b", "a"):
+        if side in ends:
+            await ends[side].aclose()
+    if failed:
+        raise failed[0]
 
 
 class _Mailbox:
@@ -105,10 +136,10 @@ class _Mailbox:
         return self.items.popleft()
 
 
-async def _push_client(port, stream, app):
+async def push(served, stream):
     """One task per client, draining its mailbox; a push client never sends, so a
     failed send is how it is known to be gone. ``None`` in the mailbox ends it."""
-    cid = id(stream)
+    port, app, cid = served.port, served.push, id(stream)
     app.core.add_client(cid)
     app.clients[cid] = stream
     box = app.boxes[cid] = _Mailbox(port)
@@ -125,54 +156,64 @@ async def _push_client(port, stream, app):
         await stream.aclose()
 
 
-async def _push_ticker(port, app, params):
-    """``block`` sends to each client in turn from here (send_all blocks, so one
-    stalled client stalls all); the other policies hand the message to the client's
-    own task through its mailbox -- ``unbounded`` without limit, ``drop`` and
-    ``disconnect`` bounded, as trio's memory channels would be."""
+# Mailbox wake-ups handed out between two yields of the ticker. curio's Event
+# (the one that also works from threads) wakes its kernel with one byte on a
+# socketpair per waiter and fails, printing a traceback, once that socket is
+# full (a few hundred wake-ups without a pass of the kernel).
+WAKEUPS_PER_YIELD = 64
+
+
+async def _push_ticker(port, app):
+    """Send in turn from here (send_all blocks, so one stalled client stalls
+    all); Enqueue hands the message to the client's own task through its
+    mailbox -- unbounded, or bounded by the core, as trio's memory channels."""
     while True:
-        for kind, cid, *rest in app.core.broadcast(app.next_message()):
-            stream = app.clients.get(cid)
-            if stream is None:
-                continue
-            if kind == "send" and app.core.policy == "block":
-                try:
-                    await stream.send_all(rest[0])
-                except port.StreamError:
-                    pass
-            elif kind in ("send", "enqueue"):
-                box = app.boxes[cid]
-                box.put(rest[0])
-                app.queued(len(box.items))
-            elif kind == "disconnect":
-                app.clients.pop(cid, None)
-                await stream.aclose()       # its task, blocked in send_all, gets StreamError
+        woken = 0
+        for action in app.core.broadcast(app.next_message()):
+            match action:
+                case Send(cid, data):
+                    if (stream := app.clients.get(cid)) is not None:
+                        try:
+                            await stream.send_all(data)
+                        except port.StreamError:
+                            pass      # its own task sees the failure and forgets it
+                case Enqueue(cid, data):
+                    if (box := app.boxes.get(cid)) is not None:
+                        box.put(data)
+                        app.queued(len(box.items))
+                        woken += 1
+                        if woken % WAKEUPS_PER_YIELD == 0:
+                            await port.sleep(0)
+                case Disconnect(cid):
+                    if (stream := app.clients.pop(cid, None)) is not None:
+                        await stream.aclose()   # its task, blocked in send_all, gets StreamError
+                case Block() | Drop():
+                    pass              # send_all blocks anyway; a dropped message is not sent
+                case _:
+                    raise common.unknown(action, "task push")
         app.report()
         await port.sleep(app.interval_s)
 
 
-HANDLERS = {"echo": echo, "sink": sink, "reqresp": reqresp, "proxy": proxy}
+HANDLERS = apps.bind("task", {"echo": echo, "sink": sink, "reqresp": reqresp,
+                              "proxy": proxy, "push": push})
 
 
 async def main(port, name, sock, variant="naive", params=None):
-    params = params or {}
-    one_shot = name == "proxy" and not params.get("forever")
+    served = common.Served(port, "task", name, variant, params or {})
+    handler = HANDLERS[name]
     listener = port.listen(sock)
-    app = common.PushApp(variant, params) if name == "push" else None
     async with port.open_nursery() as n:
-        if app is not None:
-            await n.spawn(_push_ticker, port, app, params)
+        if served.push is not None:
+            await n.spawn(_push_ticker, port, served.push)
         while True:
             stream = await listener.accept()
-            if one_shot:
+            if served.one_shot:
                 await listener.aclose()
-                await proxy(port, stream, params)
+                await handler(served, stream)
                 await n.cancel()
                 return
-            if app is not None:
-                await n.spawn(_push_client, port, stream, app)
-            else:
-                await n.spawn(HANDLERS[name], port, stream, params)
+            await n.spawn(handler, served, stream)
 
 
 def serve(port, name, sock, variant="naive", params=None):

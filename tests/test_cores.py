@@ -672,12 +672,12 @@ def test_reqresp_truncated_request_at_eof_and_bad_arguments():
 
 # --------------------------------------------------------------------------- push
 
-def test_push_unbounded_always_sends():
+def test_push_unbounded_always_enqueues():
     core = PushCore("unbounded", queue_limit=2)
     core.add_client("h")
     core.add_client("s")
     for _ in range(10):
-        assert core.broadcast(b"m") == [Send("h", b"m"), Send("s", b"m")]
+        assert core.broadcast(b"m") == [Enqueue("h", b"m"), Enqueue("s", b"m")]
     assert core.sent_count == {"h": 10, "s": 10} and core.dropped_count == 0
 
 

