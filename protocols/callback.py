@@ -148,8 +148,9 @@ class Relay:
             return
         waiting, self.waiting = self.waiting, []
         self.act(waiting)
-        a = self.ends["a"]
-        if not self.core.done and not self.core.paused["a"] and not a.is_closing():
+        core, a = self.core, self.ends["a"]
+        # Not after a's EOF: uvloop, unlike asyncio, reads again and reports EOF twice.
+        if not (core.done or core.paused["a"] or core.eof_seen["a"] or a.is_closing()):
             a.resume_reading()
 
     def _connected(self, transport, protocol, exc):

@@ -896,7 +896,8 @@ class ProxyCore:
             return [PauseReading(source)]
         if not holds and self.paused[source]:
             self.paused[source] = False
-            return [ResumeReading(source)]
+            # A side that reached EOF while paused has nothing left to read.
+            return [] if self.eof_seen[source] else [ResumeReading(source)]
         return []
 
     def _check_limit(self, toward: str) -> list:

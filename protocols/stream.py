@@ -188,7 +188,13 @@ async def main(port, name, sock, variant="naive", params=None):
     async def handler(reader, writer):
         if served.one_shot:
             server.close()
-        await fn(served, reader, writer)
+        try:
+            await fn(served, reader, writer)
+        except port.CancelledError:
+            # Cancelled at shutdown: end quietly. (asyncio 3.11's done-callback
+            # for this task calls task.exception() and logs a traceback for a
+            # cancelled one; what happens to its transport is the exit policy's.)
+            return
         if served.one_shot:
             done.set()
 

@@ -57,6 +57,12 @@ async def reqresp(served, stream):
     await stream.aclose()
 
 
+def _set(event) -> None:
+    """Set an Event from plain code: curio's Event.set called straight from a
+    coroutine returns a coroutine to await instead of setting it."""
+    event.set()
+
+
 async def proxy(served, stream):
     """One pump task per side feeds the ProxyCore. Close waits until Done has
     cancelled the pumps: a stream is closed only once no task is using it. A
@@ -83,7 +89,7 @@ async def proxy(served, stream):
                 case Close():
                     pass              # both ends are closed below, after the pumps
                 case Done():
-                    over.set()
+                    _set(over)
                 case _:
                     raise common.unknown(action, "task proxy")
 
@@ -96,7 +102,7 @@ async def proxy(served, stream):
             await act(core.closed(side, exc))
         except Exception as exc:
             failed.append(exc)
-            over.set()
+            _set(over)
 
     try:
         ends["b"] = await port.open_tcp_stream(host, up_port, sockbuf=served.params.get("sockbuf"))

@@ -28,22 +28,11 @@ import pytest
 from protocols import apps, callback, common, cores, stream, task
 from protocols.cores import Close, Done, PauseReading, ResumeReading, Send, SendEof
 
-pytestmark = pytest.mark.timeout(120) if importlib.util.find_spec("pytest_timeout") else []
+pytestmark = pytest.mark.timeout(180)
 
 LOOPLAB = [sys.executable, "-c", "from bench.cli import main; raise SystemExit(main())"]
 ROOT = Path(__file__).resolve().parent.parent
 HAVE = {name: importlib.util.find_spec(name) is not None for name in ("uvloop", "trio", "curio")}
-RUNTIMES = ("callback", "asyncio-protocol", "uvloop-protocol", "hybrid", "asyncio-streams",
-            "uvloop-streams", "coro", "trio", "curio")
-
-
-def needs(runtime: str):
-    lib = next((name for name in HAVE if runtime.startswith(name)), None)
-    return pytest.param(runtime, marks=pytest.mark.skipif(
-        lib is not None and not HAVE[lib], reason=f"{lib} is not installed"))
-
-
-ALL = [needs(r) for r in RUNTIMES]
 
 
 # --------------------------------------------------------------------------- fakes
@@ -361,3 +350,189 @@ def test_app_table_covers_every_driver_and_variant():
         apps.variant("echo", "callback", "limits0")
     with pytest.raises(TypeError, match="missing"):
         apps.bind("task", {"echo": None})
+
+
+# --------------------------------------------------------------------------- 2: faulty peers
+
+class Served:
+    """``looplab serve`` in a subprocess; stderr goes to a file (a pipe could fill
+    with tracebacks and stall the very server under test)."""
+
+    def __init__(self, app, runtime, *args, cwd=ROOT, tmp_path=None):
+        self.err_path = Path(tmp_path or "/tmp") / f"serve-{app}-{runtime}-{os.getpid()}.err"
+        self.err = open(self.err_path, "w+")
+        self.proc = subprocess.Popen(
+            LOOPLAB + ["serve", app, "--runtime", runtime, "--listen", "127.0.0.1:0", *args],
+            stdout=subprocess.PIPE, stderr=self.err, cwd=cwd, text=True)
+        self.err.close()          # the child holds its own copy
+        ready, _, _ = select.select([self.proc.stdout], [], [], 30)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line.startswith("listening on "):
+            self.stop()
+            raise AssertionError(f"server did not start: {line!r} {self.stderr()}")
+        host, port = line.split()[-1].rsplit(":", 1)
+        self.addr = (host, int(port))
+
+    def fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait(5)
+        self.proc.stdout.close()
+        return rc
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        self.err_path.unlink(missing_ok=True)
+
+
+class Upstream:
+    """A blocking echo server in a thread that counts its open connections: the
+    proxy's upstream, and the witness of whether the proxy closed its side. It
+    echoes until EOF, then closes."""
+
+    def __init__(self):
+        self.lsock = socket.create_server(("127.0.0.1", 0), backlog=2048)
+        self.addr = self.lsock.getsockname()
+        self.conns: set = set()
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stopping:
+            ready, _, _ = select.select([self.lsock, *self.conns][:1000], [], [], 0.05)
+            for s in ready:
+                if s is self.lsock:
+                    c, _ = s.accept()
+                    c.setblocking(False)
+                    self.conns.add(c)
+                    continue
+                try:
+                    data = s.recv(65536)
+                    if data:
+                        s.sendall(data)
+                        continue
+                except OSError:
+                    pass
+                self.conns.discard(s)
+                s.close()
+
+    def open_count(self, settle_s: float = 5.0, want: int = 0) -> int:
+        """Open connections, waiting up to ``settle_s`` for them to fall to ``want``."""
+        deadline = time.monotonic() + settle_s
+        while len(self.conns) > want and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return len(self.conns)
+
+    def close(self):
+        self.stopping = True
+        self.thread.join(5)
+        for c in list(self.conns):
+            c.close()
+        self.lsock.close()
+
+
+def dial(addr, timeout=5.0) -> socket.socket:
+    s = socket.create_connection(addr, timeout=timeout)
+    return s
+
+
+def reset_at_once(addr):
+    s = dial(addr)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+
+
+def read_to_eof(s, timeout=5.0) -> tuple[bytes, bool]:
+    """(bytes read, whether EOF came within ``timeout``)."""
+    s.settimeout(timeout)
+    got = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            chunk = s.recv(65536)
+            if not chunk:
+                return bytes(got), True
+            got += chunk
+    except (socket.timeout, OSError):
+        pass
+    return bytes(got), False
+
+
+def request_then_half_close(addr, payload=b"REQ 1\n") -> tuple[bytes, bool]:
+    with dial(addr) as s:
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+        return read_to_eof(s)
+
+
+def fds_settle(server, baseline, settle_s=5.0) -> int:
+    deadline = time.monotonic() + settle_s
+    while server.fds() > baseline and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return server.fds()
+
+
+@pytest.fixture
+def upstream():
+    up = Upstream()
+    yield up
+    up.close()
+
+
+@pytest.mark.parametrize("two_way", [False, True], ids=["one-way", "two-way"])
+def test_proxy_client_half_close_gets_eof_back(runtime, two_way, upstream, tmp_path):
+    """Issue 12: a request, a half-close, then reading until EOF -- the proxy
+    must end both sides instead of hanging."""
+    args = ["--upstream", "%s:%d" % upstream.addr, "--forever", "--variant", "fixed"]
+    runtime = runtime.id
+    with Served("proxy", runtime, *args, *(["--two-way"] if two_way else []),
+                tmp_path=tmp_path) as server:
+        for _ in range(3):
+            data, eof = request_then_half_close(server.addr)
+            assert eof, f"{runtime}: no EOF within 5 s after a half-close"
+            assert data == (b"REQ 1\n" if two_way else b"")
+        assert upstream.open_count() == 0, f"{runtime}: upstream left open"
+        assert server.proc.poll() is None
+        assert server.stop() == 0
+        assert "Traceback" not in server.stderr()
+
+
+def test_proxy_closes_upstreams_after_faulty_clients(runtime, upstream, tmp_path):
+    """Issue 12: upstreams must be closed after their clients reset, stall or
+    connect and leave, and the server's fds return to baseline."""
+    args = ["--upstream", "%s:%d" % upstream.addr, "--forever"]
+    runtime = runtime.id
+    with Served("proxy", runtime, *args, tmp_path=tmp_path) as server:
+        assert request_then_half_close(server.addr)[1]           # warm up, then measure
+        assert upstream.open_count() == 0
+        baseline = server.fds()
+        for _ in range(30):
+            reset_at_once(server.addr)
+        for _ in range(200):
+            dial(server.addr).close()
+        idle = [dial(server.addr) for _ in range(200)]
+        with dial(server.addr) as half:                          # half a request, then a reset
+            half.sendall(b"REQ ")
+            half.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        time.sleep(0.5)
+        for s in idle:
+            s.close()
+        assert upstream.open_count(settle_s=10) == 0, f"{runtime}: upstreams left open"
+        assert fds_settle(server, baseline, 10) <= baseline, f"{runtime}: fds grew"
+        assert request_then_half_close(server.addr)[1]           # still serving
+        assert server.stop() == 0
+        assert "Traceback" not in server.stderr()
