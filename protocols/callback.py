@@ -135,7 +135,8 @@ class Relay:
         self.server = server
         self.core = server.new_core()
         self.ends = {"a": None, "b": None}
-        self.waiting: list = []       # actions toward b before it connected
+        self.ready = {"a"}            # sides actions may touch (b: once connected)
+        self.waiting: list = []       # actions toward b before that
         self.gone: set = set()        # sides whose transport is lost (or never came)
 
     def made(self, side, transport):
@@ -145,22 +146,23 @@ class Relay:
             host, port = self.server.upstream
             self.server.port.connect(lambda: ProxySide(self, "b"), host, port,
                                      self._connected, sockbuf=self.server.sockbuf)
-            return
+
+    def _connected(self, transport, protocol, exc):
+        # Act on b only from here, never inside its connection_made: uvloop's
+        # create_connection(sock=...) must return before its transport is closed.
+        if exc is not None:
+            host, port = self.server.upstream
+            print(f"proxy: upstream {host}:{port} failed: {exc}", file=sys.stderr)
+            self.waiting.clear()
+            self.act(self.core.closed("b", exc))
+            return self.lost("b")
+        self.ready.add("b")
         waiting, self.waiting = self.waiting, []
         self.act(waiting)
         core, a = self.core, self.ends["a"]
         # Not after a's EOF: uvloop, unlike asyncio, reads again and reports EOF twice.
         if not (core.done or core.paused["a"] or core.eof_seen["a"] or a.is_closing()):
             a.resume_reading()
-
-    def _connected(self, transport, protocol, exc):
-        if exc is None:
-            return                    # ProxySide("b").connection_made attached it
-        host, port = self.server.upstream
-        print(f"proxy: upstream {host}:{port} failed: {exc}", file=sys.stderr)
-        self.waiting.clear()
-        self.act(self.core.closed("b", exc))
-        self.lost("b")
 
     def lost(self, side=None):
         """``side``'s transport is gone; the relay is over once both are and the
@@ -175,10 +177,11 @@ class Relay:
         for action in actions:
             match action:
                 case (Send(to, _) | SendEof(to) | Close(to, _) | PauseReading(to)
-                      | ResumeReading(to)) if ends[to] is None:
+                      | ResumeReading(to)) if to not in self.ready:
                     self.waiting.append(action)
                 case Send(to, data):
-                    ends[to].write(data)
+                    if not ends[to].is_closing():     # uvloop raises on a closed one
+                        ends[to].write(data)
                 case SendEof(to):
                     if not ends[to].is_closing():
                         ends[to].write_eof()
