@@ -156,7 +156,9 @@ async def push_ticker(port, app):
         for action in app.core.broadcast(app.next_message()):
             match action:
                 case Send(cid, data) | Enqueue(cid, data):
-                    if (writer := client(cid)) is not None:
+                    # A client whose transport has closed is about to be removed
+                    # by its own task; uvloop raises on writing to it.
+                    if (writer := client(cid)) is not None and not writer.transport.is_closing():
                         writer.write(data)
                 case Block(cid):
                     if (writer := client(cid)) is not None:
@@ -198,7 +200,16 @@ async def main(port, name, sock, variant="naive", params=None):
         if served.one_shot:
             done.set()
 
-    ticker = port.create_task(push_ticker(port, served.push)) if served.push else None
+    failed: list = []
+
+    async def tick():
+        try:
+            await push_ticker(port, served.push)
+        except Exception as exc:       # a dead ticker must end the server, not hide
+            failed.append(exc)
+            done.set()
+
+    ticker = port.create_task(tick()) if served.push else None
     server = await port.start_server(handler, sock=sock, limit=served.params.get("limit", 65536))
     try:
         await done.wait()
@@ -206,6 +217,8 @@ async def main(port, name, sock, variant="naive", params=None):
         server.close()
         if ticker is not None:
             ticker.cancel()
+    if failed:
+        raise failed[0]
 
 
 def serve(port, name, sock, variant="naive", params=None):

@@ -182,14 +182,14 @@ async def _push_ticker(port, app):
                         try:
                             await stream.send_all(data)
                         except port.StreamError:
-                            pass      # its own task sees the failure and forgets it
+                            if (box := app.boxes.get(cid)) is not None:
+                                box.put(None)           # its task ends and forgets it
+                                woken += 1
                 case Enqueue(cid, data):
                     if (box := app.boxes.get(cid)) is not None:
                         box.put(data)
                         app.queued(len(box.items))
                         woken += 1
-                        if woken % WAKEUPS_PER_YIELD == 0:
-                            await port.sleep(0)
                 case Disconnect(cid):
                     if (stream := app.clients.pop(cid, None)) is not None:
                         await stream.aclose()   # its task, blocked in send_all, gets StreamError
@@ -197,6 +197,9 @@ async def _push_ticker(port, app):
                     pass              # send_all blocks anyway; a dropped message is not sent
                 case _:
                     raise common.unknown(action, "task push")
+            if woken >= WAKEUPS_PER_YIELD:
+                woken = 0
+                await port.sleep(0)
         app.report()
         await port.sleep(app.interval_s)
 

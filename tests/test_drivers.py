@@ -538,3 +538,111 @@ def test_proxy_closes_upstreams_after_faulty_clients(runtime, upstream, tmp_path
         assert server.stop() == 0
         err = server.stderr()
         assert "Traceback" not in err, err[-3000:]
+
+
+def first_bytes(addr, want=20_000, timeout=5.0) -> int:
+    """Bytes a healthy push client received within ``timeout`` (stops at ``want``)."""
+    with dial(addr) as c:
+        c.settimeout(0.2)
+        got, deadline = 0, time.monotonic() + timeout
+        while got < want and time.monotonic() < deadline:
+            try:
+                chunk = c.recv(65536)
+            except socket.timeout:
+                continue
+            if not chunk:
+                break
+            got += len(chunk)
+        return got
+
+
+PUSH_CASES = [("drop", r) for r in ("callback", "asyncio-protocol", "uvloop-protocol", "hybrid",
+                                    "asyncio-streams", "coro", "trio")] + [
+    (p, r) for r in ("curio", "uvloop-streams") for p in apps.PUSH_POLICIES]
+
+
+@pytest.mark.parametrize("policy,rt", PUSH_CASES)
+def test_push_survives_idle_connections(policy, rt, tmp_path):
+    """Issue 12: curio printed thousands of BlockingIOError tracebacks, and on
+    uvloop-streams a client connecting afterwards got nothing. Under "block" a
+    client that never reads stalls everyone by design, so the healthy client is
+    only checked once the idle ones have gone."""
+    lib = next((name for name in HAVE if rt.startswith(name)), None)
+    if lib and not HAVE[lib]:
+        pytest.skip(f"{lib} is not installed")
+    with Served("push", rt, "--variant", policy, tmp_path=tmp_path) as server:
+        assert first_bytes(server.addr) >= 20_000
+        baseline = server.fds()
+        idle = [dial(server.addr) for _ in range(1000 if rt in ("curio", "uvloop-streams") else 300)]
+        try:
+            time.sleep(1.0)
+            if policy != "block":
+                assert first_bytes(server.addr) >= 20_000, f"{rt}: starved while idle ones wait"
+        finally:
+            for s in idle:
+                s.close()
+        assert first_bytes(server.addr) >= 20_000, f"{rt} {policy}: starved after the idle ones left"
+        assert fds_settle(server, baseline, 10) <= baseline
+        assert server.stop() == 0
+        err = server.stderr()
+        assert "Traceback" not in err and "BlockingIOError" not in err, err[-3000:]
+
+
+# --------------------------------------------------------------------------- 3: the libraries' own
+
+@pytest.mark.skipif(not HAVE["curio"], reason="curio is not installed")
+def test_curio_own_behaviour_universal_event_wakeups_overflow(tmp_path):
+    """curio's own behaviour, with curio alone: each UniversalEvent.set() that
+    wakes a waiting task writes one byte to the kernel's notify socketpair from a
+    Future callback; a few hundred of them without a kernel pass fill it, and
+    every further one prints "exception calling callback for <Future ...>" with
+    BlockingIOError [Errno 11]. (The woken tasks still run: the byte is only the
+    wake-up signal.) The task driver yields every WAKEUPS_PER_YIELD wake-ups."""
+    code = """if True:
+        import curio
+        async def main():
+            events = [curio.UniversalEvent() for _ in range(2000)]
+            async def waiter(e):
+                await e.wait()
+            tasks = [await curio.spawn(waiter, e) for e in events]
+            await curio.sleep(0.1)
+            def set_all():
+                for e in events:
+                    e.set()
+            set_all()
+            for t in tasks:
+                await t.join()
+        curio.run(main)
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    assert "BlockingIOError" in out.stderr and "exception calling callback" in out.stderr
+    assert task.WAKEUPS_PER_YIELD < 200
+
+
+@pytest.mark.skipif(not HAVE["uvloop"], reason="uvloop is not installed")
+def test_uvloop_own_behaviour_write_after_close_raises():
+    """uvloop's own behaviour, with uvloop alone: writing to a transport that has
+    closed raises RuntimeError, where asyncio's selector transport ignores the
+    write. A push ticker that wrote to a client that had just gone died of it
+    (issue 12: nobody got anything afterwards); the drivers now skip closing
+    transports and a ticker that fails ends the server loudly."""
+    import uvloop
+
+    async def main(loop_is_uv):
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(asyncio.Protocol, "127.0.0.1", 0)
+        transport, _ = await loop.create_connection(asyncio.Protocol,
+                                                    *server.sockets[0].getsockname()[:2])
+        transport.close()
+        await asyncio.sleep(0.05)
+        try:
+            transport.write(b"late")
+            raised = False
+        except RuntimeError:
+            raised = True
+        server.close()
+        return raised
+
+    assert uvloop.run(main(True)) is True
+    assert asyncio.run(main(False)) is False
