@@ -9,22 +9,15 @@ decisions are their cores'; the coroutines here feed events in and act.
 """
 from __future__ import annotations
 
-import sys
 import time
 
 from protocols import apps, common, cores
-from protocols.cores import Block, Close, Disconnect, Done, Drop, Enqueue, Send, SendEof
+from protocols.push import PushApp, stream_push, stream_ticker
+from protocols.relay import stream_proxy
+
+_close = common.close_writer
 
 VARIANTS = apps.variants("stream")
-
-
-async def _close(writer, wait: bool):
-    writer.close()
-    if wait:
-        try:
-            await writer.wait_closed()
-        except OSError:
-            pass
 
 
 async def echo(served, reader, writer):
@@ -72,119 +65,14 @@ async def reqresp(served, reader, writer):
     await _close(writer, drain)
 
 
-async def proxy(served, reader, writer):
-    """One pump task per side feeds the ProxyCore; the relay is over when the
-    core says Done (the other pump, still waiting to read, is then cancelled)
-    or when a pump fails with a driver bug, which is raised here."""
-    port, core, v = served.port, served.new_core(), served.variant
-    host, up_port = served.params["upstream"]
-    ends, over, failed = {"a": writer}, port.Event(), []
-
-    async def act(actions):
-        for action in actions:
-            match action:
-                case Send(to, data):
-                    ends[to].write(data)
-                    if v.drain:
-                        try:
-                            await ends[to].drain()
-                        except OSError as exc:
-                            await act(core.closed(to, exc))
-                case SendEof(to):
-                    if not ends[to].transport.is_closing():
-                        ends[to].write_eof()
-                case Close(to, abort=True):
-                    ends[to].transport.abort()
-                case Close(to):
-                    await _close(ends[to], v.drain)
-                case Done():
-                    over.set()
-                case _:
-                    raise common.unknown(action, "stream proxy")
-
-    async def pump(side, reader):
-        try:
-            while data := await reader.read(65536):
-                await act(core.data(side, data))
-            await act(core.eof(side))
-        except OSError as exc:
-            await act(core.closed(side, exc))
-        except Exception as exc:
-            failed.append(exc)
-            over.set()
-
-    try:
-        up_reader, ends["b"] = await port.open_connection(host, up_port,
-                                                          sockbuf=served.params.get("sockbuf"))
-    except OSError as exc:
-        print(f"proxy: upstream {host}:{up_port} failed: {exc}", file=sys.stderr)
-        return await act(core.closed("b", exc))
-    if v.zero_limits:
-        ends["b"].transport.set_write_buffer_limits(0)
-    pumps = [port.create_task(pump("a", reader)), port.create_task(pump("b", up_reader))]
-    try:
-        await over.wait()
-    finally:
-        for task in pumps:
-            task.cancel()
-    if failed:
-        raise failed[0]
-
-
-async def push(served, reader, writer):
-    app, cid = served.push, id(writer)
-    app.core.add_client(cid)
-    app.clients[cid] = writer
-    try:
-        await reader.read()          # a push client only ever sends EOF
-    except OSError:
-        pass
-    finally:
-        if app.clients.pop(cid, None) is not None:
-            app.core.remove_client(cid)
-    writer.close()
-
-
-async def push_ticker(port, app):
-    """Offer one message every interval to every client, under the overload policy.
-    Block awaits that client's drain() before writing -- one stalled client
-    stalls all; drop/disconnect judge a client by its transport backlog."""
-    while True:
-        for cid, writer in app.clients.items():
-            app.core.backlog(cid, writer.transport.get_write_buffer_size() // app.message_bytes)
-        client = app.clients.get     # None once that client has gone
-        for action in app.core.broadcast(app.next_message()):
-            match action:
-                case Send(cid, data) | Enqueue(cid, data):
-                    # A client whose transport has closed is about to be removed
-                    # by its own task; uvloop raises on writing to it.
-                    if (writer := client(cid)) is not None and not writer.transport.is_closing():
-                        writer.write(data)
-                case Block(cid):
-                    if (writer := client(cid)) is not None:
-                        try:
-                            await writer.drain()
-                        except OSError:
-                            pass
-                case Disconnect(cid):
-                    if (writer := client(cid)) is not None:
-                        writer.transport.abort()
-                case Drop():
-                    pass
-                case _:
-                    raise common.unknown(action, "stream push")
-        app.report()
-        await port.sleep(app.interval_s)
-
-
 HANDLERS = apps.bind("stream", {"echo": echo, "sink": sink, "reqresp": reqresp,
-                                "proxy": proxy, "push": push})
+                                "proxy": stream_proxy, "push": stream_push})
 
 
 async def main(port, name, sock, variant="naive", params=None):
     """Serve app ``name`` on ``sock``. The one-shot proxy returns after its one
     connection -- and what happens to unsent bytes then is the runtime's exit policy."""
-    served = common.Served(port, "stream", name, variant, params or {})
+    served = common.Served(port, "stream", name, variant, params or {}, PushApp)
     fn, done = HANDLERS[name], port.Event()
 
     async def handler(reader, writer):
@@ -204,7 +92,7 @@ async def main(port, name, sock, variant="naive", params=None):
 
     async def tick():
         try:
-            await push_ticker(port, served.push)
+            await stream_ticker(port, served.push)
         except Exception as exc:       # a dead ticker must end the server, not hide
             failed.append(exc)
             done.set()

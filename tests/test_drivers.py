@@ -25,8 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from protocols import apps, callback, common, cores, stream, task
-from protocols.cores import Close, Done, PauseReading, ResumeReading, Send, SendEof
+from protocols import apps, callback, common, cores, push, relay, stream, task
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -220,7 +219,7 @@ def run_stream_proxy(variant, client_chunks, upstream_chunks, **params):
     port = FakeStreamPort(FakeReader(upstream_chunks), FakeWriter(log, "b"))
     served = common.Served(port, "stream", "proxy", variant,
                            {"upstream": ("127.0.0.1", 9), **params})
-    coro = stream.proxy(served, FakeReader(client_chunks), FakeWriter(log, "a"))
+    coro = relay.stream_proxy(served, FakeReader(client_chunks), FakeWriter(log, "a"))
     asyncio.run(asyncio.wait_for(coro, 5))
     return log
 
@@ -301,7 +300,7 @@ def test_task_relay_two_way_half_close_then_closes_both():
     port = FakeTaskPort(FakeStream(log, "b", [b"resp", b""]))
     served = common.Served(port, "task", "proxy", "naive",
                            {"upstream": ("127.0.0.1", 9), "two_way": True})
-    asyncio.run(asyncio.wait_for(task.proxy(served, FakeStream(log, "a", [b"req", b""])), 5))
+    asyncio.run(asyncio.wait_for(relay.task_proxy(served, FakeStream(log, "a", [b"req", b""])), 5))
     assert sorted(log[:4]) == sorted([("b", "send_all", b"req"), ("b", "send_eof"),
                                       ("a", "send_all", b"resp"), ("a", "send_eof")])
     assert log[4:] == [("b", "aclose"), ("a", "aclose")]
@@ -314,10 +313,10 @@ def test_an_unknown_action_raises(driver):
     odd = [Teleport()]
     if driver == "callback":
         port, server = relay_server()
-        relay = callback.Relay(server)
+        proxy = relay.Relay(server)
         with pytest.raises(cores.UnknownAction, match="Teleport"):
-            relay.act(odd)
-        ticker = callback.PushTicker(port, cores.PushCore("drop"), {})
+            proxy.act(odd)
+        ticker = push.PushTicker(port, cores.PushCore("drop"), {})
         import collections
         with pytest.raises(cores.UnknownAction):
             ticker.act(collections.deque(odd))
@@ -328,12 +327,12 @@ def test_an_unknown_action_raises(driver):
         port = FakeStreamPort(FakeReader([]), FakeWriter([], "b"))
         served = common.Served(port, "stream", "proxy", "naive", {"upstream": ("h", 1)})
         served.new_core = lambda: core
-        coro = stream.proxy(served, FakeReader([b"x"]), FakeWriter([], "a"))
+        coro = relay.stream_proxy(served, FakeReader([b"x"]), FakeWriter([], "a"))
     else:
         port = FakeTaskPort(FakeStream([], "b", []))
         served = common.Served(port, "task", "proxy", "naive", {"upstream": ("h", 1)})
         served.new_core = lambda: core
-        coro = task.proxy(served, FakeStream([], "a", [b"x"]))
+        coro = relay.task_proxy(served, FakeStream([], "a", [b"x"]))
     with pytest.raises(cores.UnknownAction, match="Teleport"):
         asyncio.run(asyncio.wait_for(coro, 5))
 
@@ -617,7 +616,7 @@ def test_curio_own_behaviour_universal_event_wakeups_overflow(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     assert "BlockingIOError" in out.stderr and "exception calling callback" in out.stderr
-    assert task.WAKEUPS_PER_YIELD < 200
+    assert push.WAKEUPS_PER_YIELD < 200
 
 
 @pytest.mark.skipif(not HAVE["uvloop"], reason="uvloop is not installed")
