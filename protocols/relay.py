@@ -54,7 +54,8 @@ class Relay:
         waiting, self.waiting = self.waiting, []
         self.act(waiting)
         core, a = self.core, self.ends["a"]
-        # Not after a's EOF: uvloop, unlike asyncio, reads again and reports EOF twice.
+        # Not after a's EOF: a transport resumed after EOF reads again and reports
+        # EOF a second time (asyncio and uvloop alike).
         if not (core.done or core.paused["a"] or core.eof_seen["a"] or a.is_closing()):
             a.resume_reading()
 

@@ -645,3 +645,42 @@ def test_uvloop_own_behaviour_write_after_close_raises():
 
     assert uvloop.run(main(True)) is True
     assert asyncio.run(main(False)) is False
+
+
+def _eofs_after_resume(run) -> int:
+    """eof_received() calls when a protocol pauses reading at EOF, then resumes."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        eofs, seen = [], asyncio.Event()
+
+        class P(asyncio.Protocol):
+            def connection_made(self, transport):
+                self.transport = transport
+
+            def eof_received(self):
+                eofs.append(1)
+                if len(eofs) == 1:
+                    self.transport.pause_reading()
+                    loop.call_later(0.05, self.transport.resume_reading)
+                    loop.call_later(0.3, seen.set)
+                return True
+
+        server = await loop.create_server(P, "127.0.0.1", 0)
+        with socket.create_connection(server.sockets[0].getsockname()[:2]) as c:
+            c.shutdown(socket.SHUT_WR)
+            await asyncio.wait_for(seen.wait(), 5)
+        server.close()
+        return len(eofs)
+    return run(main())
+
+
+def test_asyncio_and_uvloop_own_behaviour_eof_again_after_resume():
+    """The libraries' own behaviour, with each library alone: resume_reading()
+    after EOF reads the socket again and calls eof_received() a second time.
+    ProxyCore treats a second EOF as a driver bug, so the callback relay never
+    resumes a side that has reported EOF."""
+    assert _eofs_after_resume(asyncio.run) == 2
+    if HAVE["uvloop"]:
+        import uvloop
+        assert _eofs_after_resume(uvloop.run) == 2
