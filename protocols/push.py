@@ -107,7 +107,8 @@ class PushTicker(PushApp):
                         self.blocked = (cid, actions)
                         return
                 case Send(cid, data) | Enqueue(cid, data):
-                    if (proto := client(cid)) is not None:
+                    # (uvloop raises on writing to a transport that has closed)
+                    if (proto := client(cid)) is not None and not proto.transport.is_closing():
                         proto.transport.write(data)
                 case Disconnect(cid):
                     if (proto := client(cid)) is not None:
