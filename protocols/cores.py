@@ -749,10 +749,11 @@ class ProxyCore:
     ``PauseReading(side)``, ``ResumeReading(side)``, ``Done()``.
 
     One-way (``two_way=False``, the post's proxy): only a -> b is relayed; bytes
-    read from b are not relayed but counted in ``ignored_bytes``, and EOF on b
-    changes nothing (b may still take bytes). EOF on a closes both sides and
-    ends the proxy: ``Close a, Close b, Done``. Whether the bytes still
-    buffered toward b survive that is up to the driver (the post's bug 3).
+    read from b are not relayed but counted in ``ignored_bytes``. EOF on a
+    closes both sides and ends the proxy: ``Close a, Close b, Done``. Whether
+    the bytes still buffered toward b survive that is up to the driver (the
+    post's bug 3), not the core. EOF on b is passed on (``SendEof a``): the
+    client learns the upstream has finished while a -> b may go on.
 
     Two-way: both directions relay. EOF on one side is passed on as
     ``SendEof`` to the other while the opposite direction keeps flowing
@@ -842,7 +843,7 @@ class ProxyCore:
             raise RuntimeError(f"ProxyCore.eof({side!r}) twice")
         self.eof_seen[side] = True
         if not self.two_way:
-            return self._finish([]) if side == "a" else []
+            return self._finish([]) if side == "a" else [SendEof("a")]
         actions = [SendEof(_OTHER[side])]
         if self.eof_seen[_OTHER[side]]:
             self._finish(actions)

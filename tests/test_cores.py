@@ -491,7 +491,8 @@ def test_proxy_rejects_bad_sides_and_data():
         p.sent("a", -1)
     with pytest.raises(ValueError):
         ProxyCore(relay_limit_bytes=-1)
-    p.eof("b")      # one-way: EOF from upstream doesn't end anything
+    assert p.eof("b") == [SendEof("a")]     # one-way: the upstream's EOF is passed on
+    assert p.data("a", b"still") == [Send("b", b"still")] and not p.done
     with pytest.raises(RuntimeError):
         p.eof("b")
 

@@ -152,6 +152,19 @@ def test_callback_client_that_leaves_before_upstream_connects_closes_it():
     assert log[-1] == ("b", "abort")
 
 
+def test_callback_one_way_passes_the_upstreams_eof_on_and_keeps_relaying():
+    log: list = []
+    port, server = relay_server("fixed")
+    a = server.factory()
+    a.connection_made(FakeTransport(log, "a"))
+    b = connect_upstream(port, log)
+    del log[:]
+    b.data_received(b"ignored")                     # one-way: nothing goes back
+    assert b.eof_received() is True
+    a.data_received(b"x")
+    assert log == [("a", "write_eof"), ("b", "write", b"x")]
+
+
 def test_callback_two_way_passes_half_close_on():
     log: list = []
     port, server = relay_server("fixed", two_way=True)
