@@ -1,12 +1,35 @@
-"""What the three driver modules share: app counters, the one-line protocol
-error, and the push app's state. Not sans-IO (it prints), so not in ``cores``."""
+"""What the driver modules share: the served app's context, app counters, the
+one-line protocol error, the unknown-action error, the callback port's no-op
+Protocol base and the stream port's writer close. Not sans-IO (it prints, it
+awaits), so not in ``cores``."""
 from __future__ import annotations
 
 import sys
 
-from protocols import cores
+from protocols import apps, cores
 
-PUSH_POLICIES = ("unbounded", "block", "drop", "disconnect")
+
+class Served:
+    """What every handler of one server shares: the port, the app's table entry,
+    the chosen variant and the params (``counters`` is where app counters go)."""
+
+    def __init__(self, port, style: str, name: str, variant: str, params: dict, push_app=None):
+        self.port = port
+        self.app = apps.get(name)
+        self.variant = apps.variant(name, style, variant)
+        self.params = params
+        self.counters = params.get("counters", {})
+        self.one_shot = self.app.one_shot and not params.get("forever", False)
+        # push: one core for the whole server, in the driver's push app
+        self.push = push_app(self.new_core(), params) if self.app.per_server else None
+
+    def new_core(self):
+        return self.app.core(self.variant, self.params)
+
+
+def unknown(action, driver: str) -> cores.UnknownAction:
+    """The error for an action a driver has no case for (raise it)."""
+    return cores.UnknownAction(action, driver)
 
 
 def protocol_error(app: str, exc) -> None:
@@ -19,37 +42,34 @@ def count(counters: dict, name: str, n: int = 1) -> None:
     counters[name] = counters.get(name, 0) + n
 
 
-class PushApp:
-    """A push server's state: the core and the clients by id. ``block`` waits
-    before every write (queue_limit 0: "write; drain per client in turn", the S6
-    row); ``drop`` and ``disconnect`` judge a client by ``queue_limit`` messages."""
+class ProtocolBase:
+    """The six Protocol methods, so a driver class never needs a kernel's base class."""
+    transport = None
 
-    def __init__(self, policy: str, params: dict):
-        limit = 0 if policy == "block" else params.get("queue_limit", 16)
-        self.core = cores.PushCore(policy, limit)
-        self.clients: dict = {}
-        self.boxes: dict = {}          # task port: per-client mailboxes
-        self.counters = params.get("counters", {})
-        self.message_bytes = params.get("message_bytes", 10_000)
-        self.interval_s = params.get("interval_s", 0.005)
-        self._filler = bytes(self.message_bytes)
-        self._seq = 0
+    def connection_made(self, transport):
+        self.transport = transport
 
-    def next_message(self) -> bytes:
-        """A fresh message per broadcast, numbered, as a real feed's would be:
-        a queue of them costs memory (one shared object would hide that)."""
-        self._seq += 1
-        return self._seq.to_bytes(8, "big") + self._filler[8:]
+    def data_received(self, data):
+        pass
 
-    def queued(self, messages: int) -> None:
-        """An app-level queue (the task port's mailboxes) now holds ``messages``:
-        user-space backlog that no transport counts, so the app reports its peak."""
-        peak = messages * self.message_bytes
-        if peak > self.counters.get("app_queue_peak_bytes", 0):
-            self.counters["app_queue_peak_bytes"] = peak
+    def eof_received(self):
+        return False          # let the transport close itself once its buffer drains
 
-    def report(self) -> None:
-        core = self.core
-        self.counters.update(dropped_count=core.dropped_count,
-                             disconnected_count=core.disconnected_count,
-                             broadcasts_count=core.broadcasts_count)
+    def connection_lost(self, exc):
+        pass
+
+    def pause_writing(self):
+        pass
+
+    def resume_writing(self):
+        pass
+
+
+async def close_writer(writer, wait: bool):
+    """Close a stream writer; with ``wait`` (fixed variants) until it is closed."""
+    writer.close()
+    if wait:
+        try:
+            await writer.wait_closed()
+        except OSError:
+            pass

@@ -26,9 +26,11 @@ The contract every core keeps, in the style of h11:
 * **Driver mistakes raise** TypeError (not bytes), ValueError (bad argument) or
   RuntimeError (a call in the wrong state, e.g. data after EOF) -- never a
   silent misbehaviour.
-* **Actions are tuples** whose first item names what to do, e.g.
-  ``("send", "b", data)``; drivers dispatch on it. Cores return lists of them
-  and never expect a reply except through their own event methods.
+* **Actions are small frozen classes** (``Send("b", data)``, ``Close("a")``,
+  ...; see "Actions" below). Cores return lists of them and never expect a
+  reply except through their own event methods. A driver ``match``es on the
+  class and raises ``UnknownAction`` for one it doesn't know: an action
+  silently skipped is a decision silently overruled.
 
 What lives here:
 
@@ -49,10 +51,12 @@ from __future__ import annotations
 import bisect
 import math
 import struct
+from dataclasses import dataclass
 from typing import NamedTuple
 
 __all__ = [
-    "ProtocolError",
+    "ProtocolError", "Action", "Send", "SendEof", "Close", "PauseReading", "ResumeReading",
+    "Done", "Enqueue", "Block", "Drop", "Disconnect", "UnknownAction",
     "FRAME_MAGIC", "FRAME_HEADER_BYTES", "Frame", "encode_frame", "frame_payload",
     "FrameDecoder", "FrameStats",
     "EchoCore", "SinkCore", "SourceCore", "ProxyCore", "ReqRespCore", "PushCore",
@@ -73,6 +77,90 @@ class ProtocolError(ValueError):
         super().__init__(message)
         self.offset = offset
         self.partial = [] if partial is None else partial
+
+
+# ---------------------------------------------------------------------------
+# Actions
+#
+# What a core asks its driver to do. ``to`` names a proxy side ("a" the client,
+# "b" the upstream) or a push client id. The classes carry no behaviour: how to
+# send or close is the port's business, whether to is the core's.
+
+class Action:
+    """Base of every core action (for ``isinstance`` and error messages)."""
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Send(Action):
+    """Write ``data`` to ``to`` now (push: in turn, the broadcaster may wait)."""
+    to: object
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendEof(Action):
+    """Half-close toward ``to``: no more bytes will be written to it."""
+    to: str
+
+
+@dataclass(frozen=True, slots=True)
+class Close(Action):
+    """Close ``to``; ``abort`` drops what is still buffered toward it (the
+    other side ended with an error, so there is no orderly end to pass on)."""
+    to: str
+    abort: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PauseReading(Action):
+    """Stop reading from ``side`` until ``ResumeReading(side)``."""
+    side: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeReading(Action):
+    side: str
+
+
+@dataclass(frozen=True, slots=True)
+class Done(Action):
+    """The relay is over: every later event is answered with no actions."""
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue(Action):
+    """Hand ``data`` to client ``to``'s own writer (its queue or its transport
+    buffer) without waiting."""
+    to: object
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Block(Action):
+    """Before the ``Send`` that follows, wait until client ``to`` drains."""
+    to: object
+
+
+@dataclass(frozen=True, slots=True)
+class Drop(Action):
+    """This message is not delivered to client ``to``."""
+    to: object
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnect(Action):
+    """Close client ``to``; the core has already forgotten it."""
+    to: object
+
+
+class UnknownAction(TypeError):
+    """A driver was handed an action it has no case for: a driver bug, never
+    to be skipped."""
+
+    def __init__(self, action, driver: str):
+        super().__init__(f"{driver}: no case for action {action!r}")
+        self.action = action
 
 
 def _owned_bytes(data, what: str = "data") -> bytes:
@@ -653,44 +741,60 @@ class ProxyCore:
                                 ``error`` is the exception or None;
       ``sent(side, n)``         n more bytes toward ``side`` reached the OS;
       ``buffered(side, n)``     n bytes toward ``side`` are pending right now
-                                (e.g. ``transport.get_write_buffer_size()``).
-    Actions:
-      ``("send", side, data)``, ``("send_eof", side)``, ``("close", side)``,
-      ``("pause_reading", side)``, ``("resume_reading", side)``, ``("done",)``.
+                                (e.g. ``transport.get_write_buffer_size()``);
+      ``write_paused(side)`` / ``write_resumed(side)``
+                                the port asks to stop / may go on writing
+                                toward ``side`` (asyncio's pause_writing).
+    Actions: ``Send(side, data)``, ``SendEof(side)``, ``Close(side, abort)``,
+    ``PauseReading(side)``, ``ResumeReading(side)``, ``Done()``.
 
     One-way (``two_way=False``, the post's proxy): only a -> b is relayed; bytes
-    read from b are not relayed but counted in ``ignored_bytes`` (a one-way
-    driver should not read b at all). EOF on a closes both sides and ends the
-    proxy: ``close a, close b, done``. Whether the bytes still buffered toward b
-    survive that is up to the driver (the post's bug 3), not the core.
+    read from b are not relayed but counted in ``ignored_bytes``. EOF on a
+    closes both sides and ends the proxy: ``Close a, Close b, Done``. Whether
+    the bytes still buffered toward b survive that is up to the driver (the
+    post's bug 3), not the core. EOF on b is passed on (``SendEof a``): the
+    client learns the upstream has finished while a -> b may go on.
 
     Two-way: both directions relay. EOF on one side is passed on as
-    ``send_eof`` to the other while the opposite direction keeps flowing
+    ``SendEof`` to the other while the opposite direction keeps flowing
     (half-close); once both directions have seen EOF both sides are closed and
     the proxy is done.
 
-    Either mode: ``closed(side, ...)`` before the proxy is done closes the other
-    side and ends it (``error`` is kept in ``.error``). After ``("done",)`` every
-    event is accepted and answered with no actions -- drivers often have reads
-    or completions in flight when they act on a close.
+    Either mode: the two sides are one unit. ``closed(side, error)`` before the
+    proxy is done closes the other side (``abort=True`` when there was an
+    error: no orderly end to pass on) and ends it (``error`` is kept in
+    ``.error``). A side that never came to exist (upstream connect failed) is
+    reported as ``closed("b", exc)``. After ``Done()`` every event is accepted
+    and answered with no actions -- drivers often have reads or completions in
+    flight when they act on a close.
 
-    Relay limit (``relay_limit_bytes``): the core keeps ``pending[side]``, the
-    bytes it asked to send toward a side minus those the driver reported sent
-    (never below zero), or the figure last given by ``buffered``. Only a
-    driver *report* is checked, never the emission of a send: when pending
-    toward a side exceeds the limit, the core asks to pause reading the other
-    side (``relay_limit_triggers`` += 1); when it drains to half the limit or
-    less, to resume. A side already at EOF is never paused. A task-port driver reports ``sent`` after ``send_all``
-    returns, so pending is back to zero at every report and the limit never
-    triggers: there, backpressure comes from blocking. That zero is a result.
+    Flow control, two sources, one rule: reading from a side pauses while any
+    reason holds it and resumes when none does.
+    * ``follow_pause=True`` (the "fixed" proxies): ``write_paused(toward)``
+      pauses reading the side whose bytes fill ``toward``. ``False`` (naive)
+      ignores it and the port buffers without bound -- the post's bug 1, kept
+      as a decision so the naive variant stays measurable.
+    * Relay limit (``relay_limit_bytes``): the core keeps ``pending[side]``, the
+      bytes it asked to send toward a side minus those the driver reported sent
+      (never below zero), or the figure last given by ``buffered``. Only a
+      driver *report* is checked, never the emission of a send: when pending
+      toward a side exceeds the limit the core pauses reading the other side
+      (``relay_limit_triggers`` += 1); when it drains to half the limit or
+      less, it resumes. A task-port driver reports ``sent`` after ``send_all``
+      returns, so pending is back to zero at every report and the limit never
+      triggers: there, backpressure comes from blocking. That zero is a result.
+    A side already at EOF is never paused.
 
     Hazards: events after the side's EOF other than ``closed``/``sent``/
-    ``buffered`` are driver bugs (RuntimeError); sides are exactly "a" and "b".
+    ``buffered``/``write_*`` are driver bugs (RuntimeError); sides are exactly
+    "a" and "b".
     """
 
-    def __init__(self, two_way: bool = False, relay_limit_bytes: int | None = None):
+    def __init__(self, two_way: bool = False, relay_limit_bytes: int | None = None,
+                 follow_pause: bool = True):
         _check_size(relay_limit_bytes, "relay_limit_bytes", 0, optional=True)
         self.two_way = bool(two_way)
+        self.follow_pause = bool(follow_pause)
         self.relay_limit_bytes = relay_limit_bytes
         self.relay_limit_triggers = 0
         self.relayed_bytes = {"a": 0, "b": 0}   # read from side, sent to the other
@@ -698,6 +802,7 @@ class ProxyCore:
         self.pending = {"a": 0, "b": 0}         # toward side, not yet reported sent
         self.eof_seen = {"a": False, "b": False}
         self.paused = {"a": False, "b": False}  # reading paused on side
+        self._holds = {"a": set(), "b": set()}  # why reading side is paused
         self.done = False
         self.error: BaseException | None = None
 
@@ -708,7 +813,7 @@ class ProxyCore:
         return side
 
     def _finish(self, actions: list) -> list:
-        actions += [("close", "a"), ("close", "b"), ("done",)]
+        actions += [Close("a"), Close("b"), Done()]
         self.done = True
         return actions
 
@@ -728,7 +833,7 @@ class ProxyCore:
         other = _OTHER[side]
         self.relayed_bytes[side] += n
         self.pending[other] += n
-        return [("send", other, data)]
+        return [Send(other, data)]
 
     def eof(self, side) -> list:
         side = self._side(side)
@@ -738,8 +843,8 @@ class ProxyCore:
             raise RuntimeError(f"ProxyCore.eof({side!r}) twice")
         self.eof_seen[side] = True
         if not self.two_way:
-            return self._finish([]) if side == "a" else []
-        actions = [("send_eof", _OTHER[side])]
+            return self._finish([]) if side == "a" else [SendEof("a")]
+        actions = [SendEof(_OTHER[side])]
         if self.eof_seen[_OTHER[side]]:
             self._finish(actions)
         return actions
@@ -750,7 +855,7 @@ class ProxyCore:
             return []
         self.error = error
         self.done = True
-        return [("close", _OTHER[side]), ("done",)]
+        return [Close(_OTHER[side], abort=error is not None), Done()]
 
     def sent(self, side, n: int) -> list:
         side = self._side(side)
@@ -764,20 +869,50 @@ class ProxyCore:
         self.pending[side] = n
         return self._check_limit(side)
 
+    def write_paused(self, side) -> list:
+        side = self._side(side)
+        if not self.follow_pause:
+            return []
+        return self._hold(_OTHER[side], "port", True)
+
+    def write_resumed(self, side) -> list:
+        side = self._side(side)
+        if not self.follow_pause:
+            return []
+        return self._hold(_OTHER[side], "port", False)
+
+    def _hold(self, source: str, reason: str, on: bool) -> list:
+        """Add or remove one reason to keep ``source`` paused; act on the edge."""
+        if self.done:
+            return []
+        holds = self._holds[source]
+        if on:
+            if self.eof_seen[source]:
+                return []
+            holds.add(reason)
+        else:
+            holds.discard(reason)
+        if holds and not self.paused[source]:
+            self.paused[source] = True
+            return [PauseReading(source)]
+        if not holds and self.paused[source]:
+            self.paused[source] = False
+            # A side that reached EOF while paused has nothing left to read.
+            return [] if self.eof_seen[source] else [ResumeReading(source)]
+        return []
+
     def _check_limit(self, toward: str) -> list:
         limit = self.relay_limit_bytes
         if limit is None or self.done:
             return []
         source = _OTHER[toward]        # the side whose bytes fill `toward`
         pending = self.pending[toward]
-        if not self.paused[source]:
-            if pending > limit and not self.eof_seen[source]:
-                self.paused[source] = True
-                self.relay_limit_triggers += 1
-                return [("pause_reading", source)]
-        elif pending <= limit // 2:
-            self.paused[source] = False
-            return [("resume_reading", source)]
+        held = "limit" in self._holds[source]
+        if not held and pending > limit and not self.eof_seen[source]:
+            self.relay_limit_triggers += 1
+            return self._hold(source, "limit", True)
+        if held and pending <= limit // 2:
+            return self._hold(source, "limit", False)
         return []
 
 
@@ -919,29 +1054,32 @@ class PushCore:
     ``broadcast(message)``, which returns, for each client in the order they
     were added, the actions for that message:
 
-      ``("send", cid, msg)``     write msg to that client now (in turn);
-      ``("enqueue", cid, msg)``  hand msg to that client's own writer (a
+      ``Send(cid, msg)``         write msg to that client now (in turn);
+      ``Enqueue(cid, msg)``      hand msg to that client's own writer (a
                                  bounded per-client queue drained by its task,
                                  or the transport buffer on the callback port)
                                  without waiting;
-      ``("block", cid)``         before the send that follows it, wait until
+      ``Block(cid)``             before the send that follows it, wait until
                                  that client's backlog falls below
                                  ``queue_limit`` (stream: ``drain()``; task:
                                  ``send_all`` blocks anyway);
-      ``("drop", cid)``          msg is not delivered to that client;
-      ``("disconnect", cid)``    close that client; the core forgets it.
+      ``Drop(cid)``              msg is not delivered to that client;
+      ``Disconnect(cid)``        close that client; the core forgets it.
 
     Policies, decided from each client's backlog:
-      "unbounded"   always ``send`` -- the driver writes into the transport's
-                    buffer without waiting (the S6 first row);
-      "block"       ``send``, preceded by ``block`` when the backlog is at or
+      "unbounded"   always ``Enqueue``, without limit -- the driver hands the
+                    message on (transport buffer, or the client's queue on
+                    the task port) and never waits (the S6 first row);
+      "block"       ``Send``, preceded by ``Block`` when the backlog is at or
                     over ``queue_limit``: the broadcaster waits for that client
                     and serves clients in turn (``queue_limit=0``: wait for
                     every write, the "write; drain per client" rows);
-      "drop"        ``enqueue``, or ``drop`` when the backlog is >= queue_limit;
-      "disconnect"  ``enqueue``, or ``disconnect`` when it is >= queue_limit.
+      "drop"        ``Enqueue``, or ``Drop`` when the backlog is >= queue_limit;
+      "disconnect"  ``Enqueue``, or ``Disconnect`` when it is >= queue_limit.
+    So ``Send`` always means "in turn, the broadcaster may wait" and
+    ``Enqueue`` "without waiting": a driver needs no policy of its own.
 
-    Backlog bookkeeping: each ``send``/``enqueue`` counts as +1 pending for
+    Backlog bookkeeping: each ``Send``/``Enqueue`` counts as +1 pending for
     that client until the driver reports the true figure with ``backlog(cid,
     n)`` (absolute). The driver must report when messages leave (dequeued, or
     written out): a driver that never reports makes every client look stuck
@@ -1005,24 +1143,26 @@ class PushCore:
         actions = []
         for cid in list(backlog):
             full = backlog[cid] >= limit
-            if policy == "unbounded" or (policy == "block" and not full):
-                actions.append(("send", cid, msg))
+            if policy == "unbounded":
+                actions.append(Enqueue(cid, msg))
+            elif policy == "block" and not full:
+                actions.append(Send(cid, msg))
             elif policy == "block":
                 self.blocked_count += 1
-                actions.append(("block", cid))
-                actions.append(("send", cid, msg))
+                actions.append(Block(cid))
+                actions.append(Send(cid, msg))
             elif not full:
-                actions.append(("enqueue", cid, msg))
+                actions.append(Enqueue(cid, msg))
             elif policy == "drop":
                 self.dropped_count += 1
                 self.dropped_by_client[cid] += 1
-                actions.append(("drop", cid))
+                actions.append(Drop(cid))
                 continue
             else:
                 self.disconnected_count += 1
                 del backlog[cid]
                 self._gone.add(cid)
-                actions.append(("disconnect", cid))
+                actions.append(Disconnect(cid))
                 continue
             backlog[cid] += 1
             self.sent_count[cid] += 1

@@ -3,44 +3,37 @@
 The same coroutines run on our hybrid kernel and on asyncio/uvloop. Variants, as the
 2016 post wrote them: ``naive`` never awaits ``drain()`` and returns right after
 ``writer.close()`` (backpressure bug, and bytes lost at shutdown); ``fixed`` awaits
-``drain()`` at the top of each pass and ``wait_closed()`` before returning;
-``limits0`` is ``fixed`` plus ``set_write_buffer_limits(0)`` (the post's full fix).
+``drain()`` after each write and ``wait_closed()`` before returning; ``limits0`` is
+``fixed`` plus ``set_write_buffer_limits(0)`` (the post's full fix). Proxy and push
+decisions are their cores'; the coroutines here feed events in and act.
 """
 from __future__ import annotations
 
-import sys
 import time
 
-from protocols import common, cores
+from protocols import apps, common, cores
+from protocols.push import PushApp, stream_push, stream_ticker
+from protocols.relay import stream_proxy
 
-VARIANTS = {"echo": ("naive", "fixed"), "sink": ("naive", "fixed"),
-            "proxy": ("naive", "fixed", "limits0"), "reqresp": ("naive", "fixed"),
-            "push": common.PUSH_POLICIES}
+_close = common.close_writer
 
-
-async def _close(writer, fixed: bool):
-    writer.close()
-    if fixed:
-        try:
-            await writer.wait_closed()
-        except ConnectionError:
-            pass
+VARIANTS = apps.variants("stream")
 
 
-async def echo(port, reader, writer, variant, params):
-    core, fixed = cores.EchoCore(), variant != "naive"
+async def echo(served, reader, writer):
+    core, drain = served.new_core(), served.variant.drain
     try:
         while data := await reader.read(65536):
             writer.write(core.receive(data))
-            if fixed:
+            if drain:
                 await writer.drain()
-    except ConnectionError:
+    except OSError:
         pass
-    await _close(writer, fixed)
+    await _close(writer, drain)
 
 
-async def sink(port, reader, writer, variant, params):
-    core = cores.SinkCore(params.get("frame_bytes"))
+async def sink(served, reader, writer):
+    core = served.new_core()
     try:
         while data := await reader.read(65536):
             core.receive(data, time.monotonic())
@@ -49,134 +42,71 @@ async def sink(port, reader, writer, variant, params):
         common.protocol_error("sink", exc)
         writer.transport.abort()
         return
-    except ConnectionError:
+    except OSError:
         pass
-    await _close(writer, variant != "naive")
+    await _close(writer, served.variant.drain)
 
 
-async def reqresp(port, reader, writer, variant, params):
-    core, fixed = cores.ReqRespCore(params.get("response_bytes", 65536)), variant != "naive"
+async def reqresp(served, reader, writer):
+    core, drain = served.new_core(), served.variant.drain
     try:
         while data := await reader.read(65536):
             for _ in range(core.requests(data)):
                 writer.write(core.respond())
-                common.count(params.get("counters", {}), "requests_handled_count")
-                if fixed:
+                common.count(served.counters, "requests_handled_count")
+                if drain:
                     await writer.drain()
     except cores.ProtocolError as exc:
         common.protocol_error("reqresp", exc)
         writer.transport.abort()
         return
-    except ConnectionError:
+    except OSError:
         pass
-    await _close(writer, fixed)
+    await _close(writer, drain)
 
 
-async def proxy(port, reader, writer, variant, params):
-    """The post's program: copy client -> upstream until EOF (two-way: both ways,
-    propagating half-close)."""
-    fixed = variant != "naive"
-    host, up_port = params["upstream"]
-    try:
-        up_reader, up_writer = await port.open_connection(host, up_port, sockbuf=params.get("sockbuf"))
-    except OSError as exc:
-        print(f"proxy: upstream {host}:{up_port} failed: {exc}", file=sys.stderr)
-        writer.close()
-        return
-    if variant == "limits0":
-        up_writer.transport.set_write_buffer_limits(0)
-
-    async def copy(src, dst):
-        try:
-            while True:
-                if fixed:
-                    await dst.drain()
-                data = await src.read(65536)
-                if not data:
-                    break
-                dst.write(data)
-            if params.get("two_way"):
-                dst.write_eof()
-        except ConnectionError:
-            pass
-
-    if params.get("two_way"):
-        await port.gather(copy(reader, up_writer), copy(up_reader, writer))
-        await _close(writer, fixed)
-    else:
-        await copy(reader, up_writer)
-    await _close(up_writer, fixed)
-
-
-async def push_client(port, reader, writer, app):
-    cid = id(writer)
-    app.core.add_client(cid)
-    app.clients[cid] = writer
-    try:
-        await reader.read()          # a push client only ever sends EOF
-    except ConnectionError:
-        pass
-    finally:
-        if app.clients.pop(cid, None) is not None:
-            app.core.remove_client(cid)
-    writer.close()
-
-
-async def push_ticker(port, app, params):
-    """Offer one message every interval to every client, under the overload policy.
-    ``block`` awaits that client's drain() before writing -- one stalled client
-    stalls all; ``drop``/``disconnect`` judge a client by its transport backlog."""
-    while True:
-        for cid, writer in app.clients.items():
-            app.core.backlog(cid, writer.transport.get_write_buffer_size() // app.message_bytes)
-        for kind, cid, *rest in app.core.broadcast(app.next_message()):
-            writer = app.clients.get(cid)
-            if writer is None:
-                continue
-            if kind in ("send", "enqueue"):
-                writer.write(rest[0])
-            elif kind == "block":
-                try:
-                    await writer.drain()
-                except ConnectionError:
-                    pass
-            elif kind == "disconnect":
-                writer.transport.abort()
-        app.report()
-        await port.sleep(app.interval_s)
-
-
-HANDLERS = {"echo": echo, "sink": sink, "reqresp": reqresp, "proxy": proxy}
+HANDLERS = apps.bind("stream", {"echo": echo, "sink": sink, "reqresp": reqresp,
+                                "proxy": stream_proxy, "push": stream_push})
 
 
 async def main(port, name, sock, variant="naive", params=None):
     """Serve app ``name`` on ``sock``. The one-shot proxy returns after its one
     connection -- and what happens to unsent bytes then is the runtime's exit policy."""
-    params = params or {}
-    one_shot = name == "proxy" and not params.get("forever")
-    done = port.Event()
-    if name == "push":
-        app = common.PushApp(variant, params)
-        handler = lambda r, w: push_client(port, r, w, app)  # noqa: E731
-        ticker = port.create_task(push_ticker(port, app, params))
-    else:
-        ticker = None
-        fn = HANDLERS[name]
+    served = common.Served(port, "stream", name, variant, params or {}, PushApp)
+    fn, done = HANDLERS[name], port.Event()
 
-        async def handler(reader, writer):
-            if one_shot:
-                server.close()
-            await fn(port, reader, writer, variant, params)
-            if one_shot:
-                done.set()
+    async def handler(reader, writer):
+        if served.one_shot:
+            server.close()
+        try:
+            await fn(served, reader, writer)
+        except port.CancelledError:
+            # Cancelled at shutdown: end quietly. (asyncio 3.11's done-callback
+            # for this task calls task.exception() and logs a traceback for a
+            # cancelled one; what happens to its transport is the exit policy's.)
+            return
+        if served.one_shot:
+            done.set()
 
-    server = await port.start_server(handler, sock=sock, limit=params.get("limit", 65536))
+    failed: list = []
+
+    async def tick():
+        try:
+            await stream_ticker(port, served.push)
+        except Exception as exc:       # a dead ticker must end the server, not hide
+            failed.append(exc)
+            done.set()
+
+    ticker = port.create_task(tick()) if served.push else None
+    server = await port.start_server(handler, sock=sock, limit=served.params.get("limit", 65536))
     try:
         await done.wait()
     finally:
         server.close()
         if ticker is not None:
             ticker.cancel()
+    if failed:
+        raise failed[0]
 
 
 def serve(port, name, sock, variant="naive", params=None):

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from protocols.cores import (
     FRAME_HEADER_BYTES, FRAME_MAGIC, EchoCore, Frame, FrameDecoder, FrameStats, ProtocolError,
+    Block, Close, Disconnect, Done, Drop, Enqueue, PauseReading, ResumeReading, Send, SendEof,
     ProxyCore, PushCore, ReqRespCore, SinkCore, SourceCore, encode_frame, frame_payload,
 )
 
@@ -446,14 +447,14 @@ def test_source_rejects_time_going_backwards():
 # --------------------------------------------------------------------------- proxy
 
 def sends(actions, side):
-    return b"".join(a[2] for a in actions if a[0] == "send" and a[1] == side)
+    return b"".join(a.data for a in actions if isinstance(a, Send) and a.to == side)
 
 
 def test_proxy_one_way_relays_and_shuts_down_on_eof():
     p = ProxyCore()
-    assert p.data("a", b"hello") == [("send", "b", b"hello")]
+    assert p.data("a", b"hello") == [Send("b", b"hello")]
     assert p.data("b", b"ignored") == [] and p.ignored_bytes == 7
-    assert p.eof("a") == [("close", "a"), ("close", "b"), ("done",)]
+    assert p.eof("a") == [Close("a"), Close("b"), Done()]
     assert p.done
     assert p.data("a", b"late") == [] and p.eof("b") == [] and p.closed("a", None) == []
     assert p.relayed_bytes == {"a": 5, "b": 0}
@@ -461,22 +462,22 @@ def test_proxy_one_way_relays_and_shuts_down_on_eof():
 
 def test_proxy_two_way_half_close_propagation():
     p = ProxyCore(two_way=True)
-    assert p.data("a", b"req") == [("send", "b", b"req")]
-    assert p.eof("a") == [("send_eof", "b")]
+    assert p.data("a", b"req") == [Send("b", b"req")]
+    assert p.eof("a") == [SendEof("b")]
     assert not p.done
     # b -> a keeps flowing after a half-closed.
-    assert p.data("b", b"resp1") == [("send", "a", b"resp1")]
-    assert p.data("b", b"resp2") == [("send", "a", b"resp2")]
+    assert p.data("b", b"resp1") == [Send("a", b"resp1")]
+    assert p.data("b", b"resp2") == [Send("a", b"resp2")]
     with pytest.raises(RuntimeError):
         p.data("a", b"after eof")
-    assert p.eof("b") == [("send_eof", "a"), ("close", "a"), ("close", "b"), ("done",)]
+    assert p.eof("b") == [SendEof("a"), Close("a"), Close("b"), Done()]
     assert p.done and p.relayed_bytes == {"a": 3, "b": 10}
 
 
 def test_proxy_closed_side_ends_the_proxy():
     p = ProxyCore(two_way=True)
     err = ConnectionResetError()
-    assert p.closed("b", err) == [("close", "a"), ("done",)]
+    assert p.closed("b", err) == [Close("a", abort=True), Done()]
     assert p.error is err and p.done
 
 
@@ -490,7 +491,8 @@ def test_proxy_rejects_bad_sides_and_data():
         p.sent("a", -1)
     with pytest.raises(ValueError):
         ProxyCore(relay_limit_bytes=-1)
-    p.eof("b")      # one-way: EOF from upstream doesn't end anything
+    assert p.eof("b") == [SendEof("a")]     # one-way: the upstream's EOF is passed on
+    assert p.data("a", b"still") == [Send("b", b"still")] and not p.done
     with pytest.raises(RuntimeError):
         p.eof("b")
 
@@ -513,22 +515,22 @@ def test_proxy_output_concatenation_is_chunking_independent(data, a_bytes, b_byt
     actions += p.eof("b") + p.eof("a")
     assert sends(actions, "b") == a_bytes
     assert sends(actions, "a") == (b_bytes if two_way else b"")
-    assert actions[-1] == ("done",) and p.done
-    assert ("send_eof", "b") in actions if two_way else ("send_eof", "b") not in actions
+    assert actions[-1] == Done() and p.done
+    assert SendEof("b") in actions if two_way else SendEof("b") not in actions
 
 
 def test_proxy_relay_limit_pauses_and_resumes_the_other_side():
     p = ProxyCore(two_way=True, relay_limit_bytes=1000)
-    assert p.data("a", b"x" * 1500) == [("send", "b", b"x" * 1500)]   # emitting never pauses
-    assert p.buffered("b", 1500) == [("pause_reading", "a")]
+    assert p.data("a", b"x" * 1500) == [Send("b", b"x" * 1500)]   # emitting never pauses
+    assert p.buffered("b", 1500) == [PauseReading("a")]
     assert p.buffered("b", 1600) == []                                 # once, not per report
     assert p.buffered("b", 600) == []                                  # not yet below half
-    assert p.buffered("b", 500) == [("resume_reading", "a")]
+    assert p.buffered("b", 500) == [ResumeReading("a")]
     assert p.relay_limit_triggers == 1
     # Counting via sent(): pending = asked - sent.
     p.data("b", b"y" * 3000)
-    assert p.sent("a", 1000) == [("pause_reading", "b")]               # 2000 pending
-    assert p.sent("a", 1600) == [("resume_reading", "b")]              # 400 pending
+    assert p.sent("a", 1000) == [PauseReading("b")]               # 2000 pending
+    assert p.sent("a", 1600) == [ResumeReading("b")]              # 400 pending
     assert p.relay_limit_triggers == 2
 
 
@@ -537,9 +539,40 @@ def test_proxy_relay_limit_never_triggers_with_blocking_sends():
     p = ProxyCore(relay_limit_bytes=16384)
     for _ in range(100):
         for action in p.data("a", b"z" * 65536):
-            assert action[0] == "send"
-            assert p.sent("b", len(action[2])) == []
+            assert isinstance(action, Send)
+            assert p.sent("b", len(action.data)) == []
     assert p.relay_limit_triggers == 0 and p.pending["b"] == 0
+
+
+def test_proxy_follow_pause_is_the_fixed_proxys_flow_control():
+    fixed, naive = ProxyCore(), ProxyCore(follow_pause=False)
+    assert fixed.write_paused("b") == [PauseReading("a")]
+    assert fixed.write_paused("b") == []                       # an edge, not a level
+    assert fixed.write_resumed("b") == [ResumeReading("a")]
+    assert naive.write_paused("b") == [] and naive.write_resumed("b") == []
+
+
+def test_proxy_pause_reasons_combine():
+    # Reading a stays paused while either the port or the relay limit holds it.
+    p = ProxyCore(relay_limit_bytes=100)
+    p.data("a", b"x" * 500)
+    assert p.buffered("b", 500) == [PauseReading("a")]
+    assert p.write_paused("b") == []
+    assert p.buffered("b", 0) == []
+    assert p.write_resumed("b") == [ResumeReading("a")]
+
+
+def test_proxy_reset_aborts_the_other_side_and_clean_close_closes_it():
+    assert ProxyCore().closed("a", None) == [Close("b"), Done()]
+    assert ProxyCore().closed("a", ConnectionResetError()) == [Close("b", abort=True), Done()]
+
+
+def test_actions_are_frozen_values():
+    import dataclasses
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Send("a", b"x").to = "b"
+    assert Close("a") == Close("a", abort=False) != Close("a", abort=True)
+    assert not hasattr(Done(), "__dict__")          # slots: small and cheap
 
 
 def test_proxy_relay_limit_does_not_pause_a_side_at_eof():
@@ -640,12 +673,12 @@ def test_reqresp_truncated_request_at_eof_and_bad_arguments():
 
 # --------------------------------------------------------------------------- push
 
-def test_push_unbounded_always_sends():
+def test_push_unbounded_always_enqueues():
     core = PushCore("unbounded", queue_limit=2)
     core.add_client("h")
     core.add_client("s")
     for _ in range(10):
-        assert core.broadcast(b"m") == [("send", "h", b"m"), ("send", "s", b"m")]
+        assert core.broadcast(b"m") == [Enqueue("h", b"m"), Enqueue("s", b"m")]
     assert core.sent_count == {"h": 10, "s": 10} and core.dropped_count == 0
 
 
@@ -653,22 +686,22 @@ def test_push_block_waits_for_a_full_client_in_turn():
     core = PushCore("block", queue_limit=2)
     core.add_client("h")
     core.add_client("s")
-    assert core.broadcast(b"1") == [("send", "h", b"1"), ("send", "s", b"1")]
+    assert core.broadcast(b"1") == [Send("h", b"1"), Send("s", b"1")]
     core.backlog("h", 0)
-    assert core.broadcast(b"2") == [("send", "h", b"2"), ("send", "s", b"2")]
+    assert core.broadcast(b"2") == [Send("h", b"2"), Send("s", b"2")]
     core.backlog("h", 0)
     # "s" now has 2 pending: the broadcaster must wait for it before sending.
-    assert core.broadcast(b"3") == [("send", "h", b"3"), ("block", "s"), ("send", "s", b"3")]
+    assert core.broadcast(b"3") == [Send("h", b"3"), Block("s"), Send("s", b"3")]
     assert core.blocked_count == 1
     core.backlog("s", 0)
     core.backlog("h", 0)
-    assert core.broadcast(b"4") == [("send", "h", b"4"), ("send", "s", b"4")]
+    assert core.broadcast(b"4") == [Send("h", b"4"), Send("s", b"4")]
 
 
 def test_push_block_with_zero_limit_waits_every_time():
     core = PushCore("block", queue_limit=0)
     core.add_client(1)
-    assert core.broadcast(b"x") == [("block", 1), ("send", 1, b"x")]
+    assert core.broadcast(b"x") == [Block(1), Send(1, b"x")]
 
 
 def test_push_drop_policy_s6_shape():
@@ -679,15 +712,15 @@ def test_push_drop_policy_s6_shape():
     got = {"healthy": 0, "stalled": 0}
     for _ in range(100):
         for action in core.broadcast(b"m" * 10):
-            if action[0] == "enqueue":
-                got[action[1]] += 1
+            if isinstance(action, Enqueue):
+                got[action.to] += 1
             else:
-                assert action == ("drop", "stalled")
+                assert action == Drop("stalled")
         core.backlog("healthy", 0)
     assert got == {"healthy": 100, "stalled": 16}
     assert core.dropped_count == 84 == core.dropped_by_client["stalled"]
     core.backlog("stalled", 15)            # the client read one message
-    assert ("enqueue", "stalled", b"n") in core.broadcast(b"n")
+    assert Enqueue("stalled", b"n") in core.broadcast(b"n")
 
 
 def test_push_disconnect_policy_forgets_the_client():
@@ -698,7 +731,7 @@ def test_push_disconnect_policy_forgets_the_client():
     for _ in range(6):
         actions += core.broadcast(b"m")
         core.backlog("h", 0)
-    assert actions.count(("disconnect", "s")) == 1
+    assert actions.count(Disconnect("s")) == 1
     assert core.disconnected_count == 1 and core.clients == ["h"]
     assert core.sent_count == {"h": 6, "s": 3}
     core.backlog("s", 3)        # a late report from the driver: accepted, ignored
@@ -706,7 +739,7 @@ def test_push_disconnect_policy_forgets_the_client():
     with pytest.raises(ValueError, match="unknown client"):
         core.remove_client("s")
     core.add_client("s")        # reconnecting with the same id works
-    assert ("enqueue", "s", b"x") in core.broadcast(b"x")
+    assert Enqueue("s", b"x") in core.broadcast(b"x")
 
 
 def test_push_rejects_bad_use():

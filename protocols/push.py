@@ -1,0 +1,258 @@
+"""The push server on every port: PushCore's actions carried out, per port style.
+
+One PushCore per server decides, for every broadcast and every client, whether
+to send in turn (``Send``, the broadcaster may wait), hand the message on
+without waiting (``Enqueue``), wait first (``Block``), drop it or disconnect the
+client. The callback port parks a broadcast on Block until resume_writing();
+the stream port awaits drain(); the task port sends in turn from the ticker or
+through a per-client mailbox drained by that client's task.
+"""
+from __future__ import annotations
+
+import collections
+
+from protocols import common, cores
+from protocols.cores import Block, Disconnect, Drop, Enqueue, Send
+
+__all__ = ["PushApp", "PushClient", "PushTicker", "stream_push", "stream_ticker", "task_push",
+           "task_ticker", "WAKEUPS_PER_YIELD"]
+
+
+class PushApp:
+    """A push server's state: the core (built by the app table for the policy)
+    and the clients by id."""
+
+    def __init__(self, core: cores.PushCore, params: dict):
+        self.core = core
+        self.clients: dict = {}
+        self.boxes: dict = {}          # task port: per-client mailboxes
+        self.counters = params.get("counters", {})
+        self.message_bytes = params.get("message_bytes", 10_000)
+        self.interval_s = params.get("interval_s", 0.005)
+        self._filler = bytes(self.message_bytes)
+        self._seq = 0
+
+    def next_message(self) -> bytes:
+        """A fresh message per broadcast, numbered, as a real feed's would be:
+        a queue of them costs memory (one shared object would hide that)."""
+        self._seq += 1
+        return self._seq.to_bytes(8, "big") + self._filler[8:]
+
+    def queued(self, messages: int) -> None:
+        """An app-level queue (the task port's mailboxes) now holds ``messages``:
+        user-space backlog that no transport counts, so the app reports its peak."""
+        peak = messages * self.message_bytes
+        if peak > self.counters.get("app_queue_peak_bytes", 0):
+            self.counters["app_queue_peak_bytes"] = peak
+
+    def report(self) -> None:
+        core = self.core
+        self.counters.update(dropped_count=core.dropped_count,
+                             disconnected_count=core.disconnected_count,
+                             broadcasts_count=core.broadcasts_count)
+
+
+# ---------------------------------------------------------------- callback port
+
+class PushClient(common.ProtocolBase):
+    """A push client connection: the server only writes to it."""
+
+    def __init__(self, server):
+        self.app = server.push
+        self.paused = False
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.cid = id(self)
+        self.app.core.add_client(self.cid)
+        self.app.clients[self.cid] = self
+
+    def pause_writing(self):
+        self.paused = True
+
+    def resume_writing(self):
+        self.paused = False
+        self.app.unblock(self.cid)
+
+    def connection_lost(self, exc):
+        if self.app.clients.pop(self.cid, None) is not None:
+            self.app.core.remove_client(self.cid)
+        self.app.unblock(self.cid)
+
+
+class PushTicker(PushApp):
+    """The push server's broadcaster, driven by a timer."""
+
+    def __init__(self, port, core, params):
+        super().__init__(core, params)
+        self.port = port
+        self.blocked = None       # (cid, remaining actions) while parked on Block
+
+    def tick(self):
+        """Push: offer one message to every client under the overload policy."""
+        size = self.message_bytes
+        for cid, proto in self.clients.items():
+            self.core.backlog(cid, proto.transport.get_write_buffer_size() // size)
+        self.act(collections.deque(self.core.broadcast(self.next_message())))
+
+    def act(self, actions):
+        # A callback can't wait, so Block parks the rest of this broadcast until
+        # that client's transport calls resume_writing(): the callback-style
+        # spelling of "write; drain per client in turn".
+        client = self.clients.get     # None once that client has gone
+        while actions:
+            match action := actions.popleft():
+                case Block(cid):
+                    if (proto := client(cid)) is not None and proto.paused:
+                        self.blocked = (cid, actions)
+                        return
+                case Send(cid, data) | Enqueue(cid, data):
+                    # (uvloop raises on writing to a transport that has closed)
+                    if (proto := client(cid)) is not None and not proto.transport.is_closing():
+                        proto.transport.write(data)
+                case Disconnect(cid):
+                    if (proto := client(cid)) is not None:
+                        proto.transport.abort()
+                case Drop():
+                    pass
+                case _:
+                    raise common.unknown(action, "callback push")
+        self.report()
+        self.port.call_later(self.interval_s, self.tick)
+
+    def unblock(self, cid):
+        if self.blocked is not None and self.blocked[0] == cid:
+            actions, self.blocked = self.blocked[1], None
+            self.act(actions)
+
+
+# ---------------------------------------------------------------- stream port
+
+async def stream_push(served, reader, writer):
+    app, cid = served.push, id(writer)
+    app.core.add_client(cid)
+    app.clients[cid] = writer
+    try:
+        await reader.read()          # a push client only ever sends EOF
+    except OSError:
+        pass
+    finally:
+        if app.clients.pop(cid, None) is not None:
+            app.core.remove_client(cid)
+    writer.close()
+
+
+async def stream_ticker(port, app):
+    """Offer one message every interval to every client, under the overload policy.
+    Block awaits that client's drain() before writing -- one stalled client
+    stalls all; drop/disconnect judge a client by its transport backlog."""
+    while True:
+        for cid, writer in app.clients.items():
+            app.core.backlog(cid, writer.transport.get_write_buffer_size() // app.message_bytes)
+        client = app.clients.get     # None once that client has gone
+        for action in app.core.broadcast(app.next_message()):
+            match action:
+                case Send(cid, data) | Enqueue(cid, data):
+                    # A client whose transport has closed is about to be removed
+                    # by its own task; uvloop raises on writing to it.
+                    if (writer := client(cid)) is not None and not writer.transport.is_closing():
+                        writer.write(data)
+                case Block(cid):
+                    if (writer := client(cid)) is not None:
+                        try:
+                            await writer.drain()
+                        except OSError:
+                            pass
+                case Disconnect(cid):
+                    if (writer := client(cid)) is not None:
+                        writer.transport.abort()
+                case Drop():
+                    pass
+                case _:
+                    raise common.unknown(action, "stream push")
+        app.report()
+        await port.sleep(app.interval_s)
+
+
+# ---------------------------------------------------------------- task port
+
+class _Mailbox:
+    """A per-client queue drained by that client's own task. Built from Events
+    (a fresh one per wait: trio's cannot be cleared) so it runs on every task port."""
+
+    def __init__(self, port):
+        self.port = port
+        self.items = collections.deque()
+        self.ready = port.Event()
+
+    def put(self, item):
+        self.items.append(item)
+        self.ready.set()
+
+    async def get(self):
+        while not self.items:
+            await self.ready.wait()
+            self.ready = self.port.Event()
+        return self.items.popleft()
+
+
+async def task_push(served, stream):
+    """One task per client, draining its mailbox; a push client never sends, so a
+    failed send is how it is known to be gone. ``None`` in the mailbox ends it."""
+    port, app, cid = served.port, served.push, id(stream)
+    app.core.add_client(cid)
+    app.clients[cid] = stream
+    box = app.boxes[cid] = _Mailbox(port)
+    try:
+        while (message := await box.get()) is not None:
+            await stream.send_all(message)
+            app.core.backlog(cid, len(box.items))
+    except port.StreamError:
+        pass
+    finally:
+        app.boxes.pop(cid, None)
+        if app.clients.pop(cid, None) is not None:
+            app.core.remove_client(cid)
+        await stream.aclose()
+
+
+# Mailbox wake-ups handed out between two yields of the ticker. curio's Event
+# (the one that also works from threads) wakes its kernel with one byte on a
+# socketpair per waiter and fails, printing a traceback, once that socket is
+# full (a few hundred wake-ups without a pass of the kernel).
+WAKEUPS_PER_YIELD = 64
+
+
+async def task_ticker(port, app):
+    """Send in turn from here (send_all blocks, so one stalled client stalls
+    all); Enqueue hands the message to the client's own task through its
+    mailbox -- unbounded, or bounded by the core, as trio's memory channels."""
+    while True:
+        woken = 0
+        for action in app.core.broadcast(app.next_message()):
+            match action:
+                case Send(cid, data):
+                    if (stream := app.clients.get(cid)) is not None:
+                        try:
+                            await stream.send_all(data)
+                        except port.StreamError:
+                            if (box := app.boxes.get(cid)) is not None:
+                                box.put(None)           # its task ends and forgets it
+                                woken += 1
+                case Enqueue(cid, data):
+                    if (box := app.boxes.get(cid)) is not None:
+                        box.put(data)
+                        app.queued(len(box.items))
+                        woken += 1
+                case Disconnect(cid):
+                    if (stream := app.clients.pop(cid, None)) is not None:
+                        await stream.aclose()   # its task, blocked in send_all, gets StreamError
+                case Block() | Drop():
+                    pass              # send_all blocks anyway; a dropped message is not sent
+                case _:
+                    raise common.unknown(action, "task push")
+            if woken >= WAKEUPS_PER_YIELD:
+                woken = 0
+                await port.sleep(0)
+        app.report()
+        await port.sleep(app.interval_s)
