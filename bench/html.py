@@ -54,23 +54,6 @@ STATUSES = {
     "na": ("not applicable / not run", "", "#ffffff", "#999999"),
 }
 
-# Key metrics per built-in scenario, used only when neither the document nor the
-# scenario registry names a scenario's report columns.
-_DEFAULT_COLUMNS = {
-    "S1": ("peak_user_buffer_bytes", "queue_delay_s", "in_flight_at_end_bytes", "source_rate_Bps",
-           "rss_growth_bytes", "pause_writing_count"),
-    "S2": ("reader_buffer_peak_bytes", "source_rate_Bps"),
-    "S3": ("bytes_delivered", "bytes_lost", "bytes_accepted", "eof_after_stop_s"),
-    "S4": ("child_ran_before_spawn_returned", "child_first_after_yield_fraction",
-           "user_buffered_after_write_bytes", "closed_when_close_returned", "closed_after_one_yield",
-           "other_tasks_during_nonblocking_sends_count", "cancel_semantics", "error_surface"),
-    "S5": ("requests_handled_count", "rss_growth_bytes", "peak_user_buffer_bytes"),
-    "S6": ("healthy_share_fraction", "peak_user_buffer_bytes", "app_queue_peak_bytes",
-           "rss_growth_bytes", "dropped_count"),
-    "S7": ("bytes_delivered_after_timeout", "bytes_sent_known"),
-    "S8": ("bytes_delivered", "warnings"),
-}
-
 _PALETTE = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f", "#bcbd22", "#e377c2")
 _OURS_COLOUR = "#e6550d"
 _OURS_SHADES = ("#e6550d", "#fd8d3c", "#a63603")     # several of our kernels on one chart
@@ -180,7 +163,7 @@ def _scenario_info(doc: dict, sid: str, cells: list) -> dict:
             if m not in names and m not in timing and not isinstance(v, (dict, list)):
                 names.append(m)
     columns = [m for m in pick("columns", ()) if m not in timing] \
-        or [m for m in _DEFAULT_COLUMNS.get(sid, ()) if m in names] or names[:6]
+        or names[:6]
     variants = list(pick("variants", []))
     variants += sorted({c.get("variant", "?") for c in cells} - set(variants), key=_natural)
     return {"id": sid, "title": pick("title", sid), "summary": pick("summary", ""),
@@ -606,8 +589,8 @@ class _Page:
                     if _numeric(m.get(n)):
                         return fmt(n, m[n])
             else:
-                if _numeric(m.get("bytes_lost")):
-                    return fmt("bytes_lost", m["bytes_lost"]) + " lost"
+                if _numeric(m.get("lost_bytes")):
+                    return fmt("lost_bytes", m["lost_bytes"]) + " lost"
                 for n in sorted(m):
                     if "delivered" in n and _numeric(m[n]):
                         return fmt(n, m[n]) + " delivered"

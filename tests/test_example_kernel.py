@@ -341,7 +341,7 @@ def test_cli_runs_s1_s3_and_s4_on_it_with_the_module_from_the_environment(sk, tm
     # S4: the measured row is the declared one; S3 naive: exit=flush loses nothing
     assert cells["S4"]["verdicts"] == {"matches_declared": True}, cells["S4"]["notes"]
     assert cells["S3"]["verdicts"]["no_loss"] is True, cells["S3"]
-    assert cells["S3"]["metrics"]["bytes_lost"] == 0
+    assert cells["S3"]["metrics"]["lost_bytes"] == 0
     # S1 naive never awaits drain(): with no water marks the proxy's buffer grows
     # with the source's lead (3 MB/s in, 1 MB/s out), as on asyncio
     assert cells["S1"]["metrics"]["peak_user_buffer_bytes"] > 512 * 1024, cells["S1"]["metrics"]

@@ -63,15 +63,15 @@ def _env(node, python="3.11.7"):
 @pytest.fixture()
 def edge_doc():
     cells = [
-        _cell("S3", "callback", "naive", {"bytes_delivered": 130964, "bytes_lost": 1966188},
+        _cell("S3", "callback", "naive", {"delivered_bytes": 130964, "lost_bytes": 1966188},
               {"no_loss": False, "close_completed": True}),
-        _cell("S3", "asyncio-protocol", "naive", {"bytes_delivered": 130964, "bytes_lost": 1966188},
+        _cell("S3", "asyncio-protocol", "naive", {"delivered_bytes": 130964, "lost_bytes": 1966188},
               {"no_loss": False, "close_completed": True}),
-        _cell("S3", "coro", "naive", {"bytes_delivered": 2097152, "bytes_lost": 0},
+        _cell("S3", "coro", "naive", {"delivered_bytes": 2097152, "lost_bytes": 0},
               {"no_loss": True, "close_completed": True}),
         _cell("S3", "curio", "naive", {}, {}, ["RuntimeError: app side: boom"]),
         _cell("S3", "trio", "naive", skipped="trio is not importable"),
-        _cell("S3", "coro:exit=wait", "naive", {"bytes_delivered": 2097152, "bytes_lost": 0},
+        _cell("S3", "coro:exit=wait", "naive", {"delivered_bytes": 2097152, "lost_bytes": 0},
               {"no_loss": True, "close_completed": True}),
         _cell("S1", "callback", "naive", {"peak_user_buffer_bytes": 2_830_000}, {"bounded": False},
               series={"in_flight": [[0.0, 0], [0.5, 1e6], [1.0, 2e6]], "latency": [[0.1, 0.01], [1.0, 0.9]]}),
