@@ -14,6 +14,8 @@ import threading
 import time
 
 import pytest
+import kernels.callback as callback
+from kernels.options import OptionError
 
 from kernels.callback import (Handle, Loop, Protocol, Server, SocketTransport, TimerHandle,
                               UnsentDataError, get_running_loop)
@@ -169,19 +171,34 @@ def test_options_are_validated_and_exposed():
     with Loop() as lp:
         assert lp.options == {"high_water": 65536, "low_water": 16384, "write": "try-send",
                               "exit": "cancel", "trace": False}
+        assert lp.options == callback.OPTIONS.defaults()
         assert lp.probe.trace is None
-    with pytest.raises(ValueError, match="write must be one of"):
+    with pytest.raises(OptionError, match="callback: bad value 'eager' for option write"):
         Loop(write="eager")
-    with pytest.raises(ValueError, match="exit must be one of"):
+    with pytest.raises(OptionError, match="option exit: must be one of cancel"):
         Loop(exit="never")
-    with pytest.raises(ValueError, match="high_water >= low_water"):
+    with pytest.raises(OptionError, match=r"low_water \(20\) must not exceed high_water \(10\)"):
         Loop(high_water=10, low_water=20)
-    with pytest.raises(ValueError, match="high_water >= low_water >= 0"):
+    with pytest.raises(OptionError, match="must be >= 0"):
         Loop(high_water=10, low_water=-1)
-    with pytest.raises(ValueError, match="high_water must be an int"):
-        Loop(high_water="64k")
-    with pytest.raises(ValueError, match="trace"):
-        Loop(trace="yes")
+    with pytest.raises(OptionError, match="high_water"):
+        Loop(high_water="lots")
+    with pytest.raises(OptionError, match="trace"):
+        Loop(trace="maybe")
+    with pytest.raises(OptionError, match="unknown option 'colour'"):
+        Loop(colour="red")
+
+
+def test_water_marks_follow_asyncio_rule():
+    # only high given: low = high // 4; only low given: high = max(high, 4 * low)
+    with Loop(high_water=1000) as lp:
+        assert (lp.options["high_water"], lp.options["low_water"]) == (1000, 250)
+    with Loop(low_water=100_000) as lp:
+        assert (lp.options["high_water"], lp.options["low_water"]) == (400_000, 100_000)
+    with Loop(low_water=10) as lp:
+        assert (lp.options["high_water"], lp.options["low_water"]) == (65536, 10)
+    with Loop(high_water="64KiB", trace="false") as lp:   # spec text works too
+        assert lp.options["high_water"] == 65536 and lp.options["trace"] is False
 
 
 # ---------------------------------------------------------------------------- loop: scheduling

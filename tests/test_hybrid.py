@@ -17,6 +17,7 @@ import time
 import pytest
 
 import kernels.hybrid as h
+from kernels.options import OptionError
 from kernels.callback import get_running_loop
 
 SOCKBUF = 65536
@@ -1069,20 +1070,26 @@ def test_exit_raise_names_tasks_and_bytes():
 
 
 def test_runner_option_validation():
-    with pytest.raises(ValueError, match="spawn"):
+    with pytest.raises(OptionError, match="hybrid: bad value 'sometimes' for option spawn"):
         h.Runner(spawn="sometimes")
-    with pytest.raises(ValueError, match="drain"):
+    with pytest.raises(OptionError, match="drain"):
         h.Runner(drain="full")
-    with pytest.raises(ValueError, match="exit"):
+    with pytest.raises(OptionError, match="exit"):
         h.Runner(exit="later")
-    with pytest.raises(ValueError, match="write"):
+    with pytest.raises(OptionError, match="write"):
         h.Runner(write="maybe")
-    with pytest.raises(TypeError):
+    with pytest.raises(OptionError, match="high_water"):
         h.Runner(high_water="big")
-    with pytest.raises(ValueError):
+    with pytest.raises(OptionError, match="must not exceed"):
         h.Runner(high_water=10, low_water=20)
-    with pytest.raises(ValueError, match="trace"):
-        h.Runner(trace="yes")
+    with pytest.raises(OptionError, match="trace"):
+        h.Runner(trace="maybe")
+    with pytest.raises(OptionError, match="unknown option 'cancel'"):
+        h.Runner(cancel="level")
+    assert h.OPTIONS.owner == "hybrid"
+    assert h.OPTIONS.names()[:3] == ["high_water", "low_water", "write"]
+    assert {"spawn", "drain", "exit", "trace"} <= set(h.OPTIONS.names())
+    assert h.Runner(high_water=4096).options["low_water"] == 1024   # asyncio's rule
     with pytest.raises(ValueError, match="coroutine"):
         h.run(lambda: None)
 

@@ -38,8 +38,8 @@ Module map: ``loop`` (Loop, Handle, TimerHandle, Server, get_running_loop,
 UnsentDataError) and ``transports`` (SocketTransport, Protocol). The ``hybrid``
 kernel builds Futures, Tasks and streams on these very classes.
 """
-from .loop import Handle, Loop, Server, TimerHandle, UnsentDataError, get_running_loop
+from .loop import OPTIONS, Handle, Loop, Server, TimerHandle, UnsentDataError, get_running_loop
 from .transports import Protocol, SocketTransport
 
-__all__ = ["Loop", "Protocol", "Handle", "TimerHandle", "Server", "SocketTransport",
+__all__ = ["Loop", "OPTIONS", "Protocol", "Handle", "TimerHandle", "Server", "SocketTransport",
            "get_running_loop", "UnsentDataError"]

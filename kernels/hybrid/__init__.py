@@ -46,15 +46,21 @@ spawn and reused for every step (no Handle per wake-up), and the step itself is
 the wake-up; a stream read recycles its waiter Future; the probe and trace
 cost an increment and a ``None`` test when tracing is off.
 
-Modules: ``tasks`` (Future, Task, sleep, gather, wait_for, timeout,
-TaskGroup, Event, Queue, Runner/run) and ``streams`` (StreamReader,
-StreamWriter, open_connection, start_server).
+Where the loop is: there is no second loop. The event loop is the callback
+kernel's ``Loop.run_forever`` (``kernels/callback/loop.py``); what it calls for
+a task is ``Task.__step`` in ``tasks.py``.
+
+Modules: ``futures`` (Future, the exceptions, per-loop state), ``tasks``
+(Task, sleep, gather, wait_for, timeout, TaskGroup), ``sync`` (Event, Queue),
+``runner`` (Runner, run, OPTIONS) and ``streams`` (StreamReader, StreamWriter,
+open_connection, start_server).
 """
-from .tasks import (
-    CancelledError, Event, Future, InvalidStateError, Queue, QueueEmpty, QueueFull, Runner,
-    Task, TaskGroup, Timeout, TimeoutError, all_tasks, create_task, current_task,
-    ensure_future, gather, run, sleep, timeout, timeout_at, wait_for,
-)
+from .futures import (CancelledError, Future, InvalidStateError, QueueEmpty, QueueFull,
+                      TimeoutError)
+from .tasks import (Task, TaskGroup, Timeout, all_tasks, create_task, current_task,
+                    ensure_future, gather, sleep, timeout, timeout_at, wait_for)
+from .sync import Event, Queue
+from .runner import OPTIONS, Runner, run
 from .streams import (
     IncompleteReadError, LimitOverrunError, Server, StreamProtocol, StreamReader,
     StreamWriter, open_connection, start_server,
@@ -66,7 +72,7 @@ __all__ = [
     "IncompleteReadError", "LimitOverrunError",
     "Future", "Task", "create_task", "current_task", "all_tasks", "ensure_future",
     "sleep", "gather", "wait_for", "timeout", "timeout_at", "Timeout", "TaskGroup",
-    "Event", "Queue", "Runner", "run", "get_running_loop",
+    "Event", "Queue", "Runner", "run", "OPTIONS", "get_running_loop",
     "StreamReader", "StreamWriter", "StreamProtocol", "Server", "open_connection",
     "start_server",
 ]

@@ -24,7 +24,8 @@ from __future__ import annotations
 import collections
 
 from kernels.callback import get_running_loop
-from .tasks import Future, Task, _PENDING, _state_for, _yield_once
+from .futures import _PENDING, Future, _state_for
+from .tasks import Task, _yield_once
 
 __all__ = ["StreamReader", "StreamWriter", "StreamProtocol", "Server", "open_connection",
            "start_server", "IncompleteReadError", "LimitOverrunError"]
