@@ -21,7 +21,9 @@ import time
 import pytest
 
 import kernels.coro as c
-from kernels.coro import kernel as kernel_module
+from kernels.coro import traps as kernel_module
+from kernels.io import RealIO, SelectorsPoller
+from kernels.options import OptionError
 
 MiB = 1 << 20
 
@@ -59,14 +61,39 @@ async def read_all(stream, limit_s=10.0) -> bytes:
     ("spawn", "sometimes"), ("cancel", "pulse"), ("exit", "abandon"),
     ("ready_order", "random"), ("ready_order", "random-x"), ("ready_order", "lifo"),
 ])
-def test_bad_option_values_are_value_errors(option, value):
-    with pytest.raises(ValueError, match=option):
+def test_bad_option_values_are_option_errors(option, value):
+    with pytest.raises(OptionError, match=f"coro: bad value .* for option {option}"):
         c.Kernel(**{option: value})
 
 
-def test_non_bool_flags_are_type_errors():
-    with pytest.raises(TypeError, match="io_schedule_point"):
-        c.Kernel(io_schedule_point="yes")
+def test_options_schema_is_the_one_declaration():
+    assert c.OPTIONS.owner == "coro"
+    with c.Kernel() as k:
+        assert k.options == c.OPTIONS.defaults()
+    with pytest.raises(OptionError, match="io_schedule_point: must be true or false"):
+        c.Kernel(io_schedule_point="maybe")
+    with pytest.raises(OptionError, match="unknown option 'drain'"):
+        c.Kernel(drain="empty")
+    with c.Kernel(io_schedule_point="true", ready_order="random-7") as k:   # spec text
+        assert k.options["io_schedule_point"] is True and k._seed == 7
+
+
+def test_trap_table_is_built_by_name_and_checked():
+    from kernels.coro import engine, traps
+
+    def handlers(**extra):
+        table = {f"trap_{op}": (lambda task, trap: False) for op in traps.OPCODES}
+        table.update(extra)
+        return table
+
+    table = engine.trap_table(handlers())
+    assert len(table) == len(traps.OPCODES)
+    names = handlers()
+    del names["trap_park"]
+    with pytest.raises(RuntimeError, match="no handler for \\['park'\\]"):
+        engine.trap_table(names)
+    with pytest.raises(RuntimeError, match="no opcode for \\['teleport'\\]"):
+        engine.trap_table(handlers(trap_teleport=lambda task, trap: False))
 
 
 def test_kernel_runs_again_and_close_is_idempotent():
@@ -143,7 +170,9 @@ def test_timer_ties_wake_in_the_order_they_slept(monkeypatch):
     # A 50 ms clock makes every deadline below collide exactly, so only the
     # heap's tie-breaker decides the order.
     real = time.monotonic
-    monkeypatch.setattr(time, "monotonic", lambda: (real() // 0.05) * 0.05)
+
+    class CoarseClock(RealIO):
+        time = staticmethod(lambda: (real() // 0.05) * 0.05)
     woke = []
 
     async def sleeper(i):
@@ -155,7 +184,7 @@ def test_timer_ties_wake_in_the_order_they_slept(monkeypatch):
         for i in range(20):
             await c.spawn(sleeper, i)
 
-    with c.Kernel(exit="wait") as k:
+    with c.Kernel(exit="wait", io=CoarseClock()) as k:
         k.run(main)
     assert woke == list(range(20))
 
@@ -997,7 +1026,8 @@ def test_a_drained_read_waits_for_data_that_comes_later():
 def test_kernel_on_the_selectors_fallback_poller(monkeypatch):
     # Where epoll is missing the loop polls through selectors instead; same
     # behaviour: I/O waits, timers, a socket closed under a waiting task.
-    monkeypatch.setattr(kernel_module, "_new_poller", kernel_module._SelectorPoller)
+    class SelectorsIO(RealIO):
+        poller = staticmethod(SelectorsPoller)
 
     async def main():
         client, server = await tcp_pair(sockbuf=64 * 1024)
@@ -1035,8 +1065,8 @@ def test_kernel_on_the_selectors_fallback_poller(monkeypatch):
         b.close()
         return echoed == data, scope.cancelled_caught, await t.join()
 
-    with c.Kernel() as k:
-        assert isinstance(k._poller, kernel_module._SelectorPoller)
+    with c.Kernel(io=SelectorsIO()) as k:
+        assert isinstance(k._rt.poller, SelectorsPoller)
         assert k.run(main) == (True, True, "woken")
 
 
