@@ -1,6 +1,6 @@
 """The callback kernel's reactor: ``Loop`` (a select/epoll loop that runs
-callbacks), its ``Handle``/``TimerHandle``, and ``Server`` (a listening socket that
-turns accepted connections into ``SocketTransport``\\ s).
+callbacks), its ``Handle``/``TimerHandle``, and ``OPTIONS``. Opening
+connections and ``Server`` are in ``network.py``.
 
 One pass of the loop (an *iteration*) is::
 
@@ -24,23 +24,24 @@ pass, so ``close()`` + ``stop()`` inside a task step leaves the close pending
 exactly as in asyncio (the 2016 shutdown bug), and ``close()`` then one
 ``sleep(0)`` completes it.
 
+The loop is ``Loop.run_forever``; its ``while`` loop carries a signpost.
+
 Registrations are one small list per fd, ``[reader, reader_args, writer,
 writer_args]``, in a dict the dispatcher indexes by fd. Removing a callback
 clears its slot and the dispatcher reads the slot at dispatch time, so a
 callback removed earlier in the same batch never runs. The poller is only
-touched when the *mask* of an fd changes. On Linux the poller is ``select.epoll``
-itself: ``selectors`` would build a key tuple per event and cost a few
-microseconds per event, a visible share of an echo round trip. Elsewhere a thin
-``selectors`` adapter gives the same interface. The price of indexing by fd is
-that an fd closed and reused within one batch may see one spurious readiness;
-every callback here tolerates that (non-blocking calls, and a connect is
-confirmed with ``getpeername`` before it counts).
+touched when the *mask* of an fd changes. Poller, wake-up pair and clock come
+from the I/O seam (``kernels.io``; on Linux the poller's ``wait`` is epoll's
+own ``poll``, called with no Python frame in between). The price of indexing
+by fd is that an fd closed and reused within one batch may see one spurious
+readiness; every callback here tolerates that (non-blocking calls, and a
+connect is confirmed with ``getpeername`` before it counts).
 
 The loop keeps a registry of live transports and servers: ``close()`` releases
 all of them, whatever the application forgot, and applies the ``exit`` policy to
-bytes still sitting in transport buffers. Threads and signals reach the loop via
-a self-pipe (a socketpair): ``call_soon_threadsafe`` writes ``b"\\0"``,
-``signal.set_wakeup_fd`` writes the signal number.
+bytes still sitting in transport buffers. Threads and signals reach the loop
+through the seam's wake-up pair: ``call_soon_threadsafe`` calls ``wake()``,
+``signal.set_wakeup_fd`` writes the signal number to it.
 """
 from __future__ import annotations
 
@@ -319,13 +320,13 @@ class Loop(Networking):
         """``call_soon`` from any thread; wakes the loop if it is blocked in select.
 
         ``deque.append`` is atomic, so the only extra work is one byte on the
-        self-pipe. A full pipe means a wake-up is already pending: ignored."""
+        wake-up pair. A full pair means a wake-up is already pending: ignored."""
         handle = self.call_soon(callback, *args)
         self._waker.wake()
         return handle
 
     def _read_self(self):
-        """Drain the self-pipe; non-zero bytes are signal numbers from
+        """Drain the wake-up pair; non-zero bytes are signal numbers from
         ``signal.set_wakeup_fd``: queue their handlers."""
         data = self._waker.drain()
         handlers = self._signal_handlers
@@ -524,6 +525,9 @@ class Loop(Networking):
         draining = False
         drain_deadline = drain_guard = None
         try:
+            # This while loop is our event loop: every callback, I/O readiness
+            # and timer of the callback kernel (and every hybrid Task step) runs
+            # inside one of its passes.
             while True:
                 if ready or self._stopping:
                     timeout = 0
@@ -567,7 +571,8 @@ class Loop(Networking):
                         else:
                             handle._scheduled = False
                             ready_append(handle)
-                    if needs_compaction(self._timers_cancelled, len(timers)):
+                    dead = self._timers_cancelled
+                    if dead and needs_compaction(dead, len(timers)):
                         self._compact_timers()
 
                 ntodo = len(ready)
@@ -647,7 +652,7 @@ class Loop(Networking):
 
     def add_signal_handler(self, signum, callback, *args) -> None:
         """Run ``callback(*args)`` on the loop when ``signum`` arrives. The C-level
-        handler writes the signal number to the self-pipe (``set_wakeup_fd``), so a
+        handler writes the signal number to the wake-up pair (``set_wakeup_fd``), so a
         blocked select wakes. Main thread only (a Python rule)."""
         self._check_closed()
         if threading.current_thread() is not threading.main_thread():
@@ -701,7 +706,7 @@ class Loop(Networking):
     def close(self) -> None:
         """Release everything: servers, transports (the ``exit`` policy decides
         what their unsent bytes mean), pending connects, signal handlers, the
-        self-pipe and the selector. Idempotent. RuntimeError on a running loop.
+        wake-up pair and the poller. Idempotent. RuntimeError on a running loop.
 
         Protocols are *not* told (no ``connection_lost``): the loop that would run
         the callback is going away, as with asyncio's ``loop.close()``."""
