@@ -48,15 +48,14 @@ Standard library only, and no imports from the rest of looplab.
 """
 from __future__ import annotations
 
-import heapq
 import select
 import selectors
 import socket
 import time as _time
 
 __all__ = ["RealIO", "EpollPoller", "SelectorsPoller", "SocketWaker", "READ", "WRITE",
-           "READABLE", "WRITABLE", "MAX_WAIT_S", "wait_timeout", "heap_needs_compaction",
-           "compact_heap"]
+           "READABLE", "WRITABLE", "MAX_WAIT_S", "COMPACT_MIN_DEAD", "wait_timeout",
+           "heap_needs_compaction"]
 
 if hasattr(select, "epoll"):
     READ, WRITE = select.EPOLLIN, select.EPOLLOUT
@@ -87,14 +86,11 @@ def wait_timeout(deadline: float, now: float) -> float:
 
 
 def heap_needs_compaction(dead: int, size: int) -> bool:
-    """True when ``dead`` lazily cancelled entries of a heap of ``size`` should go."""
+    """True when ``dead`` lazily cancelled entries of a heap of ``size`` should
+    go. Callers may skip the call while ``dead <= COMPACT_MIN_DEAD``. (What makes
+    an entry dead is the kernel's business; each rebuilds its heap with its own
+    test inline and ``heapq.heapify``.)"""
     return dead > COMPACT_MIN_DEAD and dead * 2 > size
-
-
-def compact_heap(heap: list, alive) -> None:
-    """Keep the entries for which ``alive(entry)`` is true, in place, as a heap."""
-    heap[:] = [entry for entry in heap if alive(entry)]
-    heapq.heapify(heap)
 
 
 class EpollPoller:

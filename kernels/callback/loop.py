@@ -159,10 +159,6 @@ def _noop():
     pass
 
 
-def _timer_alive(entry) -> bool:
-    return not entry[2]._cancelled
-
-
 def _fileno(fd_or_sock) -> int:
     if isinstance(fd_or_sock, int):
         fd = fd_or_sock
@@ -621,7 +617,8 @@ class Loop(Networking):
         return False
 
     def _compact_timers(self):
-        _io.compact_heap(self._timers, _timer_alive)
+        self._timers[:] = [entry for entry in self._timers if not entry[2]._cancelled]
+        heapq.heapify(self._timers)
         self._timers_cancelled = 0
 
     def run_until_complete(self, future):

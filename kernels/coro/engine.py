@@ -24,8 +24,9 @@ The state (all in ``Runtime``):
   removed the first time it fires;
 * ``tasks``    -- every live task by id, in creation order (the exit policy
   cancels newest first);
-* ``run``      -- a ``RunState``: the run() phase, the main task, the live
-  non-daemon count, a pending interrupt, the dead-timer count and the stop flag.
+* ``run``      -- a ``RunState``: the stop flag, a pending interrupt and the
+  dead-timer count; the run() phase, the main task and the live non-daemon
+  count are cells of the scheduler, set through ``set_phase``.
 
 A task runs until it *blocks*: non-blocking traps (spawn, current_task,
 entering a timeout block) are answered at once and the same task is stepped
@@ -66,14 +67,13 @@ UNTIL_MAIN, UNTIL_NONDAEMON, UNTIL_EMPTY = range(3)
 
 
 class RunState:
-    """The scalars the kernel's closures share and ``Kernel.run`` drives."""
-    __slots__ = ("phase", "stop", "main_task", "nondaemon", "interrupt", "stale")
+    """The scalars the builders' closures share with each other and with
+    ``Kernel.run``. (The phase, the main task and the count of live non-daemon
+    tasks are the scheduler's own cells: see ``build_scheduler``.)"""
+    __slots__ = ("stop", "interrupt", "stale")
 
     def __init__(self):
-        self.phase = UNTIL_MAIN
         self.stop = False           # ends run_loop(); set by finish() or an interrupt
-        self.main_task = None
-        self.nondaemon = 0          # live non-daemon tasks
         self.interrupt = None       # KeyboardInterrupt/SystemExit that ends run()
         self.stale = 0              # dead entries in `sleeping`
 
@@ -129,14 +129,14 @@ def build_timers(rt) -> None:
     sleeping = rt.sleeping
     run = rt.run
     needs_compaction = _io.heap_needs_compaction
-
-    def alive(entry):
-        return entry[2]._timer is entry
+    min_dead = _io.COMPACT_MIN_DEAD
+    heapify = heapq.heapify
 
     def dead_timer():
-        run.stale += 1
-        if needs_compaction(run.stale, len(sleeping)):
-            _io.compact_heap(sleeping, alive)
+        stale = run.stale = run.stale + 1
+        if stale > min_dead and needs_compaction(stale, len(sleeping)):
+            sleeping[:] = [e for e in sleeping if e[2]._timer is e]
+            heapify(sleeping)
             run.stale = 0
 
     rt.dead_timer = dead_timer
@@ -162,6 +162,9 @@ def build_scheduler(rt) -> None:
     switches = 0            # task steps not yet added to probe.task_switches
     spawns = 0              # tasks made, not yet added to probe.spawns
     traps = ()
+    phase = UNTIL_MAIN      # what makes the loop stop (Kernel.run sets it)
+    main_task = None
+    nondaemon = 0           # live non-daemon tasks
 
     def reschedule(task, value):
         task._wait = 0
@@ -185,10 +188,22 @@ def build_scheduler(rt) -> None:
         nonlocal traps
         traps = table
 
+    def set_phase(new_phase, new_main=None):
+        nonlocal phase, main_task
+        phase = new_phase
+        if new_phase == UNTIL_MAIN:
+            main_task = new_main
+
+    def get_phase():
+        return phase
+
+    def live_nondaemon():
+        return nondaemon
+
     def spawn_task(fn, args, daemon, on_done):
         # Make a task and queue it (or, with spawn="eager" inside a task,
         # step it now).
-        nonlocal spawns
+        nonlocal spawns, nondaemon
         try:
             coro = fn(*args)               # the common case: an async function
         except TypeError:
@@ -204,8 +219,8 @@ def build_scheduler(rt) -> None:
             task.add_done_callback(on_done)
         tasks[tid] = task
         if not daemon:
-            run.nondaemon += 1
-        if run.phase == UNTIL_EMPTY:       # spawned during teardown: doomed at birth
+            nondaemon += 1
+        if phase == UNTIL_EMPTY:       # spawned during teardown: doomed at birth
             task._cancel = 3
             task._pending = True
         spawns += 1
@@ -221,6 +236,7 @@ def build_scheduler(rt) -> None:
         return task
 
     def finish(task, result, exc):
+        nonlocal nondaemon
         task._done = True
         task._result = result
         task._exception = exc
@@ -228,7 +244,7 @@ def build_scheduler(rt) -> None:
         task._crash = None
         del tasks[task.id]
         if not task.daemon:
-            run.nondaemon -= 1
+            nondaemon -= 1
         if task._scopes:       # left without exiting its blocks (a broken coroutine)
             for scope in task._scopes:
                 scope._active = False
@@ -255,12 +271,11 @@ def build_scheduler(rt) -> None:
                 ready_append(joiner)
                 if trace is not None:
                     joiner._flow = trace.flow_start(task.id)
-        phase = run.phase
         if phase == UNTIL_MAIN:
-            if task is run.main_task:
+            if task is main_task:
                 run.stop = True
         elif phase == UNTIL_NONDAEMON:
-            if not run.nondaemon:
+            if not nondaemon:
                 run.stop = True
         elif not tasks:
             run.stop = True
@@ -273,9 +288,9 @@ def build_scheduler(rt) -> None:
         elif isinstance(exc, (KeyboardInterrupt, SystemExit)):
             if run.interrupt is None:
                 run.interrupt = exc
-            if run.phase != UNTIL_EMPTY:
+            if phase != UNTIL_EMPTY:
                 run.stop = True
-        elif not joiners and callbacks is None and task is not run.main_task:
+        elif not joiners and callbacks is None and task is not main_task:
             crash = task._crash = [True, f"coro: task {task.id} {task.name!r} raised "
                                          f"{exc!r} and nobody joined it"]
             crashes.append(crash)
@@ -331,6 +346,9 @@ def build_scheduler(rt) -> None:
     rt.current_id = current_id
     rt.flush_counters = flush_counters
     rt.set_traps = set_traps
+    rt.set_phase = set_phase
+    rt.get_phase = get_phase
+    rt.live_nondaemon = live_nondaemon
     rt.spawn_task = spawn_task
     rt.step = step
 

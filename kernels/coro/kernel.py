@@ -180,10 +180,11 @@ class Kernel:
         run = rt.run
         tasks = rt.tasks
         exit_policy = self.options["exit"]
-        run.phase = UNTIL_MAIN
+        rt.set_phase(UNTIL_MAIN)
         run.stop = False
         run.interrupt = None
-        main_task = run.main_task = rt.spawn_task(fn, args, False, None)   # queued: no task is current
+        main_task = rt.spawn_task(fn, args, False, None)   # queued: no task is current
+        rt.set_phase(UNTIL_MAIN, main_task)
         try:
             rt.run_loop()
             leftovers = [t for t in tasks.values() if not t.daemon and t is not main_task]
@@ -192,11 +193,11 @@ class Kernel:
                       "unsent_bytes": 0}
             if run.interrupt is None and exit_policy == "wait" and leftovers \
                     and main_task._exception is None:
-                run.phase = UNTIL_NONDAEMON
-                run.stop = not run.nondaemon
+                rt.set_phase(UNTIL_NONDAEMON)
+                run.stop = not rt.live_nondaemon()
                 rt.run_loop()
             if tasks:
-                run.phase = UNTIL_EMPTY
+                rt.set_phase(UNTIL_EMPTY)
                 run.stop = False
                 for task in reversed(list(tasks.values())):
                     rt.cancel_task(task, doom=True)
@@ -209,7 +210,7 @@ class Kernel:
             raise
         finally:
             main = main_task
-            run.main_task = None
+            rt.set_phase(UNTIL_MAIN, None)
             for crash in rt.crashes:
                 _report_crash(crash)
             rt.crashes.clear()
@@ -231,7 +232,7 @@ class Kernel:
         if isinstance(run.interrupt, KeyboardInterrupt):
             raise KeyboardInterrupt
         run.interrupt = KeyboardInterrupt()
-        if run.phase != UNTIL_EMPTY:
+        if self._rt.get_phase() != UNTIL_EMPTY:
             run.stop = True
         self._rt.waker.wake()
 
