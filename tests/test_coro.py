@@ -284,7 +284,7 @@ def test_random_ready_order_runs_the_child_first_about_half_the_time():
     assert child_first_count(200, ready_order="random-7") == count   # seeded: repeatable
 
 
-def test_join_returns_result_and_reraises_the_exception_as_is():
+def test_join_returns_result_and_raises_task_error_from_the_exception():
     boom = ValueError("boom")
 
     async def ok():
@@ -299,9 +299,12 @@ def test_join_returns_result_and_reraises_the_exception_as_is():
         t1 = await c.spawn(ok)
         t2 = await c.spawn(bad)
         assert await t1.join() == "result"
-        with pytest.raises(ValueError) as info:
+        with pytest.raises(c.TaskError) as info:     # curio: TaskError chained from it
             await t2.join()
-        assert info.value is boom
+        assert info.value.__cause__ is boom
+        with pytest.raises(ValueError) as raw:       # result() gives the exception itself
+            t2.result()
+        assert raw.value is boom and t2.exception() is boom
         assert t1.done() and t2.done() and not t2.cancelled()
         assert t1.name.endswith("ok")
         with pytest.raises(RuntimeError, match="itself"):
@@ -328,7 +331,7 @@ def test_unjoined_crash_prints_one_line_and_joined_crash_prints_nothing(capfd):
         t = await c.spawn(bad, "joined-one")
         await c.spawn(bad, "lonely-one")
         await c.sleep(0.01)
-        with pytest.raises(RuntimeError):
+        with pytest.raises(c.TaskError):
             await t.join()
 
     run(main)
@@ -357,8 +360,9 @@ def test_cancel_is_delivered_at_the_blocking_point():
         await c.sleep(0.01)
         assert await t.cancel() is True
         assert where == ["sleep"] and t.cancelled()
-        with pytest.raises(c.Cancelled):
+        with pytest.raises(c.TaskError) as info:
             await t.join()
+        assert isinstance(info.value.__cause__, c.Cancelled)
         assert await t.cancel() is False        # already finished
 
     run(main)
@@ -420,9 +424,46 @@ def test_edge_vs_level_cancellation(mode, second_sleep):
 
 
 def test_exception_types():
-    assert issubclass(c.Cancelled, BaseException) and not issubclass(c.Cancelled, Exception)
-    assert issubclass(c.TaskTimeout, TimeoutError)
+    # curio's family: every cancellation, timeouts included, is a BaseException
+    for cls in (c.Cancelled, c.TaskTimeout, c.TimeoutCancellationError):
+        assert issubclass(cls, c.Cancelled) and not issubclass(cls, Exception)
+    assert issubclass(c.TaskError, Exception)
     assert issubclass(c.BusyResourceError, RuntimeError)
+
+
+@pytest.mark.parametrize("base, swallowed", [("base", False), ("exception", True)])
+def test_cancel_base_decides_what_except_exception_catches(base, swallowed):
+    async def main():
+        seen = []
+        async with c.move_on_after(0.02) as scope:
+            try:
+                await c.sleep(5)
+            except Exception as e:          # also what `except OSError` code looks like
+                seen.append(type(e).__name__)
+            seen.append("block went on")
+        return seen, scope.cancelled_caught
+
+    seen, caught = run(main, cancel_base=base)
+    if swallowed:
+        # the timeout is an Exception too: the body swallows it and ends normally
+        assert seen == ["TaskTimeout", "block went on"] and not caught
+    else:
+        assert seen == [] and caught
+
+
+def test_cancel_base_exception_flavour_is_still_a_cancellation():
+    async def victim():
+        await c.sleep(5)
+
+    async def main():
+        t = await c.spawn(victim)
+        await c.sleep(0.01)
+        await t.cancel()
+        exc = t.exception()
+        return isinstance(exc, c.Cancelled), isinstance(exc, Exception), t.cancelled()
+
+    assert run(main, cancel_base="exception") == (True, True, True)
+    assert run(main) == (True, False, True)
 
 
 # ---------------------------------------------------------------------------
@@ -468,8 +509,34 @@ def test_nested_outer_timeout_expires_first_passes_through_the_inner_block():
                 raise
         return seen, outer.cancelled_caught
 
-    # Inside, the outer expiry is a Cancelled (not the inner block's TaskTimeout).
-    assert run(main) == (["Cancelled"], True)
+    # curio: the outer expiry leaves the inner block as TimeoutCancellationError.
+    assert run(main) == (["TimeoutCancellationError"], True)
+
+
+def test_nested_timeouts_raise_what_curio_raises():
+    # timeout_after(0.05) around timeout_after(2): TaskTimeout at the await in
+    # the inner block, TimeoutCancellationError out of it, TaskTimeout out of
+    # the outer block (curio 1.6).
+    async def main():
+        seen = []
+        try:
+            async with c.timeout_after(0.05) as outer:
+                try:
+                    async with c.timeout_after(2):
+                        try:
+                            await c.sleep(5)
+                        except BaseException as e:
+                            seen.append(("await", type(e).__name__))
+                            raise
+                except BaseException as e:
+                    seen.append(("inner", type(e).__name__, e.scope is outer))
+                    raise
+        except BaseException as e:
+            seen.append(("outer", type(e).__name__, e.scope is outer))
+        return seen
+
+    assert run(main) == [("await", "TaskTimeout"), ("inner", "TimeoutCancellationError", True),
+                         ("outer", "TaskTimeout", True)]
 
 
 def test_outer_timeout_after_converts_to_task_timeout():

@@ -47,7 +47,8 @@ delivery), ``handlers.py`` (one ``trap_<name>`` handler per opcode),
 
     c.run(main)                       # -> True
 """
-from .errors import BusyResourceError, Cancelled, ClosedResourceError, TaskTimeout
+from .errors import (BusyResourceError, Cancelled, ClosedResourceError, TaskError, TaskTimeout,
+                     TimeoutCancellationError)
 from .kernel import OPTIONS, Kernel, run
 from .task import CancelScope, Task, WaitQueue, move_on_after, timeout_after
 from .traps import (checkpoint, current_task, io_release, read_wait, sleep, spawn, spawn_soon,
@@ -57,7 +58,7 @@ from .sync import Event, Queue, TaskGroup, open_nursery
 
 __all__ = [
     "Kernel", "OPTIONS", "run", "Task", "sleep", "checkpoint", "spawn", "spawn_soon", "current_task",
-    "Cancelled", "TaskTimeout", "BusyResourceError", "ClosedResourceError",
+    "Cancelled", "TaskTimeout", "TimeoutCancellationError", "TaskError", "BusyResourceError", "ClosedResourceError",
     "CancelScope", "timeout_after", "move_on_after", "WaitQueue",
     "read_wait", "write_wait", "io_release",
     "Event", "Queue", "TaskGroup", "open_nursery",

@@ -58,7 +58,8 @@ from collections import deque
 from types import CoroutineType
 
 from .. import io as _io
-from .errors import Cancelled, TaskTimeout
+from .errors import Cancelled, TaskTimeout, flavour
+from .handlers import POLL_MASK
 from .task import Task, _checked_coro, _instantiate
 from .traps import OPCODES, W_READ, W_SHIELDED, W_SLEEP, W_WRITE
 
@@ -365,6 +366,8 @@ def build_cancellation(rt) -> None:
     dead_timer = rt.dead_timer
     current_id = rt.current_id
     level = rt.options["cancel"] == "level"
+    cancelled = flavour(Cancelled, rt.options["cancel_base"])
+    task_timeout = flavour(TaskTimeout, rt.options["cancel_base"])
 
     def unblock(task):
         kind = task._wait
@@ -392,15 +395,15 @@ def build_cancellation(rt) -> None:
         if c == 1 or c == 3 or (c == 2 and level):
             if c == 1:
                 task._cancel = 2
-            return Cancelled("task was cancelled")
+            return cancelled("task was cancelled")
         scopes = task._scopes
         if scopes:
             for scope in scopes:
                 if scope._cancel_called and (level or not scope._delivered):
                     scope._delivered = True
-                    if scope._expired and scope is scopes[-1]:
-                        return TaskTimeout(f"timed out after {scope._seconds} s", scope)
-                    return Cancelled("cancel scope was cancelled", scope)
+                    if scope._expired:
+                        return task_timeout(f"timed out after {scope._seconds} s", scope)
+                    return cancelled("cancel scope was cancelled", scope)
         task._pending = False
         return None
 
@@ -466,7 +469,7 @@ def build_loop(rt) -> None:
     wait_timeout = _io.wait_timeout
     readable = _io.READABLE
     writable = _io.WRITABLE
-    poll_mask = (0, _io.READ, _io.WRITE, _io.READ | _io.WRITE)
+    poll_mask = POLL_MASK
     step = rt.step
     reschedule = rt.reschedule
     scope_cancelled = rt.scope_cancelled

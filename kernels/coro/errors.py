@@ -1,8 +1,24 @@
 """The exceptions of the coro kernel: what a task sees when it is cancelled,
-times out, or misuses a resource."""
+times out, joins a task that failed, or misuses a resource.
+
+The cancellation family follows curio: ``Cancelled`` is the base;
+``TaskTimeout`` is what arrives at the blocking call when a timeout block's
+deadline passes, and what leaves that block; ``TimeoutCancellationError`` is
+what leaves an *inner* timeout block that an enclosing block's timeout passed
+through (the inner block did not time out; it is being cancelled because time
+ran out elsewhere). All three are ``BaseException``\\ s, so ``except Exception``
+(or ``except OSError``) around an await does not swallow a timeout.
+
+The kernel option ``cancel_base="exception"`` makes the kernel raise
+subclasses of the same names that are also ``Exception``\\ s (asyncio before
+3.8, or any code that wants ``except Exception`` to see cancellations):
+``flavour(cls, "exception")`` gives them. ``except Cancelled`` catches both
+flavours.
+"""
 from __future__ import annotations
 
-__all__ = ["Cancelled", "TaskTimeout", "BusyResourceError", "ClosedResourceError"]
+__all__ = ["Cancelled", "TaskTimeout", "TimeoutCancellationError", "TaskError",
+           "BusyResourceError", "ClosedResourceError", "flavour"]
 
 
 class Cancelled(BaseException):
@@ -20,15 +36,26 @@ class Cancelled(BaseException):
         self.scope = scope
 
 
-class TaskTimeout(TimeoutError):
-    """Raised at a blocking trap when the innermost timeout block's deadline
-    passed, and out of ``timeout_after``. Carries ``scope`` and, from a send,
-    ``bytes_sent``."""
-    bytes_sent = None
+class TaskTimeout(Cancelled):
+    """Raised at a blocking trap when a timeout block's deadline passed, and
+    out of ``timeout_after``. Carries ``scope`` (the block whose deadline
+    passed) and, from a send, ``bytes_sent``."""
 
     def __init__(self, message: str = "timed out", scope=None):
-        super().__init__(message)
-        self.scope = scope
+        super().__init__(message, scope)
+
+
+class TimeoutCancellationError(Cancelled):
+    """Raised out of a cancel scope or timeout block when a timeout of an
+    *enclosing* block passed through it (curio's rule). ``scope`` is the
+    enclosing block that timed out; it turns this back into ``TaskTimeout``
+    (``timeout_after``) or swallows it (``move_on_after``)."""
+
+
+class TaskError(Exception):
+    """``join()`` on a task that ended with an exception (its cancellation
+    included): the task's exception is ``__cause__`` (curio's ``TaskError``).
+    ``task.result()`` and ``task.exception()`` give the exception itself."""
 
 
 class BusyResourceError(RuntimeError):
@@ -39,3 +66,21 @@ class BusyResourceError(RuntimeError):
 class ClosedResourceError(Exception):
     """The socket or stream was closed -- by this task earlier, or by another task
     while this one was waiting on it."""
+
+
+def _exception_subclass(cls):
+    return type(cls.__name__, (cls, Exception), {
+        "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+        "__doc__": f"{cls.__name__} that is also an Exception (cancel_base='exception')."})
+
+
+_FLAVOURS = {"base": {}, "exception": {}}
+for _cls in (Cancelled, TaskTimeout, TimeoutCancellationError):
+    _FLAVOURS["base"][_cls] = _cls
+    _FLAVOURS["exception"][_cls] = _exception_subclass(_cls)
+del _cls
+
+
+def flavour(cls, cancel_base: str):
+    """The class a kernel with option ``cancel_base`` raises for ``cls``."""
+    return _FLAVOURS[cancel_base][cls]

@@ -19,7 +19,10 @@ from .. import io as _io
 from .errors import BusyResourceError, ClosedResourceError
 from .traps import W_PARK, W_READ, W_SHIELDED, W_SLEEP, W_WRITE
 
-__all__ = ["build_io_handlers", "build_task_handlers"]
+__all__ = ["build_io_handlers", "build_task_handlers", "POLL_MASK"]
+
+#: An fd record's interest (W_READ | W_WRITE) -> the poller's mask bits.
+POLL_MASK = (0, _io.READ, _io.WRITE, _io.READ | _io.WRITE)
 
 
 def build_io_handlers(rt) -> dict:
@@ -31,7 +34,7 @@ def build_io_handlers(rt) -> dict:
     poll_register = rt.poller.register
     poll_modify = rt.poller.modify
     poll_unregister = rt.poller.unregister
-    poll_mask = (0, _io.READ, _io.WRITE, _io.READ | _io.WRITE)
+    poll_mask = POLL_MASK
     reschedule = rt.reschedule
     deliver = rt.deliver
 

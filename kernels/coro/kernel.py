@@ -44,6 +44,9 @@ OPTIONS = Schema("coro", (
            "trap until the task or block ends (trio)"),
     Option("ready_order", "fifo", _ready_order,
            "order of each batch of ready tasks: fifo, or shuffled by random.Random(SEED)"),
+    Option("cancel_base", "base", choice("base", "exception"),
+           "base: Cancelled/TaskTimeout derive from BaseException, so except Exception "
+           "lets them pass (curio, asyncio>=3.8); exception: they are also Exceptions"),
     EXIT, TRACE,
 ))
 

@@ -13,7 +13,7 @@ import types
 from collections import deque
 
 from . import traps
-from .errors import Cancelled, TaskTimeout
+from .errors import Cancelled, TaskTimeout, TimeoutCancellationError, flavour
 
 __all__ = ["Task", "WaitQueue", "CancelScope", "move_on_after", "timeout_after"]
 
@@ -21,8 +21,9 @@ __all__ = ["Task", "WaitQueue", "CancelScope", "move_on_after", "timeout_after"]
 class Task:
     """A coroutine the kernel steps. Made by ``spawn``; not constructed directly.
 
-    ``await task.join()`` returns the result or re-raises the task's exception
-    as is (including its ``Cancelled``). ``await task.cancel()`` requests
+    ``await task.join()`` returns the result, or raises ``TaskError`` chained
+    from the task's exception (its ``Cancelled`` included), as curio does;
+    ``task.result()`` re-raises the exception itself. ``await task.cancel()`` requests
     cancellation and waits for the task to end; it returns ``False`` if the
     task had already finished. An exception nobody joins is not lost: if no
     joiner or ``on_done`` callback takes it, one line goes to stderr when the
@@ -176,14 +177,15 @@ class CancelScope:
     deadline ``seconds`` after it is entered.
 
     Inside the block, a cancellation arrives at the next blocking trap: as
-    ``TaskTimeout`` if this scope's deadline expired and it is the innermost
-    scope (curio's rule: the code that set the timeout sees a timeout), otherwise
-    as ``Cancelled(scope=this)``. When several enclosing scopes are cancelled
-    the outermost one is delivered. On exit the scope swallows its own
+    ``TaskTimeout(scope=this)`` if this scope's deadline expired, otherwise as
+    ``Cancelled(scope=this)``. When several enclosing scopes are cancelled the
+    outermost one is delivered. On exit the scope swallows its own
     cancellation and sets ``cancelled_caught`` (this is ``move_on_after``);
-    ``timeout_after`` re-raises it as ``TaskTimeout``. A deadline that passes
-    while the block never blocks is not raised when the block ends. A scope is
-    entered once, by one task, with ``async with``."""
+    ``timeout_after`` re-raises it as ``TaskTimeout``. A ``TaskTimeout`` of an
+    enclosing scope leaves this one as ``TimeoutCancellationError`` (curio's
+    rule: only the block whose deadline passed reports a timeout). A deadline
+    that passes while the block never blocks is not raised when the block
+    ends. A scope is entered once, by one task, with ``async with``."""
     __slots__ = ("_seconds", "deadline", "_task", "_timer", "_active", "_cancel_called",
                  "_expired", "_delivered", "cancelled_caught")
 
@@ -216,19 +218,28 @@ class CancelScope:
         if self._active:
             traps.cancel_scope(self)
 
-    def _owns(self, exc) -> bool:
-        return getattr(exc, "scope", None) is self and isinstance(exc, (Cancelled, TaskTimeout))
-
     async def __aenter__(self):
         await traps.scope_enter(self)
         return self
 
     async def __aexit__(self, et, exc, tb):
         await traps.scope_exit(self)
-        if exc is not None and self._owns(exc):
+        if exc is None or not isinstance(exc, Cancelled):
+            return False
+        if exc.scope is self:
             self.cancelled_caught = True
-            return True
+            return self._caught(exc)
+        if isinstance(exc, TaskTimeout) and exc.scope is not None:
+            # An enclosing block timed out, not this one.
+            err = _flavoured(TimeoutCancellationError)(
+                f"an enclosing timeout block timed out ({exc})", exc.scope)
+            err.bytes_sent = exc.bytes_sent
+            raise err.with_traceback(tb) from None
         return False
+
+    def _caught(self, exc) -> bool:
+        """This scope's own cancellation reached its exit: True swallows it."""
+        return True
 
 
 class move_on_after(CancelScope):
@@ -242,13 +253,15 @@ class timeout_after(CancelScope):
     when ``s`` seconds pass (``bytes_sent`` is kept if a send was cut short)."""
     __slots__ = ()
 
-    async def __aexit__(self, et, exc, tb):
-        await traps.scope_exit(self)
-        if exc is None or not self._owns(exc):
-            return False
-        self.cancelled_caught = True
+    def _caught(self, exc) -> bool:
         if isinstance(exc, TaskTimeout):
             return False          # already the right exception: let it propagate as is
-        timeout = TaskTimeout(f"timed out after {self._seconds} s", self)
+        timeout = _flavoured(TaskTimeout)(f"timed out after {self._seconds} s", self)
         timeout.bytes_sent = exc.bytes_sent
         raise timeout
+
+
+def _flavoured(cls):
+    """``cls`` as the running kernel raises it (its ``cancel_base`` option)."""
+    kernel = traps._state.kernel
+    return cls if kernel is None else flavour(cls, kernel.options["cancel_base"])

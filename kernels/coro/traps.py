@@ -21,6 +21,8 @@ from __future__ import annotations
 import threading
 import types
 
+from .errors import TaskError
+
 __all__ = ["OPCODES", "sleep", "checkpoint", "spawn", "spawn_soon", "current_task",
            "read_wait", "write_wait", "io_release"]
 
@@ -148,7 +150,8 @@ def io_release(fileobj):
 
 @types.coroutine
 def join(task):
-    """Wait for the task to finish; return its result or raise its exception."""
+    """Wait for the task to finish; return its result, or raise ``TaskError``
+    chained from the exception it ended with (curio)."""
     if not task._done:
         if _state.kernel is None:
             _running_kernel("Task.join()")
@@ -156,7 +159,7 @@ def join(task):
     if task._crash is not None:
         task._crash[0] = False
     if task._exception is not None:
-        raise task._exception
+        raise TaskError(f"task {task.id} {task.name!r} crashed") from task._exception
     return task._result
 
 
