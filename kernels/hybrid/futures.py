@@ -17,6 +17,7 @@ and then carried by the Task itself, so the step path never looks it up.
 from __future__ import annotations
 
 import builtins
+import sys
 import weakref
 
 from kernels.callback import Handle, Loop, get_running_loop
@@ -47,6 +48,10 @@ class QueueFull(Exception):
     """``Queue.put_nowait()`` on a full queue."""
 
 
+#: How wait_for runs a coroutine by default: in a new Task up to Python 3.11,
+#: inline from 3.12 on -- whatever the running Python's asyncio does.
+WAIT_FOR_DEFAULT = "task" if sys.version_info < (3, 12) else "inline"
+
 # Future states. Compared by identity on the hot paths.
 _PENDING = "PENDING"
 _CANCELLED = "CANCELLED"
@@ -66,15 +71,16 @@ _tracing = 0
 
 class _LoopState:
     """What the hybrid kernel knows about one callback loop."""
-    __slots__ = ("loop", "probe", "trace", "eager", "drain_empty", "tasks", "current",
-                 "next_id", "__weakref__")
+    __slots__ = ("loop", "probe", "trace", "eager", "drain_empty", "wait_for_task", "tasks",
+                 "current", "next_id", "__weakref__")
 
-    def __init__(self, loop, spawn="lazy", drain="asyncio"):
+    def __init__(self, loop, spawn="lazy", drain="asyncio", wait_for=None):
         self.loop = loop
         self.probe = loop.probe
         self.trace = loop.probe.trace
         self.eager = spawn == "eager"
         self.drain_empty = drain == "empty"
+        self.wait_for_task = (wait_for or WAIT_FOR_DEFAULT) == "task"
         self.tasks = set()        # tasks not yet done (a strong set: exit policies need them)
         self.current = None       # the task whose step is running
         self.next_id = 0
@@ -127,11 +133,16 @@ class Future:
     until the future is done, then returns its result or raises its exception
     (``CancelledError`` if it was cancelled).
 
+    An exception nobody retrieves (with ``result()``, ``exception()`` or
+    ``await``) is reported to the loop's exception handler as "Future
+    exception was never retrieved" when the future is collected, as asyncio
+    does.
+
     Hazard: a Future is not thread-safe; resolve it from the loop's thread
     (``loop.call_soon_threadsafe(fut.set_result, x)`` from elsewhere).
     """
     __slots__ = ("_loop", "_state", "_result", "_exception", "_callbacks", "_blocking",
-                 "_cancel_message", "__weakref__")
+                 "_cancel_message", "_log_exc", "__weakref__")
 
     def __init__(self, *, loop=None):
         self._loop = get_running_loop() if loop is None else loop
@@ -165,6 +176,7 @@ class Future:
         was cancelled, ``InvalidStateError`` if it is still pending."""
         if self._state is _FINISHED:
             if self._exception is not None:
+                self._log_exc = False
                 raise self._exception
             return self._result
         if self._state is _CANCELLED:
@@ -173,6 +185,7 @@ class Future:
 
     def exception(self):
         if self._state is _FINISHED:
+            self._log_exc = False
             return self._exception
         if self._state is _CANCELLED:
             raise _cancelled_error(self._cancel_message)
@@ -220,6 +233,10 @@ class Future:
                             "and cannot be raised into a Future")
         self._exception = exception
         self._state = _FINISHED
+        if self.__class__ is Future:
+            # Only a future that holds an exception pays for a __del__.
+            self._log_exc = True
+            self.__class__ = _ExceptionFuture
         self._schedule_callbacks()
 
     def cancel(self, msg=None) -> bool:
@@ -288,3 +305,21 @@ class _StepHandle(Handle):
     to the ready queue directly. Never cancelled; dropped when the task is done,
     which also breaks the task -> handle -> task cycle."""
     __slots__ = ()
+
+
+class _ExceptionFuture(Future):
+    """What a plain ``Future`` becomes in ``set_exception``: the same object
+    with a ``__del__`` that reports an exception nobody retrieved."""
+    __slots__ = ()
+
+    def __del__(self):
+        if getattr(self, "_log_exc", False):
+            try:
+                self._loop.call_exception_handler({
+                    "message": "Future exception was never retrieved",
+                    "exception": self._exception, "future": self})
+            except Exception:
+                pass
+
+
+_ExceptionFuture.__name__ = _ExceptionFuture.__qualname__ = "Future"

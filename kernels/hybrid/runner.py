@@ -5,11 +5,13 @@ declared here.
 """
 from __future__ import annotations
 
+import contextvars
+
 import kernels.callback as _callback
 from kernels.callback import Loop, get_running_loop
 from kernels.options import Option, choice
 from . import futures as _futures
-from .futures import CancelledError, _LoopState, _states
+from .futures import WAIT_FOR_DEFAULT, CancelledError, _LoopState, _states
 from .tasks import Task, _wait_done
 
 __all__ = ["Runner", "run", "OPTIONS"]
@@ -27,6 +29,9 @@ OPTIONS = _callback.OPTIONS.extend("hybrid", (
     Option("drain", "asyncio", choice("asyncio", "empty"),
            "asyncio: drain() returns unless paused, resuming at low water; "
            "empty: drain() waits for an empty buffer"),
+    Option("wait_for", WAIT_FOR_DEFAULT, choice("task", "inline"),
+           "task: wait_for runs a coroutine in a new Task (Python 3.11); inline: in the "
+           "calling task under a timeout (3.12); the default follows the running Python"),
 ))
 
 
@@ -61,6 +66,7 @@ class Runner:
         self._io = io
         self._loop = None
         self._state = None
+        self._context = None
         self._closed = False
 
     def __enter__(self):
@@ -94,7 +100,10 @@ class Runner:
                 # run_until_complete. The Runner wants one bounded wait, at close:
                 # no drain until then (close() sets the budget it has left).
                 loop.exit_wait_s = 0.0
-            st = _LoopState(loop, spawn=o["spawn"], drain=o["drain"])
+            st = _LoopState(loop, spawn=o["spawn"], drain=o["drain"], wait_for=o["wait_for"])
+            # asyncio.Runner: every run() of this runner shares one copy of the
+            # context current when the loop was made.
+            self._context = contextvars.copy_context()
             _states[loop] = st
             if st.trace is not None:
                 _futures._tracing += 1
@@ -116,7 +125,7 @@ class Runner:
         st = self._state
         eager, st.eager = st.eager, False
         try:
-            task = Task(coro, loop=loop)
+            task = Task(coro, loop=loop, context=self._context)
         finally:
             st.eager = eager
         try:

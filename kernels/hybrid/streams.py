@@ -409,6 +409,9 @@ class StreamProtocol:
                 self._closed.set_result(None)
             else:
                 self._closed.set_exception(exc)
+                # Retrieved here, as asyncio's protocol does when it goes away:
+                # nobody is obliged to call wait_closed().
+                self._closed.exception()
         self._wake_drainers(exc)
         if self._server is not None:
             self._server._detach()

@@ -19,8 +19,10 @@ callback kernel's ``Loop.run_forever``; ``Task.__step`` is what it calls.
 """
 from __future__ import annotations
 
+import functools
 import math
 import types
+from contextvars import copy_context
 
 from kernels.callback import get_running_loop
 from .futures import (LOOP_TID, TASK_TID_BASE, _CANCELLED, _FINISHED, _PENDING, CancelledError,
@@ -55,13 +57,16 @@ class Task(Future):
     requests for structured users (``timeout``, ``TaskGroup``).
     """
     __slots__ = ("_coro", "_kstate", "_fut_waiter", "_must_cancel", "_num_cancels_requested",
-                 "_name", "_tid", "_flow", "_log_exc", "_step_handle")
+                 "_name", "_tid", "_flow", "_step_handle", "_context")
 
-    def __init__(self, coro, *, loop=None, name=None):
+    def __init__(self, coro, *, loop=None, name=None, context=None):
         if not (hasattr(coro, "send") and hasattr(coro, "throw")):
             raise TypeError(f"a coroutine was expected, got {coro!r}")
         loop = get_running_loop() if loop is None else loop
         Future.__init__(self, loop=loop)
+        # Every step runs in this context: a copy of the creator's, taken now
+        # (asyncio), so neither side sees what the other sets afterwards.
+        self._context = copy_context() if context is None else context
         st = _states.get(loop)
         if st is None:
             st = _state_for(loop)
@@ -169,8 +174,7 @@ class Task(Future):
             if future._state is _FINISHED:
                 if future._exception is not None:
                     exc = future._exception
-                    if isinstance(future, Task):
-                        future._log_exc = False
+                    future._log_exc = False
             else:
                 exc = _cancelled_error(future._cancel_message)
         if self._must_cancel:
@@ -189,9 +193,9 @@ class Task(Future):
                 self._flow = 0
         try:
             if exc is None:
-                result = self._coro.send(None)
+                result = self._context.run(self._coro.send, None)
             else:
-                result = self._coro.throw(exc)
+                result = self._context.run(self._coro.throw, exc)
         except StopIteration as stop:
             if self._must_cancel:   # cancelled during the step that returned
                 self._must_cancel = False
@@ -241,9 +245,10 @@ class Task(Future):
                 trace.end(self._tid)
 
 
-def create_task(coro, *, name=None) -> Task:
-    """Wrap ``coro`` in a Task on the running loop (see ``Task`` for when it first runs)."""
-    return Task(coro, name=name)
+def create_task(coro, *, name=None, context=None) -> Task:
+    """Wrap ``coro`` in a Task on the running loop (see ``Task`` for when it first
+    runs). It runs in ``context``, by default a copy of the current one."""
+    return Task(coro, name=name, context=context)
 
 
 def current_task(loop=None):
@@ -474,14 +479,16 @@ async def wait_for(aw, timeout):
     """Await ``aw`` for at most ``timeout`` seconds; on expiry cancel it, wait
     for the cancellation to finish, and raise ``TimeoutError``.
 
-    A coroutine is awaited inside the calling task (the 3.12 implementation,
-    built on ``timeout()``; 3.11 wrapped it in a Task first -- the outcome is
-    the same). ``timeout=None`` waits forever; ``timeout<=0`` returns only what
-    is already done."""
+    The ``wait_for`` option says how: ``"task"`` (Python 3.11) wraps a
+    coroutine in a new Task and waits for that (``current_task()`` inside is not
+    the caller); ``"inline"`` (3.12) awaits it inside the calling task under a
+    ``timeout()``. ``timeout=None`` waits forever; ``timeout<=0`` returns only
+    what is already done."""
     if timeout is None:
         return await aw
+    loop = get_running_loop()
     if timeout <= 0:
-        fut = ensure_future(aw)
+        fut = ensure_future(aw, loop=loop)
         if fut.done():
             return fut.result()
         fut.cancel()
@@ -490,8 +497,55 @@ async def wait_for(aw, timeout):
             return fut.result()
         except CancelledError as exc:
             raise TimeoutError from exc
-    async with Timeout(get_running_loop().time() + timeout):
+    if _state_for(loop).wait_for_task:
+        return await _wait_for_in_task(aw, timeout, loop)
+    async with Timeout(loop.time() + timeout):
         return await aw
+
+
+async def _wait_for_in_task(aw, timeout, loop):
+    # Python 3.11's wait_for: the awaitable runs as its own Task; this task
+    # waits on a waiter that either the Task's end or the timer releases.
+    waiter = Future(loop=loop)
+    timeout_handle = loop.call_later(timeout, _release_waiter, waiter)
+    cb = functools.partial(_release_waiter, waiter)
+    fut = ensure_future(aw, loop=loop)
+    fut.add_done_callback(cb)
+    try:
+        try:
+            await waiter
+        except CancelledError:
+            if fut.done():
+                return fut.result()
+            fut.remove_done_callback(cb)
+            await _cancel_and_wait(fut, loop)     # never leave it running
+            raise
+        if fut.done():
+            return fut.result()
+        fut.remove_done_callback(cb)
+        await _cancel_and_wait(fut, loop)
+        try:
+            return fut.result()                   # it may have ignored the cancel
+        except CancelledError as exc:
+            raise TimeoutError from exc
+    finally:
+        timeout_handle.cancel()
+
+
+async def _cancel_and_wait(fut, loop):
+    waiter = Future(loop=loop)
+    cb = functools.partial(_release_waiter, waiter)
+    fut.add_done_callback(cb)
+    try:
+        fut.cancel()
+        await waiter       # not fut itself: this wait must stay cancellable
+    finally:
+        fut.remove_done_callback(cb)
+
+
+def _release_waiter(waiter, *args):
+    if waiter._state is _PENDING:
+        waiter.set_result(None)
 
 
 async def _wait_done(fut):
