@@ -1692,3 +1692,59 @@ def test_write_of_nothing_after_write_eof_raises(loop):
             transport.write(b"more")
     finally:
         c.close()
+
+
+# ---------------------------------------------------------------------------- the I/O seam
+
+def test_loop_takes_its_poller_waker_clock_and_sockets_from_the_io_seam():
+    from kernels.io import RealIO, SelectorsPoller, SocketWaker
+    made = []
+
+    class Recording(RealIO):
+        # a clock 1000 s ahead of the OS's: the loop must use this one
+        time = staticmethod(lambda: time.monotonic() + 1000.0)
+
+        def poller(self):
+            made.append("poller")
+            return SelectorsPoller()
+
+        def waker(self):
+            made.append("waker")
+            return SocketWaker()
+
+        def socket(self, family, type_, proto=0):
+            made.append("socket")
+            return socket.socket(family, type_, proto)
+
+    io = Recording()
+    with Loop(io=io) as lp:
+        assert made == ["poller", "waker"]
+        assert abs(lp.time() - io.time()) < 1.0 and lp.time() > time.monotonic() + 999
+        got = []
+
+        class Echo(Protocol):
+            def connection_made(self, transport):
+                self.transport = transport
+
+            def data_received(self, data):
+                self.transport.write(data)
+
+        server = lp.create_server(Echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+
+        class Client(Protocol):
+            def connection_made(self, transport):
+                transport.write(b"ping")
+
+            def data_received(self, data):
+                got.append(data)
+                lp.stop()
+
+        def connected(transport, protocol, exc):
+            assert exc is None
+
+        lp.create_connection(Client, "127.0.0.1", port, callback=connected)
+        run(lp)
+        server.close()
+    assert made == ["poller", "waker", "socket", "socket"]
+    assert b"ping" in got

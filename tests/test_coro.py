@@ -1463,3 +1463,53 @@ def test_kernel_module_exposes_the_running_kernel_only_while_running():
     with c.Kernel() as k:
         k.run(main)
         assert seen == [k] and kernel_module._state.kernel is None
+
+
+def test_kernel_takes_its_poller_waker_clock_and_sockets_from_the_io_seam():
+    from kernels.io import SocketWaker
+    made = []
+
+    class Recording(RealIO):
+        time = staticmethod(lambda: time.monotonic() + 1000.0)
+
+        def poller(self):
+            made.append("poller")
+            return SelectorsPoller()
+
+        def waker(self):
+            made.append("waker")
+            return SocketWaker()
+
+        def socket(self, family, type_, proto=0):
+            made.append("socket")
+            return socket.socket(family, type_, proto)
+
+        def read_check(self, sock):
+            made.append("read_check")
+            return RealIO.read_check(sock)
+
+    async def main():
+        listener = c.listen(("127.0.0.1", 0))
+        port = listener.socket.getsockname()[1]
+
+        async def serve():
+            conn = await listener.accept()
+            while data := await conn.receive_some(1024):
+                await conn.send_all(data)
+            await conn.aclose()
+
+        server = await c.spawn(serve)
+        stream = await c.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(b"ping")
+        got = await stream.receive_some(1024)
+        await stream.aclose()
+        await server.join()
+        await listener.aclose()
+        async with c.move_on_after(0.01) as scope:      # deadlines on io's clock
+            await c.sleep(1)
+        return got, scope.cancelled_caught
+
+    with c.Kernel(io=Recording()) as k:
+        assert made == ["poller", "waker"]
+        assert k.run(main) == (b"ping", True)
+    assert made.count("socket") == 2 and "read_check" in made

@@ -64,6 +64,12 @@ def _prepare_stream_socket(sock, sockbuf) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockbuf)
 
 
+def _is_stream_socket(sock) -> bool:
+    # Duck-typed, so that a simulated network's sockets pass too.
+    return (getattr(sock, "type", None) == socket.SOCK_STREAM
+            and callable(getattr(sock, "recv", None)) and callable(getattr(sock, "fileno", None)))
+
+
 class Networking:
     """The networking half of ``Loop`` (a base class; never used alone). It
     relies on the loop's ``_io``, ``_check_closed``, ``call_soon``,
@@ -85,7 +91,7 @@ class Networking:
         if sock is not None:
             if host is not None or port is not None:
                 raise ValueError("give either sock or host/port, not both")
-            if not isinstance(sock, socket.socket) or sock.type != socket.SOCK_STREAM:
+            if not _is_stream_socket(sock):
                 raise TypeError(f"sock must be a SOCK_STREAM socket, got {sock!r}")
         else:
             if port is None:
@@ -171,7 +177,7 @@ class Networking:
         """Wrap a connected stream socket; returns ``(transport, protocol)`` at once.
         ``connection_made`` runs on the loop's next pass, before any data."""
         self._check_closed()
-        if not isinstance(sock, socket.socket) or sock.type != socket.SOCK_STREAM:
+        if not _is_stream_socket(sock):
             raise TypeError(f"sock must be a connected SOCK_STREAM socket, got {sock!r}")
         if not callable(protocol_factory):
             raise TypeError("protocol_factory must be callable")

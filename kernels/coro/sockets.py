@@ -48,6 +48,12 @@ def _closed(*args, **kwargs):
     raise ClosedResourceError("the socket is closed")
 
 
+def _is_socket(sock) -> bool:
+    # Duck-typed, so that a simulated network's sockets pass too.
+    return not isinstance(sock, Socket) and all(
+        callable(getattr(sock, name, None)) for name in ("fileno", "recv", "send"))
+
+
 def _io_now():
     """The running kernel's I/O seam (the real OS outside a kernel)."""
     kernel = _state.kernel
@@ -97,7 +103,7 @@ class Socket:
                  "_readable")
 
     def __init__(self, sock: socket.socket):
-        if not isinstance(sock, socket.socket):
+        if not _is_socket(sock):
             raise TypeError(f"Socket() wraps a socket.socket, got {type(sock).__name__}")
         if sock.fileno() < 0:
             raise ClosedResourceError("Socket() was given a closed socket")
@@ -281,7 +287,7 @@ class SocketStream:
     __slots__ = ("socket", "stats", "_receiving", "_sending", "_eof_sent")
 
     def __init__(self, sock):
-        if isinstance(sock, socket.socket):
+        if _is_socket(sock):
             sock = Socket(sock)
         elif not isinstance(sock, Socket):
             raise TypeError(f"SocketStream() needs a Socket or socket.socket, got "
@@ -421,7 +427,7 @@ def listen(target, backlog: int = 128, sockbuf=None) -> Listener:
     _check_sockbuf(sockbuf)
     if not isinstance(backlog, int) or isinstance(backlog, bool) or backlog < 0:
         raise ValueError(f"backlog must be a non-negative int, got {backlog!r}")
-    if isinstance(target, (Socket, socket.socket)):
+    if isinstance(target, Socket) or _is_socket(target):
         sock = target if isinstance(target, Socket) else Socket(target)
         _set_sockbuf(sock._sock, sockbuf)
         sock._sock.listen(backlog)
