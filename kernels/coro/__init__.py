@@ -21,9 +21,13 @@ post's verdict on it: correct as originally written.
 The design choices that distinguish curio from trio are options, defaulting
 to curio (see ``Kernel``): whether a non-blocking I/O call is a scheduling
 point, whether a spawned child runs before ``spawn`` returns, edge- or
-level-triggered cancellation, FIFO or randomised ready batches, and what
-``run()`` does with tasks still alive when main returns. Each flip changes one
-S4 fingerprint and nothing else.
+level-triggered cancellation, FIFO or randomised ready batches, whether
+cancellations are ``BaseException``\ s only (``cancel_base``), and what
+``run()`` does with tasks still alive when main returns. They are declared
+once, in ``OPTIONS``. Timeouts raise what curio raises: ``TaskTimeout`` at the
+blocking call, ``TimeoutCancellationError`` out of an inner block an outer
+timeout passed through; ``join()`` on a failed task raises ``TaskError``
+chained from its exception.
 
 Where the loop is: ``run_loop`` in ``engine.py`` (made by ``build_loop``) is
 the event loop, and ``step`` next to it runs one task until it blocks.

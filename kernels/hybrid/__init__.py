@@ -34,8 +34,13 @@ can be flipped at a time::
     Runner(high_water=65536, low_water=16384, write="try-send"|"defer",   # the loop's
            spawn="lazy"|"eager",        # eager: the child's first step runs inside create_task
            drain="asyncio"|"empty",     # empty: drain() returns only when nothing is buffered
+           wait_for="task"|"inline",    # 3.11: wait_for runs a coroutine in a new Task; 3.12 inline
            exit="cancel"|"wait"|"raise",
-           trace=False)
+           trace=False, io=None)        # io: the loop's I/O seam (kernels.io)
+
+They are declared once, in ``OPTIONS``. As in asyncio, a Task runs in a copy
+of the context current when it was created, and a Future whose exception
+nobody retrieved is reported when it is collected.
 
 What it costs: every ``await`` on I/O is a Future to wait on, a trip through
 the ready queue and a ``send`` into a stack of coroutine frames, on top of the
