@@ -25,9 +25,16 @@ import types
 from contextvars import copy_context
 
 from kernels.callback import get_running_loop
+from . import futures as _futures
 from .futures import (LOOP_TID, TASK_TID_BASE, _CANCELLED, _FINISHED, _PENDING, CancelledError,
-                      Future, InvalidStateError, TimeoutError, _StepHandle, _cancelled_error,
-                      _state_for, _states)
+                      InvalidStateError, TimeoutError, _StepHandle, _cancelled_error, _state_for)
+
+# Assigned, not imported: CPython 3.11 compiles ``Name.attr(...)`` into a
+# method call (no bound-method object) only when ``Name`` is not bound by an
+# import, and the step path calls ``Future.set_result(self, ...)`` and
+# ``_states.get(loop)`` on every task.
+Future = _futures.Future
+_states = _futures._states
 
 __all__ = ["Task", "create_task", "current_task", "all_tasks", "ensure_future", "sleep",
            "gather", "wait_for", "timeout", "timeout_at", "Timeout", "TaskGroup"]
