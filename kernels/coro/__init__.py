@@ -22,7 +22,7 @@ The design choices that distinguish curio from trio are options, defaulting
 to curio (see ``Kernel``): whether a non-blocking I/O call is a scheduling
 point, whether a spawned child runs before ``spawn`` returns, edge- or
 level-triggered cancellation, FIFO or randomised ready batches, whether
-cancellations are ``BaseException``\ s only (``cancel_base``), and what
+cancellations are ``BaseException``\\ s only (``cancel_base``), and what
 ``run()`` does with tasks still alive when main returns. They are declared
 once, in ``OPTIONS``. Timeouts raise what curio raises: ``TaskTimeout`` at the
 blocking call, ``TimeoutCancellationError`` out of an inner block an outer
