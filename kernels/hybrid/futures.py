@@ -313,13 +313,20 @@ class _ExceptionFuture(Future):
     __slots__ = ()
 
     def __del__(self):
-        if getattr(self, "_log_exc", False):
-            try:
-                self._loop.call_exception_handler({
-                    "message": "Future exception was never retrieved",
-                    "exception": self._exception, "future": self})
-            except Exception:
-                pass
+        _report_unretrieved(self, "future")
+
+
+def _report_unretrieved(fut, kind):
+    """From ``__del__``: an exception nobody retrieved goes to the loop's
+    exception handler -- the "only in a log" error surface. (getattr: the
+    constructor may have failed before the flag existed.)"""
+    if getattr(fut, "_log_exc", False):
+        try:
+            fut._loop.call_exception_handler({
+                "message": f"{kind.capitalize()} exception was never retrieved",
+                "exception": fut._exception, kind: fut})
+        except Exception:
+            pass
 
 
 _ExceptionFuture.__name__ = _ExceptionFuture.__qualname__ = "Future"

@@ -27,7 +27,8 @@ from contextvars import copy_context
 from kernels.callback import get_running_loop
 from . import futures as _futures
 from .futures import (LOOP_TID, TASK_TID_BASE, _CANCELLED, _FINISHED, _PENDING, CancelledError,
-                      InvalidStateError, TimeoutError, _StepHandle, _cancelled_error, _state_for)
+                      InvalidStateError, TimeoutError, _StepHandle, _cancelled_error, _state_for,
+                      _report_unretrieved)
 
 # Assigned, not imported: CPython 3.11 compiles ``Name.attr(...)`` into a
 # method call (no bound-method object) only when ``Name`` is not bound by an
@@ -111,15 +112,8 @@ class Task(Future):
         return f"<Task {self.get_name()} {Future.__repr__(self)[1:-1]} coro={self._coro!r}>"
 
     def __del__(self):
-        # The "only in a log" error surface: nobody awaited this task, so its
-        # exception would otherwise vanish. (getattr: __init__ may have failed.)
-        if getattr(self, "_log_exc", False):
-            try:
-                self._loop.call_exception_handler({
-                    "message": "Task exception was never retrieved",
-                    "exception": self._exception, "task": self})
-            except Exception:
-                pass
+        # nobody awaited this task: its exception would otherwise vanish
+        _report_unretrieved(self, "task")
 
     def get_name(self) -> str:
         return self._name if self._name is not None else f"Task-{self._tid - TASK_TID_BASE}"
