@@ -12,7 +12,10 @@ Three kernels retrace the history of Python async I/O, each built on the last id
   or ``coro.throw(exc)``; a task suspends by yielding a trap. ``await
   sock.sendall()`` returns when the OS has the bytes: there is no hidden buffer.
 
-``kernels.runtimes`` names them (and the reference libraries) for users.
+The callback and coro kernels reach the OS only through ``kernels.io``, the
+I/O-and-time seam (poller, wake-up pair, clock, sockets), which a simulated
+network can replace. Each kernel declares its options once, as a
+``kernels.options.Schema`` exported as ``OPTIONS``.
 
 The package name ``kernels`` is also taken on the package index by unrelated
 projects; ``LOOPLAB_KERNELS`` lets callers check they imported ours.

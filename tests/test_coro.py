@@ -21,7 +21,9 @@ import time
 import pytest
 
 import kernels.coro as c
-from kernels.coro import kernel as kernel_module
+from kernels.coro import traps as kernel_module
+from kernels.io import RealIO, SelectorsPoller
+from kernels.options import OptionError
 
 MiB = 1 << 20
 
@@ -59,14 +61,39 @@ async def read_all(stream, limit_s=10.0) -> bytes:
     ("spawn", "sometimes"), ("cancel", "pulse"), ("exit", "abandon"),
     ("ready_order", "random"), ("ready_order", "random-x"), ("ready_order", "lifo"),
 ])
-def test_bad_option_values_are_value_errors(option, value):
-    with pytest.raises(ValueError, match=option):
+def test_bad_option_values_are_option_errors(option, value):
+    with pytest.raises(OptionError, match=f"coro: bad value .* for option {option}"):
         c.Kernel(**{option: value})
 
 
-def test_non_bool_flags_are_type_errors():
-    with pytest.raises(TypeError, match="io_schedule_point"):
-        c.Kernel(io_schedule_point="yes")
+def test_options_schema_is_the_one_declaration():
+    assert c.OPTIONS.owner == "coro"
+    with c.Kernel() as k:
+        assert k.options == c.OPTIONS.defaults()
+    with pytest.raises(OptionError, match="io_schedule_point: must be true or false"):
+        c.Kernel(io_schedule_point="maybe")
+    with pytest.raises(OptionError, match="unknown option 'drain'"):
+        c.Kernel(drain="empty")
+    with c.Kernel(io_schedule_point="true", ready_order="random-7") as k:   # spec text
+        assert k.options["io_schedule_point"] is True and k._seed == 7
+
+
+def test_trap_table_is_built_by_name_and_checked():
+    from kernels.coro import engine, traps
+
+    def handlers(**extra):
+        table = {f"trap_{op}": (lambda task, trap: False) for op in traps.OPCODES}
+        table.update(extra)
+        return table
+
+    table = engine.trap_table(handlers())
+    assert len(table) == len(traps.OPCODES)
+    names = handlers()
+    del names["trap_park"]
+    with pytest.raises(RuntimeError, match="no handler for \\['park'\\]"):
+        engine.trap_table(names)
+    with pytest.raises(RuntimeError, match="no opcode for \\['teleport'\\]"):
+        engine.trap_table(handlers(trap_teleport=lambda task, trap: False))
 
 
 def test_kernel_runs_again_and_close_is_idempotent():
@@ -143,7 +170,9 @@ def test_timer_ties_wake_in_the_order_they_slept(monkeypatch):
     # A 50 ms clock makes every deadline below collide exactly, so only the
     # heap's tie-breaker decides the order.
     real = time.monotonic
-    monkeypatch.setattr(time, "monotonic", lambda: (real() // 0.05) * 0.05)
+
+    class CoarseClock(RealIO):
+        time = staticmethod(lambda: (real() // 0.05) * 0.05)
     woke = []
 
     async def sleeper(i):
@@ -155,7 +184,7 @@ def test_timer_ties_wake_in_the_order_they_slept(monkeypatch):
         for i in range(20):
             await c.spawn(sleeper, i)
 
-    with c.Kernel(exit="wait") as k:
+    with c.Kernel(exit="wait", io=CoarseClock()) as k:
         k.run(main)
     assert woke == list(range(20))
 
@@ -255,7 +284,7 @@ def test_random_ready_order_runs_the_child_first_about_half_the_time():
     assert child_first_count(200, ready_order="random-7") == count   # seeded: repeatable
 
 
-def test_join_returns_result_and_reraises_the_exception_as_is():
+def test_join_returns_result_and_raises_task_error_from_the_exception():
     boom = ValueError("boom")
 
     async def ok():
@@ -270,9 +299,12 @@ def test_join_returns_result_and_reraises_the_exception_as_is():
         t1 = await c.spawn(ok)
         t2 = await c.spawn(bad)
         assert await t1.join() == "result"
-        with pytest.raises(ValueError) as info:
+        with pytest.raises(c.TaskError) as info:     # curio: TaskError chained from it
             await t2.join()
-        assert info.value is boom
+        assert info.value.__cause__ is boom
+        with pytest.raises(ValueError) as raw:       # result() gives the exception itself
+            t2.result()
+        assert raw.value is boom and t2.exception() is boom
         assert t1.done() and t2.done() and not t2.cancelled()
         assert t1.name.endswith("ok")
         with pytest.raises(RuntimeError, match="itself"):
@@ -299,7 +331,7 @@ def test_unjoined_crash_prints_one_line_and_joined_crash_prints_nothing(capfd):
         t = await c.spawn(bad, "joined-one")
         await c.spawn(bad, "lonely-one")
         await c.sleep(0.01)
-        with pytest.raises(RuntimeError):
+        with pytest.raises(c.TaskError):
             await t.join()
 
     run(main)
@@ -328,8 +360,9 @@ def test_cancel_is_delivered_at_the_blocking_point():
         await c.sleep(0.01)
         assert await t.cancel() is True
         assert where == ["sleep"] and t.cancelled()
-        with pytest.raises(c.Cancelled):
+        with pytest.raises(c.TaskError) as info:
             await t.join()
+        assert isinstance(info.value.__cause__, c.Cancelled)
         assert await t.cancel() is False        # already finished
 
     run(main)
@@ -391,9 +424,46 @@ def test_edge_vs_level_cancellation(mode, second_sleep):
 
 
 def test_exception_types():
-    assert issubclass(c.Cancelled, BaseException) and not issubclass(c.Cancelled, Exception)
-    assert issubclass(c.TaskTimeout, TimeoutError)
+    # curio's family: every cancellation, timeouts included, is a BaseException
+    for cls in (c.Cancelled, c.TaskTimeout, c.TimeoutCancellationError):
+        assert issubclass(cls, c.Cancelled) and not issubclass(cls, Exception)
+    assert issubclass(c.TaskError, Exception)
     assert issubclass(c.BusyResourceError, RuntimeError)
+
+
+@pytest.mark.parametrize("base, swallowed", [("base", False), ("exception", True)])
+def test_cancel_base_decides_what_except_exception_catches(base, swallowed):
+    async def main():
+        seen = []
+        async with c.move_on_after(0.02) as scope:
+            try:
+                await c.sleep(5)
+            except Exception as e:          # also what `except OSError` code looks like
+                seen.append(type(e).__name__)
+            seen.append("block went on")
+        return seen, scope.cancelled_caught
+
+    seen, caught = run(main, cancel_base=base)
+    if swallowed:
+        # the timeout is an Exception too: the body swallows it and ends normally
+        assert seen == ["TaskTimeout", "block went on"] and not caught
+    else:
+        assert seen == [] and caught
+
+
+def test_cancel_base_exception_flavour_is_still_a_cancellation():
+    async def victim():
+        await c.sleep(5)
+
+    async def main():
+        t = await c.spawn(victim)
+        await c.sleep(0.01)
+        await t.cancel()
+        exc = t.exception()
+        return isinstance(exc, c.Cancelled), isinstance(exc, Exception), t.cancelled()
+
+    assert run(main, cancel_base="exception") == (True, True, True)
+    assert run(main) == (True, False, True)
 
 
 # ---------------------------------------------------------------------------
@@ -439,8 +509,34 @@ def test_nested_outer_timeout_expires_first_passes_through_the_inner_block():
                 raise
         return seen, outer.cancelled_caught
 
-    # Inside, the outer expiry is a Cancelled (not the inner block's TaskTimeout).
-    assert run(main) == (["Cancelled"], True)
+    # curio: the outer expiry leaves the inner block as TimeoutCancellationError.
+    assert run(main) == (["TimeoutCancellationError"], True)
+
+
+def test_nested_timeouts_raise_what_curio_raises():
+    # timeout_after(0.05) around timeout_after(2): TaskTimeout at the await in
+    # the inner block, TimeoutCancellationError out of it, TaskTimeout out of
+    # the outer block (curio 1.6).
+    async def main():
+        seen = []
+        try:
+            async with c.timeout_after(0.05) as outer:
+                try:
+                    async with c.timeout_after(2):
+                        try:
+                            await c.sleep(5)
+                        except BaseException as e:
+                            seen.append(("await", type(e).__name__))
+                            raise
+                except BaseException as e:
+                    seen.append(("inner", type(e).__name__, e.scope is outer))
+                    raise
+        except BaseException as e:
+            seen.append(("outer", type(e).__name__, e.scope is outer))
+        return seen
+
+    assert run(main) == [("await", "TaskTimeout"), ("inner", "TimeoutCancellationError", True),
+                         ("outer", "TaskTimeout", True)]
 
 
 def test_outer_timeout_after_converts_to_task_timeout():
@@ -997,7 +1093,8 @@ def test_a_drained_read_waits_for_data_that_comes_later():
 def test_kernel_on_the_selectors_fallback_poller(monkeypatch):
     # Where epoll is missing the loop polls through selectors instead; same
     # behaviour: I/O waits, timers, a socket closed under a waiting task.
-    monkeypatch.setattr(kernel_module, "_new_poller", kernel_module._SelectorPoller)
+    class SelectorsIO(RealIO):
+        poller = staticmethod(SelectorsPoller)
 
     async def main():
         client, server = await tcp_pair(sockbuf=64 * 1024)
@@ -1035,8 +1132,8 @@ def test_kernel_on_the_selectors_fallback_poller(monkeypatch):
         b.close()
         return echoed == data, scope.cancelled_caught, await t.join()
 
-    with c.Kernel() as k:
-        assert isinstance(k._poller, kernel_module._SelectorPoller)
+    with c.Kernel(io=SelectorsIO()) as k:
+        assert isinstance(k._rt.poller, SelectorsPoller)
         assert k.run(main) == (True, True, "woken")
 
 
@@ -1366,3 +1463,53 @@ def test_kernel_module_exposes_the_running_kernel_only_while_running():
     with c.Kernel() as k:
         k.run(main)
         assert seen == [k] and kernel_module._state.kernel is None
+
+
+def test_kernel_takes_its_poller_waker_clock_and_sockets_from_the_io_seam():
+    from kernels.io import SocketWaker
+    made = []
+
+    class Recording(RealIO):
+        time = staticmethod(lambda: time.monotonic() + 1000.0)
+
+        def poller(self):
+            made.append("poller")
+            return SelectorsPoller()
+
+        def waker(self):
+            made.append("waker")
+            return SocketWaker()
+
+        def socket(self, family, type_, proto=0):
+            made.append("socket")
+            return socket.socket(family, type_, proto)
+
+        def read_check(self, sock):
+            made.append("read_check")
+            return RealIO.read_check(sock)
+
+    async def main():
+        listener = c.listen(("127.0.0.1", 0))
+        port = listener.socket.getsockname()[1]
+
+        async def serve():
+            conn = await listener.accept()
+            while data := await conn.receive_some(1024):
+                await conn.send_all(data)
+            await conn.aclose()
+
+        server = await c.spawn(serve)
+        stream = await c.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(b"ping")
+        got = await stream.receive_some(1024)
+        await stream.aclose()
+        await server.join()
+        await listener.aclose()
+        async with c.move_on_after(0.01) as scope:      # deadlines on io's clock
+            await c.sleep(1)
+        return got, scope.cancelled_caught
+
+    with c.Kernel(io=Recording()) as k:
+        assert made == ["poller", "waker"]
+        assert k.run(main) == (b"ping", True)
+    assert made.count("socket") == 2 and "read_check" in made

@@ -17,6 +17,7 @@ import time
 import pytest
 
 import kernels.hybrid as h
+from kernels.options import OptionError
 from kernels.callback import get_running_loop
 
 SOCKBUF = 65536
@@ -1069,20 +1070,26 @@ def test_exit_raise_names_tasks_and_bytes():
 
 
 def test_runner_option_validation():
-    with pytest.raises(ValueError, match="spawn"):
+    with pytest.raises(OptionError, match="hybrid: bad value 'sometimes' for option spawn"):
         h.Runner(spawn="sometimes")
-    with pytest.raises(ValueError, match="drain"):
+    with pytest.raises(OptionError, match="drain"):
         h.Runner(drain="full")
-    with pytest.raises(ValueError, match="exit"):
+    with pytest.raises(OptionError, match="exit"):
         h.Runner(exit="later")
-    with pytest.raises(ValueError, match="write"):
+    with pytest.raises(OptionError, match="write"):
         h.Runner(write="maybe")
-    with pytest.raises(TypeError):
+    with pytest.raises(OptionError, match="high_water"):
         h.Runner(high_water="big")
-    with pytest.raises(ValueError):
+    with pytest.raises(OptionError, match="must not exceed"):
         h.Runner(high_water=10, low_water=20)
-    with pytest.raises(ValueError, match="trace"):
-        h.Runner(trace="yes")
+    with pytest.raises(OptionError, match="trace"):
+        h.Runner(trace="maybe")
+    with pytest.raises(OptionError, match="unknown option 'cancel'"):
+        h.Runner(cancel="level")
+    assert h.OPTIONS.owner == "hybrid"
+    assert h.OPTIONS.names()[:3] == ["high_water", "low_water", "write"]
+    assert {"spawn", "drain", "exit", "trace"} <= set(h.OPTIONS.names())
+    assert h.Runner(high_water=4096).options["low_water"] == 1024   # asyncio's rule
     with pytest.raises(ValueError, match="coroutine"):
         h.run(lambda: None)
 
@@ -1155,3 +1162,80 @@ def test_keyboard_interrupt_in_a_task_propagates_and_everything_is_released():
         h.run(main())
     assert state["loop"].is_closed() and state.get("main cancelled")
     # the leak fixture checks that the server, both transports and the loop's fds are gone
+
+
+# ---------------------------------------------------------------------------- fidelity edges
+
+def test_tasks_run_in_a_copy_of_the_context_taken_at_creation():
+    import contextvars
+    var = contextvars.ContextVar("var", default="default")
+
+    async def child(seen):
+        seen.append(var.get())          # set by the parent after create_task: unseen
+        var.set("child")
+        await h.sleep(0)
+        seen.append(var.get())
+
+    async def main():
+        seen = []
+        var.set("before")
+        t = h.create_task(child(seen))
+        var.set("after")                # after the copy was taken
+        await t
+        return seen, var.get()
+
+    seen, parent_sees = h.run(main())
+    assert seen == ["before", "child"]   # the copy, then its own value
+    assert parent_sees == "after"        # the child's set() stayed in the child
+
+
+def test_unretrieved_future_exception_is_reported_and_retrieved_one_is_not():
+    import gc
+
+    async def main():
+        reports = []
+        loop = get_running_loop()
+        loop.set_exception_handler(lambda _loop, ctx: reports.append(ctx))
+        lost = h.Future()
+        lost.set_exception(ValueError("lost"))
+        kept = h.Future()
+        kept.set_exception(ValueError("kept"))
+        assert isinstance(kept.exception(), ValueError)
+        awaited = h.Future()
+        awaited.set_exception(KeyError("awaited"))
+        with pytest.raises(KeyError):
+            await awaited
+        assert type(lost).__name__ == "Future" and isinstance(lost, h.Future)
+        del lost, kept, awaited
+        gc.collect()
+        return reports
+
+    reports = h.run(main())
+    assert [r["message"] for r in reports] == ["Future exception was never retrieved"]
+    assert str(reports[0]["exception"]) == "lost"
+
+
+@pytest.mark.parametrize("mode, same_task", [("task", False), ("inline", True)])
+def test_wait_for_runs_the_coroutine_in_a_new_task_or_inline(mode, same_task):
+    async def inner():
+        return h.current_task()
+
+    async def slow():
+        await h.sleep(5)
+
+    async def main():
+        me = h.current_task()
+        inside = await h.wait_for(inner(), 5)
+        with pytest.raises(TimeoutError):
+            await h.wait_for(slow(), 0.02)
+        return inside is me
+
+    runner = h.Runner(wait_for=mode)
+    with runner:
+        assert runner.run(main()) is same_task
+
+
+def test_wait_for_default_follows_the_running_python():
+    import sys
+    expected = "task" if sys.version_info < (3, 12) else "inline"
+    assert h.OPTIONS.defaults()["wait_for"] == expected

@@ -30,16 +30,22 @@ Why it is built this way, and what it costs:
   ``recv(65536)`` whose ``bytes`` go to ``data_received`` as they are (no copy
   out of a shared buffer).
 
-Options reproduce asyncio by default and let one design choice flip at a time:
+Options reproduce asyncio by default and let one design choice flip at a time;
+they are declared once in ``OPTIONS``:
 ``Loop(high_water=65536, low_water=16384, write="try-send"|"defer",
-exit="cancel"|"wait"|"raise", trace=False)``.
+exit="cancel"|"wait"|"raise", trace=False, io=None)``. ``io`` is the
+I/O-and-time seam (``kernels.io``) that a simulated network can replace.
 
-Module map: ``loop`` (Loop, Handle, TimerHandle, Server, get_running_loop,
-UnsentDataError) and ``transports`` (SocketTransport, Protocol). The ``hybrid``
-kernel builds Futures, Tasks and streams on these very classes.
+Where the loop is: ``Loop.run_forever`` in ``loop.py``; its ``while`` loop is
+the event loop.
+
+Module map: ``loop`` (Loop, Handle, TimerHandle, OPTIONS, get_running_loop,
+UnsentDataError), ``network`` (Server, create_server/create_connection) and
+``transports`` (SocketTransport, Protocol). The ``hybrid`` kernel builds
+Futures, Tasks and streams on these very classes.
 """
-from .loop import Handle, Loop, Server, TimerHandle, UnsentDataError, get_running_loop
+from .loop import OPTIONS, Handle, Loop, Server, TimerHandle, UnsentDataError, get_running_loop
 from .transports import Protocol, SocketTransport
 
-__all__ = ["Loop", "Protocol", "Handle", "TimerHandle", "Server", "SocketTransport",
+__all__ = ["Loop", "OPTIONS", "Protocol", "Handle", "TimerHandle", "Server", "SocketTransport",
            "get_running_loop", "UnsentDataError"]

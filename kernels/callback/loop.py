@@ -1,6 +1,6 @@
 """The callback kernel's reactor: ``Loop`` (a select/epoll loop that runs
-callbacks), its ``Handle``/``TimerHandle``, and ``Server`` (a listening socket that
-turns accepted connections into ``SocketTransport``\\ s).
+callbacks), its ``Handle``/``TimerHandle``, and ``OPTIONS``. Opening
+connections and ``Server`` are in ``network.py``.
 
 One pass of the loop (an *iteration*) is::
 
@@ -24,81 +24,66 @@ pass, so ``close()`` + ``stop()`` inside a task step leaves the close pending
 exactly as in asyncio (the 2016 shutdown bug), and ``close()`` then one
 ``sleep(0)`` completes it.
 
+The loop is ``Loop.run_forever``; its ``while`` loop carries a signpost.
+
 Registrations are one small list per fd, ``[reader, reader_args, writer,
 writer_args]``, in a dict the dispatcher indexes by fd. Removing a callback
 clears its slot and the dispatcher reads the slot at dispatch time, so a
 callback removed earlier in the same batch never runs. The poller is only
-touched when the *mask* of an fd changes. On Linux the poller is ``select.epoll``
-itself: ``selectors`` would build a key tuple per event and cost a few
-microseconds per event, a visible share of an echo round trip. Elsewhere a thin
-``selectors`` adapter gives the same interface. The price of indexing by fd is
-that an fd closed and reused within one batch may see one spurious readiness;
-every callback here tolerates that (non-blocking calls, and a connect is
-confirmed with ``getpeername`` before it counts).
+touched when the *mask* of an fd changes. Poller, wake-up pair and clock come
+from the I/O seam (``kernels.io``; on Linux the poller's ``wait`` is epoll's
+own ``poll``, called with no Python frame in between). The price of indexing
+by fd is that an fd closed and reused within one batch may see one spurious
+readiness; every callback here tolerates that (non-blocking calls, and a
+connect is confirmed with ``getpeername`` before it counts).
 
 The loop keeps a registry of live transports and servers: ``close()`` releases
 all of them, whatever the application forgot, and applies the ``exit`` policy to
-bytes still sitting in transport buffers. Threads and signals reach the loop via
-a self-pipe (a socketpair): ``call_soon_threadsafe`` writes ``b"\\0"``,
-``signal.set_wakeup_fd`` writes the signal number.
+bytes still sitting in transport buffers. Threads and signals reach the loop
+through the seam's wake-up pair: ``call_soon_threadsafe`` calls ``wake()``,
+``signal.set_wakeup_fd`` writes the signal number to it.
 """
 from __future__ import annotations
 
 import collections
-import errno
 import heapq
 import itertools
-import os
-import select
-import selectors
 import signal
-import socket
 import sys
 import threading
-import time
 
+from .. import io as _io
+from ..options import EXIT, TRACE, Option, Schema, choice, nbytes
 from ..probe import Probe
+from .network import Networking, Server
 
-__all__ = ["Loop", "Handle", "TimerHandle", "Server", "UnsentDataError", "get_running_loop"]
-
-
-
-class _SelectorsPoller:
-    """``select.epoll``'s interface on top of ``selectors`` for platforms without
-    epoll: register/modify/unregister by fd and mask, ``poll`` -> [(fd, mask)]."""
-
-    def __init__(self):
-        self._selector = selectors.DefaultSelector()
-
-    def register(self, fd, mask):
-        self._selector.register(fd, mask)
-
-    def modify(self, fd, mask):
-        self._selector.modify(fd, mask)
-
-    def unregister(self, fd):
-        self._selector.unregister(fd)
-
-    def poll(self, timeout=None):
-        return [(key.fd, mask) for key, mask in self._selector.select(timeout)]
-
-    def close(self):
-        self._selector.close()
+__all__ = ["Loop", "Handle", "TimerHandle", "Server", "UnsentDataError", "get_running_loop",
+           "OPTIONS"]
 
 
-if hasattr(select, "epoll"):
-    _new_poller = select.epoll
-    _IN, _OUT = select.EPOLLIN, select.EPOLLOUT
-    # errors and hang-ups wake both sides: the next recv/send reports them
-    _READ_BITS = select.EPOLLIN | select.EPOLLPRI | select.EPOLLERR | select.EPOLLHUP
-    _WRITE_BITS = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
-else:  # pragma: no cover - exercised on macOS/BSD/Windows only
-    _new_poller = _SelectorsPoller
-    _IN, _OUT = selectors.EVENT_READ, selectors.EVENT_WRITE
-    _READ_BITS, _WRITE_BITS = _IN, _OUT
-_MAX_SELECT_TIMEOUT = 24 * 3600.0   # epoll's millisecond int overflows far beyond this
-_WRITE_OPTIONS = ("try-send", "defer")
-_EXIT_OPTIONS = ("cancel", "wait", "raise")
+
+def _water_marks(values, given):
+    # asyncio's rule for a transport's limits, applied to the loop-wide defaults
+    if "high_water" in given and "low_water" not in given:
+        values["low_water"] = values["high_water"] // 4
+    elif "low_water" in given and "high_water" not in given:
+        values["high_water"] = max(values["high_water"], 4 * values["low_water"])
+    if values["low_water"] > values["high_water"]:
+        raise ValueError(f"low_water ({values['low_water']}) must not exceed "
+                         f"high_water ({values['high_water']})")
+
+
+#: The callback kernel's options, declared once: ``Loop(**options)`` validates
+#: with it, and so do the runtime specs and ``looplab list runtimes``.
+OPTIONS = Schema("callback", (
+    Option("high_water", 65536, nbytes,
+           "pause_writing above this many buffered bytes (default of every transport)"),
+    Option("low_water", 16384, nbytes,
+           "resume_writing at or below this (only high given: high // 4)"),
+    Option("write", "try-send", choice("try-send", "defer"),
+           "try-send: send at once, buffer the rest (asyncio); defer: always buffer (Twisted)"),
+    EXIT, TRACE,
+), check=_water_marks)
 
 _running = threading.local()
 
@@ -190,53 +175,6 @@ def _fileno(fd_or_sock) -> int:
     return fd
 
 
-def _literal_family(host: str) -> int:
-    """Address family of a literal IP; the loop does no DNS (a hidden blocking
-    call in a reactor is exactly the kind of thing this lab is about)."""
-    if not isinstance(host, str):
-        raise TypeError(f"host must be a str literal IP address, got {type(host).__name__}")
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            socket.inet_pton(family, host)
-            return family
-        except OSError:
-            pass
-    raise ValueError(f"host must be a literal IP address such as '127.0.0.1' "
-                     f"(this loop does no DNS), got {host!r}")
-
-
-def _check_port(port) -> int:
-    if isinstance(port, bool) or not isinstance(port, int):
-        raise TypeError(f"port must be an int, got {type(port).__name__}")
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port must be in 0..65535, got {port}")
-    return port
-
-
-def _check_sockbuf(sockbuf):
-    if sockbuf is None:
-        return None
-    if isinstance(sockbuf, bool) or not isinstance(sockbuf, int):
-        raise TypeError(f"sockbuf must be an int or None, got {type(sockbuf).__name__}")
-    if sockbuf <= 0:
-        raise ValueError(f"sockbuf must be > 0, got {sockbuf}")
-    return sockbuf
-
-
-def _prepare_stream_socket(sock, sockbuf) -> None:
-    """What every connection socket gets: non-blocking, Nagle off (asyncio does the
-    same for TCP), and the requested kernel buffer sizes."""
-    sock.setblocking(False)
-    if sock.family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
-    if sockbuf is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockbuf)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockbuf)
-
-
 def _default_exception_handler(context) -> None:
     """One line on stderr: what failed and the exception's repr."""
     message = context.get("message") or "unhandled error in the event loop"
@@ -253,10 +191,12 @@ def _default_exception_handler(context) -> None:
             pass
 
 
-class Loop:
+class Loop(Networking):
     """A single-threaded reactor. Not thread-safe except ``call_soon_threadsafe``.
 
-    Options (all validated: a bad value raises ValueError naming the valid ones):
+    ``io`` is the I/O-and-time seam (``kernels.io``; None: the real OS). The
+    options are ``OPTIONS``; a bad one raises ``OptionError`` naming the valid
+    values:
 
     ``high_water``, ``low_water``
         default write-buffer limits of every transport (64 KiB / 16 KiB).
@@ -280,22 +220,12 @@ class Loop:
     #: then dropped (and counted as lost) by close().
     exit_wait_s = 10.0
 
-    def __init__(self, high_water=65536, low_water=16384, write="try-send", exit="cancel",
-                 trace=False):
-        for name, value in (("high_water", high_water), ("low_water", low_water)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{name} must be an int number of bytes, got {value!r}")
-        if not high_water >= low_water >= 0:
-            raise ValueError(f"need high_water >= low_water >= 0, "
-                             f"got high_water={high_water}, low_water={low_water}")
-        if write not in _WRITE_OPTIONS:
-            raise ValueError(f"write must be one of {', '.join(_WRITE_OPTIONS)}; got {write!r}")
-        if exit not in _EXIT_OPTIONS:
-            raise ValueError(f"exit must be one of {', '.join(_EXIT_OPTIONS)}; got {exit!r}")
-        if not isinstance(trace, bool):
-            raise ValueError(f"trace must be True or False, got {trace!r}")
-        self.options = {"high_water": high_water, "low_water": low_water, "write": write,
-                        "exit": exit, "trace": trace}
+    def __init__(self, *, io=None, **options):
+        self.options = options = OPTIONS.validate(options)
+        trace = options["trace"]
+        self._io = io = _io.REAL if io is None else io
+        # The clock, bound once: loop.time() is io.time itself, no frame in between.
+        self.time = io.time
         self.probe = Probe(trace=trace)
 
         # Handles to run this pass. kernels.hybrid appends its Tasks' reusable
@@ -304,7 +234,7 @@ class Loop:
         self._timers = []                 # heap of (when, seq, TimerHandle)
         self._timer_seq = itertools.count()
         self._timers_cancelled = 0
-        self._poller = _new_poller()
+        self._poller = io.poller()
         self._fds = {}                    # fd -> [reader, rargs, writer, wargs]
         self._running = False
         self._stopping = False
@@ -317,14 +247,15 @@ class Loop:
 
         self._signal_handlers = {}
         self._old_wakeup_fd = None
-        self._self_reader, self._self_writer = socket.socketpair()
         try:
-            self._self_reader.setblocking(False)
-            self._self_writer.setblocking(False)
-            self._add_reader(self._self_reader.fileno(), self._read_self, ())
+            self._waker = io.waker()
         except BaseException:
-            self._self_reader.close()
-            self._self_writer.close()
+            self._poller.close()
+            raise
+        try:
+            self._add_reader(self._waker.fileno(), self._read_self, ())
+        except BaseException:
+            self._waker.close()
             self._poller.close()
             raise
 
@@ -340,11 +271,11 @@ class Loop:
 
     # ------------------------------------------------------------------ time & callbacks
 
-    @staticmethod
-    def time() -> float:
-        """The loop's clock: ``time.monotonic()`` (system-wide on Linux, so peers in
-        other processes can timestamp frames against it)."""
-        return time.monotonic()
+    def time(self) -> float:
+        """The loop's clock: ``io.time()``, ``time.monotonic()`` for the real OS
+        (system-wide on Linux, so peers in other processes can timestamp frames
+        against it). ``__init__`` shadows this method with the clock itself."""
+        return self._io.time()
 
     def _check_closed(self):
         if self._closed:
@@ -366,7 +297,7 @@ class Loop:
             raise TypeError(f"delay must be a number of seconds, got {type(delay).__name__}")
         if delay != delay:
             raise ValueError("delay must not be NaN")
-        return self.call_at(time.monotonic() + delay, callback, *args)
+        return self.call_at(self.time() + delay, callback, *args)
 
     def call_at(self, when, callback, *args) -> TimerHandle:
         """Run ``callback(*args)`` once ``loop.time() >= when``. Timers with equal
@@ -385,59 +316,48 @@ class Loop:
         """``call_soon`` from any thread; wakes the loop if it is blocked in select.
 
         ``deque.append`` is atomic, so the only extra work is one byte on the
-        self-pipe. A full pipe means a wake-up is already pending: ignored."""
+        wake-up pair. A full pair means a wake-up is already pending: ignored."""
         handle = self.call_soon(callback, *args)
-        try:
-            self._self_writer.send(b"\0")
-        except OSError:
-            pass
+        self._waker.wake()
         return handle
 
     def _read_self(self):
-        """Drain the self-pipe; non-zero bytes are signal numbers from
+        """Drain the wake-up pair; non-zero bytes are signal numbers from
         ``signal.set_wakeup_fd``: queue their handlers."""
-        while True:
-            try:
-                data = self._self_reader.recv(4096)
-            except (BlockingIOError, InterruptedError):
-                return
-            if not data:
-                return
-            handlers = self._signal_handlers
-            if handlers:
-                for signum in data:
-                    if signum:
-                        handle = handlers.get(signum)
-                        if handle is not None:
-                            self._ready.append(handle)
-            if len(data) < 4096:
-                return
+        data = self._waker.drain()
+        handlers = self._signal_handlers
+        if handlers:
+            for signum in data:
+                if signum:
+                    handle = handlers.get(signum)
+                    if handle is not None:
+                        self._ready.append(handle)
 
     # ------------------------------------------------------------------ fd registrations
 
     def _add_reader(self, fd, callback, args):
         entry = self._fds.get(fd)
         if entry is None:
-            self._poller.register(fd, _IN)
+            self._poller.register(fd, _io.READ)
             self._fds[fd] = [callback, args, None, None]
         else:
             had_reader = entry[0] is not None
             entry[0] = callback
             entry[1] = args
             if not had_reader:
-                self._poller.modify(fd, _IN | _OUT)
+                self._poller.modify(fd, _io.READ | _io.WRITE)
 
     def _add_writer(self, fd, callback, args):
         entry = self._fds.get(fd)
         if entry is None:
-            self._poller.register(fd, _OUT)
+            self._poller.register(fd, _io.WRITE)
             self._fds[fd] = [None, None, callback, args]
         else:
             had_writer = entry[2] is not None
             entry[2] = callback
             entry[3] = args
             if not had_writer:
-                self._poller.modify(fd, _IN | _OUT)
+                self._poller.modify(fd, _io.READ | _io.WRITE)
 
     def _remove_reader(self, fd) -> bool:
         entry = self._fds.get(fd)
@@ -449,7 +369,7 @@ class Loop:
                 del self._fds[fd]
                 self._poller.unregister(fd)
             else:
-                self._poller.modify(fd, _OUT)
+                self._poller.modify(fd, _io.WRITE)
         except (OSError, ValueError, KeyError):
             pass   # the fd was closed under us: the kernel forgot it already
         return True
@@ -464,7 +384,7 @@ class Loop:
                 del self._fds[fd]
                 self._poller.unregister(fd)
             else:
-                self._poller.modify(fd, _IN)
+                self._poller.modify(fd, _io.READ)
         except (OSError, ValueError, KeyError):
             pass
         return True
@@ -588,33 +508,36 @@ class Loop:
         ready_append = ready.append
         timers = self._timers
         heappop = heapq.heappop
-        poll = self._poller.poll
+        wait = self._poller.wait
         fds_get = self._fds.get
-        monotonic = time.monotonic
+        monotonic = self._io.time
+        wait_timeout = _io.wait_timeout
+        needs_compaction = _io.heap_needs_compaction
+        readable = _io.READABLE
+        writable = _io.WRITABLE
         probe = self.probe
         failed = self._callback_failed
         wait_exit = self.options["exit"] == "wait"
         draining = False
         drain_deadline = drain_guard = None
         try:
+            # This while loop is our event loop: every callback, I/O readiness
+            # and timer of the callback kernel (and every hybrid Task step) runs
+            # inside one of its passes.
             while True:
                 if ready or self._stopping:
                     timeout = 0
                 elif timers:
-                    timeout = timers[0][0] - monotonic()
-                    if timeout < 0:
-                        timeout = 0
-                    elif timeout > _MAX_SELECT_TIMEOUT:
-                        timeout = _MAX_SELECT_TIMEOUT
+                    timeout = wait_timeout(timers[0][0], monotonic())
                 else:
                     timeout = None
-                events = poll(timeout)
+                events = wait(timeout)
                 ran = 0
                 for fd, mask in events:
                     entry = fds_get(fd)
                     if entry is None:
                         continue
-                    if mask & _READ_BITS:
+                    if mask & readable:
                         cb = entry[0]
                         if cb is not None:
                             ran += 1
@@ -624,7 +547,7 @@ class Loop:
                                 raise
                             except BaseException as exc:
                                 failed(cb, exc)
-                    if mask & _WRITE_BITS:
+                    if mask & writable:
                         cb = entry[2]   # re-read: the reader may just have removed it
                         if cb is not None:
                             ran += 1
@@ -644,7 +567,8 @@ class Loop:
                         else:
                             handle._scheduled = False
                             ready_append(handle)
-                    if self._timers_cancelled > 64 and self._timers_cancelled * 2 > len(timers):
+                    dead = self._timers_cancelled
+                    if dead and needs_compaction(dead, len(timers)):
                         self._compact_timers()
 
                 ntodo = len(ready)
@@ -725,7 +649,7 @@ class Loop:
 
     def add_signal_handler(self, signum, callback, *args) -> None:
         """Run ``callback(*args)`` on the loop when ``signum`` arrives. The C-level
-        handler writes the signal number to the self-pipe (``set_wakeup_fd``), so a
+        handler writes the signal number to the wake-up pair (``set_wakeup_fd``), so a
         blocked select wakes. Main thread only (a Python rule)."""
         self._check_closed()
         if threading.current_thread() is not threading.main_thread():
@@ -737,8 +661,10 @@ class Loop:
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
         if not self._signal_handlers:
-            self._old_wakeup_fd = signal.set_wakeup_fd(self._self_writer.fileno(),
-                                                       warn_on_full_buffer=False)
+            fd = self._waker.signal_fd()
+            if fd is None:
+                raise RuntimeError(f"signals can't wake this loop's I/O ({self._io!r})")
+            self._old_wakeup_fd = signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
         self._signal_handlers[signum] = Handle(callback, args)
         try:
             # A do-nothing Python handler: the work happens on the loop. Without it
@@ -777,7 +703,7 @@ class Loop:
     def close(self) -> None:
         """Release everything: servers, transports (the ``exit`` policy decides
         what their unsent bytes mean), pending connects, signal handlers, the
-        self-pipe and the selector. Idempotent. RuntimeError on a running loop.
+        wake-up pair and the poller. Idempotent. RuntimeError on a running loop.
 
         Protocols are *not* told (no ``connection_lost``): the loop that would run
         the callback is going away, as with asyncio's ``loop.close()``."""
@@ -803,209 +729,11 @@ class Loop:
         self._timers.clear()
         self._fds.clear()
         self._poller.close()
-        self._self_reader.close()
-        self._self_writer.close()
+        self._waker.close()
         self.probe.exit_report = {"policy": policy, "transports_open_count": open_count,
                                   "unsent_bytes": unsent}
         if policy == "raise" and unsent:
             raise UnsentDataError(unsent)
 
-    # ------------------------------------------------------------------ networking
-
-    def create_server(self, protocol_factory, host=None, port=None, *, sock=None,
-                      backlog=128, sockbuf=None) -> "Server":
-        """Listen on ``host:port`` (a literal IP; None means every IPv4 interface)
-        or on an already bound ``sock``. Synchronous: when it returns, the socket
-        is listening and accepts run on the loop. OSError from bind propagates."""
-        self._check_closed()
-        if not callable(protocol_factory):
-            raise TypeError("protocol_factory must be callable")
-        if isinstance(backlog, bool) or not isinstance(backlog, int) or backlog < 1:
-            raise ValueError(f"backlog must be a positive int, got {backlog!r}")
-        sockbuf = _check_sockbuf(sockbuf)
-        if sock is not None:
-            if host is not None or port is not None:
-                raise ValueError("give either sock or host/port, not both")
-            if not isinstance(sock, socket.socket) or sock.type != socket.SOCK_STREAM:
-                raise TypeError(f"sock must be a SOCK_STREAM socket, got {sock!r}")
-        else:
-            if port is None:
-                raise ValueError("create_server needs a port (0 for any) or sock=")
-            port = _check_port(port)
-            if host is None:
-                host = "0.0.0.0"
-            family = _literal_family(host)
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            try:
-                if os.name == "posix":
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((host, port))
-            except BaseException:
-                sock.close()
-                raise
-        try:
-            if sockbuf is not None:
-                # accepted sockets inherit these, so the window is right from SYN
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockbuf)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockbuf)
-            sock.listen(backlog)
-            sock.setblocking(False)
-        except BaseException:
-            sock.close()
-            raise
-        return Server(self, [sock], protocol_factory, backlog, sockbuf)
-
-    def create_connection(self, protocol_factory, host, port, *, callback,
-                          sockbuf=None) -> None:
-        """Start a non-blocking connect to ``host:port`` (literal IP). From the
-        loop, later: ``callback(transport, protocol, None)`` -- after the
-        protocol's ``connection_made`` -- or ``callback(None, None, exc)``."""
-        self._check_closed()
-        if not callable(protocol_factory):
-            raise TypeError("protocol_factory must be callable")
-        if not callable(callback):
-            raise TypeError("callback must be callable")
-        family = _literal_family(host)
-        port = _check_port(port)
-        sockbuf = _check_sockbuf(sockbuf)
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            _prepare_stream_socket(sock, sockbuf)
-            err = sock.connect_ex((host, port))
-        except BaseException:
-            sock.close()
-            raise
-        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EINTR):
-            sock.close()
-            self.call_soon(callback, None, None, OSError(err, os.strerror(err)))
-            return
-        fd = sock.fileno()
-        self._connecting[fd] = sock
-        self._add_writer(fd, self._connect_done, (sock, protocol_factory, callback))
-
-    def _connect_done(self, sock, protocol_factory, callback):
-        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if not err:
-            try:
-                sock.getpeername()
-            except OSError as exc:
-                if exc.errno == errno.ENOTCONN:
-                    return   # spurious readiness (see the module notes): keep waiting
-                err = exc.errno or errno.ECONNABORTED
-        fd = sock.fileno()
-        self._remove_writer(fd)
-        del self._connecting[fd]
-        if err:
-            sock.close()
-            callback(None, None, OSError(err, os.strerror(err)))
-            return
-        try:
-            protocol = protocol_factory()
-        except Exception as exc:
-            sock.close()
-            callback(None, None, exc)
-            return
-        transport = _transport_class()(self, sock, protocol)
-        self.call_soon(callback, transport, protocol, None)   # queued after connection_made
-
-    def connect_accepted_socket(self, protocol_factory, sock):
-        """Wrap a connected stream socket; returns ``(transport, protocol)`` at once.
-        ``connection_made`` runs on the loop's next pass, before any data."""
-        self._check_closed()
-        if not isinstance(sock, socket.socket) or sock.type != socket.SOCK_STREAM:
-            raise TypeError(f"sock must be a connected SOCK_STREAM socket, got {sock!r}")
-        if not callable(protocol_factory):
-            raise TypeError("protocol_factory must be callable")
-        _prepare_stream_socket(sock, None)
-        protocol = protocol_factory()
-        transport = _transport_class()(self, sock, protocol)
-        return transport, protocol
-
-
 def _noop_signal_handler(signum, frame):
     pass
-
-
-def _transport_class():
-    # transports.py imports this module; bind lazily to avoid the cycle
-    from .transports import SocketTransport
-    return SocketTransport
-
-
-class Server:
-    """Listening sockets feeding new ``SocketTransport``\\ s to the loop.
-
-    ``close()`` stops accepting and closes the listening sockets; connections
-    already accepted live on (they are the loop's, not the server's)."""
-
-    def __init__(self, loop, sockets, protocol_factory, backlog, sockbuf):
-        self._loop = loop
-        self._sockets = list(sockets)
-        self._protocol_factory = protocol_factory
-        self._backlog = backlog
-        self._sockbuf = sockbuf
-        self._serving = True
-        loop._servers.add(self)
-        for sock in self._sockets:
-            loop._add_reader(sock.fileno(), self._accept_ready, (sock,))
-
-    @property
-    def sockets(self):
-        return tuple(self._sockets)
-
-    def is_serving(self) -> bool:
-        return self._serving
-
-    def close(self) -> None:
-        if not self._serving:
-            return
-        self._serving = False
-        loop = self._loop
-        for sock in self._sockets:
-            if not loop._closed:
-                loop._remove_reader(sock.fileno())
-            sock.close()
-        loop._servers.discard(self)
-
-    def __repr__(self):
-        names = [s.getsockname() for s in self._sockets if s.fileno() >= 0]
-        return f"<looplab callback Server {names} serving={self._serving}>"
-
-    def _accept_ready(self, lsock):
-        # Accept a batch per readiness (asyncio takes up to backlog): a burst of
-        # connects costs one select pass, not one each.
-        loop = self._loop
-        transport_class = _transport_class()
-        for _ in range(self._backlog):
-            try:
-                conn, _addr = lsock.accept()
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                return
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    # Out of descriptors or memory: stop accepting for a second
-                    # rather than spin on a listening socket that stays readable.
-                    loop.call_exception_handler({
-                        "message": "accept() failed; pausing accepts for 1 s",
-                        "exception": exc, "server": self})
-                    loop._remove_reader(lsock.fileno())
-                    loop.call_later(1.0, self._resume_accepting, lsock)
-                    return
-                raise
-            try:
-                _prepare_stream_socket(conn, self._sockbuf)
-                protocol = self._protocol_factory()
-            except Exception as exc:
-                conn.close()
-                loop.call_exception_handler({
-                    "message": "protocol factory failed for an accepted connection",
-                    "exception": exc, "server": self})
-                continue
-            except BaseException:
-                conn.close()
-                raise
-            transport_class(loop, conn, protocol, server=self)
-
-    def _resume_accepting(self, lsock):
-        if self._serving and not self._loop._closed:
-            self._loop._add_reader(lsock.fileno(), self._accept_ready, (lsock,))

@@ -21,11 +21,22 @@ post's verdict on it: correct as originally written.
 The design choices that distinguish curio from trio are options, defaulting
 to curio (see ``Kernel``): whether a non-blocking I/O call is a scheduling
 point, whether a spawned child runs before ``spawn`` returns, edge- or
-level-triggered cancellation, FIFO or randomised ready batches, and what
-``run()`` does with tasks still alive when main returns. Each flip changes one
-S4 fingerprint and nothing else.
+level-triggered cancellation, FIFO or randomised ready batches, whether
+cancellations are ``BaseException``\\ s only (``cancel_base``), and what
+``run()`` does with tasks still alive when main returns. They are declared
+once, in ``OPTIONS``. Timeouts raise what curio raises: ``TaskTimeout`` at the
+blocking call, ``TimeoutCancellationError`` out of an inner block an outer
+timeout passed through; ``join()`` on a failed task raises ``TaskError``
+chained from its exception.
 
-Layout: ``kernel.py`` (the kernel, tasks, traps, cancel scopes and timeouts),
+Where the loop is: ``run_loop`` in ``engine.py`` (made by ``build_loop``) is
+the event loop, and ``step`` next to it runs one task until it blocks.
+
+Layout: ``traps.py`` (the only functions that yield to the kernel: opcodes,
+trap coroutines, the synchronous entry points), ``kernel.py`` (``Kernel``,
+``OPTIONS``, ``run``), ``engine.py`` (the loop, the step, cancellation
+delivery), ``handlers.py`` (one ``trap_<name>`` handler per opcode),
+``task.py`` (Task, WaitQueue, CancelScope, timeouts), ``errors.py``,
 ``sync.py`` (Event, Queue, TaskGroup -- written on the public primitives only),
 ``sockets.py`` (Socket, SocketStream, Listener, open_tcp_stream, listen).
 
@@ -40,16 +51,18 @@ Layout: ``kernel.py`` (the kernel, tasks, traps, cancel scopes and timeouts),
 
     c.run(main)                       # -> True
 """
-from .kernel import (BusyResourceError, Cancelled, CancelScope, ClosedResourceError, Kernel,
-                     Task, TaskTimeout, WaitQueue, checkpoint, current_task, io_release,
-                     move_on_after, read_wait, run, sleep, spawn, spawn_soon, timeout_after,
-                     write_wait)
+from .errors import (BusyResourceError, Cancelled, ClosedResourceError, TaskError, TaskTimeout,
+                     TimeoutCancellationError)
+from .kernel import OPTIONS, Kernel, run
+from .task import CancelScope, Task, WaitQueue, move_on_after, timeout_after
+from .traps import (checkpoint, current_task, io_release, read_wait, sleep, spawn, spawn_soon,
+                    write_wait)
 from .sockets import Listener, Socket, SocketStream, listen, open_tcp_stream
 from .sync import Event, Queue, TaskGroup, open_nursery
 
 __all__ = [
-    "Kernel", "run", "Task", "sleep", "checkpoint", "spawn", "spawn_soon", "current_task",
-    "Cancelled", "TaskTimeout", "BusyResourceError", "ClosedResourceError",
+    "Kernel", "OPTIONS", "run", "Task", "sleep", "checkpoint", "spawn", "spawn_soon", "current_task",
+    "Cancelled", "TaskTimeout", "TimeoutCancellationError", "TaskError", "BusyResourceError", "ClosedResourceError",
     "CancelScope", "timeout_after", "move_on_after", "WaitQueue",
     "read_wait", "write_wait", "io_release",
     "Event", "Queue", "TaskGroup", "open_nursery",

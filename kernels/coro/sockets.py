@@ -32,25 +32,32 @@ an fd that no longer exists.
 from __future__ import annotations
 
 import os
-import select
 import socket
 
+from .. import io as _io
 from ..probe import ConnStats
-from .kernel import (BusyResourceError, Cancelled, ClosedResourceError, TaskTimeout, _state,
-                     checkpoint, io_release, read_wait, write_wait)
+from .errors import BusyResourceError, Cancelled, ClosedResourceError, TaskTimeout
+from .traps import _state, checkpoint, io_release, read_wait, write_wait
 
 __all__ = ["Socket", "SocketStream", "Listener", "open_tcp_stream", "listen"]
 
 _DEFAULT_RECEIVE = 65536
-_HAVE_POLL = hasattr(select, "poll")
 
 
 def _closed(*args, **kwargs):
     raise ClosedResourceError("the socket is closed")
 
 
-def _readable_anyway(timeout):
-    return True
+def _is_socket(sock) -> bool:
+    # Duck-typed, so that a simulated network's sockets pass too.
+    return not isinstance(sock, Socket) and all(
+        callable(getattr(sock, name, None)) for name in ("fileno", "recv", "send"))
+
+
+def _io_now():
+    """The running kernel's I/O seam (the real OS outside a kernel)."""
+    kernel = _state.kernel
+    return kernel._io if kernel is not None else _io.REAL
 
 
 def _fmt(addr) -> str:
@@ -96,7 +103,7 @@ class Socket:
                  "_readable")
 
     def __init__(self, sock: socket.socket):
-        if not isinstance(sock, socket.socket):
+        if not _is_socket(sock):
             raise TypeError(f"Socket() wraps a socket.socket, got {type(sock).__name__}")
         if sock.fileno() < 0:
             raise ClosedResourceError("Socket() was given a closed socket")
@@ -133,19 +140,14 @@ class Socket:
             except BlockingIOError:
                 await read_wait(self._sock)
         n = len(data)
-        self._drained = n < maxsize and _HAVE_POLL
+        self._drained = n < maxsize
         self.stats.received_bytes += n
         return data
 
     def _poller(self):
-        # poll(0) for this fd alone (a poll object holds no fd of its own).
-        fd = self._sock.fileno()
-        if fd < 0:                       # closed behind our back: let recv say so
-            return _readable_anyway
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        self._readable = poller.poll
-        return poller.poll
+        # "Is there anything to read?" for this fd alone, made on first need.
+        check = self._readable = _io_now().read_check(self._sock)
+        return check
 
     async def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
         if _state.checkpoint:
@@ -285,7 +287,7 @@ class SocketStream:
     __slots__ = ("socket", "stats", "_receiving", "_sending", "_eof_sent")
 
     def __init__(self, sock):
-        if isinstance(sock, socket.socket):
+        if _is_socket(sock):
             sock = Socket(sock)
         elif not isinstance(sock, Socket):
             raise TypeError(f"SocketStream() needs a Socket or socket.socket, got "
@@ -326,7 +328,7 @@ class SocketStream:
                 except BlockingIOError:
                     await read_wait(sock._sock)
             n = len(data)
-            sock._drained = n < max_bytes and _HAVE_POLL
+            sock._drained = n < max_bytes
             sock.stats.received_bytes += n
             return data
         finally:
@@ -425,7 +427,7 @@ def listen(target, backlog: int = 128, sockbuf=None) -> Listener:
     _check_sockbuf(sockbuf)
     if not isinstance(backlog, int) or isinstance(backlog, bool) or backlog < 0:
         raise ValueError(f"backlog must be a non-negative int, got {backlog!r}")
-    if isinstance(target, (Socket, socket.socket)):
+    if isinstance(target, Socket) or _is_socket(target):
         sock = target if isinstance(target, Socket) else Socket(target)
         _set_sockbuf(sock._sock, sockbuf)
         sock._sock.listen(backlog)
@@ -434,9 +436,10 @@ def listen(target, backlog: int = 128, sockbuf=None) -> Listener:
         raise TypeError(f"listen() takes a (host, port) tuple or a socket, got {target!r}")
     host, port = target
     _check_port(port)
-    family, type_, proto, _, address = socket.getaddrinfo(
+    io = _io_now()
+    family, type_, proto, _, address = io.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    raw = socket.socket(family, type_, proto)
+    raw = io.socket(family, type_, proto)
     try:
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         _set_sockbuf(raw, sockbuf)
@@ -462,9 +465,9 @@ async def open_tcp_stream(host: str, port: int, sockbuf=None) -> SocketStream:
     _check_port(port)
     _check_sockbuf(sockbuf)
     error = None
-    for family, type_, proto, _, address in socket.getaddrinfo(host, port,
-                                                               type=socket.SOCK_STREAM):
-        raw = socket.socket(family, type_, proto)
+    io = _io_now()
+    for family, type_, proto, _, address in io.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        raw = io.socket(family, type_, proto)
         sock = None
         try:
             _set_sockbuf(raw, sockbuf)

@@ -1,7 +1,7 @@
 """Synchronisation for coro tasks -- Event, Queue and TaskGroup -- built outside the kernel.
 
 Nothing here touches the kernel's state. Everything is made of the public
-primitives in ``kernel.py``: ``WaitQueue`` (park a task / wake parked tasks),
+primitives of ``task.py`` and ``traps.py``: ``WaitQueue`` (park a task / wake parked tasks),
 ``spawn``/``spawn_soon`` with an ``on_done`` callback, ``Task.cancel_soon`` and
 ``CancelScope``. That is curio's "microkernel" discipline: if a feature can be
 written as an ordinary async function over a few traps, it doesn't belong in
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from .kernel import Cancelled, CancelScope, TaskTimeout, WaitQueue, spawn, spawn_soon
+from .errors import Cancelled, TaskTimeout
+from .task import CancelScope, WaitQueue
+from .traps import spawn, spawn_soon
 
 __all__ = ["Event", "Queue", "TaskGroup", "open_nursery"]
 

@@ -34,8 +34,13 @@ can be flipped at a time::
     Runner(high_water=65536, low_water=16384, write="try-send"|"defer",   # the loop's
            spawn="lazy"|"eager",        # eager: the child's first step runs inside create_task
            drain="asyncio"|"empty",     # empty: drain() returns only when nothing is buffered
+           wait_for="task"|"inline",    # 3.11: wait_for runs a coroutine in a new Task; 3.12 inline
            exit="cancel"|"wait"|"raise",
-           trace=False)
+           trace=False, io=None)        # io: the loop's I/O seam (kernels.io)
+
+They are declared once, in ``OPTIONS``. As in asyncio, a Task runs in a copy
+of the context current when it was created, and a Future whose exception
+nobody retrieved is reported when it is collected.
 
 What it costs: every ``await`` on I/O is a Future to wait on, a trip through
 the ready queue and a ``send`` into a stack of coroutine frames, on top of the
@@ -46,15 +51,21 @@ spawn and reused for every step (no Handle per wake-up), and the step itself is
 the wake-up; a stream read recycles its waiter Future; the probe and trace
 cost an increment and a ``None`` test when tracing is off.
 
-Modules: ``tasks`` (Future, Task, sleep, gather, wait_for, timeout,
-TaskGroup, Event, Queue, Runner/run) and ``streams`` (StreamReader,
-StreamWriter, open_connection, start_server).
+Where the loop is: there is no second loop. The event loop is the callback
+kernel's ``Loop.run_forever`` (``kernels/callback/loop.py``); what it calls for
+a task is ``Task.__step`` in ``tasks.py``.
+
+Modules: ``futures`` (Future, the exceptions, per-loop state), ``tasks``
+(Task, sleep, gather, wait_for, timeout, TaskGroup), ``sync`` (Event, Queue),
+``runner`` (Runner, run, OPTIONS) and ``streams`` (StreamReader, StreamWriter,
+open_connection, start_server).
 """
-from .tasks import (
-    CancelledError, Event, Future, InvalidStateError, Queue, QueueEmpty, QueueFull, Runner,
-    Task, TaskGroup, Timeout, TimeoutError, all_tasks, create_task, current_task,
-    ensure_future, gather, run, sleep, timeout, timeout_at, wait_for,
-)
+from .futures import (CancelledError, Future, InvalidStateError, QueueEmpty, QueueFull,
+                      TimeoutError)
+from .tasks import (Task, TaskGroup, Timeout, all_tasks, create_task, current_task,
+                    ensure_future, gather, sleep, timeout, timeout_at, wait_for)
+from .sync import Event, Queue
+from .runner import OPTIONS, Runner, run
 from .streams import (
     IncompleteReadError, LimitOverrunError, Server, StreamProtocol, StreamReader,
     StreamWriter, open_connection, start_server,
@@ -66,7 +77,7 @@ __all__ = [
     "IncompleteReadError", "LimitOverrunError",
     "Future", "Task", "create_task", "current_task", "all_tasks", "ensure_future",
     "sleep", "gather", "wait_for", "timeout", "timeout_at", "Timeout", "TaskGroup",
-    "Event", "Queue", "Runner", "run", "get_running_loop",
+    "Event", "Queue", "Runner", "run", "OPTIONS", "get_running_loop",
     "StreamReader", "StreamWriter", "StreamProtocol", "Server", "open_connection",
     "start_server",
 ]

@@ -24,7 +24,8 @@ from __future__ import annotations
 import collections
 
 from kernels.callback import get_running_loop
-from .tasks import Future, Task, _PENDING, _state_for, _yield_once
+from .futures import _PENDING, Future, _state_for
+from .tasks import Task, _yield_once
 
 __all__ = ["StreamReader", "StreamWriter", "StreamProtocol", "Server", "open_connection",
            "start_server", "IncompleteReadError", "LimitOverrunError"]
@@ -408,6 +409,9 @@ class StreamProtocol:
                 self._closed.set_result(None)
             else:
                 self._closed.set_exception(exc)
+                # Retrieved here, as asyncio's protocol does when it goes away:
+                # nobody is obliged to call wait_closed().
+                self._closed.exception()
         self._wake_drainers(exc)
         if self._server is not None:
             self._server._detach()
