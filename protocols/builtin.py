@@ -10,70 +10,17 @@ loopback) and where it deliberately differs from its style's port contract.
 """
 from __future__ import annotations
 
-import importlib
 
-from kernels.options import EXIT, TRACE, Option, Schema, boolean, choice, nbytes
+import kernels.callback
+import kernels.coro
+import kernels.hybrid
+from kernels.options import Option, Schema, boolean
 from protocols.fingerprint import NONBLOCKING_SENDS, Between, Fingerprint, Near, Positive
 from protocols.runtimes import Difference, RuntimeInfo, register
 
 # ---------------------------------------------------------------------------
-# Option schemas. Each kernel package exports its own (``kernels.X.OPTIONS``);
-# the fallbacks below describe the same options for a kernel that does not yet.
-
-
-def _water_marks(values: dict, given: set) -> None:
-    """asyncio's rule: only high given -> low = high // 4; only low given ->
-    high = max(high, 4 * low); low above high is an error."""
-    if "high_water" in given and "low_water" not in given:
-        values["low_water"] = values["high_water"] // 4
-    elif "low_water" in given and "high_water" not in given:
-        values["high_water"] = max(values["high_water"], 4 * values["low_water"])
-    if values["low_water"] > values["high_water"]:
-        raise ValueError(f"low_water ({values['low_water']}) must not exceed "
-                         f"high_water ({values['high_water']})")
-
-
-def _ready_order(value) -> str:
-    text = str(value)
-    if text == "fifo" or (text.startswith("random-") and text[7:].lstrip("-").isdigit()):
-        return text
-    raise ValueError("must be fifo or random-SEED (e.g. random-7)")
-_ready_order.values = "fifo|random-SEED"
-
-_WATER = (
-    Option("high_water", 65536, nbytes, "pause_writing above this many buffered bytes"),
-    Option("low_water", 16384, nbytes, "resume_writing at or below this"),
-    Option("write", "try-send", choice("try-send", "defer"),
-           "try-send: send at once, buffer the rest (asyncio); defer: always buffer (Twisted)"),
-)
-_SPAWN = Option("spawn", "lazy", choice("lazy", "eager"), "lazy: child runs after the parent yields")
-
-_FALLBACK = {
-    "callback": lambda: Schema("callback", _WATER + (EXIT, TRACE), _water_marks),
-    "hybrid": lambda: Schema("hybrid", _WATER + (
-        _SPAWN,
-        Option("drain", "asyncio", choice("asyncio", "empty"),
-               "asyncio: return unless paused (resumes at low water); empty: wait for an empty buffer"),
-        EXIT, TRACE), _water_marks),
-    "coro": lambda: Schema("coro", (
-        Option("io_schedule_point", False, boolean,
-               "every I/O call yields (trio) or only blocking ones (curio)"),
-        _SPAWN,
-        Option("cancel", "edge", choice("edge", "level"),
-               "edge: delivered once (curio); level: until exit (trio)"),
-        Option("ready_order", "fifo", _ready_order, "order of a batch of ready tasks"),
-        EXIT, TRACE)),
-}
-
-
-def kernel_options(kernel: str) -> Schema:
-    """``kernels.<kernel>.OPTIONS``, or the equivalent fallback schema."""
-    try:
-        schema = getattr(importlib.import_module(f"kernels.{kernel}"), "OPTIONS", None)
-    except Exception:      # the kernel does not import: its port will say why
-        schema = None
-    return schema if isinstance(schema, Schema) else _FALLBACK[kernel]()
-
+# Option schemas: each of our kernels declares its own, once (``kernels.X.OPTIONS``);
+# the reference libraries have one port option.
 
 def reference_options(runtime_id: str) -> Schema:
     return Schema(runtime_id, (Option("instrument", True, boolean,
@@ -124,10 +71,6 @@ _REFERENCE = dict(neutral=_NEUTRAL)
 # Declared conformance differences (keys are the conformance suite's; the
 # contract itself is in protocols.conformance.contract).
 
-_DROPS_LATE_WRITES = Difference(
-    "empty: dropped; buffered: dropped; counted 2",
-    "every write after close() is dropped and counted, where asyncio still sends one made "
-    "while the buffer drains (asyncio issue 248): on purpose")
 _RESET_IS_OS_ERROR = {
     "reset_send": Difference("send_all raises ConnectionError; then receive_some returns b''",
                              "a reset surfaces as the OS error itself (curio's choice); "
@@ -165,13 +108,12 @@ _AIO = "protocols.asyncio_ports"
 _TC = "protocols.trio_curio_ports"
 
 for _info in (
-    RuntimeInfo("callback", "callback", f"{_P}:OurCallbackPort", kernel_options("callback"),
+    RuntimeInfo("callback", "callback", f"{_P}:OurCallbackPort", kernels.callback.OPTIONS,
                 ours=True, requires=("kernels.callback",),
                 compared_with=("asyncio-protocol", "uvloop-protocol"),
                 fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, {}, _NEUTRAL),
-                differences={"write_after_close": _DROPS_LATE_WRITES},
                 summary="our reactor, Protocol/Transport"),
-    RuntimeInfo("hybrid", "stream", f"{_P}:HybridPort", kernel_options("hybrid"),
+    RuntimeInfo("hybrid", "stream", f"{_P}:HybridPort", kernels.hybrid.OPTIONS,
                 ours=True, requires=("kernels.hybrid",),
                 compared_with=("asyncio-streams", "uvloop-streams"),
                 fingerprint=Fingerprint(_ASYNCIO_STREAMS, {
@@ -179,9 +121,8 @@ for _info in (
                     "drain=empty": {},
                     "write=defer": {},
                 }, _NEUTRAL),
-                differences={"write_after_close": _DROPS_LATE_WRITES},
                 summary="our Futures/Tasks/streams on the reactor"),
-    RuntimeInfo("coro", "task", f"{_P}:CoroPort", kernel_options("coro"),
+    RuntimeInfo("coro", "task", f"{_P}:CoroPort", kernels.coro.OPTIONS,
                 ours=True, requires=("kernels.coro",),
                 compared_with=("curio", "trio"),
                 fingerprint=Fingerprint(_CURIO, {

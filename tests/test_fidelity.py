@@ -141,25 +141,13 @@ def test_lowering_high_water_after_close_pauses_on_asyncio(runs):
 
 KNOWN_GAPS = {
     # issue 13
-    ("callback", "cb_write_after_close_buffered"),
     ("callback", "cb_write_after_close_empty"),
     ("callback", "cb_write_after_connection_lost_exc"),
-    ("callback", "cb_lower_high_water_after_close"),
-    ("callback", "cb_is_reading_after_eof_kept_open"),
-    ("callback", "cb_pause_resume_after_eof"),
-    ("callback", "cb_write_empty_after_write_eof"),
-    ("hybrid", "tk_contextvar_set_after_create"),
-    ("hybrid", "tk_contextvar_child_isolated"),
-    ("hybrid", "tk_wait_for_runs_in_new_task"),
-    ("hybrid", "tk_unretrieved_future_exception"),
     ("coro", "co_nested_timeout_outer_expires"),
-    ("coro", "co_timeout_except_exception"),
-    ("coro", "co_timeout_except_oserror"),
     ("coro", "co_join_error"),
     ("coro", "co_event_wake_order"),
     # found by this suite
     ("hybrid", "tk_contextvar_in_callbacks"),
-    ("coro", "co_timeout_exception_bases"),
     ("coro", "co_join_cancelled"),
     ("coro", "co_cancel_finished_task"),
     ("coro", "co_send_after_close"),
