@@ -31,9 +31,9 @@ APPS = ("echo", "sink", "reqresp", "push", "proxy", "raw")
 FAULT_HELP = {
     "reset": "connect, then close at once with SO_LINGER 0 (an RST)",
     "half-frame": "send half a frame (reqresp: half a request line), then an RST",
-    "garbage": "send 4 KiB of random bytes, then half-close and read until EOF or 1 s",
-    "huge-header": "send a frame header claiming a 4 GiB frame, then wait 1 s and close",
-    "long-line": "send a 100 kB request line with no newline, then wait 1 s and close",
+    "garbage": "send 4 KiB of random bytes, half-close, read until EOF or the hold time",
+    "huge-header": "send a frame header claiming a 4 GiB frame, wait the hold time, close",
+    "long-line": "send a 100 kB request line with no newline, wait the hold time, close",
     "half-close": "send one valid request, shutdown(SHUT_WR), expect the answer then EOF",
     "stall": "make the server write to a peer that never reads, hold it, then vanish (RST)",
     "idle": "one connection that sends nothing, held open while a healthy client is served",
@@ -388,7 +388,7 @@ def _send_then_linger(s, data: bytes, wait_s: float, half_close: bool = False) -
 def _garbage(app, addr, limits, during):
     s = _connect(addr, 2.0)
     try:
-        note = _send_then_linger(s, _pattern(12, 4096), 1.0, half_close=True)
+        note = _send_then_linger(s, _pattern(12, 4096), limits.hold_s, half_close=True)
     finally:
         s.close()
     return note
@@ -399,7 +399,7 @@ def _huge_header(app, addr, limits, during):
     header = struct.pack(">4sIQd", FRAME_MAGIC, 2**32 - 1, 0, 0.0)
     assert len(header) == FRAME_HEADER_BYTES
     try:
-        note = _send_then_linger(s, header, 1.0)
+        note = _send_then_linger(s, header, limits.hold_s)
     finally:
         s.close()
     return note
@@ -408,7 +408,7 @@ def _huge_header(app, addr, limits, during):
 def _long_line(app, addr, limits, during):
     s = _connect(addr, 2.0)
     try:
-        note = _send_then_linger(s, b"REQ " + b"x" * 100_000, 1.0)
+        note = _send_then_linger(s, b"REQ " + b"x" * 100_000, limits.hold_s)
     finally:
         s.close()
     return note

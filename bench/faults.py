@@ -205,7 +205,7 @@ class Watch:
 
 
 def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | None = None,
-               upstream=None, settle_s: float = 3.0, log=None) -> dict:
+               upstream=None, settle_s: float = 3.0, log=None, fail_fast: bool = False) -> dict:
     """Every fault ``rounds`` times against one server; returns {"baseline_fds",
     "final_fds", "rows": [one dict per fault]}."""
     watch = watch or Watch()
@@ -225,7 +225,8 @@ def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | N
         for fault in faults:
             row = rows[fault]
             if dead:
-                row["notes"].append("not run: the server died")
+                row["notes"].append("not run: the server died" if died_any(rows) else
+                                    "not run: --fail-fast")
                 continue
             seed += 1
             fds0, rss0 = watch.fds(), watch.rss()
@@ -263,7 +264,7 @@ def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | N
             if log:
                 log(f"round {rnd + 1} {fault}: {'survived' if ok else 'NOT survived'}"
                     f"{' (' + '; '.join(filter(None, [note, after.why])) + ')' if (note or after.why) else ''}")
-            if died:
+            if died or (fail_fast and not ok):
                 dead = True
     final = watch.settle_fds(baseline, settle_s)
     out = []
@@ -272,6 +273,10 @@ def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | N
         r["survived"] = r["rounds_count"] == rounds and r["survived_count"] == rounds
         out.append(r)
     return {"baseline_fds": baseline, "final_fds": final, "rows": out}
+
+
+def died_any(rows) -> bool:
+    return any(r["died"] for r in rows.values())
 
 
 class _NotServing(Exception):
@@ -290,6 +295,7 @@ def matrix_table(result: dict, rounds: int) -> str:
     rows = []
     for r in result["rows"]:
         rows.append([r["fault"],
+                     "not run" if r["rounds_count"] == 0 else
                      _yes_no_count(r["survived_count"], rounds) if rounds > 1 else
                      ("yes" if r["survived"] else "NO"),
                      _yes_no_count(r["slow_count"], rounds), _yes_no_count(r["hung_count"], rounds),
@@ -405,7 +411,7 @@ def _check_args(args) -> dict:
         v = getattr(args, name)
         if not 1 <= v <= 100_000:
             raise UsageError(f"--{name.replace('_', '-')} must be 1..100000, got {v}")
-    for name in ("hold", "duration", "timeout"):
+    for name in ("hold", "duration", "timeout", "settle"):
         v = getattr(args, name)
         if not 0 < v <= 3600:
             raise UsageError(f"--{name} must be a number of seconds in (0, 3600], got {v}")
@@ -491,6 +497,11 @@ def add_parser(subparsers) -> None:
                    help="seconds idle and stalling peers are held (default 1)")
     p.add_argument("--timeout", type=float, default=5.0,
                    help="seconds the healthy client and a half-close's EOF may take (default 5)")
+    p.add_argument("--settle", type=float, default=3.0,
+                   help="seconds the server's fd count may take to fall back after a fault "
+                        "before the rest counts as a leak (default 3)")
+    p.add_argument("--fail-fast", action="store_true", dest="fail_fast",
+                   help="stop at the first fault not survived")
     p.add_argument("--stress", action="store_true",
                    help="instead of faults: --connections active echo connections for --duration "
                         "seconds, every byte checked")
@@ -545,7 +556,8 @@ def _run_faults(args, plan, limits) -> ExitCode:
             doc.update(target="%s:%d" % addr, pid=args.pid)
         try:
             result = run_matrix(addr, args.app, plan["faults"], limits, args.rounds, watch,
-                                upstream, log=log)
+                                upstream, settle_s=args.settle, log=log,
+                                fail_fast=args.fail_fast)
         except _NotServing as exc:
             print(f"looplab faults: {exc}", file=sys.stderr)
             return ExitCode.FAILED
@@ -619,6 +631,9 @@ def _run_stress(args, plan) -> ExitCode:
                 addr, pid = server.address, server.pid
             else:
                 addr, pid = plan["addr"], args.pid
+            # One client first: a server may open fds lazily on its first connection.
+            faultpeers.healthy("echo", addr, faultpeers.Limits())
+            time.sleep(0.2)
             fds0 = proc_fds(pid) if pid else None
             rss0 = proc_rss_bytes(pid) if pid else None
             if log:
@@ -626,7 +641,7 @@ def _run_stress(args, plan) -> ExitCode:
             res = faultpeers.stress_echo(addr, args.connections, args.duration)
             rss1 = proc_rss_bytes(pid) if pid else None
             w = Watch(pid, server)
-            fds1 = w.settle_fds(fds0, 3.0) if pid else None
+            fds1 = w.settle_fds(fds0, args.settle) if pid else None
             growth = None if fds0 is None or fds1 is None else fds1 - fds0
             res["ok"] = _stress_ok(res) and not (growth or 0) > 0
             if server is not None:
