@@ -229,6 +229,7 @@ def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | N
                                     "not run: --fail-fast")
                 continue
             seed += 1
+            t_fault = time.monotonic()
             fds0, rss0 = watch.fds(), watch.rss()
             note, during = faultpeers.run_fault(fault, app, addr, limits, upstream, seed)
             after = faultpeers.healthy(app, addr, limits, upstream, seed)
@@ -261,8 +262,10 @@ def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | N
                          f"{growth} fds still open {settle_s:g} s later" if (growth or 0) > 0 else ""):
                 if text and text not in row["notes"]:
                     row["notes"].append(text)
+            row["took_s"] = row.get("took_s", 0.0) + time.monotonic() - t_fault
             if log:
-                log(f"round {rnd + 1} {fault}: {'survived' if ok else 'NOT survived'}"
+                log(f"round {rnd + 1} {fault} ({time.monotonic() - t_fault:.2f} s): "
+                    f"{'survived' if ok else 'NOT survived'}"
                     f"{' (' + '; '.join(filter(None, [note, after.why])) + ')' if (note or after.why) else ''}")
             if died or (fail_fast and not ok):
                 dead = True

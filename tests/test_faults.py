@@ -6,8 +6,8 @@ and requires: a healthy client served correctly after each fault, the server's f
 back where they were, SIGTERM -> exit 0, no traceback on stderr.
 
 Scale, smaller than the verb's defaults so the file stays short on a 2-core machine:
-300 idle connections instead of 1,000, a burst of 100 instead of 200, peers held 0.2 s
-instead of 1 s, the healthy client and a half-close's EOF given 3 s instead of 5, a
+300 idle connections instead of 1,000, a burst of 100 instead of 200, peers held 0.1 s
+instead of 1 s, the healthy client and a half-close's EOF given 2 s instead of 5, a
 leak judged after 1 s instead of 3. Known failing cases stop at their first failed
 fault (``--fail-fast``): they only have to fail.
 
@@ -33,7 +33,7 @@ RUNTIMES = ["callback", "hybrid", "coro", "asyncio-protocol", "asyncio-streams",
             "uvloop-protocol", "uvloop-streams", "curio", "trio"]
 APPS = ["echo", "sink", "reqresp", "proxy",
         "push/unbounded", "push/block", "push/drop", "push/disconnect"]
-SMALL = ["--idle-many", "300", "--burst", "100", "--hold", "0.2", "--timeout", "3",
+SMALL = ["--idle-many", "300", "--burst", "100", "--hold", "0.1", "--timeout", "2",
          "--settle", "1", "--quiet"]
 
 _PROXY_STREAM = ("proxy on the stream port: a client's half-close never gets EOF back and the "
@@ -93,22 +93,53 @@ def _failures(doc: dict) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.timeout(90)
-@pytest.mark.parametrize("app,rt", list(_cases()))
-def test_fault_matrix(app, rt, tmp_path):
-    reason = _unavailable(rt)
-    if reason:
-        pytest.skip(reason)
+def _run_case(app: str, rt: str, folder) -> tuple[int, dict]:
     name, _, variant = app.partition("/")
-    out = tmp_path / "faults.json"
+    out = folder / "faults.json"
     argv = ["--serve", rt, "--app", name, "--json", out, *SMALL]
     if variant:
         argv += ["--variant", variant]
     if (app, rt) in KNOWN_FAILURES:
         argv.append("--fail-fast")
     rc = _verb(argv)
-    assert out.exists(), f"no JSON written (exit {rc})"
-    doc = json.loads(out.read_text())
+    return rc, (json.loads(out.read_text()) if out.exists() else {})
+
+
+@pytest.fixture(scope="session")
+def matrix_runs(request, tmp_path_factory):
+    """The selected matrix cases, run two at a time in the background (each case is
+    mostly waiting on its server), in the order pytest will ask for them. The leak
+    check that the per-test fixture makes is made here, once, for all of them."""
+    from concurrent.futures import ThreadPoolExecutor
+    from conftest import _children, _fds, leaks_since
+    import threading
+    wanted = [item.callspec.params for item in request.session.items
+              if getattr(item, "originalname", None) == "test_fault_matrix"]
+    before = _fds(), set(threading.enumerate()), _children()
+    pool = ThreadPoolExecutor(2, thread_name_prefix="fault-matrix")
+    futures = {}
+    for p in wanted:
+        key = (p["app"], p["rt"])
+        if key not in futures and _unavailable(p["rt"]) is None:
+            folder = tmp_path_factory.mktemp("faults")
+            futures[key] = pool.submit(_run_case, p["app"], p["rt"], folder)
+    yield futures
+    for f in futures.values():
+        f.cancel()
+    pool.shutdown(wait=True)
+    problems = leaks_since(*before)
+    assert not problems, "the fault matrix leaked: " + "; ".join(problems)
+
+
+@pytest.mark.allow_leaks      # checked once for the whole matrix, in matrix_runs
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("app,rt", list(_cases()))
+def test_fault_matrix(app, rt, matrix_runs):
+    reason = _unavailable(rt)
+    if reason:
+        pytest.skip(reason)
+    rc, doc = matrix_runs[(app, rt)].result(timeout=280)
+    assert doc, f"no JSON written (exit {rc})"
     assert rc == 0 and doc["ok"], f"{app} on {rt} did not survive:\n{_failures(doc)}"
     assert [r["fault"] for r in doc["rows"]] == list(faults.faultpeers.FAULTS)
     assert doc["sigterm_exit"] == 0 and not doc["stderr_traceback"]
