@@ -36,7 +36,7 @@ FAULT_HELP = {
     "long-line": "send a 100 kB request line with no newline, wait the hold time, close",
     "half-close": "send one valid request, shutdown(SHUT_WR), expect the answer then EOF",
     "stall": "make the server write to a peer that never reads, hold it, then vanish (RST)",
-    "idle": "one connection that sends nothing, held open while a healthy client is served",
+    "idle": "one connection that sends nothing, held while a healthy client is served (push: after)",
     "burst": "connect and close N times in a row (default 200)",
     "idle-many": "N concurrent idle connections (default 1,000), held while a healthy client is served",
 }

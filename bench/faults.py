@@ -543,7 +543,12 @@ def _run_faults(args, plan, limits) -> ExitCode:
     failed = False
     try:
         if args.app == "proxy":
-            upstream = faultpeers.Upstream(*(plan.get("upstream") or ("127.0.0.1", 0)))
+            where = plan.get("upstream") or ("127.0.0.1", 0)
+            try:
+                upstream = faultpeers.Upstream(*where)
+            except OSError as exc:
+                raise UsageError(f"cannot listen on --upstream {where[0]}:{where[1]} for the "
+                                 f"proxy's upstream sink: {exc.strerror}") from None
         if args.serve:
             rt = plan["runtimes"][0]
             try:
