@@ -480,13 +480,25 @@ def _idle(app, addr, limits, during):
 
 
 def _burst(app, addr, limits, during):
-    failed = 0
+    failed = slow = 0
+    until = time.monotonic() + 60.0
     for _ in range(limits.burst):
+        if time.monotonic() > until:
+            break
+        t0 = time.monotonic()
         try:
             _connect(addr, 2.0).close()
         except OSError:
             failed += 1
-    return f"{failed} of {limits.burst} connects failed" if failed else ""
+        # Over 0.5 s on loopback means a dropped SYN and the 1-s retransmit: the
+        # server's accept queue (its listen backlog) was full.
+        slow += time.monotonic() - t0 > 0.5
+    if failed:
+        return f"FAIL: {failed} of {limits.burst} connects failed"
+    if slow:
+        return (f"SLOW: {slow} of {limits.burst} connects waited for a SYN retransmit "
+                "(the listen backlog was full)")
+    return ""
 
 
 def _idle_many(app, addr, limits, during):
@@ -505,8 +517,10 @@ def _idle_many(app, addr, limits, during):
     finally:
         for s in socks:
             s.close()
-    held = f"held {len(socks):,} of {limits.idle_many:,}"
-    return f"{held}; {note}" if note else (held if len(socks) < limits.idle_many else "")
+    if len(socks) < limits.idle_many:
+        return (f"FAIL: held only {len(socks):,} of {limits.idle_many:,} ({failed:,} connects "
+                "failed, the rest not tried within 30 s)") + (f"; {note}" if note else "")
+    return note
 
 
 _FAULT_FUNCS = {"reset": _reset_now, "half-frame": _half_frame, "garbage": _garbage,

@@ -239,7 +239,7 @@ def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | N
             died = (alive is False) or after.refused
             hung = after.timed_out or (during is not None and during.timed_out) \
                 or note.startswith("FAIL: no EOF")
-            slow = after.ok and after.took_s > limits.slow_s
+            slow = after.ok and (after.took_s > limits.slow_s or note.startswith("SLOW:"))
             tb = watch.new_traceback()
             growth = None if fds0 is None or fds1 is None else fds1 - fds0
             rgrowth = None if rss0 is None or rss1 is None else rss1 - rss0
