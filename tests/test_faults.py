@@ -225,6 +225,25 @@ def test_own_server_with_pid(tmp_path, capsys):
     assert "fds:" in out
 
 
+@pytest.mark.timeout(60)
+def test_own_proxy_with_upstream(capsys):
+    """--app proxy on a proxy the user started: the verb listens as its upstream."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    up = "%s:%d" % s.getsockname()
+    s.close()
+    srv = faults.ServedServer("proxy", "callback", upstream=("127.0.0.1", int(up.split(":")[1])))
+    try:
+        rc = _verb(["%s:%d" % srv.address, "--app", "proxy", "--upstream", up, "--pid", srv.pid,
+                    "--faults", "reset,half-close,burst", "--burst", "20", "--quiet"])
+    finally:
+        assert srv.stop() == 0
+        srv.close()
+    out = capsys.readouterr().out
+    assert rc == 0, out
+
+
 @pytest.mark.timeout(90)
 def test_stress_small(tmp_path):
     out = tmp_path / "stress.json"
