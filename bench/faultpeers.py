@@ -6,7 +6,7 @@ that stops reading, a thousand idle connections ...), and after each one a
 *healthy* client checks that the same server still serves its app correctly.
 
 Everything here runs in the caller's process on blocking or non-blocking sockets
-(threads only for the proxy's upstream sink and the idle hold). Every loop is
+(one thread, for the proxy's upstream sink). Every loop is
 bounded in count and in time, and every socket connects only to the one address
 it is given. Nothing here imports a kernel: the server under test may be any
 program, the user's own included.

@@ -218,15 +218,16 @@ def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | N
     baseline = watch.fds()
     rows = {f: {"fault": f, "rounds_count": 0, "survived_count": 0, "slow_count": 0,
                 "hung_count": 0, "died": False, "traceback": False, "fd_growth_count": None,
-                "rss_growth_bytes": None, "health_s": None, "notes": []} for f in faults}
+                "rss_growth_bytes": None, "health_s": None, "took_s": 0.0, "notes": []}
+            for f in faults}
     seed = 10
-    dead = False
+    stopped = ""
     for rnd in range(rounds):
         for fault in faults:
             row = rows[fault]
-            if dead:
-                row["notes"].append("not run: the server died" if died_any(rows) else
-                                    "not run: --fail-fast")
+            if stopped:
+                if stopped not in row["notes"]:
+                    row["notes"].append(stopped)
                 continue
             seed += 1
             t_fault = time.monotonic()
@@ -262,13 +263,15 @@ def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | N
                          f"{growth} fds still open {settle_s:g} s later" if (growth or 0) > 0 else ""):
                 if text and text not in row["notes"]:
                     row["notes"].append(text)
-            row["took_s"] = row.get("took_s", 0.0) + time.monotonic() - t_fault
+            row["took_s"] += time.monotonic() - t_fault
             if log:
                 log(f"round {rnd + 1} {fault} ({time.monotonic() - t_fault:.2f} s): "
                     f"{'survived' if ok else 'NOT survived'}"
                     f"{' (' + '; '.join(filter(None, [note, after.why])) + ')' if (note or after.why) else ''}")
-            if died or (fail_fast and not ok):
-                dead = True
+            if died:
+                stopped = "not run: the server died"
+            elif fail_fast and not ok:
+                stopped = "not run: --fail-fast"
     final = watch.settle_fds(baseline, settle_s)
     out = []
     for f in faults:
@@ -276,10 +279,6 @@ def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | N
         r["survived"] = r["rounds_count"] == rounds and r["survived_count"] == rounds
         out.append(r)
     return {"baseline_fds": baseline, "final_fds": final, "rows": out}
-
-
-def died_any(rows) -> bool:
-    return any(r["died"] for r in rows.values())
 
 
 class _NotServing(Exception):
