@@ -13,7 +13,7 @@ import argparse
 import sys
 
 import kernels
-from bench import benchverb, fidelity
+from bench import benchverb, faults, fidelity
 from bench.errors import ExitCode, Unavailable, UsageError
 from bench.results import VERSION
 from bench.verbs import results as results_verbs
@@ -22,7 +22,7 @@ from bench.verbs import serve as serve_verbs
 
 kernels.check_ours(kernels)
 
-VERB_MODULES = (run_verbs, serve_verbs, benchverb, fidelity, results_verbs)
+VERB_MODULES = (run_verbs, serve_verbs, benchverb, fidelity, faults, results_verbs)
 
 
 def build_parser() -> argparse.ArgumentParser:

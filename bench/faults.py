@@ -510,7 +510,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--connections", type=int, default=1000, help="--stress: connections (default 1000)")
     p.add_argument("--duration", type=float, default=10.0, help="--stress: seconds (default 10)")
     p.add_argument("--quiet", action="store_true", help="no per-fault progress lines on stderr")
-    p.set_defaults(func=run, fn=run)
+    p.set_defaults(func=run)
 
 
 def _log(args):
