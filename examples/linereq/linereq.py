@@ -18,11 +18,19 @@ stream    a ``reader.readline()`` loop that sleeps, then ``writer.write``s the
           answer; ``fixed`` adds ``await writer.drain()``.
 task      ``receive_some`` + ``send_all``: naive and fixed are the same code.
 
-Ground truth comes from the client peer (how many requests the OS took from it);
-the service counts what it holds; the port's probe gives the write buffer and, on
-the stream style, the reader's read-ahead. Run it with the unmodified CLI::
+Ground truth comes from the client peer: how many requests the OS took from it
+(``requests_sent_count``). The service counts the requests it has read and not yet
+answered; the port's probe gives the response bytes waiting in the write buffer and,
+on the stream style, the reader's read-ahead, which is user space too. Requests in
+user space is the service's own peak plus the read-ahead peak: an upper bound, as the
+two peaks need not coincide. ``rss_growth_bytes`` counts from before the program opens
+its port, so on the reference libraries it includes importing them (2-4 MB).
 
-    looplab run --scenario-file examples/linereq/linereq.py --runtimes all --preset tiny
+Run it with the unmodified CLI (``--scenarios LINEREQ`` keeps the built-in S1-S8 out
+of the run)::
+
+    looplab run --scenario-file examples/linereq/linereq.py --scenarios LINEREQ \
+        --runtimes all --preset tiny
 
 Why the service dials the client: ``run_program`` hands a program the addresses of
 *listening* peers, so the client peer listens and the service connects to it. The
