@@ -100,7 +100,8 @@ class Option:
         return getattr(self.parse, "values", "")
 
     def describe(self) -> str:
-        return f"{self.name}={show(self.default)} ({self.values}) {self.help}"
+        kind = f" ({self.values})" if self.values else ""
+        return f"{self.name}={show(self.default)}{kind} {self.help}"
 
 
 def show(value) -> str:
