@@ -110,6 +110,10 @@ def run_program(spec: dict) -> dict:
     fn = scenario.get(spec["scenario"]).program_for(rt)
     job = scenario.Job(rt, spec.get("variant", "naive"), dict(spec.get("params", {})),
                        {k: tuple(v) for k, v in spec.get("peers", {}).items()})
+    # Import the runtime's library before the baseline, so RSS growth is the program's
+    # and not 2-4 MB of imports, and compares across runtimes (the server path opens its
+    # port before its baseline for the same reason).
+    rt.unavailable_reason()
     base = _rss_bytes("VmRSS")
     _reset_peak()
     timer = _deadline(spec.get("max_s", 60))
