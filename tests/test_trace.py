@@ -274,3 +274,47 @@ def test_trace_of_a_server_cell_is_chrome_json(tmp_path, kernel):
         starts = {e["id"] for e in events if e["ph"] == "s"}
         ends = {e["id"] for e in events if e["ph"] == "f"}
         assert starts and starts & ends
+
+
+# ---------------------------------------------------------------------------
+# Reference runtimes, through their public hooks
+
+@pytest.mark.parametrize("ref", ["trio", "asyncio-streams"])
+def test_a_reference_runtime_traces_in_the_same_shape(tmp_path, ref):
+    r, out = _trace(tmp_path, "S1", "--runtime", ref, "--preset", "tiny")
+    assert r.returncode == 0, r.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    assert all({"ph", "pid", "tid"} <= set(e) for e in events)
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+    steps = [e for e in events if e["ph"] == "B" and e["name"] == "step"]
+    assert steps and {e["tid"] for e in steps} <= set(names)        # a named track per task
+    assert len({e["tid"] for e in steps}) >= 2                       # more than one task seen
+    assert unbound_flows(events) == [] and misnested(events) == []
+    report = flow_report(events)
+    assert report["arrows"] >= 3 and report["unbound_starts"] == 0
+
+
+@pytest.mark.parametrize("ref, needle", [("asyncio-protocol", "Protocol callbacks"),
+                                         ("curio", "Activation")])
+def test_a_runtime_without_usable_hooks_is_refused_in_one_line(tmp_path, ref, needle):
+    r, out = _trace(tmp_path, "S1", "--runtime", ref, "--preset", "tiny", timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "trio" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_reference_runtime_whose_library_is_missing_exits_3(tmp_path):
+    plugin = tmp_path / "ghostrt.py"
+    plugin.write_text(
+        "from dataclasses import replace\n"
+        "from protocols import runtimes\n"
+        "runtimes.register(replace(runtimes.get('trio'), id='ghost', origin='',\n"
+        "                          requires=('no_such_library_for_looplab',)))\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
+    out = tmp_path / "t.json"
+    r = subprocess.run(LOOPLAB + ["trace", "S1", "--runtime", "ghost", "--runtime-module", "ghostrt",
+                                  "--out", str(out)],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 3, r.stderr
+    assert "no_such_library_for_looplab" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
