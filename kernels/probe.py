@@ -11,6 +11,11 @@ one attribute test. Events export as Chrome trace-event JSON (Perfetto and
 chrome://tracing open it): one track per task or connection, counters for
 buffer sizes, flow arrows from a wake-up to the step it caused.
 
+Perfetto keeps an arrow only where both of its ends sit inside a slice on their
+track. A wake-up recorded by the kernel itself (an I/O event, a timer, a plain
+callback) happens outside any task step, so the export (``bind_flows``) gives
+it a short slice there; the recording stays as cheap as before.
+
 Names in ``snapshot()`` follow the results contract: snake_case with the unit as
 suffix (``_count``, ``_bytes``). Something a kernel cannot see is absent or
 ``None`` -- never reported as zero.
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import time
 
-__all__ = ["Probe", "ConnStats", "Trace"]
+__all__ = ["Probe", "ConnStats", "Trace", "bind_flows"]
 
 
 class ConnStats:
@@ -154,4 +159,94 @@ class Trace:
     def to_chrome(self) -> dict:
         meta = [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
                  "args": {"name": name}} for tid, name in self._names.items()]
-        return {"traceEvents": meta + self.events, "displayTimeUnit": "ms"}
+        return {"traceEvents": meta + bind_flows(self.events), "displayTimeUnit": "ms"}
+
+
+# Half the width of a wake-up slice made for a flow that has none, in ns; less
+# where a neighbouring event on the track is closer, so slices never overlap.
+WAKE_HALF_NS = 1000
+# A flow this close after the end of the slice made for the previous wake-up on
+# the same track (or after the instant that announced it) extends that slice: a
+# burst of wake-ups from one poll becomes one slice, not a comb of them.
+STRETCH_NS = 20_000
+
+
+def _binds_in_place(ev: dict) -> bool:
+    """Flow events that Perfetto attaches to the slice open on their track at
+    their timestamp (an "f" without ``"bp": "e"`` waits for the next slice)."""
+    ph = ev["ph"]
+    return ph == "s" or ph == "t" or (ph == "f" and ev.get("bp") == "e")
+
+
+def bind_flows(events: list[dict]) -> list[dict]:
+    """The events as exported: timestamps on a whole-nanosecond grid, and every
+    flow start or step (and every "f" with ``"bp": "e"``) inside a slice on its
+    own track, as Perfetto's JSON importer needs to keep the arrow.
+
+    A flow event already inside a step (a ``B``/``E`` pair) is left alone. One
+    outside any slice gets one: the instant just before it on the same track,
+    with nothing else in between (``io_ready``, ``spawn``, ``timer``) and at
+    most ``STRETCH_NS`` before it, is stretched into a slice that ends just
+    after the flow; otherwise a ``wake-up`` slice is made around it. Either is at most ``WAKE_HALF_NS`` past
+    the flow and stops halfway to the track's neighbouring events. The recorded
+    list is not changed.
+    """
+    out, ns = [], []
+    for ev in events:
+        ev = dict(ev)
+        if "ts" in ev:
+            ns.append(round(ev["ts"] * 1000))
+            ev["ts"] = ns[-1] / 1000
+        else:
+            ns.append(None)
+        out.append(ev)
+    # Per track, the positions of events that take part in slices (counters
+    # and metadata do not), in recording order, which is time order.
+    tracks: dict[tuple, list[int]] = {}
+    for i, ev in enumerate(out):
+        if ev["ph"] not in ("M", "C") and ns[i] is not None:
+            tracks.setdefault((ev.get("pid"), ev.get("tid")), []).append(i)
+    made: dict[int, dict] = {}            # position -> slice to put before it
+    for idxs in tracks.values():
+        depth = 0
+        stretch = None                    # (event, its ns) a following flow may extend
+        for k, i in enumerate(idxs):
+            ev, t = out[i], ns[i]
+            ph = ev["ph"]
+            if ph == "B":
+                depth += 1
+                stretch = None
+            elif ph == "E":
+                depth = max(depth - 1, 0)
+                stretch = None
+            elif ph == "X":
+                stretch = None
+            elif ph in ("i", "I"):
+                stretch = (ev, t) if depth == 0 and ev.get("s", "t") == "t" else None
+            elif _binds_in_place(ev) and depth == 0:
+                nxt = ns[idxs[k + 1]] if k + 1 < len(idxs) else None
+                tail = WAKE_HALF_NS if nxt is None else min(WAKE_HALF_NS, (nxt - t) // 2)
+                if stretch is not None:
+                    sl, start = stretch
+                    if t - (start + round(sl.get("dur", 0) * 1000)) > STRETCH_NS:
+                        stretch = None
+                if stretch is None:
+                    prev = ns[idxs[k - 1]] if k else None
+                    head = WAKE_HALF_NS if prev is None else min(WAKE_HALF_NS, (t - prev) // 2)
+                    sl = {"name": "wake-up", "ph": "X", "ts": (t - head) / 1000, "dur": 0,
+                          "pid": ev.get("pid"), "tid": ev.get("tid"), "args": {}}
+                    made[i] = sl
+                    stretch = (sl, t - head)
+                sl, start = stretch
+                if sl["ph"] != "X":       # the instant becomes the wake-up's slice
+                    sl["ph"] = "X"
+                    sl.pop("s", None)
+                sl["dur"] = (t + tail - start) / 1000
+    if not made:
+        return out
+    merged = []
+    for i, ev in enumerate(out):
+        if i in made:
+            merged.append(made[i])
+        merged.append(ev)
+    return merged

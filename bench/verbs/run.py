@@ -129,10 +129,18 @@ def cmd_trace(args) -> int:
                          f"not {args.scenario!r}")
     path = resmod.check_output(args.out, "--out")
     rt = rtmod.parse(args.runtime)
-    if not rt.ours:
-        raise UsageError(f"tracing needs one of our kernels (callback, hybrid, coro); {rt.id} is a "
-                         "reference library whose internals we only see through public APIs")
-    spec = rt.spec + ("," if ":" in rt.spec else ":") + "trace=true"
+    if rt.ours:
+        spec = rt.spec + ("," if ":" in rt.spec else ":") + "trace=true"
+    else:   # a reference runtime: traced through its public hooks (bench/tracing.py)
+        reason = rt.unavailable_reason()
+        if reason:
+            raise Unavailable(f"runtime {rt.id} is unavailable: {reason}")
+        from bench import tracing
+        refused = tracing.refusal(rt)
+        if refused:
+            raise UsageError(refused)
+        scmod.load_runtime_modules(["bench.tracing"])
+        spec = tracing.traced_spec(rt)
     cells = scenarios.plan(args.scenario, spec, args.variant, args.preset)
     if not cells:
         raise UsageError(f"no cell for {args.scenario} {rt.id} {args.variant}")
@@ -201,11 +209,15 @@ def add_parser(sub) -> None:
     rn.set_defaults(func=cmd_run)
 
     tr = sub.add_parser("trace", help="write a Chrome trace of one cell (Perfetto opens it)",
-                        description="Run one server-scenario cell on one of our kernels with "
-                        "trace=true and write Chrome trace-event JSON: a track per task or "
-                        "connection, buffer-size counters, flow arrows from wake-up to step.")
+                        description="Run one server-scenario cell with tracing on and write "
+                        "Chrome trace-event JSON: a track per task or connection, buffer-size "
+                        "counters, flow arrows from wake-up to step. Our kernels record it "
+                        "themselves (trace=true); trio, asyncio-streams and uvloop-streams are "
+                        "traced through their public hooks. See docs/tracing.md.")
     tr.add_argument("scenario", help="a traceable scenario (looplab list scenarios)")
-    tr.add_argument("--runtime", required=True, help="callback, hybrid or coro (with options)")
+    tr.add_argument("--runtime", required=True,
+                    help="callback, hybrid or coro (with options), or trio, asyncio-streams, "
+                         "uvloop-streams")
     tr.add_argument("--variant", default="naive")
     tr.add_argument("--preset", default="quick")
     tr.add_argument("--out", default="trace.json", help="output path (default trace.json)")

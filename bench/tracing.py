@@ -1,0 +1,291 @@
+"""Traces of reference runtimes, taken through their public hooks only.
+
+``looplab trace`` writes the same Chrome trace-event JSON for a reference runtime
+as for our kernels -- a track per task, a ``step`` slice per task step, and a flow
+arrow from what scheduled a task to the step it caused -- so the two open side by
+side in Perfetto. What each library lets an outsider see:
+
+* trio: ``trio.abc.Instrument`` (added with ``trio.lowlevel.add_instrument`` when
+  the main task starts) reports every spawn, every reschedule, every step and
+  every wait for I/O. A reschedule inside a task step (an event set, a spawn, a
+  task rescheduling itself) starts its arrow in that step; I/O readiness starts
+  it inside the ``io wait`` slice on the ``run loop`` track (trio hands out I/O
+  events before its after-wait hook), a deadline just after that slice.
+* asyncio streams (and uvloop's): a task factory (``loop.set_task_factory``)
+  wraps each new task's coroutine, so every ``send``/``throw`` the Task makes is
+  a step. The future a step yields gets a done-callback, so the arrow starts when
+  the loop runs that future's callbacks (on the ``loop callbacks`` track) -- not
+  when, or by whom, the future was resolved, which no public hook shows. A spawn
+  starts its arrow in the parent's step. The task that runs ``main`` exists
+  before the factory is installed, so its steps are not seen.
+
+Protocol/Transport runtimes (asyncio-protocol, uvloop-protocol) run their code in
+plain callbacks that no public hook reports, and curio's activations are fixed
+when its kernel is made: those are refused with one line.
+
+Mechanism: importing this module registers one extra runtime per traceable
+reference, ``ID+trace`` (e.g. ``trio+trace``), whose port is the reference port
+with the hooks attached and a ``trace()`` method; ``looplab trace`` loads this
+module as a runtime module, so the cell process sees the same runtimes.
+"""
+from __future__ import annotations
+
+import collections.abc
+from dataclasses import replace
+
+from kernels.probe import Trace
+from protocols import runtimes as rtmod
+from protocols.asyncio_ports import AsyncioStreamPort, UvloopStreamPort
+from protocols.trio_curio_ports import TrioPort
+
+__all__ = ["SUFFIX", "TRACEABLE", "traced_spec", "refusal", "TracedTrioPort",
+           "TracedAsyncioStreamPort", "TracedUvloopStreamPort"]
+
+SUFFIX = "+trace"
+LOOP_TID = 0          # the run loop / plain loop callbacks; tasks get 1, 2, ...
+
+# Reference runtime id -> (traced port class, the hook it uses).
+TRACEABLE = {
+    "trio": ("TracedTrioPort", "trio.abc.Instrument"),
+    "asyncio-streams": ("TracedAsyncioStreamPort", "a task factory"),
+    "uvloop-streams": ("TracedUvloopStreamPort", "a task factory"),
+}
+
+_WHY_NOT = {
+    "callback": "its code runs in Protocol callbacks, which no public asyncio hook reports",
+    "task": "its public hooks (curio's Activation) are fixed when the port makes its kernel",
+}
+
+
+def refusal(runtime) -> str | None:
+    """Why ``looplab trace`` cannot trace this (non-ours) runtime, or None if it can."""
+    if runtime.id in TRACEABLE:
+        return None
+    why = _WHY_NOT.get(runtime.style, "no public hook reports its task steps")
+    return (f"cannot trace {runtime.id}: {why}; traceable: our kernels (callback, hybrid, "
+            f"coro) and, through public hooks, {', '.join(TRACEABLE)}")
+
+
+def traced_spec(runtime) -> str:
+    """The spec of the traced twin of a traceable reference runtime, same options."""
+    spec = runtime.spec
+    head, sep, rest = spec.partition(":")
+    return head + SUFFIX + sep + rest
+
+
+def _register() -> None:
+    for rid, (cls, hook) in TRACEABLE.items():
+        info = rtmod.RUNTIMES.get(rid)
+        if info is None or rid + SUFFIX in rtmod.RUNTIMES:
+            continue
+        rtmod.register(replace(info, id=rid + SUFFIX, port=f"{__name__}:{cls}",
+                               compared_with=(), fingerprint=None, differences={}, origin="",
+                               summary=f"{info.summary}, traced through {hook} (looplab trace)"))
+
+
+# ---------------------------------------------------------------------------
+# trio
+
+def _trio_tracer(trace: Trace):
+    import trio
+
+    class Tracer(trio.abc.Instrument):
+        """Steps, spawns and reschedules as trace events; never raises (trio drops
+        an instrument that does)."""
+
+        def __init__(self):
+            self.tids: dict = {}
+            self.flows: dict = {}
+            self.count = 0
+            self.current = None      # the task whose step is running
+
+        def tid(self, task) -> int:
+            tid = self.tids.get(task)
+            if tid is None:
+                self.count += 1
+                tid = self.tids[task] = self.count
+                trace.track(tid, task.name)
+            return tid
+
+        def _here(self) -> int:
+            return self.tid(self.current) if self.current is not None else LOOP_TID
+
+        def task_spawned(self, task):
+            trace.instant("spawn", self._here(), child=self.tid(task))
+
+        def task_scheduled(self, task):
+            self.flows[task] = trace.flow_start(self._here())
+
+        def before_task_step(self, task):
+            tid = self.tid(task)
+            self.current = task
+            trace.begin("step", tid)
+            flow = self.flows.pop(task, 0)
+            if flow:
+                trace.flow_end(flow, tid)
+
+        def after_task_step(self, task):
+            # The step that added this instrument began unseen: no slice to end.
+            if self.current is task:
+                trace.end(self.tid(task))
+            self.current = None
+
+        def task_exited(self, task):
+            trace.instant("exit", self.tid(task))
+            self.flows.pop(task, None)
+
+        def before_io_wait(self, timeout):
+            trace.begin("io wait", LOOP_TID, timeout_s=timeout)
+
+        def after_io_wait(self, timeout):
+            trace.end(LOOP_TID)
+
+    return Tracer()
+
+
+class TracedTrioPort(TrioPort):
+    """trio's port with a tracing Instrument added when the main task starts."""
+
+    def __init__(self, runtime, opts):
+        super().__init__(runtime, opts)
+        self._trace = Trace()
+        self._trace.track(LOOP_TID, "run loop")
+
+    def trace(self) -> Trace:
+        return self._trace
+
+    def run(self, main, *args):
+        import trio
+        tracer = _trio_tracer(self._trace)
+
+        async def traced(port, *rest):
+            trio.lowlevel.add_instrument(tracer)
+            return await main(port, *rest)
+        # trio names the main task after its function: keep the driver's name
+        traced.__qualname__ = getattr(main, "__qualname__", "main")
+        traced.__module__ = getattr(main, "__module__", None)
+        return super().run(traced, *args)
+
+
+# ---------------------------------------------------------------------------
+# asyncio (and uvloop) streams
+
+class _Stepped(collections.abc.Coroutine):
+    """A task's coroutine, seen from the Task: each send/throw is one step."""
+    __slots__ = ("_coro", "_tracer", "_tid")
+
+    def __init__(self, coro, tracer, tid):
+        self._coro = coro
+        self._tracer = tracer
+        self._tid = tid
+
+    def send(self, value):
+        return self._tracer.step(self._tid, self._coro.send, value)
+
+    def throw(self, *exc):
+        return self._tracer.step(self._tid, self._coro.throw, *exc)
+
+    def close(self):
+        return self._coro.close()
+
+    def __next__(self):
+        return self.send(None)
+
+    def __iter__(self):
+        return self
+
+    def __await__(self):
+        return self
+
+
+class _AsyncioTracer:
+    def __init__(self, trace: Trace):
+        import asyncio
+        self._isfuture = asyncio.isfuture
+        self._Task = asyncio.Task
+        self.trace = trace
+        self.flows: dict[int, int] = {}
+        self.current = LOOP_TID
+        self.next_tid = 0
+        self.previous = None
+
+    def install(self, loop) -> None:
+        self.previous = loop.get_task_factory()
+        loop.set_task_factory(self.factory)
+
+    def factory(self, loop, coro, **kw):
+        self.next_tid += 1
+        tid = self.next_tid
+        trace = self.trace
+        parent = self.current
+        trace.instant("spawn", parent, child=tid)
+        self.flows[tid] = trace.flow_start(parent)
+        stepped = _Stepped(coro, self, tid)
+        if self.previous is not None:
+            task = self.previous(loop, stepped, **kw)
+        else:
+            task = self._Task(stepped, loop=loop, **kw)
+        trace.track(tid, getattr(coro, "__qualname__", None) or task.get_name())
+        return task
+
+    def _woken(self, tid, _fut) -> None:
+        self.flows[tid] = self.trace.flow_start(LOOP_TID)
+
+    def step(self, tid, fn, *args):
+        trace = self.trace
+        trace.begin("step", tid)
+        flow = self.flows.pop(tid, 0)
+        if flow:
+            trace.flow_end(flow, tid)
+        outer, self.current = self.current, tid
+        try:
+            yielded = fn(*args)
+        except BaseException:
+            trace.end(tid)
+            raise
+        finally:
+            self.current = outer
+        if yielded is None:
+            # a bare yield (asyncio.sleep(0)): the Task reschedules itself now
+            self.flows[tid] = trace.flow_start(tid)
+        elif self._isfuture(yielded):
+            # Added before the Task adds its own wake-up, so it runs just before it.
+            yielded.add_done_callback(lambda fut, tid=tid: self._woken(tid, fut))
+        trace.end(tid)
+        return yielded
+
+
+class _TracedStreams:
+    """Mixin: install the task factory when the main coroutine starts."""
+
+    def _setup_trace(self):
+        self._trace = Trace()
+        self._trace.track(LOOP_TID, "loop callbacks")
+
+    def trace(self) -> Trace:
+        return self._trace
+
+    def run(self, main, *args):
+        import asyncio
+        tracer = _AsyncioTracer(self._trace)
+
+        async def traced(port, *rest):
+            tracer.install(asyncio.get_running_loop())
+            return await main(port, *rest)
+        traced.__qualname__ = getattr(main, "__qualname__", "main")
+        return super().run(traced, *args)
+
+
+class TracedAsyncioStreamPort(_TracedStreams, AsyncioStreamPort):
+    def __init__(self, runtime, opts):
+        super().__init__(runtime, opts)
+        self._setup_trace()
+
+
+class TracedUvloopStreamPort(_TracedStreams, UvloopStreamPort):
+    def __init__(self, runtime, opts):
+        super().__init__(runtime, opts)
+        self._setup_trace()
+
+
+_register()
