@@ -28,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 
 from bench import results, scenario
 from protocols import callback, runtimes, stream, task
@@ -144,7 +145,11 @@ def main(argv: list[str]) -> int:
         pass
     except* Exception as group:   # reported to the parent as this cell's error, one line
         exc = group.exceptions[0]
-        result = {"error": f"{type(exc).__name__}: {exc}"}
+        # One line, but with the innermost frame: a rare failure must still say where.
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in " \
+                f"{frames[-1].name})" if frames else ""
+        result = {"error": f"{type(exc).__name__}: {exc}{where}"}
     emit({"event": "result", **result})
     return 1 if "error" in result else 0
 
