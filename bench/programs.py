@@ -597,21 +597,9 @@ def _s8_stream(port, rt, addr, total, sockbuf, main_s, max_s):
             "note": f"stream port: create_task(writer with drain); main returns after {main_s} s"}
 
 
-def _spawn_detached(rt):
-    """The library's spawn-without-join, where it has one: curio's and our coro
-    kernel's ``spawn``. trio has none (every task lives in a nursery): None."""
-    if rt.id == "curio":
-        import curio
-        return curio.spawn
-    if rt.id == "coro":
-        import kernels.coro
-        return kernels.coro.spawn
-    return None
-
-
 def _s8_task(port, rt, addr, total, sockbuf, main_s, max_s):
     progress = {"finished": False}
-    spawn = _spawn_detached(rt)
+    spawn = port.detached_spawn      # curio's and coro's spawn-without-join; trio has none
 
     async def background():
         stream = await port.open_tcp_stream(addr[0], addr[1], sockbuf=sockbuf)
