@@ -193,11 +193,13 @@ class CallbackSide:
         self.loop.set_exception_handler(
             lambda loop, ctx: self.handled.append(ename(ctx.get("exception"))))
         self.log = _LogCatcher()
-        logging.getLogger("asyncio").addHandler(self.log)
+        # each loop logs on its own logger: asyncio's, or our kernel's package logger
+        self._logger = logging.getLogger("kernels.callback" if self.ours else "asyncio")
+        self._logger.addHandler(self.log)
         self.listener = _Listener()
 
     def close(self):
-        logging.getLogger("asyncio").removeHandler(self.log)
+        self._logger.removeHandler(self.log)
         try:
             self.loop.close()
         finally:
@@ -1460,7 +1462,9 @@ class TaskSide:
         self.nursery = None
         if rid == "coro":
             import kernels.coro as lib
-            self.roles = {lib.Cancelled: "cancelled", lib.TaskTimeout: "timeout"}
+            self.roles = {lib.Cancelled: "cancelled", lib.TaskTimeout: "timeout",
+                          lib.TimeoutCancellationError: "timeout-cancellation",
+                          lib.TaskError: "task-error"}
         elif rid == "curio":
             import curio as lib
             self.roles = {lib.TaskCancelled: "cancelled", lib.CancelledError: "cancelled",
