@@ -52,6 +52,14 @@ DECLARED = {
     ("cb_write_after_completed_buffered_close", "asyncio-protocol"):
         "asyncio bug: after a buffered close completes, write() calls send() on the dropped "
         "socket (None) and raises AttributeError; ours drops the write as after any close",
+    ("co_event_wake_order", "curio"):
+        "arbitrary order in curio: its Event keeps waiters in a set (curio/sched.py "
+        "SchedBarrier), so set() wakes them in hash order, which varies from run to run; "
+        "ours wakes them FIFO, as asyncio's Event does",
+    ("co_send_after_close", "curio"):
+        "curio's Socket has no closed state: after close() a call reaches the closed "
+        "stdlib socket and fails with OSError (EBADF); ours raises ClosedResourceError, "
+        "as trio does (the same difference is declared in curio's port conformance)",
 }
 
 WORKER_TIMEOUT_S = 50.0
