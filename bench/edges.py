@@ -176,10 +176,10 @@ class CallbackSide:
     """One callback-style runtime: a loop, a peer listener, and the two channels a
     loop reports through (its exception handler, and asyncio's logger)."""
 
-    def __init__(self, rid):
+    def __init__(self, rid, options=None):
         if rid == "callback":
             from kernels.callback import Loop
-            self.loop = Loop()
+            self.loop = Loop(**(options or {}))
             self.ours = True
         else:
             import asyncio
@@ -193,11 +193,13 @@ class CallbackSide:
         self.loop.set_exception_handler(
             lambda loop, ctx: self.handled.append(ename(ctx.get("exception"))))
         self.log = _LogCatcher()
-        logging.getLogger("asyncio").addHandler(self.log)
+        # each loop logs on its own logger: asyncio's, or our kernel's package logger
+        self._logger = logging.getLogger("kernels.callback" if self.ours else "asyncio")
+        self._logger.addHandler(self.log)
         self.listener = _Listener()
 
     def close(self):
-        logging.getLogger("asyncio").removeHandler(self.log)
+        self._logger.removeHandler(self.log)
         try:
             self.loop.close()
         finally:
@@ -1455,12 +1457,15 @@ async def tk_shielded_cancel_not_mine(a):
 class TaskSide:
     """sleep/spawn/join/cancel/timeouts/Event/sockets and exception roles for one library."""
 
-    def __init__(self, rid):
+    def __init__(self, rid, options=None):
         self.rid = rid
+        self.options = options or {}
         self.nursery = None
         if rid == "coro":
             import kernels.coro as lib
-            self.roles = {lib.Cancelled: "cancelled", lib.TaskTimeout: "timeout"}
+            self.roles = {lib.Cancelled: "cancelled", lib.TaskTimeout: "timeout",
+                          lib.TimeoutCancellationError: "timeout-cancellation",
+                          lib.TaskError: "task-error"}
         elif rid == "curio":
             import curio as lib
             self.roles = {lib.TaskCancelled: "cancelled", lib.CancelledError: "cancelled",
@@ -1505,7 +1510,7 @@ class TaskSide:
 
     def _run(self, fn):
         if self.rid in ("coro", "curio"):
-            return self.lib.run(fn, self)
+            return self.lib.run(fn, self, **self.options)
 
         async def main():
             async with self.lib.open_nursery() as n:
@@ -2081,10 +2086,10 @@ def _jsonable(value):
         return repr(value)
 
 
-def _run_one(rid, p):
+def _run_one(rid, p, options):
     style = STYLE_OF[rid]
     if style == "callback":
-        h = CallbackSide(rid)
+        h = CallbackSide(rid, options)
         try:
             return p.fn(h)
         finally:
@@ -2092,20 +2097,37 @@ def _run_one(rid, p):
     if style == "stream":
         if rid == "hybrid":
             import kernels.hybrid as a
-            return a.run(p.fn(a))
+            return a.run(p.fn(a), **options)
         import asyncio as a
         if rid == "uvloop-streams":
             import uvloop
             with a.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 return runner.run(p.fn(a))
         return a.run(p.fn(a))
-    return TaskSide(rid).run(p.fn)
+    return TaskSide(rid, options).run(p.fn)
 
 
-def run_probes(rid, names=None, out=sys.stdout):
+def parse_runtime(spec: str) -> tuple[str, dict]:
+    """``RUNTIME[:OPTIONS]`` -> (runtime, options). Options apply to our kernels only
+    (``coro:cancel_base=exception``) and are checked by the kernel's schema."""
+    rid, _, text = spec.partition(":")
+    if rid not in STYLE_OF:
+        raise ValueError(f"unknown runtime {rid!r}; choose from {', '.join(STYLE_OF)}")
+    if not text:
+        return rid, {}
+    if rid not in ("callback", "hybrid", "coro"):
+        raise ValueError(f"{rid} takes no options here; only our kernels do")
+    import importlib
+    schema = importlib.import_module(f"kernels.{rid}").OPTIONS
+    return rid, schema.parse(text)
+
+
+def run_probes(rid, names=None, out=sys.stdout, options=None):
     """Run the probes of ``rid``'s style (or only ``names``), one JSON line each:
-    ``{"probe", "obs"}``, or ``{"probe", "error"}`` when the probe itself failed."""
+    ``{"probe", "obs"}``, or ``{"probe", "error"}`` when the probe itself failed.
+    ``options``: kernel options for our kernels (the option-flip checks use them)."""
     style = STYLE_OF[rid]
+    options = options or {}
     signal.signal(signal.SIGALRM, _alarm)
     # curio logs crashes and our kernel prints them; TaskSide counts both, and neither
     # reaches this process's stderr.
@@ -2120,7 +2142,7 @@ def run_probes(rid, names=None, out=sys.stdout):
             try:
                 # each probe in a fresh copy of the context: contextvar probes
                 # must not see each other's values
-                obs = contextvars.copy_context().run(_run_one, rid, p)
+                obs = contextvars.copy_context().run(_run_one, rid, p, options)
                 rec = {"probe": p.name, "obs": _jsonable(obs)}
             except _ProbeTimeout:
                 rec = {"probe": p.name, "error": f"timed out after {PROBE_TIMEOUT_S:g} s"}
@@ -2136,9 +2158,13 @@ def run_probes(rid, names=None, out=sys.stdout):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] not in STYLE_OF:
-        print(f"usage: python -m bench.edges RUNTIME [NAME,...]; RUNTIME is one of "
-              f"{', '.join(STYLE_OF)}", file=sys.stderr)
+    try:
+        if len(sys.argv) < 2:
+            raise ValueError("a runtime is needed")
+        _rid, _opts = parse_runtime(sys.argv[1])
+    except ValueError as exc:
+        print(f"usage: python -m bench.edges RUNTIME[:OPTIONS] [NAME,...]; RUNTIME is one "
+              f"of {', '.join(STYLE_OF)} ({exc})", file=sys.stderr)
         sys.exit(2)
     wanted = set(sys.argv[2].split(",")) if len(sys.argv) > 2 and sys.argv[2] else None
-    run_probes(sys.argv[1], wanted)
+    run_probes(_rid, wanted, options=_opts)

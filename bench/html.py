@@ -881,6 +881,45 @@ class _Page:
         return ('<section><h2 id="fidelity">Fidelity: our kernels against their references</h2>' + head
                 + _table(header, rows, cls="data fidelity") + "</section>")
 
+    # -- fidelity probes -----------------------------------------------------
+    def probes(self) -> str:
+        """The edge probes (``looplab fidelity``): agreement per pairing, and every
+        difference with its declared reason."""
+        block = self.doc.get("fidelity_probes")
+        if not block:
+            return ""
+        rows = []
+        for p in block.get("pairings", []):
+            name = e(p["pairing"]) + ("" if p["primary"] else ' <small class="muted">(information)</small>')
+            if not p["compared"]:
+                rows.append([name, '<span class="muted">no probe maps</span>', "", "", ""])
+                continue
+            ok = p["primary"] and not p["differ"] and not p["error"]
+            agree = f'{p["agree"]} / {p["compared"]}'
+            rows.append([name, f'<span class="ok">{YES} {agree}</span>' if ok else e(agree),
+                         e(str(p["declared"])), e(str(p["differ"])), e(str(p["error"]))])
+        head = ('<p>Small programs that each poke one edge (a write after close, a nested timeout, '
+                'the context a callback sees) run on our kernel and on its references, each runtime '
+                'in its own process. Against the primary reference every difference is fixed or '
+                'declared with a reason; against a secondary one it is information. Measured with '
+                f'<code>{e(block.get("command", "looplab fidelity"))}</code>'
+                + (f' in {e(str(block["elapsed_s"]))} s' if "elapsed_s" in block else "") + ".</p>")
+        if block.get("skipped"):
+            head += f'<p class="muted">Not run (library missing): {e(", ".join(block["skipped"]))}.</p>'
+        out = head + _table(["pairing", "agree", "declared", "differ (undeclared)", "errors"], rows,
+                            cls="data probes")
+        diffs = block.get("differences") or []
+        if diffs:
+            drows = [[e(f'{d["ours"]} vs {d["reference"]}'), f'<code>{e(d["probe"])}</code>',
+                      f'<code>{e(d["reference_obs"])}</code>', f'<code>{e(d["ours_obs"])}</code>',
+                      (f'<span class="no">{NO} {e(d["verdict"])}</span>' if d["verdict"] in ("differ", "error")
+                       else e(d["verdict"])), e(d["reason"])] for d in diffs]
+            out += ("<h3>Differences</h3>"
+                    + _table(["pairing", "probe", "reference", "ours", "verdict", "reason"], drows,
+                             cls="data probe-diffs"))
+        return ('<section><h2 id="probes">Fidelity probes: our kernels at the edges</h2>' + out
+                + "</section>")
+
     # -- benchmarks -----------------------------------------------------------
     def benchmarks(self) -> str:
         if not self.bench and not self.doc.get("goals"):
@@ -1106,9 +1145,12 @@ class _Page:
             nav.append('<a href="#answers">the three questions</a>')
         nav += [f'<a href="#{self.anchors.get(sid, "s")}">{e(sid)}</a>' for sid in self.sids]
         fidelity = self.fidelity()
+        probes = self.probes()
         bench = self.benchmarks()
         if fidelity:
             nav.append('<a href="#fidelity">fidelity</a>')
+        if probes:
+            nav.append('<a href="#probes">fidelity probes</a>')
         if bench:
             nav.append('<a href="#bench">benchmarks</a>')
         nav.append('<a href="#run">run</a>')
@@ -1128,6 +1170,7 @@ class _Page:
             for sid in self.sids:
                 body.append(self.scenario(sid))
         body.append(fidelity)
+        body.append(probes)
         body.append(bench)
         body.append(self.metadata())
         return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

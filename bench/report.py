@@ -148,6 +148,12 @@ def render_terminal(doc: dict, notes_in: str | None = None) -> str:
         bad = [r for r in fid if r[5] != "yes"]
         if bad:
             parts.append(format_table(FIDELITY_HEADER, bad))
+    probes = doc.get("fidelity_probes")
+    if probes:
+        primary = [p for p in probes["pairings"] if p["primary"] and p["compared"]]
+        parts.append("\nFidelity probes (edges): " + "; ".join(
+            f"{p['pairing']} {p['agree']}/{p['compared']} agree, {p['declared']} declared, "
+            f"{p['differ']} undeclared" for p in primary))
     errors = [f"{r['id']}: {e}" for r in doc["cells"] for e in r.get("errors", [])]
     if errors:
         parts.append("\nErrors:\n" + "\n".join("  " + e for e in errors))
@@ -192,6 +198,9 @@ def render_markdown(doc: dict, plots: list[str]) -> str:
               "kernel's defaults reproduce) is a fidelity failure; rows against the other "
               "references show where the libraries differ among themselves.", "",
               format_table(FIDELITY_HEADER, fid, markdown=True) if fid else "(no comparable cells)", ""]
+    if doc.get("fidelity_probes"):
+        from bench import fidelity as fidmod
+        lines += [fidmod.markdown_section(doc["fidelity_probes"]), ""]
     notes = _notes(cells, "`")
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]

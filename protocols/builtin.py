@@ -63,6 +63,31 @@ _TRIO = {
     "cancel_semantics": "level",
 }
 
+# Version- and design-dependent options whose flip no S4 metric can see: their S4 flip
+# is declared empty (the row must stay the same), and the edge probe that does see it
+# is declared in EDGE_FLIPS. The default follows the installed reference (wait_for:
+# a new Task on Python 3.11, inline from 3.12), so the flip is the other value.
+_WAIT_FOR_FLIP = ("wait_for=inline" if kernels.hybrid.OPTIONS.defaults()["wait_for"] == "task"
+                  else "wait_for=task")
+
+#: runtime -> {option flip: {edge probe (bench.edges): {observation key: value when flipped}}}.
+#: tests/test_fingerprints.py runs each probe with and without the flip and checks that
+#: exactly these keys take these values only when flipped.
+EDGE_FLIPS = {
+    "hybrid": {
+        _WAIT_FOR_FLIP: {"tk_wait_for_runs_in_new_task": {
+            "same_task": _WAIT_FOR_FLIP == "wait_for=inline"}},
+    },
+    "coro": {
+        "cancel_base=exception": {
+            "co_timeout_except_exception": {"caught_by_except_Exception": True,
+                                            "block_ended": "normally"},
+            "co_timeout_exception_bases": {"at_await": "Exception", "out_of_block": "Exception"},
+            "co_cancel_exception_base": {"base": "Exception"},
+        },
+    },
+}
+
 # Options declared to touch no S4 metric, whatever their value.
 _NEUTRAL = frozenset({"exit", "trace", "instrument", "high_water", "low_water", "write", "drain"})
 _REFERENCE = dict(neutral=_NEUTRAL)
@@ -120,6 +145,7 @@ for _info in (
                     "spawn=eager": {"child_ran_before_spawn_returned": True},
                     "drain=empty": {},
                     "write=defer": {},
+                    _WAIT_FOR_FLIP: {},                     # seen by EDGE_FLIPS instead
                 }, _NEUTRAL),
                 summary="our Futures/Tasks/streams on the reactor"),
     RuntimeInfo("coro", "task", f"{_P}:CoroPort", kernels.coro.OPTIONS,
@@ -131,6 +157,7 @@ for _info in (
                     "ready_order=random-*": {"child_first_after_yield_fraction": Between(0.2, 0.8)},
                     "cancel=level": {"cancel_semantics": "level"},
                     "spawn=eager": {"child_ran_before_spawn_returned": True},
+                    "cancel_base=exception": {},            # seen by EDGE_FLIPS instead
                 }, _NEUTRAL),
                 differences=_RESET_IS_OS_ERROR,
                 summary="our trap kernel, send_all blocks"),

@@ -323,7 +323,9 @@ def test_spawn_of_a_non_async_function_raises_type_error_in_the_spawner():
     run(main)
 
 
-def test_unjoined_crash_prints_one_line_and_joined_crash_prints_nothing(capfd):
+def test_every_crash_is_reported_once_when_it_happens(capfd):
+    # curio logs "Task Crash" for every task but main that ends with an exception,
+    # joined or not, at the moment it ends; join() still raises TaskError.
     async def bad(tag):
         raise RuntimeError(tag)
 
@@ -331,15 +333,32 @@ def test_unjoined_crash_prints_one_line_and_joined_crash_prints_nothing(capfd):
         t = await c.spawn(bad, "joined-one")
         await c.spawn(bad, "lonely-one")
         await c.sleep(0.01)
+        reported = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
         with pytest.raises(c.TaskError):
             await t.join()
+        return reported
 
-    run(main)
+    reported = run(main)
     gc.collect()
-    err = capfd.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert "lonely-one" in lines[0] and "nobody joined" in lines[0]
+    assert capfd.readouterr().err == ""         # nothing more at join, run end or collection
+    assert len(reported) == 2, reported
+    assert "joined-one" in reported[0] and "lonely-one" in reported[1]
+    assert all("crashed: RuntimeError" in line for line in reported)
+
+
+def test_main_task_and_cancelled_tasks_are_not_reported_as_crashes(capfd):
+    async def victim():
+        await c.sleep(10)
+
+    async def main():
+        t = await c.spawn(victim)
+        await c.sleep(0.01)
+        await t.cancel()
+        raise ValueError("main's own")
+
+    with pytest.raises(ValueError):
+        run(main)
+    assert capfd.readouterr().err == ""
 
 
 # ---------------------------------------------------------------------------
@@ -358,12 +377,13 @@ def test_cancel_is_delivered_at_the_blocking_point():
 
         t = await c.spawn(victim)
         await c.sleep(0.01)
-        assert await t.cancel() is True
+        assert await t.cancel() is None         # curio's cancel() returns nothing
         assert where == ["sleep"] and t.cancelled()
         with pytest.raises(c.TaskError) as info:
             await t.join()
         assert isinstance(info.value.__cause__, c.Cancelled)
-        assert await t.cancel() is False        # already finished
+        assert await t.cancel() is None         # already finished: left as it is
+        assert t.cancelled()
 
     run(main)
 

@@ -121,6 +121,13 @@ ISSUE_13 = [
     ("curio", "co_join_error", "cause", "ValueError"),
     ("curio", "co_join_error", "crash_reported", True),
     ("curio", "co_event_wake_order", "fifo", False),
+    # found by this suite
+    ("asyncio-streams", "tk_contextvar_in_callbacks", "call_soon", "task"),
+    ("asyncio-streams", "tk_contextvar_in_callbacks", "done_cb", "task"),
+    ("curio", "co_cancel_finished_task", "cancel_returned", None),
+    ("curio", "co_child_crash_unjoined", "reported_before_run_ends", True),
+    ("curio", "co_join_cancelled", "raised", "task-error"),
+    ("curio", "co_send_after_close", "send", "OSError"),
 ]
 
 
@@ -139,20 +146,7 @@ def test_lowering_high_water_after_close_pauses_on_asyncio(runs):
 # ---------------------------------------------------------------------------
 # Ours must agree. Open gaps, one table: remove an entry when its kernel fix lands.
 
-KNOWN_GAPS = {
-    # issue 13
-    ("callback", "cb_write_after_close_empty"),
-    ("callback", "cb_write_after_connection_lost_exc"),
-    ("coro", "co_nested_timeout_outer_expires"),
-    ("coro", "co_join_error"),
-    ("coro", "co_event_wake_order"),
-    # found by this suite
-    ("hybrid", "tk_contextvar_in_callbacks"),
-    ("coro", "co_join_cancelled"),
-    ("coro", "co_cancel_finished_task"),
-    ("coro", "co_send_after_close"),
-    ("coro", "co_child_crash_unjoined"),
-}
+KNOWN_GAPS: set = set()     # none open: every difference is fixed or in fidelity.DECLARED
 
 _PRIMARY_CASES = sorted((ours, n) for ours in PRIMARY for n, p in PROBES.items()
                         if p.style == STYLE_OF[ours])
@@ -239,7 +233,8 @@ def test_document_has_one_cell_per_probe_and_runtime(runs, rows):
     cell = next(c for c in doc["cells"] if c["runtime"] == "callback"
                 and c["variant"] == "cb_default_buffer_limits")
     assert cell["scenario"] == "fidelity"
-    assert cell["metrics"]["observation"] == runs[0]["callback"]["cb_default_buffer_limits"]["obs"]
+    assert json.loads(cell["metrics"]["observation"]) == \
+        runs[0]["callback"]["cb_default_buffer_limits"]["obs"]
     assert isinstance(cell["verdicts"]["agrees"], bool)
 
 
@@ -262,10 +257,69 @@ def test_declared_difference_does_not_fail(capsys):
     assert fidelity.main(["--runtimes", "callback", "--probes", n, "--fail"]) == ExitCode.OK
 
 
-def test_out_dir_gets_json_and_markdown(tmp_path):
-    assert fidelity.main(["--probes", "cb_default*", "--out", str(tmp_path / "o")]) == 0
-    assert json.loads((tmp_path / "o" / "fidelity.json").read_text())["cells"]
-    assert "| probe |" in (tmp_path / "o" / "fidelity.md").read_text()
+def test_out_dir_gets_valid_json_and_the_report_section(tmp_path):
+    from bench import results as res
+    assert fidelity.main(["--probes", "cb_default*,co_event*", "--out", str(tmp_path / "o")]) == 0
+    doc = json.loads((tmp_path / "o" / "fidelity.json").read_text())
+    assert doc["cells"] and res.validate(doc) == []
+    block = doc["fidelity_probes"]
+    pairs = {p["pairing"]: p for p in block["pairings"]}
+    assert pairs["callback vs asyncio-protocol"]["compared"] == 1
+    md = (tmp_path / "o" / "fidelity.md").read_text()
+    assert "| probe |" in md and "## Fidelity probes" in md
+    assert md.count(fidelity.markdown_section(block)) == 1
+    if "coro vs curio" in pairs:        # the declared difference is listed with its reason
+        assert "co_event_wake_order" in md and "hash order" in md
+
+
+def _rows():
+    ref = {"obs": {"fifo": False, "n": 10}}
+    ours = {"obs": {"fifo": True, "n": 10}}
+    return fidelity.compare({"coro": {"co_event_wake_order": ours, "co_timeout_zero": ref},
+                             "curio": {"co_event_wake_order": ref, "co_timeout_zero": ref}},
+                            ["co_event_wake_order", "co_timeout_zero"])
+
+
+def test_probes_block_counts_and_differences():
+    block = fidelity.probes_block(_rows(), skipped=["trio"], elapsed_s=1.23)
+    assert block["pairings"] == [{"pairing": "coro vs curio", "ours": "coro", "reference": "curio",
+                                  "primary": True, "compared": 2, "agree": 1, "declared": 1,
+                                  "differ": 0, "error": 0}]
+    (d,) = block["differences"]
+    assert d["probe"] == "co_event_wake_order" and d["verdict"] == "declared"
+    assert d["reference_obs"] == '{"fifo":false}' and d["ours_obs"] == '{"fifo":true}'
+    assert d["reason"] == fidelity.DECLARED[("co_event_wake_order", "curio")]
+    assert block["skipped"] == ["trio"] and block["elapsed_s"] == 1.2
+    json.dumps(block)
+
+
+def test_main_report_markdown_and_terminal_show_the_probes():
+    from bench import report
+    block = fidelity.probes_block(_rows())
+    doc = {"schema": 1, "looplab": "x", "run_id": "r", "env": {}, "cells": [],
+           "fidelity_probes": block}
+    md = report.render_markdown(doc, [])
+    assert "## Fidelity probes: our kernels at the edges" in md
+    assert "| coro vs curio | 1 / 2 | 1 | 0 | 0 |" in md and "hash order" in md
+    assert "coro vs curio 1/2 agree, 1 declared, 0 undeclared" in report.render_terminal(doc)
+    assert "Fidelity probes" not in report.render_markdown(dict(doc, fidelity_probes=None), [])
+
+
+def test_main_job_runs_the_probes_and_hands_them_to_the_report(monkeypatch, tmp_path):
+    import argparse
+    from bench import report
+    from bench.verbs import run as run_verbs
+    block = fidelity.probes_block(_rows())
+    monkeypatch.setattr(fidelity, "measure", lambda *a, **k: ({}, [], [], block))
+    seen = {}
+
+    def fake_run_and_report(cells, out_dir, **kw):
+        seen.update(kw, cells=cells, out_dir=out_dir)
+        return ExitCode.OK
+    monkeypatch.setattr(report, "run_and_report", fake_run_and_report)
+    args = argparse.Namespace(main_out=str(tmp_path / "rep"))
+    assert run_verbs.cmd_main_job(args) == ExitCode.OK
+    assert seen["extra"] == {"fidelity_probes": block} and seen["cells"]
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -9,6 +9,9 @@ come from ``protocols.fingerprint`` (±0.1, trio's "strictly between
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -59,6 +62,67 @@ def test_flip_changes_exactly_the_declared_metric(flip):
         assert not satisfies(base[metric], fp[metric]), (
             f"{flip} was declared to change {metric}, but it still matches the base "
             f"declaration {base[metric]!r}: measured {fp[metric]!r}")
+
+
+def _edge_obs(spec: str, probe: str) -> dict:
+    """One edge probe (bench.edges) on ``spec`` in its own process."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-m", "bench.edges", spec, probe], cwd=root,
+                          capture_output=True, text=True, timeout=60)
+    rec = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "obs" in rec, (spec, rec)
+    return rec["obs"]
+
+
+def _edge_flips() -> list:
+    from protocols.builtin import EDGE_FLIPS
+    return [(f"{rid}:{flip}", probe, change) for rid, flips in EDGE_FLIPS.items()
+            for flip, probes in flips.items() for probe, change in probes.items()]
+
+
+@pytest.mark.parametrize("spec,probe,change", _edge_flips(),
+                         ids=[f"{s}-{p}" for s, p, _ in _edge_flips()])
+def test_edge_flip_changes_exactly_its_declared_observations(spec, probe, change):
+    # Options S4 cannot see (wait_for, cancel_base) are checked by the edge probe that
+    # can: the declared keys take the declared values only when the option is flipped,
+    # and nothing else in the observation moves.
+    base = _edge_obs(spec.split(":")[0], probe)
+    flipped = _edge_obs(spec, probe)
+    for key, value in change.items():
+        assert flipped[key] == value, (key, flipped)
+        assert base[key] != value, (key, base)
+    assert {k: v for k, v in flipped.items() if k not in change} == \
+        {k: v for k, v in base.items() if k not in change}
+
+
+def test_every_edge_flip_has_an_s4_declaration_and_names_a_real_probe():
+    from bench.edges import PROBES, STYLE_OF
+    from protocols.builtin import EDGE_FLIPS
+    for rid, flips in EDGE_FLIPS.items():
+        info = runtimes.get(rid)
+        for flip, probes in flips.items():
+            name, _, value = flip.partition("=")
+            assert info.fingerprint.flip(name, value) is not None, flip
+            assert value != str(info.options.defaults()[name]).lower(), flip
+            for probe in probes:
+                assert PROBES[probe].style == STYLE_OF[rid], probe
+
+
+def test_every_choice_of_our_kernels_options_is_declared_or_neutral():
+    # A new option value must say what it changes (or that it changes nothing S4 sees).
+    for info in runtimes.RUNTIMES.values():
+        if not info.ours or info.origin != "builtin":
+            continue
+        defaults = info.options.defaults()
+        for opt in info.options.options:
+            if opt.name in info.fingerprint.neutral:
+                continue
+            values = getattr(opt.parse, "values", "true|false").split("|")
+            for value in values:
+                if value == str(defaults[opt.name]).lower() or not value.islower():
+                    continue        # the default, or a pattern such as random-SEED
+                assert info.fingerprint.flip(opt.name, value) is not None, \
+                    f"{info.id}:{opt.name}={value} declares no fingerprint flip"
 
 
 def test_every_builtin_runtime_declares_a_row_with_every_metric():

@@ -350,6 +350,37 @@ def test_bench_only_document(bench_doc, tmp_path):
     assert 'href="curve.png"' in text
 
 
+_PROBES = {
+    "command": "looplab fidelity", "elapsed_s": 9.5, "skipped": ["uvloop-streams"],
+    "pairings": [
+        {"pairing": "coro vs curio", "ours": "coro", "reference": "curio", "primary": True,
+         "compared": 29, "agree": 27, "declared": 2, "differ": 0, "error": 0},
+        {"pairing": "coro vs trio", "ours": "coro", "reference": "trio", "primary": False,
+         "compared": 19, "agree": 10, "declared": 0, "differ": 9, "error": 0}],
+    "differences": [
+        {"ours": "coro", "reference": "curio", "primary": True, "probe": "co_event_wake_order",
+         "verdict": "declared", "reference_obs": '{"fifo":false}', "ours_obs": '{"fifo":true}',
+         "reason": "curio wakes <waiters> in hash order"},
+        {"ours": "coro", "reference": "trio", "primary": False, "probe": "co_timeout_zero",
+         "verdict": "information", "reference_obs": '{"raised":"timeout"}',
+         "ours_obs": '{"raised":null}', "reason": ""}],
+}
+
+
+def test_fidelity_probes_section_shows_counts_and_each_difference_with_its_reason(edge_doc, tmp_path):
+    doc = dict(edge_doc, fidelity_probes=_PROBES)
+    text = render(doc, tmp_path)
+    check_page(text, str(tmp_path))
+    assert '<a href="#probes">fidelity probes</a>' in text
+    section = text.split('id="probes"')[1].split("</section>")[0]
+    assert "27 / 29" in section and "10 / 19" in section and "(information)" in section
+    assert "co_event_wake_order" in section and "curio wakes &lt;waiters&gt; in hash order" in section
+    assert "{&quot;fifo&quot;:false}" in section and "co_timeout_zero" in section
+    assert "looplab fidelity" in section and "uvloop-streams" in section
+    # without probes in the document there is no section
+    assert 'id="probes"' not in render(edge_doc, tmp_path)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("doc", [
     {"schema": 1, "cells": []},

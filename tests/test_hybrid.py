@@ -1189,6 +1189,55 @@ def test_tasks_run_in_a_copy_of_the_context_taken_at_creation():
     assert parent_sees == "after"        # the child's set() stayed in the child
 
 
+def test_callbacks_run_in_the_context_they_were_scheduled_from():
+    # asyncio: call_soon/call_later/call_at and done callbacks take a copy of the
+    # current context when scheduled (or the one given with context=).
+    import contextvars
+    var = contextvars.ContextVar("var", default="default")
+
+    async def main():
+        seen = {}
+        loop = get_running_loop()
+        fut = h.Future()
+        var.set("task")
+        fut.add_done_callback(lambda f: seen.__setitem__("done", var.get()))
+        loop.call_soon(lambda: seen.__setitem__("soon", var.get()))
+        loop.call_later(0, lambda: seen.__setitem__("later", var.get()))
+        loop.call_at(loop.time(), lambda: seen.__setitem__("at", var.get()))
+        other = contextvars.copy_context()
+        other.run(var.set, "given")
+        loop.call_soon(lambda: seen.__setitem__("given", var.get()), context=other)
+        var.set("changed")
+        fut.set_result(None)
+        done_later = h.Future()
+        done_later.set_result(None)
+        done_later.add_done_callback(lambda f: seen.__setitem__("already_done", var.get()))
+        await h.sleep(0.01)
+        return seen
+
+    assert h.run(main()) == {"done": "task", "soon": "task", "later": "task", "at": "task",
+                             "given": "given", "already_done": "changed"}
+
+
+def test_done_callback_removal_and_bad_callbacks_still_work():
+    async def main():
+        loop = get_running_loop()
+        fut = h.Future()
+        calls = []
+        fut.add_done_callback(calls.append)
+        fut.add_done_callback(calls.append)
+        assert fut.remove_done_callback(calls.append) == 2
+        fut.set_result(1)
+        await h.sleep(0)
+        with pytest.raises(TypeError, match="callable"):
+            loop.call_soon(42)
+        with pytest.raises(TypeError, match="callable"):
+            loop.call_later(0, 42)
+        return calls
+
+    assert h.run(main()) == []
+
+
 def test_unretrieved_future_exception_is_reported_and_retrieved_one_is_not():
     import gc
 

@@ -113,8 +113,17 @@ def cmd_main_job(args) -> int:
     for spec, reason in missing.items():
         print(f"skipping {spec}: {reason}", file=sys.stderr)
     cells = scenarios.plan(None, ",".join(r.spec for r in available), None, "quick", main_job=True)
+    # The edge probes first (a few seconds), so no cell is measured while they run;
+    # the report shows them beside the scenario verdicts.
+    from bench import fidelity
+    print("looplab: fidelity probes (our kernels against their references) ...", file=sys.stderr)
+    *_, probes = fidelity.measure()
+    for p in probes["pairings"]:
+        if p["primary"]:
+            print(f"  {p['pairing']}: {p['agree']}/{p['compared']} agree, {p['declared']} "
+                  f"declared, {p['differ']} undeclared", file=sys.stderr)
     print(f"looplab: {len(cells)} cells on {len(available)} runtimes (quick preset)", file=sys.stderr)
-    return report.run_and_report(cells, out_dir, jobs=2)
+    return report.run_and_report(cells, out_dir, jobs=2, extra={"fidelity_probes": probes})
 
 
 # ---------------------------------------------------------------------------

@@ -27,7 +27,9 @@ cancellations are ``BaseException``\\ s only (``cancel_base``), and what
 once, in ``OPTIONS``. Timeouts raise what curio raises: ``TaskTimeout`` at the
 blocking call, ``TimeoutCancellationError`` out of an inner block an outer
 timeout passed through; ``join()`` on a failed task raises ``TaskError``
-chained from its exception.
+chained from its exception. As curio logs "Task Crash", every task but main
+that ends with an exception is reported on stderr when it ends, joined or not;
+``Task.cancel()`` returns None, as curio's does.
 
 Where the loop is: ``run_loop`` in ``engine.py`` (made by ``build_loop``) is
 the event loop, and ``step`` next to it runs one task until it blocks.

@@ -53,7 +53,6 @@ import heapq
 import itertools
 import random
 import sys
-import weakref
 from collections import deque
 from types import CoroutineType
 
@@ -94,7 +93,7 @@ class Runtime:
         self.fdmap = {}
         self.fdrecs = {}
         self.tasks = {}
-        self.crashes = []           # [pending, line] records of tasks nobody joined yet
+        self.crashes = []           # [pending, line] crash reports still to print at run end
         self.monotonic = io.time
         self.next_seq = itertools.count().__next__   # timer ties wake in the order they slept
         self.poller = io.poller()
@@ -154,7 +153,6 @@ def build_scheduler(rt) -> None:
     ready = rt.ready
     ready_append = ready.append
     tasks = rt.tasks
-    crashes = rt.crashes
     run = rt.run
     dead_timer = rt.dead_timer
     eager = rt.options["spawn"] == "eager"
@@ -291,11 +289,10 @@ def build_scheduler(rt) -> None:
                 run.interrupt = exc
             if phase != UNTIL_EMPTY:
                 run.stop = True
-        elif not joiners and callbacks is None and task is not main_task:
-            crash = task._crash = [True, f"coro: task {task.id} {task.name!r} raised "
-                                         f"{exc!r} and nobody joined it"]
-            crashes.append(crash)
-            weakref.finalize(task, _report_crash, crash)
+        elif task is not main_task:
+            # curio reports every crash of a task other than main when it happens,
+            # joined or not (its "Task Crash" log); join() still raises TaskError.
+            _report_crash([True, f"coro: task {task.id} {task.name!r} crashed: {exc!r}"])
 
     def step(task):
         # Run `task` until it blocks or ends. Non-blocking traps are answered

@@ -86,14 +86,15 @@ class Task:
     join = traps.join
     wait = traps.wait
 
-    async def cancel(self, blocking: bool = True) -> bool:
+    async def cancel(self, blocking: bool = True) -> None:
         """Request cancellation; with ``blocking`` wait until the task has ended.
-        Returns False if it had already finished. A task can cancel itself only
-        with ``blocking=False`` (the Cancelled arrives at its next blocking trap)."""
+        Returns None, as curio's does (a finished task is left as it is: ask
+        ``done()`` or ``cancelled()``). A task can cancel itself only with
+        ``blocking=False`` (the Cancelled arrives at its next blocking trap)."""
         if self._done:
-            return False
+            return None
         await traps.cancel(self, blocking)
-        return True
+        return None
 
     def cancel_soon(self) -> None:
         """Synchronous cancellation request (no wait), for kernel callbacks."""

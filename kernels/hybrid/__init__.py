@@ -39,8 +39,10 @@ can be flipped at a time::
            trace=False, io=None)        # io: the loop's I/O seam (kernels.io)
 
 They are declared once, in ``OPTIONS``. As in asyncio, a Task runs in a copy
-of the context current when it was created, and a Future whose exception
-nobody retrieved is reported when it is collected.
+of the context current when it was created; done callbacks, and callbacks
+scheduled with the Runner loop's ``call_soon``/``call_later``/``call_at``, run
+in a copy of the context current when they were scheduled (or ``context=``);
+and a Future whose exception nobody retrieved is reported when it is collected.
 
 What it costs: every ``await`` on I/O is a Future to wait on, a trip through
 the ready queue and a ``send`` into a stack of coroutine frames, on top of the

@@ -19,6 +19,7 @@ from __future__ import annotations
 import builtins
 import sys
 import weakref
+from contextvars import copy_context
 
 from kernels.callback import Handle, Loop, get_running_loop
 
@@ -191,16 +192,19 @@ class Future:
             raise _cancelled_error(self._cancel_message)
         raise InvalidStateError("exception is not set")
 
-    def add_done_callback(self, fn) -> None:
+    def add_done_callback(self, fn, *, context=None) -> None:
+        """``fn(future)`` once done, run in ``context`` -- by default a copy of the
+        context current now, as asyncio does."""
+        cb = _InContext(fn, copy_context() if context is None else context)
         if self._state is _PENDING:
-            self._callbacks.append(fn)
+            self._callbacks.append(cb)
         else:
-            self._loop.call_soon(fn, self)
+            self._loop.call_soon(cb, self)
 
     def remove_done_callback(self, fn) -> int:
         """Remove every occurrence of ``fn``; returns how many were removed."""
         before = len(self._callbacks)
-        self._callbacks = [cb for cb in self._callbacks if cb != fn]
+        self._callbacks = [cb for cb in self._callbacks if getattr(cb, "fn", cb) != fn]
         return before - len(self._callbacks)
 
     def set_result(self, result) -> None:
@@ -275,6 +279,23 @@ class Future:
         return self.result()
 
     __iter__ = __await__
+
+
+class _InContext:
+    """A callback and the context it runs in (asyncio gives every handle one):
+    done callbacks and the Runner loop's ``call_soon``/``call_later``/``call_at``
+    callbacks run in a copy of the context current when they were scheduled."""
+    __slots__ = ("fn", "context")
+
+    def __init__(self, fn, context):
+        self.fn = fn
+        self.context = context
+
+    def __call__(self, *args):
+        return self.context.run(self.fn, *args)
+
+    def __repr__(self):         # the loop names a failing callback by this
+        return getattr(self.fn, "__qualname__", None) or repr(self.fn)
 
 
 def _trace_wakeups(callbacks):

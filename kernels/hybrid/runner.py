@@ -11,7 +11,7 @@ import kernels.callback as _callback
 from kernels.callback import Loop, get_running_loop
 from kernels.options import Option, choice
 from . import futures as _futures
-from .futures import WAIT_FOR_DEFAULT, CancelledError, _LoopState, _states
+from .futures import WAIT_FOR_DEFAULT, CancelledError, _InContext, _LoopState, _states
 from .tasks import Task, _wait_done
 
 __all__ = ["Runner", "run", "OPTIONS"]
@@ -33,6 +33,40 @@ OPTIONS = _callback.OPTIONS.extend("hybrid", (
            "task: wait_for runs a coroutine in a new Task (Python 3.11); inline: in the "
            "calling task under a timeout (3.12); the default follows the running Python"),
 ))
+
+
+class _ContextLoop(Loop):
+    """The Runner's callback loop. As in asyncio, a callback scheduled with
+    ``call_soon``, ``call_later`` or ``call_at`` runs in ``context=``, by default a
+    copy of the context current when it was scheduled: a callback a task schedules
+    sees the task's context variables as they were then. (A Task's own steps and
+    the transports' I/O callbacks do not go through here.)"""
+
+    def call_soon(self, callback, *args, context=None):
+        if callback.__class__ is not _InContext:
+            _check_callable(callback)
+            callback = _InContext(callback, contextvars.copy_context() if context is None
+                                  else context)
+        return Loop.call_soon(self, callback, *args)
+
+    def call_at(self, when, callback, *args, context=None):
+        if callback.__class__ is not _InContext:
+            _check_callable(callback)
+            callback = _InContext(callback, contextvars.copy_context() if context is None
+                                  else context)
+        return Loop.call_at(self, when, callback, *args)
+
+    def call_later(self, delay, callback, *args, context=None):
+        if callback.__class__ is not _InContext:
+            _check_callable(callback)
+            callback = _InContext(callback, contextvars.copy_context() if context is None
+                                  else context)
+        return Loop.call_later(self, delay, callback, *args)
+
+
+def _check_callable(callback):
+    if not callable(callback):
+        raise TypeError(f"callback must be callable, got {type(callback).__name__}")
 
 
 class Runner:
@@ -93,7 +127,7 @@ class Runner:
             raise RuntimeError("Runner is closed")
         if self._loop is None:
             o = self.options
-            loop = Loop(io=self._io, high_water=o["high_water"], low_water=o["low_water"],
+            loop = _ContextLoop(io=self._io, high_water=o["high_water"], low_water=o["low_water"],
                         write=o["write"], exit=o["exit"], trace=o["trace"])
             if o["exit"] == "wait":
                 # The loop's "wait" drains on every stop(), i.e. at the end of every
