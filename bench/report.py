@@ -339,7 +339,7 @@ def run_and_report(cells, out_dir: str, json_path: str | None = None, jobs: int 
               f"{paths['md']}", file=sys.stderr)
         return ExitCode.INTERRUPTED
     print(render_terminal(doc, notes_in=paths["md"]))
-    print(f"\nreport: {paths['md']} (results.json, results.csv, {len(paths['plots'])} plots)")
+    print(f"\nreport: {paths['html']} (report.md, results.json, results.csv, {len(paths['plots'])} plots)")
     if any(r["errors"] for r in results):
         return ExitCode.FAILED
     if fail_on == "verdict":

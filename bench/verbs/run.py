@@ -173,7 +173,7 @@ def cmd_report(args) -> int:
         docs, args.files, allow_mixed_machines=args.allow_mixed_machines)
     paths = report.render_folder(doc, args.out)
     print(report.render_terminal(doc, notes_in=paths["md"]))
-    print(f"\nreport: {paths['md']} (results.json, results.csv, {len(paths['plots'])} plots)")
+    print(f"\nreport: {paths['html']} (report.md, results.json, results.csv, {len(paths['plots'])} plots)")
     return ExitCode.OK
 
 
