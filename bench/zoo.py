@@ -1537,7 +1537,7 @@ def _run_deferred(ctx):
     if r.get("first_byte_after_s") is not None and r.get("connected_at") is not None:
         first = r["connected_at"] + r["first_byte_after_s"]
     unblocked = ran.app.get("unblocked_at")
-    delay = None if first is None or ran.app.get("written_at") is None else first - ran.app["written_at"]
+    delay = None if first is None or ran.app.get("written_at") is None else max(0.0, first - ran.app["written_at"])
     shown = first is None or (unblocked is not None and first >= unblocked - 0.01)
     return ({"first_byte_after_write_s": delay}, {"bug_shown": bool(shown)}, _notes(ran.app))
 
