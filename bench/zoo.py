@@ -1395,7 +1395,7 @@ def _run_waitclosed(ctx):
 
 
 _add(Entry(
-    id="cpython-113538", aliases=("cpython-104344", "cpython-79033"),
+    id="cpython-113538", aliases=("cpython-104344",),
     title="Server.wait_closed() waits for every handler: shutdown hangs on an idle client",
     link="https://github.com/python/cpython/issues/113538",
     mechanism="From 3.12.1 Server.wait_closed() returns only once every accepted connection "
