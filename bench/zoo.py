@@ -335,7 +335,8 @@ def _run_push(ctx):
                   c.get("app_queue_peak_bytes", 0))
     m = {"backlog_peak_bytes": backlog, "rss_growth_bytes": served.app.get("rss_growth_bytes"),
          "dropped_count": c.get("dropped_count", 0)}
-    return m, {"bug_shown": backlog > 1 * MiB}, [f"served with the push app's {app_variant!r} policy"]
+    bound = 4 * 16 * p["message_bytes"]      # 4 x what the bounded policy may queue
+    return m, {"bug_shown": backlog > bound}, [f"served with the push app's {app_variant!r} policy"]
 
 
 _add(Entry(
@@ -352,15 +353,15 @@ _add(Entry(
              "mailbox grows instead of a transport buffer); the bounded dropping queue "
              "keeps the backlog small everywhere",
     oracle="bug shown when the stalled client's backlog (transport buffer or app queue) "
-           "passes 1 MiB",
+           "passes 4 x what the bounded policy may queue (16 messages)",
     styles=("callback", "stream", "task"),
     show_on=("callback", "hybrid", "asyncio-streams")),
     _run_push,
     [Metric("backlog_peak_bytes", "lower", "backlog peak"),
      Metric("rss_growth_bytes", None, "RSS growth"),
      Metric("dropped_count", None, "dropped")],
-    _presets({"message_bytes": 10_000, "interval_s": 0.005, "duration_s": 1.0},
-             {"message_bytes": 10_000, "interval_s": 0.005, "duration_s": 1.5}))
+    _presets({"message_bytes": 10_000, "interval_s": 0.005, "duration_s": 1.5},
+             {"message_bytes": 10_000, "interval_s": 0.005, "duration_s": 2.0}))
 
 
 # ---------------------------------------------------------------------------
@@ -426,8 +427,10 @@ _add(Entry(
               "leaves the socket open while the process lives, so the peer never sees EOF.",
     reported="asyncio 3.5/3.6 (the `await asyncio.sleep(0)` idiom)",
     fixed_in="not a library fix: await writer.wait_closed() (3.7+) before stopping",
-    expected="shown on every callback and stream runtime with close; loop.stop(); never on the "
-             "task port, whose aclose() completes before it returns",
+    expected="shown on asyncio and on our callback and hybrid kernels with close; "
+             "loop.stop(); not on uvloop, whose close() of an empty transport completes at "
+             "once (measured); never on the task port, whose aclose() completes before it "
+             "returns",
     oracle="bug shown when the reader saw no EOF within eof_within_s of the loop's stop while "
            "the process was still alive",
     styles=("callback", "stream", "task"),
@@ -590,7 +593,11 @@ def _deadpush_cb(job):
                 return finish()
             if st["n"] >= p["total_bytes"]:
                 return finish()
-            t.write(bytes(p["chunk_bytes"]))
+            try:
+                t.write(bytes(p["chunk_bytes"]))
+            except RuntimeError as exc:        # uvloop: "the handler is closed"
+                out["error_seen"] = f"RuntimeError: {exc}"
+                return finish()
             st["n"] += p["chunk_bytes"]
             if dead:
                 st["after"] += p["chunk_bytes"]
@@ -623,7 +630,7 @@ def _deadpush_stream(job):
                     after += p["chunk_bytes"]
                 await writer.drain()
                 await port.sleep(p["tick_s"])
-        except ConnectionError as exc:
+        except (ConnectionError, RuntimeError) as exc:   # uvloop raises RuntimeError
             error = type(exc).__name__
         writer.close()
         out.update(written_bytes=n, written_after_lost_bytes=after, error_seen=error)
@@ -636,7 +643,8 @@ def _run_deadpush(ctx):
         listen="127.0.0.1:0", after_bytes=64 * KiB, sockbuf=SOCKBUF, max_s=p["max_s"])])
     after = ran.app.get("written_after_lost_bytes")
     m = {"written_after_lost_bytes": after, "written_bytes": ran.app.get("written_bytes")}
-    return m, {"bug_shown": after is not None and after >= p["total_bytes"] // 4}, _notes(ran.app)
+    notes = _notes(ran.app) + ([f"error seen: {ran.app['error_seen']}"] if ran.app.get("error_seen") else [])
+    return m, {"bug_shown": after is not None and after >= p["total_bytes"] // 4}, notes
 
 
 _add(Entry(
@@ -649,8 +657,9 @@ _add(Entry(
     reported="asyncio 3.4 (aiohttp static files, aiohttp issue 370)",
     fixed_in="Python 3.4.4/3.5.0 added transport.is_closing(); later drain() raises once the "
              "connection is lost",
-    expected="shown on the callback port (writes are dropped silently, the program must ask "
-             "is_closing()); not on today's stream ports, whose drain() raises "
+    expected="shown on asyncio's and our callback port (writes are dropped silently, the "
+             "program must ask is_closing()); not on uvloop, whose write() to a closed "
+             "transport raises RuntimeError, nor on today's stream ports, whose drain() raises "
              "ConnectionResetError",
     oracle="bug shown when at least a quarter of the file was written after the connection "
            "was already lost",
@@ -689,7 +698,7 @@ def _spin_stream(closed_by_us):
                     n += 1
                     after += dead
                     await writer.drain()
-            except ConnectionError as exc:
+            except (ConnectionError, RuntimeError) as exc:   # uvloop raises RuntimeError
                 error = type(exc).__name__
             if not closed_by_us:
                 writer.close()
@@ -1855,7 +1864,7 @@ def _run_strict(ctx):
         sockbuf=p["sockbuf"], rate_Bps=p["reader_Bps"], max_s=p["max_s"])])
     f = ran.app.get("held_back_fraction")
     return ({"held_back_fraction": f, "worst_drain_s": ran.app.get("worst_drain_s")},
-            {"bug_shown": f is not None and f > 0.5}, _notes(ran.app))
+            {"bug_shown": f is not None and f > 0.25}, _notes(ran.app))
 
 
 _add(Entry(
@@ -1873,15 +1882,15 @@ _add(Entry(
             "with small socket buffers",
     expected="shown on every stream runtime with a 16 KiB mark; not with a mark that holds "
              "one burst",
-    oracle="bug shown when more than half the bursts left the buffer above the mark (drain() "
-           "had to wait) while the client reads faster than the average offered rate",
+    oracle="bug shown when more than a quarter of the bursts left the buffer above the mark "
+           "(drain() had to wait) while the client reads faster than the average offered rate",
     styles=("stream",),
     show_on=("hybrid", "asyncio-streams")),
     _run_strict,
     [Metric("held_back_fraction", "lower", "bursts held back"),
      Metric("worst_drain_s", "lower", "worst drain", timing=True)],
     _presets({"strict_high": 16 * KiB, "roomy_high": 256 * KiB, "message_bytes": 8 * KiB,
-              "burst_messages": 8, "bursts": 30, "interval_s": 0.03, "reader_Bps": 4_000_000,
+              "burst_messages": 12, "bursts": 30, "interval_s": 0.04, "reader_Bps": 4_000_000,
               "sockbuf": 8 * KiB, "max_s": 8}),
     {"stream": _strict_stream})
 
