@@ -25,13 +25,11 @@ import dataclasses
 import gc
 import importlib.metadata
 import platform
-import socket
-import threading
 import time
 from dataclasses import dataclass, field
 
 from bench import peers, programs
-from bench.scenario import APP, Metric, Outcome, Scenario, register, run_program, serve_app
+from bench.scenario import APP, Metric, Scenario, register, run_program, serve_app
 
 __all__ = ["Entry", "Flip", "ENTRIES", "entry", "installed_versions", "affected_note"]
 

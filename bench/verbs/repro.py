@@ -159,6 +159,7 @@ def card(zoo, e) -> str:
              f"  reported:  {e.reported}",
              f"  fixed in:  {e.fixed_in}",
              f"  framing:   {e.framing}" if e.framing else None,
+             f"  scenario:  close to looplab's {e.catalog} (looplab list scenarios)" if e.catalog else None,
              *[f"  installed: {n}" for n in zoo.affected_note(e)],
              f"  expected:  {e.expected}",
              f"  oracle:    {e.oracle}",
