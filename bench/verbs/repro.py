@@ -1,0 +1,280 @@
+"""``looplab repro``: reproduce a famous backpressure or shutdown bug by its name.
+
+``looplab repro uvloop-631`` runs the zoo entry of that name (``bench.zoo``) -- its
+naive and fixed programs -- on every available runtime of its port styles plus the
+design-option flips that turn the mechanism on or off on our kernels, and says where
+the bug showed. ``--list`` lists the entries; ``--all --out DIR`` runs all of them
+into a report folder (results.json, report.md, report.html, as ``run`` writes) with
+the zoo table: one row per bug, one column per runtime.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from bench import report
+from bench import results as resmod
+from bench import scenario as scmod
+from bench import scenarios
+from bench.errors import ExitCode, UsageError
+from bench.tables import fmt, format_table
+from bench.verbs.common import positive_int
+from protocols import runtimes as rtmod
+
+ZOO_MODULE = "bench.zoo"
+PRESETS = ("tiny", "quick")
+OURS = ("callback", "hybrid", "coro")
+COLUMNS = ("callback", "asyncio-protocol", "uvloop-protocol", "hybrid", "asyncio-streams",
+           "uvloop-streams", "coro", "curio", "trio")
+
+
+def _zoo():
+    """Load the zoo as a scenario module, so every cell process loads it too."""
+    scmod.load_plugins(modules=(ZOO_MODULE,))
+    from bench import zoo
+    return zoo
+
+
+def _entry(zoo, name: str):
+    e = zoo.entry(name)
+    if e is None:
+        raise UsageError(f"unknown bug {name!r}; `looplab repro --list` lists them "
+                         f"({', '.join(zoo.ENTRIES)})")
+    return e
+
+
+def knob_specs(knobs) -> list[str]:
+    """``OPT=VAL`` -> a runtime spec for each of our kernels that has option OPT,
+    validated. A knob no kernel knows, or a bad value, is a UsageError."""
+    specs = []
+    for knob in knobs or ():
+        name, sep, value = knob.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name or not value:
+            raise UsageError(f"bad --knob {knob!r}: expected OPT=VAL, e.g. spawn=eager")
+        owners = [k for k in OURS if name in {o.name for o in rtmod.get(k).options}]
+        if not owners:
+            known = sorted({o.name for k in OURS for o in rtmod.get(k).options})
+            raise UsageError(f"unknown --knob {name!r}: our kernels' options are {', '.join(known)}")
+        for k in owners:
+            specs.append(rtmod.parse(f"{k}:{name}={value}").spec)    # UsageError on a bad value
+    return specs
+
+
+def _runtimes_for(e, text: str | None, knobs: list[str]) -> list:
+    """The entry's runtimes: the named ones, or every available runtime of its styles,
+    plus its option flips and the knob runtimes (those of its styles)."""
+    if text:
+        rts = rtmod.parse_list(text)
+    else:
+        rts = [r for r in rtmod.parse_list("all") if r.available()]
+        rts += [rtmod.parse(f.spec) for f in e.flips]
+    rts += [rtmod.parse(s) for s in knobs]
+    seen, out = set(), []
+    for r in rts:
+        if r.style in e.styles and r.spec not in seen:
+            seen.add(r.spec)
+            out.append(r)
+    return out
+
+
+def plan(zoo, entries, runtimes_text, knobs, preset) -> list:
+    cells = []
+    for e in entries:
+        rts = _runtimes_for(e, runtimes_text, knobs)
+        if rts:
+            cells += scenarios.plan(e.id, ",".join(r.spec for r in rts), "naive,fixed", preset)
+    return cells
+
+
+# ---------------------------------------------------------------------------
+# What the results say
+
+def _cell_word(cell) -> str:
+    if cell is None:
+        return "n/a"
+    if cell.get("skipped"):
+        return "skipped"
+    if "bug_shown" not in (cell.get("verdicts") or {}):
+        return "error"
+    return "shown" if cell["verdicts"]["bug_shown"] else "not shown"
+
+
+def summarize(zoo, e, cells: list[dict]) -> dict:
+    """Per runtime spec: naive and fixed outcome; the lists the verdict line reads."""
+    mine = [c for c in cells if c["scenario"] == e.id]
+    by = {}
+    for c in mine:
+        by.setdefault(c["runtime"], {})[c["variant"]] = c
+    rows = {}
+    for spec, v in by.items():
+        rows[spec] = {"naive": _cell_word(v.get("naive")), "fixed": _cell_word(v.get("fixed"))}
+    flips = {f.spec: f for f in e.flips}
+    defaults = [s for s in rows if ":" not in s]
+    return {
+        "id": e.id, "rows": rows,
+        "shown_on": [s for s in defaults if rows[s]["naive"] == "shown"],
+        "not_shown_on": [s for s in defaults if rows[s]["naive"] == "not shown"],
+        "fix_failed_on": [s for s in rows if rows[s]["fixed"] == "shown"],
+        "flips": [{"runtime": s, "naive": rows[s]["naive"], "expected_shown": flips[s].shows
+                   if s in flips else None, "meaning": flips[s].meaning if s in flips else "--knob"}
+                  for s in rows if ":" in s],
+        "needs": e.needs, "installed": zoo.affected_note(e),
+    }
+
+
+def verdict_line(s: dict) -> str:
+    parts = [f"shown on: {', '.join(s['shown_on']) or 'none'}",
+             f"not shown on: {', '.join(s['not_shown_on']) or 'none'}"]
+    if s["flips"]:
+        parts.append("option flips: " + ", ".join(f"{f['runtime']} -> {f['naive']}" for f in s["flips"]))
+    if s["fix_failed_on"]:
+        parts.append(f"the fixed program still shows it on: {', '.join(s['fix_failed_on'])}")
+    return "; ".join(parts)
+
+
+def zoo_table(zoo, summaries: list[dict], markdown: bool = False) -> str:
+    header = ["bug"] + list(COLUMNS) + ["option flips (naive)", "needs"]
+    rows = []
+    for s in summaries:
+        e = zoo.ENTRIES[s["id"]]
+        row = [e.id]
+        for col in COLUMNS:
+            r = s["rows"].get(col)
+            word = "n/a" if r is None else r["naive"]
+            if r is not None and r["fixed"] == "shown":
+                word += " (fix too)"
+            row.append(word)
+        row.append("; ".join(f"{f['runtime']}: {f['naive']}" for f in s["flips"]) or "-")
+        row.append("option needed" if e.needs else "-")
+        rows.append(row)
+    return format_table(header, rows, markdown=markdown, align="l" * len(header))
+
+
+def card(zoo, e) -> str:
+    lines = [f"{e.id}: {e.title}",
+             f"  thread:    {e.link}",
+             f"  also:      {', '.join(e.aliases)}" if e.aliases else None,
+             f"  mechanism: {e.mechanism}",
+             f"  reported:  {e.reported}",
+             f"  fixed in:  {e.fixed_in}",
+             f"  framing:   {e.framing}" if e.framing else None,
+             f"  scenario:  close to looplab's {e.catalog} (looplab list scenarios)" if e.catalog else None,
+             *[f"  installed: {n}" for n in zoo.affected_note(e)],
+             f"  expected:  {e.expected}",
+             f"  oracle:    {e.oracle}",
+             *[f"  flip:      {f.spec} ({f.meaning}): expected {'shown' if f.shows else 'not shown'}"
+               for f in e.flips],
+             f"  needs:     {e.needs}" if e.needs else None]
+    return "\n".join(line for line in lines if line)
+
+
+def _measure(e, cell) -> str:
+    if cell is None:
+        return "-"
+    if cell.get("errors") and not cell.get("metrics"):
+        return "error: " + cell["errors"][0][:60]
+    name = e.scenario.metrics[0].name
+    return fmt(name, cell.get("metrics", {}).get(name))
+
+
+def result_table(e, cells) -> str:
+    by = {}
+    for c in cells:
+        if c["scenario"] == e.id:
+            by.setdefault(c["runtime"], {})[c["variant"]] = c
+    label = e.scenario.metrics[0].label
+    rows = [[spec, _cell_word(v.get("naive")), _cell_word(v.get("fixed")),
+             f"{_measure(e, v.get('naive'))} | {_measure(e, v.get('fixed'))}"]
+            for spec, v in by.items()]
+    return format_table(["runtime", "naive", "fixed", f"{label} (naive | fixed)"], rows,
+                        align="llll")
+
+
+# ---------------------------------------------------------------------------
+# The verb
+
+def cmd_repro(args) -> int:
+    zoo = _zoo()
+    if args.list:
+        if args.bug or args.all:
+            raise UsageError("--list takes no bug and no --all")
+        rows = [[e.id, ", ".join(e.aliases) or "-", "/".join(e.styles), e.title]
+                for e in zoo.ENTRIES.values()]
+        print(format_table(["bug", "also", "styles", "title"], rows, align="llll"))
+        print(f"\n{len(rows)} bugs. `looplab repro BUG` runs one; `looplab repro --all --out DIR` "
+              "runs them all into a report folder.")
+        return ExitCode.OK
+    if args.all == bool(args.bug):
+        raise UsageError("give one bug (looplab repro --list) or --all")
+    entries = list(zoo.ENTRIES.values()) if args.all else [_entry(zoo, args.bug)]
+    out_dir = args.out or ("looplab-zoo" if args.all else None)
+    if out_dir:
+        resmod.check_output(out_dir, "--out", folder=True)
+    if args.json:
+        resmod.check_output(args.json, "--json")
+    knobs = knob_specs(args.knob)
+    cells = plan(zoo, entries, args.runtimes, knobs, args.preset)
+    if not cells:
+        raise UsageError(f"no runtime of {entries[0].id}'s styles ({', '.join(entries[0].styles)}) "
+                         "among --runtimes")
+    if not args.all:
+        print(card(zoo, entries[0]), flush=True)
+    print(f"looplab repro: {len(cells)} cells ({args.preset} preset)", file=sys.stderr)
+    results, interrupted = scenarios.run_matrix(cells, jobs=args.jobs, progress=report.progress_printer())
+    summaries = [summarize(zoo, e, results) for e in entries]
+    doc = resmod.new_document(results, scenarios={e.id: e.scenario.describe() for e in entries},
+                              zoo={"versions": zoo.installed_versions(), "bugs": summaries})
+    if out_dir:
+        paths = report.write_report(doc, out_dir)
+        table_md = zoo_table(zoo, summaries, markdown=True)
+        zoo_md = "# Bug zoo\n\n" + table_md + "\n\n" + "\n".join(
+            f"- **{s['id']}**: {verdict_line(s)}" for s in summaries) + "\n"
+        resmod.write_text(os.path.join(out_dir, "zoo.md"), zoo_md)
+        with open(paths["md"]) as f:
+            md = f.read()
+        # The zoo table goes before the per-scenario sections.
+        head, sep, rest = md.partition("\n## ")
+        resmod.write_text(paths["md"], head + "\n" + zoo_md.replace("# Bug zoo", "## Bug zoo", 1)
+                          + sep + rest)
+    if args.json:
+        resmod.write_json(doc, args.json)
+    if args.all:
+        print(zoo_table(zoo, summaries))
+    else:
+        print()
+        print(result_table(entries[0], results))
+        print()
+        print("verdict: " + verdict_line(summaries[0]))
+    if out_dir:
+        print(f"\nreport: {os.path.join(out_dir, 'report.md')} (zoo.md, results.json, report.html)")
+    if interrupted:
+        return ExitCode.INTERRUPTED
+    errors = [f"{r['id']}: {e}" for r in results for e in r.get("errors", [])]
+    for line in errors:
+        print(f"error: {line}", file=sys.stderr)
+    return ExitCode.FAILED if errors else ExitCode.OK
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "repro", help="reproduce a famous backpressure or shutdown bug by name (uvloop-548, ...)",
+        description="Run a bug zoo entry: its naive and fixed programs on every available "
+                    "runtime of its styles and on the option flips of our kernels that turn the "
+                    "mechanism on or off, judged from measurements. --list lists the bugs; --all "
+                    "runs them all into a report folder with the zoo table. Exit 0 ok (whether "
+                    "or not a bug showed), 1 a cell failed, 2 usage, 130 interrupted.")
+    p.add_argument("bug", nargs="?", help="an entry id or alias, e.g. uvloop-631, aiohttp-1367, C6")
+    p.add_argument("--list", action="store_true", help="list the bugs")
+    p.add_argument("--all", action="store_true", help="run every bug (into --out, default looplab-zoo)")
+    p.add_argument("--runtimes", default=None,
+                   help="comma list of runtime specs (default: every available runtime of the "
+                        "bug's styles plus its option flips)")
+    p.add_argument("--knob", action="append", default=[], metavar="OPT=VAL",
+                   help="also run our kernels that have design option OPT with value VAL "
+                        "(repeatable), e.g. --knob write=defer")
+    p.add_argument("--preset", choices=PRESETS, default="tiny", help="tiny (default) or quick")
+    p.add_argument("--jobs", type=positive_int, default=1, help="cells run at once (default 1)")
+    p.add_argument("--out", default=None, metavar="DIR", help="write a report folder here")
+    p.add_argument("--json", default=None, metavar="PATH", help="write the results JSON here")
+    p.set_defaults(func=cmd_repro)
