@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 
+from bench import compare as cmpmod
 from bench import html as htmlmod
 from bench import results as resmod
 from bench import scenario as scmod
@@ -344,7 +345,7 @@ def run_and_report(cells, out_dir: str, json_path: str | None = None, jobs: int 
         return ExitCode.FAILED
     if fail_on == "verdict":
         if baseline is not None:
-            failed = [f"{r['cell']}: {r['metric']}" for r in resmod.verdict_changes(baseline, doc)
+            failed = [f"{r['cell']}: {r['metric']}" for r in cmpmod.verdict_changes(baseline, doc)
                       if r["status"] == "regression"]
         else:
             failed = verdict_failures(results)

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from bench import compare as cmpmod
 from bench import results
 from bench.errors import UsageError as Usage
 from bench.verbs import results as results_verbs
@@ -60,7 +61,7 @@ def test_cell_id_ignores_param_order():
 
 def test_compare_flags_a_planted_throughput_regression(tmp_path):
     old, new = _doc(_cells()), _doc(_cells(scale=0.6), "run-b")
-    rows, regressions = results.compare(old, new, "median:10%")
+    rows, regressions = cmpmod.compare(old, new, "median:10%")
     assert {r["metric"] for r in regressions} == {"requests_per_s"}
     assert len(regressions) == len(old["cells"])
     assert all(r["change"] == pytest.approx(-0.4) for r in regressions)
@@ -71,30 +72,30 @@ def test_compare_flags_a_planted_throughput_regression(tmp_path):
 
 def test_compare_latency_rise_is_a_regression_and_fall_an_improvement():
     old = _doc(_cells())
-    _, worse = results.compare(old, _doc(_cells(latency_scale=2.0)), "median:10%")
+    _, worse = cmpmod.compare(old, _doc(_cells(latency_scale=2.0)), "median:10%")
     assert {r["metric"] for r in worse} == {"latency_p99_s"}
-    rows, better = results.compare(old, _doc(_cells(latency_scale=0.5)), "median:10%")
+    rows, better = cmpmod.compare(old, _doc(_cells(latency_scale=0.5)), "median:10%")
     assert better == []
     assert {r["status"] for r in rows if r["metric"] == "latency_p99_s"} == {"improvement"}
 
 
 def test_compare_threshold_and_statistic():
     old, new = _doc(_cells()), _doc(_cells(scale=0.6))
-    assert len(results.compare(old, new, "median:10%")[1]) == len(old["cells"])
-    assert results.compare(old, new, "median:50%")[1] == []
-    assert len(results.compare(old, new, "min:10%")[1]) == len(old["cells"])
+    assert len(cmpmod.compare(old, new, "median:10%")[1]) == len(old["cells"])
+    assert cmpmod.compare(old, new, "median:50%")[1] == []
+    assert len(cmpmod.compare(old, new, "min:10%")[1]) == len(old["cells"])
 
 
 def test_a_shift_inside_the_spread_is_noise_not_a_regression():
     old, new = _doc(_cells()), _doc(_cells(scale=0.95))
-    rows, failures = results.compare(old, new, "median:3%")
+    rows, failures = cmpmod.compare(old, new, "median:3%")
     assert failures == []
     assert {r["status"] for r in rows if r["metric"] == "requests_per_s"} == {"noise"}
 
     def tight(k):   # the same 5 % shift with tight samples is beyond the noise
         return _doc([results.new_cell("echo", "coro", "naive", {}, samples={
             "requests_per_s": [k * v for v in (1000, 1001, 1002, 999, 1000)]})])
-    _, failures = results.compare(tight(1.0), tight(0.95), "median:3%")
+    _, failures = cmpmod.compare(tight(1.0), tight(0.95), "median:3%")
     assert [r["metric"] for r in failures] == ["requests_per_s"]
     assert "Mann-Whitney" in failures[0]["spread"]
 
@@ -111,14 +112,14 @@ def test_back_to_back_runs_of_the_same_code_pass_the_timing_gate():
                 "latency_p99_s": [abs(rng.gauss(0.003, 0.0005)) for _ in range(3)],
                 "latency_max_s": [abs(rng.gauss(0.01, 0.01)) for _ in range(3)]}))
         return _doc(cells, name)
-    rows, failures = results.compare(run("a"), run("b"), "median:10%", gates=("timing",))
+    rows, failures = cmpmod.compare(run("a"), run("b"), "median:10%", gates=("timing",))
     assert failures == []
     assert {r["status"] for r in rows if r["metric"] == "latency_max_s"} == {"info"}
 
 
 def test_mann_whitney_p_value():
-    assert results.mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) < 0.05
-    assert results.mann_whitney_p([1, 3, 5, 7, 9], [2, 4, 6, 8, 10]) > 0.5
+    assert cmpmod.mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) < 0.05
+    assert cmpmod.mann_whitney_p([1, 3, 5, 7, 9], [2, 4, 6, 8, 10]) > 0.5
 
 
 def _scenario_doc(verdicts, peak, delivered, run_id):
@@ -134,9 +135,9 @@ def _scenario_doc(verdicts, peak, delivered, run_id):
 def test_compare_verdict_regression_fails_the_verdict_gate(tmp_path, capsys):
     old = _scenario_doc({"bounded": True}, 100_000, 1_000_000, "a")
     new = _scenario_doc({"bounded": False}, 100_000, 1_000_000, "b")
-    rows, failures = results.compare(old, new, gates=("verdict",))
+    rows, failures = cmpmod.compare(old, new, gates=("verdict",))
     assert [(r["metric"], r["status"]) for r in failures] == [("verdict:bounded", "regression")]
-    rows, _ = results.compare(new, old)
+    rows, _ = cmpmod.compare(new, old)
     assert [r["status"] for r in rows if r["kind"] == "verdict"] == ["fix"]
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     results.write_json(old, str(a))
@@ -149,7 +150,7 @@ def test_compare_verdict_regression_fails_the_verdict_gate(tmp_path, capsys):
 def test_compare_gates_behavioural_metrics_by_declared_direction():
     old = _scenario_doc({"bounded": True}, 100_000, 1_000_000, "a")
     new = _scenario_doc({"bounded": True}, 2_000_000, 0, "b")       # buffer x20, delivered -100 %
-    rows, failures = results.compare(old, new, gates=("behaviour",))
+    rows, failures = cmpmod.compare(old, new, gates=("behaviour",))
     assert {r["metric"] for r in failures} == {"peak_user_buffer_bytes", "delivered_bytes"}
     # latency maxima are information, never a gate
     assert [r["status"] for r in rows if r["metric"] == "max_frame_latency_s"] == ["info"]
@@ -159,16 +160,16 @@ def test_compare_with_nothing_matched_is_an_error():
     old = _doc(_cells())
     other = _doc([results.new_cell("other", "x", "naive", {}, metrics={"a_count": 1})])
     with pytest.raises(Usage, match="nothing to compare"):
-        results.compare(old, other)
+        cmpmod.compare(old, other)
     with pytest.raises(Usage, match="no cell has requests_per_sec"):
-        results.compare(old, old, metrics=["requests_per_sec"])
+        cmpmod.compare(old, old, metrics=["requests_per_sec"])
 
 
 def test_compare_reports_cells_only_on_one_side():
     old = _doc(_cells())
     new = _doc(_cells()[:-1] + [results.new_cell("echo", "coro", "naive", {},
                                                 samples={"requests_per_s": [1.0]})])
-    rows, _ = results.compare(old, new)
+    rows, _ = cmpmod.compare(old, new)
     statuses = {r["cell"]: r["status"] for r in rows if r["status"].startswith("only")}
     assert statuses == {old["cells"][-1]["id"]: "only-old", "echo/coro/naive": "only-new"}
 
@@ -189,7 +190,7 @@ def test_compare_cli_exit_codes(tmp_path, capsys):
 @pytest.mark.parametrize("rule", ["median", "10", "avg:10%", "median:ten%", "median:-5%"])
 def test_bad_rule_is_a_usage_error(rule):
     with pytest.raises(Usage, match="rule"):
-        results.parse_rule(rule)
+        cmpmod.parse_rule(rule)
 
 
 def test_merge_of_shards_equals_the_unsharded_cell_set():
@@ -318,7 +319,7 @@ def test_environment_records_allocator_variables(monkeypatch):
 def test_pytest_benchmark_export_is_readable_by_pytest_benchmark_compare(tmp_path):
     micro = results.new_cell("micro", "coro", "yield", {}, samples={"ops_per_s": [1e5, 2e5, 4e5]})
     doc = _doc(_cells() + [micro])
-    pb = results.to_pytest_benchmark(doc)
+    pb = cmpmod.to_pytest_benchmark(doc)
     names = {b["name"] for b in pb["benchmarks"]}
     assert "micro/coro/yield:ops_per_s" in names
     bench = next(b for b in pb["benchmarks"] if b["name"] == "micro/coro/yield:ops_per_s")

@@ -4,17 +4,18 @@ from __future__ import annotations
 import json
 import sys
 
+from bench import compare as cmpmod
 from bench import results as resmod
 from bench.errors import ExitCode, UsageError
 
 
 def cmd_compare(args) -> int:
     old, new = resmod.load_json(args.old), resmod.load_json(args.new)
-    gates, rule = resmod.parse_gates(args.fail)
+    gates, rule = cmpmod.parse_gates(args.fail)
     rule = rule or args.rule
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
-    rows, failures = resmod.compare(old, new, rule, metrics, gates=gates)
-    print(resmod.format_compare(rows, args.all))
+    rows, failures = cmpmod.compare(old, new, rule, metrics, gates=gates)
+    print(cmpmod.format_compare(rows, args.all))
     counts: dict = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -42,7 +43,7 @@ def cmd_merge(args) -> int:
     if args.csv:
         resmod.write_csv(doc, args.csv)
     if args.pytest_benchmark:
-        resmod.write_json(resmod.to_pytest_benchmark(doc), args.pytest_benchmark)
+        resmod.write_json(cmpmod.to_pytest_benchmark(doc), args.pytest_benchmark)
     print(f"merged {len(docs)} file(s): {len(doc['cells'])} cells", file=sys.stderr)
     return ExitCode.OK
 

@@ -1,0 +1,118 @@
+"""The probe registry and what every probe shares: the plain-socket peer a probe drives
+itself, a log catcher, and exception naming.
+
+A probe is a function registered with ``@probe(style)``; it takes the side of its style
+(see ``bench.edges``) and returns a small JSON-able observation.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+
+MB = 1_000_000
+SOCKBUF = 65536
+
+
+class EdgeProbe:
+    """One registered probe: ``name``, ``style``, the function, what it checks, and
+    the runtimes it does not apply to (the API does not map there)."""
+    __slots__ = ("name", "style", "fn", "doc", "skip")
+
+    def __init__(self, name, style, fn, doc, skip):
+        self.name, self.style, self.fn, self.doc, self.skip = name, style, fn, doc, skip
+
+
+PROBES: dict[str, EdgeProbe] = {}
+
+
+def probe(style, skip=()):
+    """Register the decorated function as a probe of ``style``; ``skip``: runtime ids
+    whose API does not map onto it."""
+    def register(fn):
+        name = fn.__name__
+        if name in PROBES:
+            raise ValueError(f"duplicate probe {name}")
+        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else name
+        PROBES[name] = EdgeProbe(name, style, fn, doc, tuple(skip))
+        return fn
+    return register
+
+
+def ename(exc) -> str | None:
+    return None if exc is None else type(exc).__name__
+
+
+async def catch(aw):
+    """Await ``aw``: ``{"value": ...}``, or ``{"raised": exception name}``."""
+    try:
+        return {"value": await aw}
+    except BaseException as exc:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        return {"raised": ename(exc)}
+
+
+# ---------------------------------------------------------------------------
+# Plain-socket peers
+
+class Listener:
+    """A 127.0.0.1 listening socket: ``pair()`` -> (our socket, the peer's socket)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        # Small kernel buffers (inherited by accepted sockets), so a 1 MB write
+        # really leaves most of itself in the user-space buffer.
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKBUF)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.opened = []
+
+    def pair(self):
+        ours = socket.socket()
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKBUF)
+        ours.connect(("127.0.0.1", self.port))
+        peer, _ = self.sock.accept()
+        peer.setblocking(False)
+        self.opened += [ours, peer]
+        return ours, peer
+
+    def close(self):
+        for s in self.opened + [self.sock]:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+def reset(peer):
+    """Close ``peer`` with an RST instead of a FIN (SO_LINGER 0)."""
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    peer.close()
+
+
+def drain(peer) -> tuple[int, bool]:
+    """Read what a non-blocking peer socket has: (bytes, saw EOF)."""
+    n = 0
+    while True:
+        try:
+            chunk = peer.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return n, False
+        except OSError:
+            return n, True
+        if not chunk:
+            return n, True
+        n += len(chunk)
+
+
+class LogCatcher(logging.Handler):
+    """Collects a logger's messages (WARNING and up unless its level is changed)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())

@@ -1,0 +1,163 @@
+"""The benchmarks section of report.html: performance goals, echo throughput (ratios,
+a curve over connections or bars per parameter set, the per-round table) and the
+micro-benchmark and idle-connection charts. ``BenchmarkSections`` is mixed into the page,
+whose ``doc``, ``bench`` and ``rts`` it reads.
+"""
+from __future__ import annotations
+
+import json
+
+from bench import echo as echomod
+from bench import goals as goalsmod
+from bench.htmldoc import e, fmt_value, html_table, natural, rt_label, slug
+from bench.svg import OURS_SHADES, PALETTE, bar_chart, line_chart
+
+
+class BenchmarkSections:
+    def benchmarks(self) -> str:
+        if not self.bench and not self.doc.get("goals"):
+            return ""
+        out = ['<section><h2 id="bench">Benchmarks</h2>']
+        goals = self.goals()
+        if goals:
+            out.append(goals)
+        echo = [c for c in self.bench if c.get("scenario") == "echo"]
+        if echo:
+            out.append(self.echo(echo))
+        micro = [c for c in self.bench if c.get("scenario") == "micro"]
+        if micro:
+            out.append(self.simple_bench(micro, "micro-benchmarks", "ops_per_s", "operations per second"))
+        idle = [c for c in self.bench if c.get("scenario") == "idle"]
+        if idle:
+            out.append(self.simple_bench(idle, "idle connections", "rss_per_connection_bytes",
+                                         "server memory per idle connection"))
+        out.append("</section>")
+        return "".join(out)
+
+    def goals(self) -> str:
+        rows = self.doc.get("goals")
+        if not rows and self.bench:
+            rows = goalsmod.evaluate_goals(self.bench)
+            if rows and all(r.get("status") == "not measured" for r in rows):
+                rows = None
+        if not rows:
+            return ""
+        table = []
+        for r in rows:
+            st = str(r.get("status", "?"))
+            cls = "ok" if st.startswith("met") else "muted" if st == "not measured" else "no"
+            rng = "-" if r.get("min") is None else f"{r['min']:.2f}\u2013{r['max']:.2f}"
+            table.append([e(str(r.get("goal", "?"))), "-" if r.get("ratio") is None else f"{r['ratio']:.2f}\u00d7",
+                          rng, e(str(r.get("n", ""))), f'<span class="{cls}">{e(st)}</span>',
+                          "-" if r.get("cpu_ratio") is None else f"{r['cpu_ratio']:.2f}"])
+        return ('<h3 id="goals">Performance goals</h3>'
+                + html_table(["goal", "measured (median of paired ratios)", "range over rounds", "rounds", "status",
+                          "server CPU/request, reference over ours"], table))
+
+    def echo(self, cells) -> str:
+        cfg = self.doc.get("config") or {}
+        specs = self.rts.ordered(c["runtime"] for c in cells)
+        baseline = cfg.get("baseline") if cfg.get("baseline") in specs else (
+            "asyncio-protocol" if "asyncio-protocol" in specs else specs[0])
+        label = echomod.param_label
+        measured = [c for c in cells if (c.get("metrics") or {}).get("requests_per_s")]
+        ratios = echomod.ratio_table(measured, baseline) if measured else None
+        def size_first(params):
+            return (params.get("message_bytes", 0), params.get("connections", 0), json.dumps(params, sort_keys=True))
+        labels = [label(p) for p in sorted({json.dumps(c.get("params") or {}, sort_keys=True): c.get("params") or {}
+                                            for c in cells}.values(), key=size_first)]
+        labels = list(dict.fromkeys(labels))
+        out = ['<h3 id="echo">Echo</h3>']
+        if ratios:
+            rows = []
+            for lb in labels:
+                row = [e(lb)]
+                for s in specs:
+                    ent = (ratios["ratios"].get(lb) or {}).get(s)
+                    if ent is None:
+                        row.append("-")
+                        continue
+                    t = f"{ent['ratio']:.2f}"
+                    if ent.get("min") is not None and len(ent.get("paired") or []) > 1:
+                        t += f' <span class="muted">({ent["min"]:.2f}\u2013{ent["max"]:.2f})</span>'
+                    row.append(t)
+                rows.append(row)
+            rows.append(["geometric mean"] + [f"{ratios['geomean'][s]:.2f}" if s in ratios["geomean"] else "-"
+                                              for s in specs])
+            out.append(html_table(["message \u00d7 connections"] + [rt_label(self.rts, s) for s in specs], rows,
+                              caption=f"requests/s relative to {e(baseline)} (ratio of medians; in brackets the "
+                                      "range of per-round paired ratios; &gt; 1 is faster)"))
+        # throughput: a curve over connections when there is one, else bars per parameter set
+        conns = sorted({(c.get("params") or {}).get("connections") for c in cells} - {None})
+        sizes = sorted({(c.get("params") or {}).get("message_bytes") for c in cells} - {None})
+        refs = [s for s in specs if not self.rts[s]["ours"]]
+        ours_specs = [s for s in specs if self.rts[s]["ours"]]
+        if len(conns) > 1:
+            charts = []
+            for size in sizes or [None]:
+                lines = []
+                for s in specs:
+                    pts = sorted(((c["params"]["connections"], c["metrics"]["requests_per_s"]) for c in cells
+                                  if c["runtime"] == s and (c.get("params") or {}).get("message_bytes") == size
+                                  and (c.get("metrics") or {}).get("requests_per_s")))
+                    if pts:
+                        ours = self.rts[s]["ours"]
+                        colour = (OURS_SHADES[ours_specs.index(s) % len(OURS_SHADES)] if ours
+                                  else PALETTE[refs.index(s) % len(PALETTE)])
+                        lines.append((s, ("\u2605" if ours else "") + s, colour, not ours, ours, pts))
+                if lines:
+                    charts.append(line_chart(f"echo throughput by connections"
+                                             + (f", {size:,} B messages" if size else ""), "requests_per_s",
+                                             lines, xlabel="connections (log scale)", log_x=True, width=620,
+                                             height=300))
+            out.append('<div class="pair"><div class="plots">' + "".join(charts) + "</div>")
+        else:
+            colours = {lb: PALETTE[i % len(PALETTE)] for i, lb in enumerate(labels)}
+            rows = [(s, self.rts[s]["ours"], {label(c.get("params") or {}): c["metrics"]["requests_per_s"]
+                                              for c in cells if c["runtime"] == s
+                                              and (c.get("metrics") or {}).get("requests_per_s")}) for s in specs]
+            out.append('<div class="pair"><div class="plots">'
+                       + bar_chart("echo throughput (median requests/s)", "requests_per_s", rows, labels, colours)
+                       + "</div>")
+        rows = []
+        for s in specs:
+            mine = [c for c in cells if c["runtime"] == s]
+            for c in sorted(mine, key=lambda c: labels.index(label(c.get("params") or {}))):
+                m, d = c.get("metrics") or {}, c.get("details") or {}
+                flags = []
+                if d.get("noisy_rounds"):
+                    flags.append(f"noisy \u00d7{len(d['noisy_rounds'])}")
+                if d.get("client_bound_rounds"):
+                    flags.append(f"client-bound \u00d7{len(d['client_bound_rounds'])}")
+                if c.get("errors"):
+                    flags.append(f"errors \u00d7{len(c['errors'])}")
+                rows.append([rt_label(self.rts, s), e(label(c.get("params") or {})),
+                             e(fmt_value("requests_per_s", m.get("requests_per_s"))),
+                             e(fmt_value("latency_p50_s", m.get("latency_p50_s"))),
+                             e(fmt_value("latency_p99_s", m.get("latency_p99_s"))),
+                             e(fmt_value("server_cpu_per_request_s", m.get("server_cpu_per_request_s"))),
+                             e(str(c.get("repeats", ""))), e(", ".join(flags))])
+        out.append('<div class="tables">' + html_table(
+            ["runtime", "message \u00d7 connections", "requests/s", "p50", "p99", "server CPU/request", "rounds",
+             "flags"], rows, caption="medians over rounds") + "</div></div>")
+        return "".join(out)
+
+    def simple_bench(self, cells, title, metric, what) -> str:
+        specs = self.rts.ordered(c["runtime"] for c in cells)
+        groups = sorted({c.get("variant", "?") for c in cells}, key=natural)
+        if all(g == "naive" for g in groups):
+            groups = ["naive"]
+        colours = {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(groups)}
+        rows, table = [], []
+        for s in specs:
+            vals = {c.get("variant", "?"): (c.get("metrics") or {}).get(metric)
+                    for c in cells if c["runtime"] == s}
+            rows.append((s, self.rts[s]["ours"], {g: v for g, v in vals.items() if isinstance(v, (int, float))}))
+            table.append([rt_label(self.rts, s)] + [e(fmt_value(metric, vals.get(g))) for g in groups])
+        head = ["runtime"] + [e(g) for g in groups] if len(groups) > 1 or groups != ["naive"] else \
+            ["runtime", e(what)]
+        return (f'<h3 id="{slug(title)}">{e(title[0].upper() + title[1:])}</h3><div class="pair"><div class="plots">'
+                + bar_chart(f"{title}: {what}", metric, rows, groups, colours) + '</div><div class="tables">'
+                + html_table(head, table, caption=e(what) + " (median over rounds)") + "</div></div>")
+
+    # -- metadata ------------------------------------------------------------

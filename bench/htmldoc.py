@@ -1,0 +1,305 @@
+"""What report.html reads from a results document, and the small HTML pieces every
+section uses: runtimes in page order (our kernel first, its references beside it), each
+scenario's title, columns and verdicts (the document first, the registries as a
+fallback), a cell's status, number formatting, time series, anchors and tables.
+"""
+from __future__ import annotations
+
+import html
+import math
+import re
+
+from bench.tables import fmt
+
+BENCH_KINDS = ("echo", "micro", "idle")
+STYLE_ORDER = ("callback", "stream", "task")
+# The library each of our kernels' defaults reproduce, when the runtime registry cannot
+# be asked (a document read on a machine without looplab's protocols package).
+_PRIMARY_FALLBACK = {"callback": "asyncio-protocol", "hybrid": "asyncio-streams", "coro": "curio"}
+_STYLE_FALLBACK = {"callback": "callback", "asyncio-protocol": "callback", "uvloop-protocol": "callback",
+                   "hybrid": "stream", "asyncio-streams": "stream", "uvloop-streams": "stream",
+                   "coro": "task", "curio": "task", "trio": "task"}
+_TIMING_METRICS = ("cell_wall_s",)
+
+# status -> (label, symbol, background, text colour); the symbol keeps the grid readable
+# without colour.
+STATUSES = {
+    "pass": ("all verdicts hold", "\u2713", "#a6dba0", "#0b3d14"),
+    "fail": ("some verdict fails", "\u2717", "#f4a582", "#5c0a0a"),
+    "error": ("error: no measurement", "!", "#7b3294", "#ffffff"),
+    "skipped": ("skipped (runtime unavailable)", "\u2013", "#d9d9d9", "#333333"),
+    "measured": ("measured, no verdict", "\u2022", "#c6dbef", "#08306b"),
+    "na": ("not applicable / not run", "", "#ffffff", "#999999"),
+}
+
+
+e = html.escape
+STAR, YES, NO, MID, DASH = "\u2605", "\u2713", "\u2717", " \u00b7 ", "\u2013"
+
+
+# ---------------------------------------------------------------------------
+# What the document says, with the registries as a fallback
+
+def natural(text: str):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(text))]
+
+
+def scenario_order(sid: str):
+    """looplab's own S1-S8 first, in number order; anything a user registered after."""
+    return (not re.fullmatch(r"S\d+", str(sid)), natural(sid))
+
+
+class Runtimes:
+    """Style, ours-ness and primary reference of each runtime spec in the document."""
+
+    def __init__(self, cells):
+        self._info = {}
+        for c in sorted(cells, key=lambda c: c.get("id", "")):
+            spec = c.get("runtime", "?")
+            if spec not in self._info:
+                self._info[spec] = self._lookup(spec, c)
+
+    @staticmethod
+    def _lookup(spec, cell):
+        ident = spec.split(":", 1)[0]
+        style, ours, compared = cell.get("style"), cell.get("ours"), ()
+        try:
+            from protocols import runtimes as rtmod
+            rt = rtmod.parse(spec)
+            style = style or rt.style
+            ours = rt.ours if ours is None else ours
+            compared = tuple(getattr(rt.info, "compared_with", ()) or ())
+        except Exception:  # an unknown plugin runtime, or no protocols package
+            pass
+        style = style or _STYLE_FALLBACK.get(ident, "other")
+        if ours is None:
+            ours = ident in _PRIMARY_FALLBACK
+        if ours and not compared and ident in _PRIMARY_FALLBACK:
+            compared = (_PRIMARY_FALLBACK[ident],)
+        return {"id": ident, "style": style, "ours": bool(ours), "compared": compared,
+                # options flipped: no single library is the one it reproduces
+                "primary": compared[0] if ours and compared and spec == ident else None}
+
+    def __getitem__(self, spec):
+        return self._info.get(spec) or self._lookup(spec, {})
+
+    def ordered(self, specs) -> list[str]:
+        """Grouped by style; in each, our kernels first, then the libraries they are
+        compared with (in that order), then the rest."""
+        specs = sorted(set(specs))
+        out = []
+        styles = [s for s in STYLE_ORDER] + sorted({self[s]["style"] for s in specs} - set(STYLE_ORDER))
+        for style in styles:
+            here = [s for s in specs if self[s]["style"] == style]
+            ours = sorted((s for s in here if self[s]["ours"]), key=lambda s: (":" in s, s))
+            refs = []
+            for o in ours:
+                for r in self[o]["compared"]:
+                    for s in sorted(here):
+                        if self[s]["id"] == r and s not in refs and s not in ours:
+                            refs.append(s)
+            rest = [s for s in here if s not in ours and s not in refs]
+            out += ours + refs + rest
+        return out
+
+
+def _registry_scenario(sid: str) -> dict:
+    try:
+        from bench import scenario as api
+        sc = api.scenarios().get(sid)
+        if sc is not None:
+            return sc.describe()
+    except Exception:  # the public scenario API is not there (yet), or it failed
+        pass
+    try:
+        from bench.scenarios import SCENARIOS
+        sc = SCENARIOS.get(sid)
+    except Exception:
+        sc = None
+    if sc is None:
+        return {}
+    return {"title": getattr(sc, "title", ""), "summary": getattr(sc, "summary", ""),
+            "variants": list(getattr(sc, "variants", ()) or ()),
+            "styles": list(getattr(sc, "styles", ()) or ())}
+
+
+def scenario_info(doc: dict, sid: str, cells: list) -> dict:
+    given = (doc.get("scenarios") or {}).get(sid) or {}
+    reg = _registry_scenario(sid)
+
+    def pick(key, default):
+        return given.get(key) or reg.get(key) or default
+    metrics = pick("metrics", {})
+    timing = {m for m, d in metrics.items() if isinstance(d, dict) and d.get("timing")}
+    timing.update(_TIMING_METRICS)
+    names = []
+    for c in cells:
+        for m, v in (c.get("metrics") or {}).items():
+            if m not in names and m not in timing and not isinstance(v, (dict, list)):
+                names.append(m)
+    columns = [m for m in pick("columns", ()) if m not in timing] \
+        or names[:6]
+    variants = list(pick("variants", []))
+    variants += sorted({c.get("variant", "?") for c in cells} - set(variants), key=natural)
+    return {"id": sid, "title": pick("title", sid), "summary": pick("summary", ""),
+            "variants": variants, "columns": columns, "all_metrics": names, "timing": timing,
+            "labels": {m: d.get("label") for m, d in metrics.items()
+                       if isinstance(d, dict) and d.get("label") and d.get("label") != m},
+            "verdicts": pick("verdicts", {}), "styles": pick("styles", [])}
+
+
+def metric_label(info: dict, metric: str) -> str:
+    if metric in info.get("labels", {}):
+        return info["labels"][metric]
+    name = metric
+    for suffix in ("_bytes", "_Bps", "_per_s", "_s", "_count", "_fraction"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return name.replace("_", " ")
+
+
+def machine_rows(env: dict) -> tuple:
+    """What a results environment says about the machine and interpreter, as (field, text)
+    pairs; times and load are left out, so two runs on one machine are one machine."""
+    def joined(d, sep):
+        return ", ".join(f"{k}{sep}{v}" for k, v in sorted((d or {}).items()) if v) or None
+    sb = env.get("socket_buffers") or {}
+    fields = [
+        ("machine", env.get("node")),
+        ("CPU", f"{env['cpu']} \u00d7 {env.get('cpu_count')}" if env.get("cpu") else None),
+        ("platform", env.get("platform")),
+        ("Python", f"{env['python']} ({env.get('implementation', '?')})" if env.get("python") else None),
+        ("libraries", joined(env.get("libraries"), " ")),
+        ("allocator environment", joined(env.get("allocator_env"), "=") or "none set"),
+        ("socket buffers pinned to 64 KiB give", f"SO_SNDBUF {sb.get('pinned_sndbuf_bytes')}, "
+                                                 f"SO_RCVBUF {sb.get('pinned_rcvbuf_bytes')}" if sb else None),
+        ("load client", env.get("load_client")),
+        ("pinning", env.get("pinning")),
+    ]
+    return tuple((name, str(v)) for name, v in fields if v not in (None, ""))
+
+
+def variant_index(variants: list, v) -> int:
+    return variants.index(v) if v in variants else len(variants)
+
+
+def cell_status(cell: dict) -> str:
+    """pass | fail | error | skipped | measured: what a cell's grid colour says."""
+    if cell.get("skipped"):
+        return "skipped"
+    verdicts = cell.get("verdicts") or {}
+    if cell.get("errors") and not verdicts and not cell.get("metrics"):
+        return "error"
+    if any(not v for v in verdicts.values()):
+        return "fail"
+    if verdicts:
+        return "pass"
+    return "error" if cell.get("errors") else "measured"
+
+
+_RANK = {"error": 4, "fail": 3, "skipped": 2, "measured": 1, "pass": 0}
+
+
+def worst_status(statuses) -> str:
+    return max(statuses, key=lambda s: _RANK[s])
+
+
+def is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def fmt_value(metric: str, v) -> str:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return fmt(metric, v)
+
+
+def cell_series(cell: dict) -> dict:
+    """Time series of a cell: {name: [(t, v), ...]} from ``series`` or from metrics or
+    samples whose value is a list of [t, v] pairs."""
+    out = {}
+
+    def take(name, val):
+        if isinstance(val, list) and len(val) >= 2 and all(
+                isinstance(p, (list, tuple)) and len(p) == 2
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in p) for p in val):
+            out.setdefault(name, [(float(t), float(v)) for t, v in val])
+    for name, val in sorted((cell.get("series") or {}).items()):
+        take(name, val)
+    for src in (cell.get("metrics") or {}, cell.get("samples") or {}):
+        for name, val in sorted(src.items()):
+            if isinstance(val, dict):
+                for sub, sv in sorted(val.items()):
+                    take(sub, sv)
+            else:
+                take(name, val)
+    return out
+
+
+def series_metric(name: str) -> str:
+    """The unit-suffixed name a series' values format as."""
+    if re.search(r"(_bytes|_s|_Bps|_count|_fraction|_per_s)$", name):
+        return name
+    if "latency" in name or "delay" in name:
+        return name + "_s"
+    return name + "_bytes" if ("flight" in name or "buffer" in name or "bytes" in name) else name
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", str(text)).strip("-") or "x"
+
+
+class Anchors:
+    def __init__(self):
+        self._used, self._by = set(), {}
+
+    def get(self, key: str, prefix: str) -> str:
+        if (prefix, key) not in self._by:
+            base = f"{prefix}-{slug(key)}"
+            a, n = base, 2
+            while a in self._used:
+                a, n = f"{base}-{n}", n + 1
+            self._used.add(a)
+            self._by[(prefix, key)] = a
+        return self._by[(prefix, key)]
+
+
+
+# ---------------------------------------------------------------------------
+# HTML pieces
+
+def html_table(header: list, rows: list, *, cls: str = "data", row_attrs: list | None = None,
+           caption: str = "") -> str:
+    """``rows`` hold already-escaped HTML cells."""
+    out = [f'<table class="{cls}">']
+    if caption:
+        out.insert(0, f'<p class="caption">{caption}</p>')
+    out.append("<thead><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr></thead><tbody>")
+    for i, row in enumerate(rows):
+        attrs = row_attrs[i] if row_attrs else ""
+        # short cells (numbers with units, names) never wrap; long text does
+        out.append(f"<tr{attrs}>" + "".join(
+            f'<td class="n">{c}</td>' if len(re.sub(r"<[^>]+>", "", str(c))) <= 28 else f"<td>{c}</td>"
+            for c in row) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def rt_label(rts: Runtimes, spec: str) -> str:
+    if rts[spec]["ours"]:
+        return f'<span class="ours" data-rt="{e(spec)}" title="our kernel">{STAR} {e(spec)}</span>'
+    return f'<span data-rt="{e(spec)}">{e(spec)}</span>'
+
+
+def verdict_text(cell: dict, info: dict | None = None) -> str:
+    parts = []
+    for name, ok in sorted((cell.get("verdicts") or {}).items()):
+        desc = (info or {}).get("verdicts", {}).get(name, "")
+        t = f' title="{e(desc)}"' if desc else ""
+        parts.append(f'<span class="{"ok" if ok else "no"}"{t}>{YES if ok else NO} {e(name)}</span>')
+    if cell.get("skipped"):
+        parts.append(f'<span class="muted">skipped: {e(str(cell["skipped"]))}</span>')
+    for err in (cell.get("errors") or [])[:2]:
+        parts.append(f'<span class="err">error: {e(str(err)[:160])}</span>')
+    return " ".join(parts) or '<span class="muted">-</span>'
