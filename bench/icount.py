@@ -56,8 +56,11 @@ def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):
             s.settimeout(max_s)
         _round_trips(socks, size, 5 * conns)           # warm-up, not instrumented
         # Instrumentation starts when the server next runs; single pings on one
-        # connection wake it until callgrind_control says it is on (at most a
-        # ping or two of one connection are counted in, well under the noise).
+        # connection wake it until callgrind_control says it is on. A few of
+        # them are counted in (how many varies): with --large - --small = 2000
+        # that is a few hundred instructions per request, and with several
+        # connections the number of requests one pass finds varies too. Repeat
+        # a measurement and trust only differences larger than its spread.
         ctl = subprocess.Popen(["callgrind_control", "-i", "on", str(pid)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while ctl.poll() is None:
@@ -70,7 +73,7 @@ def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):
 
 
 def instructions(runtime, conns, size, requests, out_dir, extra=(), pause=0.0):
-    out = os.path.join(out_dir, f"cg.{runtime.replace(':', '_')}.{requests}.out")
+    out = os.path.join(out_dir, f"cg.{runtime.replace(':', '_')}.c{conns}.{requests}.out")
     env = dict(os.environ, PYTHONHASHSEED="0")
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
            f"--callgrind-out-file={out}", *extra,
@@ -120,9 +123,10 @@ def main(argv=None) -> int:
         per = [(y - x) / (args.large - args.small) for x, y in zip(a, b)]
         line = (f"{rt:24s} conns={args.conns} size={args.size} instr/request={per[0]:10.0f}")
         if args.cache_sim and len(per) >= 9:
-            # Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw
-            line += (f"  D1 misses/request={per[4] + per[7]:7.1f}"
-                     f"  LL misses/request={per[2] + per[5] + per[8]:7.1f}")
+            # callgrind's order: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw
+            line += (f"  I1 misses/request={per[3]:7.1f}"
+                     f"  D1 misses/request={per[4] + per[5]:7.1f}"
+                     f"  LL misses/request={per[6] + per[7] + per[8]:7.1f}")
         print(f"{line}  ({a[0]} @ {args.small}, {b[0]} @ {args.large}; {path})", flush=True)
     return 0
 
