@@ -552,7 +552,8 @@ def build_loop(rt) -> None:
                     batch = [ready_popleft() for _ in range(n)]
                     shuffle(batch)
                     ready.extendleft(reversed(batch))
-                for _ in range(n):
+                while n:
+                    n -= 1
                     step(ready_popleft())
         finally:
             probe.loop_iterations += iterations

@@ -53,6 +53,15 @@ spawn and reused for every step (no Handle per wake-up), and the step itself is
 the wake-up; a stream read recycles its waiter Future; the probe and trace
 cost an increment and a ``None`` test when tracing is off.
 
+Measured (server instructions per 1 KiB echo request, callgrind, 10
+connections, ``python -m bench.icount``; runs agree within ~2-4 %): hybrid
+27.4k, uvloop's streams 30.1k, asyncio's streams 50.0k. Where the 27.4k go:
+the reactor's share is the callback kernel's 11.4k; the rest is the Task step
+(``context.run`` + ``coro.send`` through the handler's frames), one Future
+resolution and re-arm per read, and the stream reader's copy out of its
+buffer. Writes are not batched per pass for the reason the callback kernel
+gives (one send per request already).
+
 Where the loop is: there is no second loop. The event loop is the callback
 kernel's ``Loop.run_forever`` (``kernels/callback/loop.py``); what it calls for
 a task is ``Task.__step`` in ``tasks.py``.

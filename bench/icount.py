@@ -1,0 +1,135 @@
+"""Instruction counts per echo request for one runtime's server, under callgrind.
+
+Wall-clock figures on a shared 2-CPU machine are too noisy to decide a ±5 % change;
+instruction counts are not. This runs ``looplab serve echo`` for a runtime under
+``valgrind --tool=callgrind`` twice, with a plain blocking client (a separate,
+uninstrumented process) doing ``small`` and then ``large`` lock-step round trips
+spread over ``connections`` sockets, and reports
+
+    (instructions(large) - instructions(small)) / (large - small)
+
+so start-up, imports and connection set-up cancel out. A developer tool, not a
+benchmark verb::
+
+    python -m bench.icount RUNTIME... [--conns 10] [--size 1024] [--small 2000] [--large 10000]
+                                      [--pause 0.005] [--cache-sim]
+
+Needs valgrind on PATH. Every process it starts is stopped before it returns.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _round_trips(socks, size, requests, pause=0.0):
+    payload = b"x" * size
+    done = 0
+    while done < requests:
+        batch = socks[:requests - done]
+        for s in batch:
+            s.sendall(payload)
+        for s in batch:
+            got = 0
+            while got < size:
+                chunk = s.recv(size - got)
+                if not chunk:
+                    raise RuntimeError("server closed")
+                got += len(chunk)
+        done += len(batch)
+
+
+def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):
+    socks = [socket.create_connection((host, port)) for _ in range(conns)]
+    try:
+        for s in socks:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.settimeout(max_s)
+        _round_trips(socks, size, 5 * conns)           # warm-up, not instrumented
+        # Instrumentation starts when the server next runs; single pings on one
+        # connection wake it until callgrind_control says it is on. A few of
+        # them are counted in (how many varies): with --large - --small = 2000
+        # that is a few hundred instructions per request, and with several
+        # connections the number of requests one pass finds varies too. Repeat
+        # a measurement and trust only differences larger than its spread.
+        ctl = subprocess.Popen(["callgrind_control", "-i", "on", str(pid)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while ctl.poll() is None:
+            _round_trips(socks[:1], size, 1)
+            time.sleep(0.3)
+        _round_trips(socks, size, requests, pause)
+    finally:
+        for s in socks:
+            s.close()
+
+
+def instructions(runtime, conns, size, requests, out_dir, extra=(), pause=0.0):
+    out = os.path.join(out_dir, f"cg.{runtime.replace(':', '_')}.c{conns}.{requests}.out")
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+           f"--callgrind-out-file={out}", *extra,
+           sys.executable, "-m", "bench", "serve", "echo", "--runtime", runtime]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.match(r"listening on ([\d.]+):(\d+)", line)
+        if not m:
+            raise RuntimeError(f"server did not start: {line!r}")
+        _client(m.group(1), int(m.group(2)), conns, size, requests, proc.pid, pause)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with open(out) as f:
+        for line in f:
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return [int(x) for x in line.split()[1:]], out
+    raise RuntimeError(f"no totals in {out}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.icount")
+    ap.add_argument("runtimes", nargs="+")
+    ap.add_argument("--conns", type=int, default=10)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--small", type=int, default=2000)
+    ap.add_argument("--large", type=int, default=10000)
+    ap.add_argument("--pause", type=float, default=0.0,
+                    help="seconds between rounds: the server is idle in its poller when each "
+                         "round arrives, so every round takes the same path and the count is "
+                         "reproducible (without it, how many requests one pass finds varies)")
+    ap.add_argument("--keep", default=None, help="directory for the callgrind files")
+    ap.add_argument("--cache-sim", action="store_true",
+                    help="also simulate the caches: last-level misses per request")
+    args = ap.parse_args(argv)
+    out_dir = args.keep or tempfile.mkdtemp(prefix="icount-")
+    for rt in args.runtimes:
+        extra = ("--cache-sim=yes",) if args.cache_sim else ()
+        a, _ = instructions(rt, args.conns, args.size, args.small, out_dir, extra, args.pause)
+        b, path = instructions(rt, args.conns, args.size, args.large, out_dir, extra, args.pause)
+        per = [(y - x) / (args.large - args.small) for x, y in zip(a, b)]
+        line = (f"{rt:24s} conns={args.conns} size={args.size} instr/request={per[0]:10.0f}")
+        if args.cache_sim and len(per) >= 9:
+            # callgrind's order: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw
+            line += (f"  I1 misses/request={per[3]:7.1f}"
+                     f"  D1 misses/request={per[4] + per[5]:7.1f}"
+                     f"  LL misses/request={per[6] + per[7] + per[8]:7.1f}")
+        print(f"{line}  ({a[0]} @ {args.small}, {b[0]} @ {args.large}; {path})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
