@@ -11,9 +11,10 @@ instead of 1 s, the healthy client and a half-close's EOF given 2 s instead of 5
 leak judged after 1 s instead of 3. Known failing cases stop at their first failed
 fault (``--fail-fast``): they only have to fail.
 
-KNOWN_FAILURES lists the cases that fail today because of driver defects, as strict
-xfails: when a fix lands the case passes, pytest reports XPASS(strict) as a failure,
-and the entry is removed.
+KNOWN_FAILURES lists the cases that fail because of a library's own behaviour (shown
+with that library alone in tests/test_drivers.py), as strict xfails: when one starts
+passing, pytest reports XPASS(strict) as a failure and the entry is removed. A driver
+defect is fixed, never listed.
 """
 from __future__ import annotations
 
@@ -36,21 +37,10 @@ APPS = ["echo", "sink", "reqresp", "proxy",
 SMALL = ["--idle-many", "300", "--burst", "100", "--hold", "0.1", "--timeout", "2",
          "--settle", "1", "--quiet"]
 
-_PUSH_TASK = ("push on the task port never reads from a client, so a client's half-close gets "
-              "no EOF back (the server learns of a departed client only when a send fails)")
-_PUSH_TASK_BLOCK = (_PUSH_TASK + "; with policy block a departed client is never removed, so its "
-                    "connection stays open for good (one fd per departed client)")
-_PUSH_CURIO = (_PUSH_TASK + "; with 300 idle clients curio's stderr fills with "
-               "'exception calling callback' BlockingIOError tracebacks")
-
-KNOWN_FAILURES = {
-    **{(f"push/{p}", rt): _PUSH_TASK for p in ("unbounded", "drop", "disconnect")
-       for rt in ("coro", "trio")},
-    **{(f"push/{p}", "curio"): _PUSH_CURIO for p in ("unbounded", "drop", "disconnect")},
-    ("push/block", "coro"): _PUSH_TASK_BLOCK,
-    ("push/block", "curio"): _PUSH_TASK_BLOCK,
-    ("push/block", "trio"): _PUSH_TASK_BLOCK,
-}
+# Cases that fail because of a library's own behaviour, each with its minimal
+# reproduction (the library alone) in tests/test_drivers.py. None today: every
+# case failing for a driver defect was fixed.
+KNOWN_FAILURES: dict = {}
 
 # Cases that once failed only on a race (uvloop-streams push: about one pass in ten
 # missed it): they run five rounds, so a regression there is caught.
