@@ -1,7 +1,7 @@
 """What the driver modules share: the served app's context, app counters, the
 one-line protocol error, the unknown-action error, the callback port's no-op
-Protocol base, setting a port's Event and the stream port's writer close. Not sans-IO (it prints, it
-awaits), so not in ``cores``."""
+Protocol base, setting a port's Event and the stream port's writer close. Not
+sans-IO (it prints, it awaits), so not in ``cores``."""
 from __future__ import annotations
 
 import sys
