@@ -1,7 +1,7 @@
 """What the driver modules share: the served app's context, app counters, the
 one-line protocol error, the unknown-action error, the callback port's no-op
-Protocol base and the stream port's writer close. Not sans-IO (it prints, it
-awaits), so not in ``cores``."""
+Protocol base, setting a port's Event and the stream port's writer close. Not
+sans-IO (it prints, it awaits), so not in ``cores``."""
 from __future__ import annotations
 
 import sys
@@ -63,6 +63,15 @@ class ProtocolBase:
 
     def resume_writing(self):
         pass
+
+
+async def set_event(event) -> None:
+    """Set a port's Event, waking its waiters. asyncio's, trio's and coro's
+    ``set()`` does that at once; curio's in-kernel Event.set() is a coroutine
+    that does it when awaited."""
+    woke = event.set()
+    if woke is not None:
+        await woke
 
 
 async def close_writer(writer, wait: bool):

@@ -15,7 +15,7 @@ from protocols import common, cores
 from protocols.cores import Block, Disconnect, Drop, Enqueue, Send
 
 __all__ = ["PushApp", "PushClient", "PushTicker", "stream_push", "stream_ticker", "task_push",
-           "task_ticker", "WAKEUPS_PER_YIELD"]
+           "task_ticker"]
 
 
 class PushApp:
@@ -25,7 +25,6 @@ class PushApp:
     def __init__(self, core: cores.PushCore, params: dict):
         self.core = core
         self.clients: dict = {}
-        self.boxes: dict = {}          # task port: per-client mailboxes
         self.counters = params.get("counters", {})
         self.message_bytes = params.get("message_bytes", 10_000)
         self.interval_s = params.get("interval_s", 0.005)
@@ -37,6 +36,11 @@ class PushApp:
         a queue of them costs memory (one shared object would hide that)."""
         self._seq += 1
         return self._seq.to_bytes(8, "big") + self._filler[8:]
+
+    def forget(self, cid) -> None:
+        """That client has gone (or is going): the core stops offering it messages."""
+        if self.clients.pop(cid, None) is not None:
+            self.core.remove_client(cid)
 
     def queued(self, messages: int) -> None:
         """An app-level queue (the task port's mailboxes) now holds ``messages``:
@@ -75,8 +79,7 @@ class PushClient(common.ProtocolBase):
         self.app.unblock(self.cid)
 
     def connection_lost(self, exc):
-        if self.app.clients.pop(self.cid, None) is not None:
-            self.app.core.remove_client(self.cid)
+        self.app.forget(self.cid)
         self.app.unblock(self.cid)
 
 
@@ -137,8 +140,7 @@ async def stream_push(served, reader, writer):
     except OSError:
         pass
     finally:
-        if app.clients.pop(cid, None) is not None:
-            app.core.remove_client(cid)
+        app.forget(cid)
     writer.close()
 
 
@@ -176,18 +178,30 @@ async def stream_ticker(port, app):
 
 # ---------------------------------------------------------------- task port
 
-class _Mailbox:
-    """A per-client queue drained by that client's own task. Built from Events
-    (a fresh one per wait: trio's cannot be cleared) so it runs on every task port."""
+class _TaskClient:
+    """One push client on the task port: its stream, its mailbox (a queue drained
+    by its own delivery task, built from Events -- a fresh one per wait, since
+    trio's cannot be cleared -- so it runs on every task port) and ``over``, set
+    once the connection is to end (the client's EOF or error, a failed send, the
+    core's Disconnect).
 
-    def __init__(self, port):
-        self.port = port
+    Only the client's own task closes the stream, and only after its helper
+    tasks are cancelled and the ticker has left any send to it: closing a
+    stream another task is blocked on is not safe on every library (curio
+    leaves that task registered on a closed fd)."""
+
+    def __init__(self, port, stream):
+        self.port, self.stream = port, stream
         self.items = collections.deque()
         self.ready = port.Event()
+        self.over = port.Event()
+        self.ended = False
+        self.sending = False         # the ticker is in send_all to this client
+        self.ticker_left = None      # the Event the closing task waits on meanwhile
 
-    def put(self, item):
+    async def put(self, item):
         self.items.append(item)
-        self.ready.set()
+        await common.set_event(self.ready)
 
     async def get(self):
         while not self.items:
@@ -195,64 +209,94 @@ class _Mailbox:
             self.ready = self.port.Event()
         return self.items.popleft()
 
+    async def end(self):
+        if not self.ended:
+            self.ended = True
+            await common.set_event(self.over)
 
-async def task_push(served, stream):
-    """One task per client, draining its mailbox; a push client never sends, so a
-    failed send is how it is known to be gone. ``None`` in the mailbox ends it."""
-    port, app, cid = served.port, served.push, id(stream)
-    app.core.add_client(cid)
-    app.clients[cid] = stream
-    box = app.boxes[cid] = _Mailbox(port)
+
+async def _read_until_eof(port, client):
+    # A push client has nothing to say: what it sends is dropped, its EOF (or a
+    # reset) is how the server learns it has gone.
     try:
-        while (message := await box.get()) is not None:
-            await stream.send_all(message)
-            app.core.backlog(cid, len(box.items))
+        while await client.stream.receive_some(65536):
+            pass
     except port.StreamError:
         pass
+    await client.end()
+
+
+async def _deliver(port, app, cid, client):
+    try:
+        while True:
+            await client.stream.send_all(await client.get())
+            if app.clients.get(cid) is client:
+                app.core.backlog(cid, len(client.items))
+    except port.StreamError:
+        pass
+    await client.end()
+
+
+async def task_push(served, stream):
+    """One task per client, with two helpers: one reads the client until EOF,
+    one drains its mailbox. The connection ends when either finishes or the
+    ticker ends it; then this task forgets the client and closes the stream."""
+    port, app, cid = served.port, served.push, id(stream)
+    client = _TaskClient(port, stream)
+    app.core.add_client(cid)
+    app.clients[cid] = client
+    try:
+        async with port.open_nursery() as n:
+            await n.spawn(_read_until_eof, port, client)
+            await n.spawn(_deliver, port, app, cid, client)
+            await client.over.wait()
+            await n.cancel()
     finally:
-        app.boxes.pop(cid, None)
-        if app.clients.pop(cid, None) is not None:
-            app.core.remove_client(cid)
-        await stream.aclose()
+        app.forget(cid)
+        try:
+            if client.sending:
+                client.ticker_left = port.Event()
+                await client.ticker_left.wait()
+        finally:
+            await stream.aclose()
 
 
-# Mailbox wake-ups handed out between two yields of the ticker. curio's Event
-# (the one that also works from threads) wakes its kernel with one byte on a
-# socketpair per waiter and fails, printing a traceback, once that socket is
-# full (a few hundred wake-ups without a pass of the kernel).
-WAKEUPS_PER_YIELD = 64
+async def _send_in_turn(port, app, cid, client, data):
+    """Send from the ticker (send_all blocks, so one stalled client stalls all).
+    A client whose send fails is forgotten at once and its task closes it."""
+    client.sending = True
+    try:
+        await client.stream.send_all(data)
+    except port.StreamError:
+        app.forget(cid)
+        await client.end()
+    finally:
+        client.sending = False
+        if client.ticker_left is not None:
+            await common.set_event(client.ticker_left)
 
 
 async def task_ticker(port, app):
-    """Send in turn from here (send_all blocks, so one stalled client stalls
-    all); Enqueue hands the message to the client's own task through its
-    mailbox -- unbounded, or bounded by the core, as trio's memory channels."""
+    """Send in turn from here (Send); Enqueue hands the message to the client's
+    own task through its mailbox -- unbounded, or bounded by the core, as
+    trio's memory channels; Disconnect ends that client's task, which cancels
+    a send it is blocked in and closes the stream."""
     while True:
-        woken = 0
         for action in app.core.broadcast(app.next_message()):
             match action:
                 case Send(cid, data):
-                    if (stream := app.clients.get(cid)) is not None:
-                        try:
-                            await stream.send_all(data)
-                        except port.StreamError:
-                            if (box := app.boxes.get(cid)) is not None:
-                                box.put(None)           # its task ends and forgets it
-                                woken += 1
+                    if (client := app.clients.get(cid)) is not None and not client.ended:
+                        await _send_in_turn(port, app, cid, client, data)
                 case Enqueue(cid, data):
-                    if (box := app.boxes.get(cid)) is not None:
-                        box.put(data)
-                        app.queued(len(box.items))
-                        woken += 1
+                    if (client := app.clients.get(cid)) is not None and not client.ended:
+                        await client.put(data)
+                        app.queued(len(client.items))
                 case Disconnect(cid):
-                    if (stream := app.clients.pop(cid, None)) is not None:
-                        await stream.aclose()   # its task, blocked in send_all, gets StreamError
+                    if (client := app.clients.get(cid)) is not None:
+                        await client.end()
                 case Block() | Drop():
                     pass              # send_all blocks anyway; a dropped message is not sent
                 case _:
                     raise common.unknown(action, "task push")
-            if woken >= WAKEUPS_PER_YIELD:
-                woken = 0
-                await port.sleep(0)
         app.report()
         await port.sleep(app.interval_s)

@@ -13,7 +13,7 @@ import sys
 from protocols import common
 from protocols.cores import Close, Done, PauseReading, ResumeReading, Send, SendEof
 
-__all__ = ["Relay", "ProxySide", "AsyncRelay", "stream_proxy", "task_proxy", "set_event"]
+__all__ = ["Relay", "ProxySide", "AsyncRelay", "stream_proxy", "task_proxy"]
 
 
 # ---------------------------------------------------------------- callback port
@@ -128,12 +128,6 @@ class ProxySide(common.ProtocolBase):
 
 # ---------------------------------------------------------------- stream and task ports
 
-def set_event(event) -> None:
-    """Set a port's Event from plain code: curio's Event.set called straight
-    from a coroutine returns a coroutine to await instead of setting it."""
-    event.set()
-
-
 class AsyncRelay:
     """A ProxyCore carried out over two async ends (the stream and task ports).
 
@@ -164,7 +158,7 @@ class AsyncRelay:
                 case Close(to, abort):
                     await self.ends[to].close(abort)
                 case Done():
-                    set_event(self.over)
+                    await common.set_event(self.over)
                 case _:
                     raise common.unknown(action, self.driver)
 
@@ -178,7 +172,7 @@ class AsyncRelay:
             await self.act(core.closed(side, exc))
         except Exception as exc:
             self.failed.append(exc)
-            set_event(self.over)
+            await common.set_event(self.over)
 
     def check(self) -> None:
         if self.failed:

@@ -188,7 +188,10 @@ class CurioPort(TaskPortBase):
         self._curio = curio
         self._instrument = opts.get("instrument", True)
         self.sleep = curio.sleep
-        self.Event = curio.UniversalEvent
+        # The in-kernel Event (set() is a coroutine: drivers call common.set_event).
+        # UniversalEvent, the one whose set() is plain, wakes the kernel through a
+        # socketpair, one byte per waiter, and fails once that socket is full.
+        self.Event = curio.Event
         self.Cancelled = curio.CancelledError
         self.detached_spawn = curio.spawn
         stats = self.stats

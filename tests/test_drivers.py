@@ -600,6 +600,37 @@ def test_push_survives_idle_connections(policy, rt, tmp_path):
         assert "Traceback" not in err and "BlockingIOError" not in err, err[-3000:]
 
 
+TASK_RUNTIMES = ("coro", "trio", "curio")
+
+
+@pytest.mark.parametrize("policy", ["block", "unbounded"])
+@pytest.mark.parametrize("rt", TASK_RUNTIMES)
+def test_task_push_reads_clients_for_eof(rt, policy, tmp_path):
+    """Issue 12 on the task port: push never read from a client, so a half-close
+    got no EOF back, and under "block" a departed client stayed open for good.
+    Each client is now read until EOF and closed; a failed send closes it too."""
+    lib = rt if rt in HAVE else None
+    if lib and not HAVE[lib]:
+        pytest.skip(f"{lib} is not installed")
+    with Served("push", rt, "--variant", policy, tmp_path=tmp_path) as server:
+        assert first_bytes(server.addr) >= 20_000
+        baseline = server.fds()
+        for _ in range(3):
+            with dial(server.addr) as c:
+                c.shutdown(socket.SHUT_WR)
+                _, eof = read_to_eof(c)
+            assert eof, f"{rt} {policy}: no EOF after a half-close"
+        for _ in range(50):                 # connect, never read, leave
+            dial(server.addr).close()
+        for _ in range(20):                 # connect, never read, reset
+            reset_at_once(server.addr)
+        assert fds_settle(server, baseline, 10) <= baseline, f"{rt} {policy}: fds grew"
+        assert first_bytes(server.addr) >= 20_000
+        assert server.stop() == 0
+        err = server.stderr()
+        assert "Traceback" not in err, err[-3000:]
+
+
 # --------------------------------------------------------------------------- 3: the libraries' own
 
 @pytest.mark.skipif(not HAVE["curio"], reason="curio is not installed")
@@ -609,7 +640,7 @@ def test_curio_own_behaviour_universal_event_wakeups_overflow(tmp_path):
     Future callback; a few hundred of them without a kernel pass fill it, and
     every further one prints "exception calling callback for <Future ...>" with
     BlockingIOError [Errno 11]. (The woken tasks still run: the byte is only the
-    wake-up signal.) The task driver yields every WAKEUPS_PER_YIELD wake-ups."""
+    wake-up signal.) So the curio port's Event is curio's in-kernel Event."""
     code = """if True:
         import curio
         async def main():
@@ -629,7 +660,13 @@ def test_curio_own_behaviour_universal_event_wakeups_overflow(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     assert "BlockingIOError" in out.stderr and "exception calling callback" in out.stderr
-    assert push.WAKEUPS_PER_YIELD < 200
+    import curio
+    from protocols.trio_curio_ports import CurioPort
+    port = CurioPort(None, {})
+    try:
+        assert port.Event is curio.Event
+    finally:
+        port.close()
 
 
 @pytest.mark.skipif(not HAVE["uvloop"], reason="uvloop is not installed")

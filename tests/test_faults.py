@@ -11,9 +11,10 @@ instead of 1 s, the healthy client and a half-close's EOF given 2 s instead of 5
 leak judged after 1 s instead of 3. Known failing cases stop at their first failed
 fault (``--fail-fast``): they only have to fail.
 
-KNOWN_FAILURES lists the cases that fail today because of driver defects, as strict
-xfails: when a fix lands the case passes, pytest reports XPASS(strict) as a failure,
-and the entry is removed.
+KNOWN_FAILURES lists the cases that fail because of a library's own behaviour (shown
+with that library alone in tests/test_drivers.py), as strict xfails: when one starts
+passing, pytest reports XPASS(strict) as a failure and the entry is removed. A driver
+defect is fixed, never listed.
 """
 from __future__ import annotations
 
@@ -36,37 +37,13 @@ APPS = ["echo", "sink", "reqresp", "proxy",
 SMALL = ["--idle-many", "300", "--burst", "100", "--hold", "0.1", "--timeout", "2",
          "--settle", "1", "--quiet"]
 
-_PROXY_STREAM = ("proxy on the stream port: a client's half-close never gets EOF back and the "
-                 "upstream connection is never closed after its client resets, stalls or leaves")
-_PUSH_TASK = ("push on the task port never reads from a client, so a client's half-close gets "
-              "no EOF back (the server learns of a departed client only when a send fails)")
-_PUSH_TASK_BLOCK = (_PUSH_TASK + "; with policy block a departed client is never removed, so its "
-                    "connection stays open for good (one fd per departed client)")
-_PUSH_UVLOOP_STREAMS = ("push on uvloop-streams: the broadcaster task writes to a client whose "
-                        "transport uvloop has already closed, uvloop raises RuntimeError (asyncio "
-                        "ignores such writes), the task dies silently and no client is served again")
-_PUSH_CURIO = (_PUSH_TASK + "; with 300 idle clients curio's stderr fills with "
-               "'exception calling callback' BlockingIOError tracebacks")
+# Cases that fail because of a library's own behaviour, each with its minimal
+# reproduction (the library alone) in tests/test_drivers.py. None today: every
+# case failing for a driver defect was fixed.
+KNOWN_FAILURES: dict = {}
 
-KNOWN_FAILURES = {
-    ("proxy", "hybrid"): _PROXY_STREAM,
-    ("proxy", "asyncio-streams"): _PROXY_STREAM,
-    ("proxy", "uvloop-streams"): _PROXY_STREAM,
-    ("proxy", "uvloop-protocol"): "proxy on uvloop-protocol: the upstream connection opened for a "
-                                  "client that resets at once is still open after the client left",
-    **{(f"push/{p}", "uvloop-streams"): _PUSH_UVLOOP_STREAMS
-       for p in ("unbounded", "block", "drop", "disconnect")},
-    **{(f"push/{p}", rt): _PUSH_TASK for p in ("unbounded", "drop", "disconnect")
-       for rt in ("coro", "trio")},
-    **{(f"push/{p}", "curio"): _PUSH_CURIO for p in ("unbounded", "drop", "disconnect")},
-    ("push/block", "coro"): _PUSH_TASK_BLOCK,
-    ("push/block", "curio"): _PUSH_TASK_BLOCK,
-    ("push/block", "trio"): _PUSH_TASK_BLOCK,
-}
-
-# Failures that depend on a race: one pass of the faults missed one of them once in
-# about ten runs, so these cases run up to five rounds (stopping at the first failure).
-# In 24 trials of five rounds each, every one failed within its first round.
+# Cases that once failed only on a race (uvloop-streams push: about one pass in ten
+# missed it): they run five rounds, so a regression there is caught.
 RACY = {(f"push/{p}", "uvloop-streams") for p in ("unbounded", "block", "drop", "disconnect")}
 
 
