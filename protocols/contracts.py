@@ -284,7 +284,9 @@ class TaskPort(Port, Protocol):
     """Structured tasks over blocking-style streams. Attributes: ``sleep``,
     ``Event``, ``Cancelled`` (the cancellation exception), ``StreamError`` (a
     tuple: what a broken or closed stream raises, for ``except``) and
-    ``detached_spawn`` (the library's spawn-without-join, or None)."""
+    ``detached_spawn`` (the library's spawn-without-join, or None). ``Event().set()``
+    is a coroutine on curio and a plain call elsewhere: call it through
+    ``protocols.common.set_event`` so one driver serves every library."""
     sleep: Callable[..., Awaitable]
     Event: type
     StreamError: tuple
