@@ -119,7 +119,7 @@ from collections.abc import Mapping
 
 __all__ = ["World", "SimIO", "SimSocket", "SimPoller", "SimWaker", "SimSelector",
            "SimDeadlock", "SimBlockingError", "READ", "WRITE", "FD_BASE", "FAULT_KINDS",
-           "Source", "Sink", "StalledReader", "DelayedReader", "PipeliningClient",
+           "Peer", "Source", "Sink", "StalledReader", "DelayedReader", "PipeliningClient",
            "ResettingPeer", "queue_delays"]
 
 # The seam's mask bits (epoll's, as the real poller uses); an error or hang-up
@@ -326,8 +326,21 @@ class World:
 
     # -- the seam's objects -------------------------------------------------
 
-    def io(self) -> "SimIO":
-        return SimIO(self)
+    def io(self, owner="app") -> "SimIO":
+        """The seam for one program; every socket it opens (and every socket
+        accepted from those) belongs to ``owner`` (see ``exit_process``)."""
+        return SimIO(self, owner)
+
+    def exit_process(self, owner="app") -> int:
+        """What the OS does when a process exits: close every socket of
+        ``owner`` still open (in fd order), each as ``close()`` would -- a FIN
+        behind its unsent bytes, or an RST if it holds unread data. Returns how
+        many were closed."""
+        socks = [f for fd, f in sorted(self._files.items())
+                 if isinstance(f, SimSocket) and f.owner == owner]
+        for sock in socks:
+            sock.close()
+        return len(socks)
 
     def selector(self) -> "SimSelector":
         return SimSelector(self)
@@ -497,6 +510,7 @@ class SimSocket:
         if type != _socket.SOCK_STREAM:
             raise _oserror(errno.EPROTONOSUPPORT)
         self._world = world
+        self.owner = None                 # which program holds it (World.exit_process)
         self.family = family
         self.type = type
         self.proto = proto
@@ -786,6 +800,7 @@ class SimSocket:
             self._would_block("accept")
         conn = self._queue.popleft()
         conn._fd = self._world._new_fd(conn)
+        conn.owner = self.owner
         self._world.record("accept", conn._conn, "server", conn._fd)
         self._changed()
         return conn, conn._remote
@@ -1059,6 +1074,16 @@ class SimSocket:
         return len(self._rcv)
 
     @property
+    def peer_eof(self) -> bool:
+        """A FIN arrived (POLLRDHUP: seen without reading)."""
+        return self._eof
+
+    @property
+    def peer_reset(self) -> bool:
+        """An RST arrived or was sent."""
+        return self._reset
+
+    @property
     def queued_bytes(self) -> int:
         """Bytes in the send buffer: unsent plus unacknowledged."""
         return len(self._unsent) + self._unacked
@@ -1231,8 +1256,9 @@ class SimIO:
     """The I/O-and-time seam backed by a ``World``: hand it to a kernel in
     place of ``RealIO``."""
 
-    def __init__(self, world):
+    def __init__(self, world, owner="app"):
         self.world = world
+        self.owner = owner
         self.time = world.time
 
     def poller(self) -> SimPoller:
@@ -1242,7 +1268,9 @@ class SimIO:
         return SimWaker(self.world)
 
     def socket(self, family=_socket.AF_INET, type=_socket.SOCK_STREAM, proto=0) -> SimSocket:
-        return SimSocket(self.world, family, type, proto)
+        sock = SimSocket(self.world, family, type, proto)
+        sock.owner = self.owner
+        return sock
 
     def socketpair(self, family=None, type=_socket.SOCK_STREAM, proto=0):
         """Two connected simulated sockets (a connection of its own in the log)."""
@@ -1250,6 +1278,7 @@ class SimIO:
         fam = _socket.AF_UNIX if family is None else family
         a = SimSocket(world, fam, type, proto)
         b = SimSocket(world, fam, type, proto)
+        a.owner = b.owner = self.owner
         a._local, b._local = world._ephemeral("127.0.0.1"), world._ephemeral("127.0.0.1")
         a._remote, b._remote = b._local, a._local
         a._state = b._state = _CONNECTED
@@ -1365,7 +1394,7 @@ class _KeyMap(Mapping):
 # Peers: sans-IO participants that count the truth
 
 
-class _Peer:
+class Peer:
     """A participant that owns one connection's end. ``listen(addr)`` accepts the
     first connection there; ``connect(addr)`` dials out. Acts when its socket
     changes or its timer fires; ``result()`` reports what it saw."""
@@ -1475,7 +1504,7 @@ def _pattern(offset, n):
     return _PATTERN[start:start + n]
 
 
-class Source(_Peer):
+class Source(Peer):
     """Sends a byte pattern in ``frame_bytes`` frames at ``rate_Bps`` (None:
     as fast as the socket takes them) for ``duration_s`` and/or up to
     ``total_bytes``, then ``finish``es: "shutdown" (SHUT_WR), "close" or
@@ -1565,7 +1594,7 @@ class Source(_Peer):
         return r
 
 
-class Sink(_Peer):
+class Sink(Peer):
     """Reads and counts until EOF or reset: ``recv_bytes`` a read, at most
     ``rate_Bps`` (token bucket, one read of burst). ``start_after_s`` reads
     nothing until then; ``stall_at_s`` + ``stall_s`` pauses once. ``verify``
@@ -1662,7 +1691,7 @@ class DelayedReader(Sink):
         super().__init__(world, start_after_s=delay_s, name=name, **kw)
 
 
-class PipeliningClient(_Peer):
+class PipeliningClient(Peer):
     """Sends ``count`` requests of ``request`` bytes back to back and, unless
     ``read``, never reads a response (Twisted 8868's flood). Counts requests the
     socket took whole and bytes of responses read."""
@@ -1712,7 +1741,7 @@ class PipeliningClient(_Peer):
         return r
 
 
-class ResettingPeer(_Peer):
+class ResettingPeer(Peer):
     """Sends ``send_bytes`` of pattern, reads whatever comes, and resets the
     connection (SO_LINGER 0, close: an RST) ``after_s`` after it starts or once
     it has read ``after_bytes``."""
