@@ -152,6 +152,8 @@ _DEFAULTS = {
     "random_faults": 0,          # with faults=None: how many to draw from the seed
     "fault_horizon_s": 10.0,     # drawn faults happen in [0, horizon)
     "fault_connections": 2,      # drawn faults pick a connection in range(this)
+    "cpu_per_wait_s": 0.0,       # program CPU time charged per poller wait, uniform in [0, 2x)
+    "sockbuf_scale": 1,          # setsockopt(SO_SNDBUF/SO_RCVBUF, n) gives n * this (Linux: 2)
 }
 
 
@@ -206,6 +208,7 @@ class World:
         self._pollers = []
         self._pokes = deque()         # sockets whose peer must act before anything else runs
         self._rng = random.Random(f"{seed}:net")
+        self._cpu_rng = random.Random(f"{seed}:cpu")
         self.log = [] if log else None
         if faults is None:
             faults = _draw_faults(random.Random(f"{seed}:faults"), p)
@@ -417,6 +420,8 @@ def _check_params(p):
     num("random_faults", 0, integer=True)
     num("fault_horizon_s", 0, strict=True)
     num("fault_connections", 1, integer=True)
+    num("cpu_per_wait_s", 0)
+    num("sockbuf_scale", 1, integer=True)
 
 
 def _check_fault(f) -> dict:
@@ -677,10 +682,10 @@ class SimSocket:
     def setsockopt(self, level, option, value, *rest) -> None:
         self._check_open()
         if level == _socket.SOL_SOCKET and option == _socket.SO_SNDBUF:
-            self.sndbuf = max(1, int(value))
+            self.sndbuf = max(1, int(value) * self._world.params["sockbuf_scale"])
             self._changed()
         elif level == _socket.SOL_SOCKET and option == _socket.SO_RCVBUF:
-            self.rcvbuf = max(1, int(value))
+            self.rcvbuf = max(1, int(value) * self._world.params["sockbuf_scale"])
             if self._peer is not None:
                 self._peer._pump()
         elif level == _socket.SOL_SOCKET and option == _socket.SO_LINGER:
@@ -1171,6 +1176,11 @@ class SimPoller:
         if self._closed:
             raise ValueError("I/O operation on closed poller")
         world = self._world
+        cpu = world.params["cpu_per_wait_s"]
+        if cpu:
+            # The program ran since its last wait: that long passes first,
+            # events happening at their own times meanwhile.
+            world.run(until=world.now + world._cpu_rng.random() * 2 * cpu)
         if timeout is None or timeout < 0:       # epoll: negative means forever
             deadline = math.inf
         else:
