@@ -59,9 +59,17 @@ _TICK = 0.05                        # the real peers' series period
 _SERVER_GRACE_S = 10.0
 
 
+#: Reference runtimes with a way onto the simulated network: asyncio's own
+#: selector event loop over ``SimSelector`` (see ``_asyncio_on_sim``).
+SIM_REFERENCES = ("asyncio-protocol", "asyncio-streams")
+
+
 def sim_capable(runtime) -> str | None:
     """None if ``runtime`` can run on the simulated network, else why not."""
     if runtime.ours:
+        return None
+    if runtime.id in SIM_REFERENCES:
+        _asyncio_on_sim()
         return None
     return (f"{runtime.id} runs only on the real network: it has no port onto the "
             "simulated network yet" + (" (uvloop polls real file descriptors in C)"
@@ -550,15 +558,73 @@ def make_role(cell: SimCell, cfg: dict) -> SimRole:
 
 
 # ---------------------------------------------------------------------------
+# asyncio on the simulated network
+
+_ASYNCIO_PATCHED = []
+
+
+def _asyncio_on_sim() -> None:
+    """Make ``asyncio.SelectorEventLoop`` a subclass that, in a thread inside
+    ``protocols.ports.using_io(sim io)``, polls ``SimSelector``, wakes through a
+    ``SimWaker`` and reads the virtual clock; anywhere else it is asyncio's
+    loop unchanged. The asyncio ports build their loops from that name, and
+    their client sockets come from ``ports.client_socket`` (the ambient IO), so
+    asyncio's real transports, flow control and streams run on the world.
+    Relies on three private CPython hooks (``_make_self_pipe``,
+    ``_close_self_pipe``, ``_write_to_self``), checked on 3.11."""
+    import asyncio
+    if _ASYNCIO_PATCHED:
+        return
+    from protocols import ports
+    base = asyncio.SelectorEventLoop
+
+    class SimSelectorEventLoop(base):
+        def __init__(self, selector=None):
+            io = ports.current_io()
+            self._sim_world = getattr(io, "world", None) if selector is None else None
+            if self._sim_world is not None:
+                selector = simnet.SimSelector(self._sim_world)
+            super().__init__(selector)
+
+        def _make_self_pipe(self):
+            if getattr(self, "_sim_world", None) is None:
+                return super()._make_self_pipe()
+            self._sim_waker = self._sim_world.io("app").waker()
+            self._ssock = self._csock = None
+            self._internal_fds += 1
+            self._add_reader(self._sim_waker.fileno(), self._sim_waker.drain)
+
+        def _close_self_pipe(self):
+            if getattr(self, "_sim_world", None) is None:
+                return super()._close_self_pipe()
+            self._remove_reader(self._sim_waker.fileno())
+            self._sim_waker.close()
+            self._internal_fds -= 1
+
+        def _write_to_self(self):
+            if getattr(self, "_sim_world", None) is None:
+                return super()._write_to_self()
+            self._sim_waker.wake()
+
+        def time(self):
+            world = getattr(self, "_sim_world", None)
+            return world.now if world is not None else super().time()
+
+    asyncio.SelectorEventLoop = SimSelectorEventLoop
+    _ASYNCIO_PATCHED.append(base)
+
+
+# ---------------------------------------------------------------------------
 # The app side, in the world
 
 def _interrupt():
     """What the orchestrator's SIGINT does to the app process: the handler the
-    running port installed (``protocols.ports.SIM_SIGINT``), or else Python's
+    running port installed (``protocols.ports.sim_sigint()``), or else Python's
     default, a KeyboardInterrupt out of whatever runs (here: the poller's wait)."""
     from protocols import ports
-    if ports.SIM_SIGINT:
-        ports.SIM_SIGINT[-1]()
+    handlers = ports.sim_sigint()
+    if handlers:
+        handlers[-1]()
     else:
         raise KeyboardInterrupt
 

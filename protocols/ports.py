@@ -28,35 +28,52 @@ import threading
 from kernels.probe import Probe
 
 __all__ = ["PortBase", "CallbackPortBase", "StreamPortBase", "TaskPortBase", "OurCallbackPort",
-           "HybridPort", "CoroPort", "client_socket", "STREAM_NAMES", "using_io"]
+           "HybridPort", "CoroPort", "client_socket", "STREAM_NAMES", "using_io", "current_io", "sim_sigint"]
 
 # --- simulated-network hook (bench.simcells) ---------------------------------
 # Programs open their own ports (``runtime.open()``), so the IO object a
 # simulated cell runs on is ambient: every port of our kernels opened inside
 # ``using_io(io)`` hands ``io`` to its kernel. Real signals are left alone (a
 # simulated waker has no fd a signal could write to); what a port would do on
-# SIGINT is kept in ``SIM_SIGINT`` instead, for the cell to deliver.
-_IO_STACK: list = []
-SIM_SIGINT: list = []          # the running ports' SIGINT handlers, innermost last
+# SIGINT is kept per thread instead (``sim_sigint()``), for the cell to deliver.
+class _SimState(threading.local):
+    def __init__(self):
+        self.io: list = []          # the ambient IO objects, innermost last
+        self.sigint: list = []      # the running ports' SIGINT handlers, innermost last
+
+
+_SIM = _SimState()              # per thread: sim cells may run in a matrix's worker threads
 
 
 @contextlib.contextmanager
 def using_io(io):
-    """Open our kernels' ports on ``io`` (a ``kernels.io`` seam object) inside."""
-    _IO_STACK.append(io)
+    """Open ports on ``io`` (a ``kernels.io`` seam object) inside."""
+    _SIM.io.append(io)
     try:
         yield io
     finally:
-        _IO_STACK.pop()
+        _SIM.io.pop()
+
+
+def current_io():
+    """The ambient IO object of this thread, or None (the real OS)."""
+    return _SIM.io[-1] if _SIM.io else None
+
+
+def sim_sigint() -> list:
+    """This thread's simulated-SIGINT handlers (innermost last)."""
+    return _SIM.sigint
 
 
 def _io_kw() -> dict:
-    return {"io": _IO_STACK[-1]} if _IO_STACK else {}
+    return {"io": _SIM.io[-1]} if _SIM.io else {}
 # --- end of the hook ---------------------------------------------------------
 
 def client_socket(sockbuf: int | None) -> socket.socket:
-    """An unconnected TCP socket with SO_SNDBUF/SO_RCVBUF pinned before connect."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """An unconnected TCP socket with SO_SNDBUF/SO_RCVBUF pinned before connect
+    (from the ambient IO object inside ``using_io``)."""
+    sock = _SIM.io[-1].socket(socket.AF_INET, socket.SOCK_STREAM) if _SIM.io else \
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     if sockbuf:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockbuf)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockbuf)
@@ -131,9 +148,9 @@ class CallbackPortBase(PortBase):
 
 def _signals_as_loop_events(loop, on_signal):
     """Deliver SIGINT/SIGTERM as a loop callback (main thread only); returns undo."""
-    if _IO_STACK:
-        SIM_SIGINT.append(on_signal)
-        return lambda: SIM_SIGINT.remove(on_signal)
+    if _SIM.io:
+        _SIM.sigint.append(on_signal)
+        return lambda: _SIM.sigint.remove(on_signal)
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     sigs = (signal.SIGINT, signal.SIGTERM)
@@ -282,12 +299,12 @@ class CoroPort(TaskPortBase):
         self.StreamError = (ConnectionError, c.ClosedResourceError)
 
     def run(self, main, *args):
-        if _IO_STACK:     # simulated SIGINT: what the kernel's own handler does
-            SIM_SIGINT.append(on_sigint := lambda: self.kernel._on_sigint(signal.SIGINT, None))
+        if _SIM.io:       # simulated SIGINT: what the kernel's own handler does
+            _SIM.sigint.append(on_sigint := lambda: self.kernel._on_sigint(signal.SIGINT, None))
             try:
                 return self.kernel.run(main, self, *args)
             finally:
-                SIM_SIGINT.remove(on_sigint)
+                _SIM.sigint.remove(on_sigint)
         return self.kernel.run(main, self, *args)
 
     async def open_tcp_stream(self, host, port, sockbuf=None):
