@@ -820,8 +820,10 @@ def seed_cell(cell, seed: int, faults: int = 0, net: dict | None = None):
 
 
 def _horizon(cell) -> float:
+    """When drawn faults may happen: while the cell is busy (its duration or
+    hold time; 2 s for the programs, which finish within about that)."""
     p = cell.params
-    for key in ("duration_s", "max_s", "hold_s"):
+    for key in ("duration_s", "hold_s"):
         if isinstance(p.get(key), (int, float)) and p[key] > 0:
             return float(min(p[key], 10.0))
     return 2.0
