@@ -82,9 +82,15 @@ def test_a_bad_universe_is_refused():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("sid", ["S1", "S3"])
 def test_verdicts_under_sim_equal_verdicts_on_real_sockets(sid):
-    """The differential check at the tiny preset, every variant on our kernels
-    and on asyncio (its own selector loop and transports over SimSelector)."""
+    """The differential check at the tiny preset, every variant on our kernels,
+    on asyncio (its own selector loop and transports over SimSelector) and on
+    trio (a custom Clock and simulated trio sockets)."""
     runtimes = OURS + ",asyncio-protocol,asyncio-streams"
+    try:
+        import trio  # noqa: F401
+        runtimes += ",trio"
+    except ImportError:
+        pass
     real = {c.id: scenarios.run_cell(c) for c in scenarios.plan(sid, runtimes, None, "tiny")}
     for cell in sim_cells(sid, runtimes):
         sim = scenarios.run_cell(cell)
@@ -197,6 +203,14 @@ def test_shrinking_keeps_only_the_faults_a_failure_needs():
     shrunk, runs = simcells.shrink(None, u, fails)
     assert [f["kind"] for f in shrunk["net"]["faults"]] == ["b", "d"]
     assert runs >= 3
+
+
+def test_trio_runs_in_virtual_time_and_stops_when_its_peers_are_done():
+    pytest.importorskip("trio")
+    r = scenarios.run_cell(sim_cells("S5", "trio", "naive")[0])
+    assert not r["errors"], r["errors"]
+    # the pipelining client holds 0.8 s; the server is stopped right after, not at its bound
+    assert 0.8 <= r["metrics"]["sim_s"] < 1.0
 
 
 def test_coro_seeds_vary_the_ready_order_and_others_keep_their_spec():
