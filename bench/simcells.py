@@ -6,9 +6,11 @@ process and one deterministic sequence of events in a ``kernels.simnet.World``:
 
 * the **app** is the same code as on real sockets -- the port driver serving an
   app (``protocols.callback|stream|task``) or the scenario's program
-  (``bench.programs``) -- on a port of our kernels opened inside
-  ``protocols.ports.using_io(world.io())``, so the kernel polls, sleeps and
-  opens sockets through the simulated seam;
+  (``bench.programs``) -- on a port opened inside
+  ``protocols.ports.using_io(world.io())``: our kernels poll, sleep and open
+  sockets through the simulated seam; asyncio's own selector loop runs over
+  ``SimSelector``; trio runs under a custom clock with simulated trio sockets
+  (uvloop and curio have no way onto the world: their cells are skipped);
 * the **peers** are in-world participants (``SimRole`` below) that take the very
   role specs ``bench.peers`` takes (sink, source, reader, pipeline_client,
   push_client, reset_peer) and report results in the same vocabulary, with
@@ -30,6 +32,11 @@ Not simulated (reported as ``None``, with a note): RSS growth -- the world,
 its peers and the app share one interpreter. Wall-clock fields (``cell_wall_s``)
 stay wall clock; everything else in a sim cell is a function of its universe.
 
+Exploration (``explore``, ``--seeds N``) runs one cell in N universes --
+network jitter, per-wait CPU time and coro ready order drawn from each seed,
+optionally random faults -- counts the outcomes, and shrinks the first
+failing universe's fault schedule to the faults the failure needs.
+
 The universe of a cell (``universe(cell, world)``) is the scenario, runtime
 spec (its ``ready_order`` seed included), variant, preset, params and the
 world's universe (seed, every network parameter, the full fault schedule).
@@ -47,16 +54,16 @@ import time
 
 from kernels import simnet
 
-__all__ = ["SimCell", "SimRole", "sim_capable", "SIM_STYLES", "NET_DEFAULTS", "new_world",
-           "serve_app", "run_program", "universe", "cell_from_universe", "UNIVERSE_MODEL",
-           "NOT_SIMULATED"]
+__all__ = ["SimCell", "SimRole", "sim_capable", "SIM_REFERENCES", "NET_DEFAULTS", "new_world",
+           "cell_world", "serve_app", "run_program", "universe", "cell_from_universe",
+           "UNIVERSE_MODEL", "cells_for", "replay_cells", "explore", "explore_command", "shrink",
+           "seed_cell", "with_ready_order", "outcome_of", "EXPLORE_NET"]
 
 UNIVERSE_MODEL = "looplab.simcell"
 #: The network a cell runs on unless its universe says otherwise: simnet's
 #: defaults (50 us one way, no bandwidth limit, no jitter), with Linux's
 #: doubling of the SO_SNDBUF/SO_RCVBUF the scenarios pin, as real cells get it.
 NET_DEFAULTS: dict = {"sockbuf_scale": 2}
-NOT_SIMULATED = ("rss_growth_bytes",)
 _TICK = 0.05                        # the real peers' series period
 _SERVER_GRACE_S = 10.0
 
@@ -78,9 +85,6 @@ def sim_capable(runtime) -> str | None:
                                        if runtime.id.startswith("uvloop") else ""))
 
 
-SIM_STYLES = ("callback", "stream", "task")
-
-
 def new_world(seed=0, faults=None, **params) -> simnet.World:
     return simnet.World(seed, faults=faults, log=False, **{**NET_DEFAULTS, **params})
 
@@ -98,7 +102,6 @@ class SimCell:
         self.frames = None            # the first source's (offsets, times)
         self._on_all_ended = None
         self._next_port = 9000
-        self.stopped_at = None        # virtual time the app's program returned
 
     def address(self):
         self._next_port += 1
@@ -386,17 +389,31 @@ class _Source(SimRole):
         self._warm_mark = None
         self._last_done = None
         self.frames_sent = 0
+        self._eof_wait = False
 
     def _start(self):
         cfg = self.cfg
         if cfg.get("rate_Bps"):
             self._bucket = simnet_bucket(cfg["rate_Bps"], 2 * cfg["frame_bytes"], self.world.now)
 
+    def _eof_timeout(self):
+        if self.ended is None:
+            self.res["peer_eof"] = False
+            self._finish("timeout")
+
     def _act(self):
         if self.ended is not None or self.sock is None:
             return
         cfg, s = self.cfg, self.sock
         now = self.world.now
+        while self._eof_wait and self.ended is None:
+            data = self._recv(cfg["recv_bytes"])
+            if data is None:
+                return
+            if not data:
+                self.res["peer_eof"] = True
+                return self._finish("eof")
+            self.received += len(data)
         while self.ended is None:
             if self._left:
                 try:
@@ -444,14 +461,16 @@ class _Source(SimRole):
                 self.sock.shutdown(_socket.SHUT_WR)
             except OSError:
                 return self._finish("reset")
-            self.res["ended"] = "eof_wait"
-            self._finish("closed")       # the S1-S8 sources never finish this way
-            return
+            # then wait up to eof_wait_s for the other side's EOF, counting what comes
+            self._eof_wait = True
+            self.world.call_at(now + self.cfg["eof_wait_s"], self._eof_timeout)
+            return self._act()
         self._finish("reset_sent" if finish == "reset" else "closed", reset=finish == "reset")
 
     def result(self):
         res = super().result()
         span = (self.ended_at or self.world.now) - (self.t0 or 0)
+        res.setdefault("peer_eof", None)
         res.update(finish=self.cfg["finish"], frames_sent=self.frames_sent,
                    rate_Bps=self.sent / span if self.t0 is not None and span > 0 else None,
                    rate_after_warmup_Bps=None)
@@ -997,10 +1016,6 @@ def cell_from_universe(u: dict):
     params = dict(u["params"])
     params["net"] = "sim"
     return Cell(u["scenario"], u["runtime"], u["variant"], u["preset"], params, 1, world=u["net"])
-
-
-def wall_clock() -> float:
-    return time.perf_counter()
 
 
 
