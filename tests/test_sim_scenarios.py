@@ -159,7 +159,6 @@ def test_run_net_sim_twice_gives_byte_identical_results_apart_from_wall_clock(tm
 
 def test_run_net_both_puts_real_and_sim_side_by_side_and_skips_runtimes_without_a_sim_port(tmp_path):
     from bench.scenarios import plan
-    from bench.verbs.run import add_parser  # noqa: F401 -- the verb exists
     import argparse
     args = argparse.Namespace(net="both", seeds=None, replay=None)
     cells = simcells.cells_for(args, plan("S3", "callback,curio", "naive", "tiny"))
