@@ -665,8 +665,8 @@ def serve_app(ctx: CellContext, app: str, *, peers=(), params: dict | None = Non
     module docstring). Peers with ``connect=APP`` start once the app listens."""
     if ctx.sim is not None:   # --net sim: the same app and peers, in one simulated world
         from bench import simcells
-        return simcells.serve_app(ctx, app, peers=peers, params=params, upstream=upstream,
-                                  timeout_s=timeout_s)
+        return Served(*simcells.serve_app(ctx, app, peers=peers, params=params, upstream=upstream,
+                                          bound=timeout_s or _bound(peers) + 10, app_marker=APP))
     roles, to_app = [], []
     for r in peers:
         r = dict(r)
@@ -698,7 +698,9 @@ def run_program(ctx: CellContext, *, peers=(), linger_s: float = 0.0,
     listening ``peers`` started first (see the module docstring)."""
     if ctx.sim is not None:   # --net sim: the same program and peers, in one simulated world
         from bench import simcells
-        return simcells.run_program(ctx, peers=peers, linger_s=linger_s, max_s=max_s)
+        return Ran(*simcells.run_program(
+            ctx, lambda addrs: Job(ctx.runtime, ctx.variant, dict(ctx.params), addrs),
+            peers=peers, linger_s=linger_s, bound=max_s or _bound(peers)))
     roles = [dict(r) for r in peers]
     bound = max_s or _bound(roles)
     spec = {"kind": "program", "scenario": ctx.scenario.id, "runtime": ctx.runtime.spec,

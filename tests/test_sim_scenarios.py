@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from bench import scenarios, simcells
+from bench import scenarios, simcells, simruns
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,7 +61,7 @@ def test_the_same_universe_gives_identical_results():
 def test_a_universe_replays_its_cell_exactly():
     cell = sim_cells("S3", "hybrid", "naive", world={"seed": 5, "params": {"jitter_s": 2e-5}})[0]
     first = scenarios.run_cell(cell)
-    again = simcells.cell_from_universe(json.loads(json.dumps(first["universe"])))
+    again = simruns.cell_from_universe(json.loads(json.dumps(first["universe"])))
     assert again.id == cell.id
     second = scenarios.run_cell(again)
     assert strip_wall(first) == strip_wall(second)
@@ -76,7 +76,7 @@ def test_a_runtime_without_a_sim_port_is_skipped_with_the_reason():
 
 def test_a_bad_universe_is_refused():
     with pytest.raises(ValueError):
-        simcells.cell_from_universe({"model": "something else"})
+        simruns.cell_from_universe({"model": "something else"})
 
 
 @pytest.mark.timeout(300)
@@ -161,7 +161,7 @@ def test_run_net_both_puts_real_and_sim_side_by_side_and_skips_runtimes_without_
     from bench.scenarios import plan
     import argparse
     args = argparse.Namespace(net="both", seeds=None, replay=None)
-    cells = simcells.cells_for(args, plan("S3", "callback,curio", "naive", "tiny"))
+    cells = simruns.cells_for(args, plan("S3", "callback,curio", "naive", "tiny"))
     assert [c.id for c in cells] == ["S3/callback/naive/tiny", "S3/callback/naive/tiny/sim",
                                      "S3/curio/naive/tiny", "S3/curio/naive/tiny/sim"]
     skipped = scenarios.run_cell(cells[3])
@@ -189,8 +189,8 @@ def test_seeds_count_outcomes_and_a_failing_universe_replays(tmp_path, capsys):
         f = ex["failing"]
         assert f["faults_after"] <= f["faults_before"] <= 2
         assert f["replayed_outcome"] == f["outcome"]
-        cell = simcells.cell_from_universe(json.loads(open(f["file"]).read()))
-        assert simcells.outcome_of(scenarios.run_cell(cell)) == f["outcome"]
+        cell = simruns.cell_from_universe(json.loads(open(f["file"]).read()))
+        assert simruns.outcome_of(scenarios.run_cell(cell)) == f["outcome"]
 
 
 def test_shrinking_keeps_only_the_faults_a_failure_needs():
@@ -199,7 +199,7 @@ def test_shrinking_keeps_only_the_faults_a_failure_needs():
 
     def fails(trial):
         return needed <= {f["kind"] for f in trial["net"]["faults"]}
-    shrunk, runs = simcells.shrink(None, u, fails)
+    shrunk, runs = simruns.shrink(None, u, fails)
     assert [f["kind"] for f in shrunk["net"]["faults"]] == ["b", "d"]
     assert runs >= 3
 
@@ -213,6 +213,6 @@ def test_trio_runs_in_virtual_time_and_stops_when_its_peers_are_done():
 
 
 def test_coro_seeds_vary_the_ready_order_and_others_keep_their_spec():
-    assert simcells.with_ready_order("coro", 7) == "coro:ready_order=random-7"
-    assert simcells.with_ready_order("coro:ready_order=random-3", 7) == "coro:ready_order=random-3"
-    assert simcells.with_ready_order("callback", 7) == "callback"
+    assert simruns.with_ready_order("coro", 7) == "coro:ready_order=random-7"
+    assert simruns.with_ready_order("coro:ready_order=random-3", 7) == "coro:ready_order=random-3"
+    assert simruns.with_ready_order("callback", 7) == "callback"

@@ -93,10 +93,10 @@ def cmd_run(args) -> int:
     check_named_runtimes(args.runtimes)
     cells = scenarios.plan(args.scenarios, args.runtimes, args.variants, args.preset, args.repeat)
     # --- simulated network (bench.simcells): --net, --replay, --seeds ---
-    from bench import simcells
-    cells = simcells.cells_for(args, cells)
+    from bench import simruns
+    cells = simruns.cells_for(args, cells)
     if args.seeds:
-        return simcells.explore_command(cells, args, out_dir)
+        return simruns.explore_command(cells, args, out_dir)
     # --- end simulated network ---
     extra = {}
     if args.shard:
