@@ -47,6 +47,7 @@ import math
 import os
 import socket as _socket
 import struct
+import threading
 
 from kernels import simnet
 
@@ -59,6 +60,10 @@ UNIVERSE_MODEL = "looplab.simcell"
 #: doubling of the SO_SNDBUF/SO_RCVBUF the scenarios pin, as real cells get it.
 NET_DEFAULTS: dict = {"sockbuf_scale": 2}
 _TICK = 0.05                        # the real peers' series period
+# One sim cell at a time per process: the programs capture sys.stderr and the
+# warnings filters process-wide (bench.programs.capture_output), and a world
+# is CPU-bound anyway (``--jobs`` buys nothing under one GIL).
+_ONE_AT_A_TIME = threading.Lock()
 _SERVER_GRACE_S = 10.0
 
 
@@ -914,7 +919,7 @@ def serve_app(ctx, app: str, *, peers=(), params=None, upstream=None, bound=30.0
     rt = ctx.runtime
     interrupted = False
     start = world.now
-    with ports.using_io(io):
+    with _ONE_AT_A_TIME, ports.using_io(io):
         port = rt.open()
         cell.when_all_ended(_interrupt)
         hard = world.call_at(start + bound, _interrupt)
@@ -953,7 +958,7 @@ def run_program(ctx, make_job, *, peers=(), linger_s: float = 0.0, bound=30.0):
     job = make_job(addrs)
     fn = ctx.scenario.program_for(ctx.runtime)
     io = world.io("app")
-    with ports.using_io(io):
+    with _ONE_AT_A_TIME, ports.using_io(io):
         out = fn(job)
         if not isinstance(out, dict):
             raise TypeError(f"the program of {ctx.scenario.id} returned "
