@@ -502,6 +502,7 @@ class CellContext:
     params: dict
     trace_path: str | None = None
     notes: list = field(default_factory=list)
+    sim: Any = None           # --net sim: a bench.simcells.SimCell (the world this cell runs in)
 
     @property
     def style(self) -> str:
@@ -662,6 +663,10 @@ def serve_app(ctx: CellContext, app: str, *, peers=(), params: dict | None = Non
               upstream: str | None = None, timeout_s: float | None = None) -> Served:
     """Serve ``app`` on the runtime under test with ``peers`` around it (see the
     module docstring). Peers with ``connect=APP`` start once the app listens."""
+    if ctx.sim is not None:   # --net sim: the same app and peers, in one simulated world
+        from bench import simcells
+        return Served(*simcells.serve_app(ctx, app, peers=peers, params=params, upstream=upstream,
+                                          bound=timeout_s or _bound(peers) + 10, app_marker=APP))
     roles, to_app = [], []
     for r in peers:
         r = dict(r)
@@ -691,6 +696,11 @@ def run_program(ctx: CellContext, *, peers=(), linger_s: float = 0.0,
                 max_s: float | None = None) -> Ran:
     """Run the scenario's program for this runtime in a cell process, with the
     listening ``peers`` started first (see the module docstring)."""
+    if ctx.sim is not None:   # --net sim: the same program and peers, in one simulated world
+        from bench import simcells
+        return Ran(*simcells.run_program(
+            ctx, lambda addrs: Job(ctx.runtime, ctx.variant, dict(ctx.params), addrs),
+            peers=peers, linger_s=linger_s, bound=max_s or _bound(peers)))
     roles = [dict(r) for r in peers]
     bound = max_s or _bound(roles)
     spec = {"kind": "program", "scenario": ctx.scenario.id, "runtime": ctx.runtime.spec,

@@ -29,10 +29,13 @@ class Cell:
     preset: str
     params: dict = field(default_factory=dict)
     repeats: int = 1
+    world: dict | None = None   # --net sim: the simulated world's seed, params, faults
 
     @property
     def id(self) -> str:
-        return f"{self.scenario}/{self.runtime}/{self.variant}/{self.preset}"
+        net = self.params.get("net", "real")     # --net sim|both: the network is part of the id
+        return f"{self.scenario}/{self.runtime}/{self.variant}/{self.preset}" + \
+            ("" if net == "real" else f"/{net}")
 
 
 def split(text: str | None) -> list[str] | None:
@@ -122,13 +125,19 @@ def run_cell(cell: Cell, trace_path: str | None = None) -> dict:
               "params": cell.params, "repeats": cell.repeats, "metrics": {}, "verdicts": {},
               "samples": {}, "errors": [], "notes": []}
     reason = rt.unavailable_reason()
+    sim = cell.params.get("net") == "sim"
+    if sim and not reason:
+        from bench import simcells
+        reason = simcells.sim_capable(rt)
     if reason:
         result["skipped"] = reason
         return result
     runs = []
-    for _ in range(cell.repeats):
+    for rep_i in range(cell.repeats):
         t0 = time.monotonic()
         ctx = scmod.CellContext(sc, rt, cell.variant, cell.preset, dict(cell.params), trace_path)
+        if sim:   # one world per repeat: repeat i runs seed + i (see bench.simcells)
+            ctx.sim = simcells.cell_world(cell, rep_i, result)
         try:
             out = _outcome(sc, sc.run(ctx))
         except Exception as exc:  # a crashing cell is a result, not the end of the matrix
@@ -136,6 +145,8 @@ def run_cell(cell: Cell, trace_path: str | None = None) -> dict:
             continue
         metrics = dict(out.metrics)
         metrics["cell_wall_s"] = round(time.monotonic() - t0, 3)
+        if sim:
+            metrics["sim_s"] = round(ctx.sim.world.now, 6)
         if out.series and "series" not in result:
             result["series"] = out.series          # time series: first repeat
         runs.append((metrics, out.verdicts))

@@ -119,7 +119,7 @@ from collections.abc import Mapping
 
 __all__ = ["World", "SimIO", "SimSocket", "SimPoller", "SimWaker", "SimSelector",
            "SimDeadlock", "SimBlockingError", "READ", "WRITE", "FD_BASE", "FAULT_KINDS",
-           "Source", "Sink", "StalledReader", "DelayedReader", "PipeliningClient",
+           "Peer", "Source", "Sink", "StalledReader", "DelayedReader", "PipeliningClient",
            "ResettingPeer", "queue_delays"]
 
 # The seam's mask bits (epoll's, as the real poller uses); an error or hang-up
@@ -152,6 +152,8 @@ _DEFAULTS = {
     "random_faults": 0,          # with faults=None: how many to draw from the seed
     "fault_horizon_s": 10.0,     # drawn faults happen in [0, horizon)
     "fault_connections": 2,      # drawn faults pick a connection in range(this)
+    "cpu_per_wait_s": 0.0,       # program CPU time charged per poller wait, uniform in [0, 2x)
+    "sockbuf_scale": 1,          # setsockopt(SO_SNDBUF/SO_RCVBUF, n) gives n * this (Linux: 2)
 }
 
 
@@ -206,6 +208,7 @@ class World:
         self._pollers = []
         self._pokes = deque()         # sockets whose peer must act before anything else runs
         self._rng = random.Random(f"{seed}:net")
+        self._cpu_rng = random.Random(f"{seed}:cpu")
         self.log = [] if log else None
         if faults is None:
             faults = _draw_faults(random.Random(f"{seed}:faults"), p)
@@ -326,8 +329,21 @@ class World:
 
     # -- the seam's objects -------------------------------------------------
 
-    def io(self) -> "SimIO":
-        return SimIO(self)
+    def io(self, owner="app") -> "SimIO":
+        """The seam for one program; every socket it opens (and every socket
+        accepted from those) belongs to ``owner`` (see ``exit_process``)."""
+        return SimIO(self, owner)
+
+    def exit_process(self, owner="app") -> int:
+        """What the OS does when a process exits: close every socket of
+        ``owner`` still open (in fd order), each as ``close()`` would -- a FIN
+        behind its unsent bytes, or an RST if it holds unread data. Returns how
+        many were closed."""
+        socks = [f for fd, f in sorted(self._files.items())
+                 if isinstance(f, SimSocket) and f.owner == owner]
+        for sock in socks:
+            sock.close()
+        return len(socks)
 
     def selector(self) -> "SimSelector":
         return SimSelector(self)
@@ -404,6 +420,8 @@ def _check_params(p):
     num("random_faults", 0, integer=True)
     num("fault_horizon_s", 0, strict=True)
     num("fault_connections", 1, integer=True)
+    num("cpu_per_wait_s", 0)
+    num("sockbuf_scale", 1, integer=True)
 
 
 def _check_fault(f) -> dict:
@@ -497,6 +515,7 @@ class SimSocket:
         if type != _socket.SOCK_STREAM:
             raise _oserror(errno.EPROTONOSUPPORT)
         self._world = world
+        self.owner = None                 # which program holds it (World.exit_process)
         self.family = family
         self.type = type
         self.proto = proto
@@ -663,10 +682,10 @@ class SimSocket:
     def setsockopt(self, level, option, value, *rest) -> None:
         self._check_open()
         if level == _socket.SOL_SOCKET and option == _socket.SO_SNDBUF:
-            self.sndbuf = max(1, int(value))
+            self.sndbuf = max(1, int(value) * self._world.params["sockbuf_scale"])
             self._changed()
         elif level == _socket.SOL_SOCKET and option == _socket.SO_RCVBUF:
-            self.rcvbuf = max(1, int(value))
+            self.rcvbuf = max(1, int(value) * self._world.params["sockbuf_scale"])
             if self._peer is not None:
                 self._peer._pump()
         elif level == _socket.SOL_SOCKET and option == _socket.SO_LINGER:
@@ -786,6 +805,7 @@ class SimSocket:
             self._would_block("accept")
         conn = self._queue.popleft()
         conn._fd = self._world._new_fd(conn)
+        conn.owner = self.owner
         self._world.record("accept", conn._conn, "server", conn._fd)
         self._changed()
         return conn, conn._remote
@@ -1059,6 +1079,16 @@ class SimSocket:
         return len(self._rcv)
 
     @property
+    def peer_eof(self) -> bool:
+        """A FIN arrived (POLLRDHUP: seen without reading)."""
+        return self._eof
+
+    @property
+    def peer_reset(self) -> bool:
+        """An RST arrived or was sent."""
+        return self._reset
+
+    @property
     def queued_bytes(self) -> int:
         """Bytes in the send buffer: unsent plus unacknowledged."""
         return len(self._unsent) + self._unacked
@@ -1146,6 +1176,11 @@ class SimPoller:
         if self._closed:
             raise ValueError("I/O operation on closed poller")
         world = self._world
+        cpu = world.params["cpu_per_wait_s"]
+        if cpu:
+            # The program ran since its last wait: that long passes first,
+            # events happening at their own times meanwhile.
+            world.run(until=world.now + world._cpu_rng.random() * 2 * cpu)
         if timeout is None or timeout < 0:       # epoll: negative means forever
             deadline = math.inf
         else:
@@ -1231,8 +1266,9 @@ class SimIO:
     """The I/O-and-time seam backed by a ``World``: hand it to a kernel in
     place of ``RealIO``."""
 
-    def __init__(self, world):
+    def __init__(self, world, owner="app"):
         self.world = world
+        self.owner = owner
         self.time = world.time
 
     def poller(self) -> SimPoller:
@@ -1242,7 +1278,9 @@ class SimIO:
         return SimWaker(self.world)
 
     def socket(self, family=_socket.AF_INET, type=_socket.SOCK_STREAM, proto=0) -> SimSocket:
-        return SimSocket(self.world, family, type, proto)
+        sock = SimSocket(self.world, family, type, proto)
+        sock.owner = self.owner
+        return sock
 
     def socketpair(self, family=None, type=_socket.SOCK_STREAM, proto=0):
         """Two connected simulated sockets (a connection of its own in the log)."""
@@ -1250,6 +1288,7 @@ class SimIO:
         fam = _socket.AF_UNIX if family is None else family
         a = SimSocket(world, fam, type, proto)
         b = SimSocket(world, fam, type, proto)
+        a.owner = b.owner = self.owner
         a._local, b._local = world._ephemeral("127.0.0.1"), world._ephemeral("127.0.0.1")
         a._remote, b._remote = b._local, a._local
         a._state = b._state = _CONNECTED
@@ -1365,7 +1404,7 @@ class _KeyMap(Mapping):
 # Peers: sans-IO participants that count the truth
 
 
-class _Peer:
+class Peer:
     """A participant that owns one connection's end. ``listen(addr)`` accepts the
     first connection there; ``connect(addr)`` dials out. Acts when its socket
     changes or its timer fires; ``result()`` reports what it saw."""
@@ -1475,7 +1514,7 @@ def _pattern(offset, n):
     return _PATTERN[start:start + n]
 
 
-class Source(_Peer):
+class Source(Peer):
     """Sends a byte pattern in ``frame_bytes`` frames at ``rate_Bps`` (None:
     as fast as the socket takes them) for ``duration_s`` and/or up to
     ``total_bytes``, then ``finish``es: "shutdown" (SHUT_WR), "close" or
@@ -1565,7 +1604,7 @@ class Source(_Peer):
         return r
 
 
-class Sink(_Peer):
+class Sink(Peer):
     """Reads and counts until EOF or reset: ``recv_bytes`` a read, at most
     ``rate_Bps`` (token bucket, one read of burst). ``start_after_s`` reads
     nothing until then; ``stall_at_s`` + ``stall_s`` pauses once. ``verify``
@@ -1662,7 +1701,7 @@ class DelayedReader(Sink):
         super().__init__(world, start_after_s=delay_s, name=name, **kw)
 
 
-class PipeliningClient(_Peer):
+class PipeliningClient(Peer):
     """Sends ``count`` requests of ``request`` bytes back to back and, unless
     ``read``, never reads a response (Twisted 8868's flood). Counts requests the
     socket took whole and bytes of responses read."""
@@ -1712,7 +1751,7 @@ class PipeliningClient(_Peer):
         return r
 
 
-class ResettingPeer(_Peer):
+class ResettingPeer(Peer):
     """Sends ``send_bytes`` of pattern, reads whatever comes, and resets the
     connection (SO_LINGER 0, close: an RST) ``after_s`` after it starts or once
     it has read ``after_bytes``."""

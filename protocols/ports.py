@@ -20,6 +20,7 @@ option dict.
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import threading
@@ -27,11 +28,52 @@ import threading
 from kernels.probe import Probe
 
 __all__ = ["PortBase", "CallbackPortBase", "StreamPortBase", "TaskPortBase", "OurCallbackPort",
-           "HybridPort", "CoroPort", "client_socket", "STREAM_NAMES"]
+           "HybridPort", "CoroPort", "client_socket", "STREAM_NAMES", "using_io", "current_io", "sim_sigint"]
+
+# --- simulated-network hook (bench.simcells) ---------------------------------
+# Programs open their own ports (``runtime.open()``), so the IO object a
+# simulated cell runs on is ambient: every port of our kernels opened inside
+# ``using_io(io)`` hands ``io`` to its kernel. Real signals are left alone (a
+# simulated waker has no fd a signal could write to); what a port would do on
+# SIGINT is kept per thread instead (``sim_sigint()``), for the cell to deliver.
+class _SimState(threading.local):
+    def __init__(self):
+        self.io: list = []          # the ambient IO objects, innermost last
+        self.sigint: list = []      # the running ports' SIGINT handlers, innermost last
+
+
+_SIM = _SimState()              # per thread: sim cells may run in a matrix's worker threads
+
+
+@contextlib.contextmanager
+def using_io(io):
+    """Open ports on ``io`` (a ``kernels.io`` seam object) inside."""
+    _SIM.io.append(io)
+    try:
+        yield io
+    finally:
+        _SIM.io.pop()
+
+
+def current_io():
+    """The ambient IO object of this thread, or None (the real OS)."""
+    return _SIM.io[-1] if _SIM.io else None
+
+
+def sim_sigint() -> list:
+    """This thread's simulated-SIGINT handlers (innermost last)."""
+    return _SIM.sigint
+
+
+def _io_kw() -> dict:
+    return {"io": _SIM.io[-1]} if _SIM.io else {}
+# --- end of the hook ---------------------------------------------------------
 
 def client_socket(sockbuf: int | None) -> socket.socket:
-    """An unconnected TCP socket with SO_SNDBUF/SO_RCVBUF pinned before connect."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """An unconnected TCP socket with SO_SNDBUF/SO_RCVBUF pinned before connect
+    (from the ambient IO object inside ``using_io``)."""
+    sock = _SIM.io[-1].socket(socket.AF_INET, socket.SOCK_STREAM) if _SIM.io else \
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     if sockbuf:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockbuf)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockbuf)
@@ -106,6 +148,9 @@ class CallbackPortBase(PortBase):
 
 def _signals_as_loop_events(loop, on_signal):
     """Deliver SIGINT/SIGTERM as a loop callback (main thread only); returns undo."""
+    if _SIM.io:
+        _SIM.sigint.append(on_signal)
+        return lambda: _SIM.sigint.remove(on_signal)
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     sigs = (signal.SIGINT, signal.SIGTERM)
@@ -144,7 +189,7 @@ class OurCallbackPort(CallbackPortBase):
     def __init__(self, runtime, opts):
         super().__init__(runtime)
         from kernels.callback import Loop
-        self.loop = Loop(**opts)
+        self.loop = Loop(**opts, **_io_kw())
 
     def listen(self, factory, sock):
         return self.loop.create_server(factory, sock=sock)
@@ -189,7 +234,7 @@ class HybridPort(StreamPortBase):
         for name in STREAM_NAMES:
             setattr(self, name, getattr(h, name))
         self.timeout = h.timeout
-        self.runner = h.Runner(**opts)
+        self.runner = h.Runner(**opts, **_io_kw())
         self._readers = []     # for S2: each StreamReader keeps its own buffer peak
 
     async def open_connection(self, host, port, **kw):
@@ -244,7 +289,7 @@ class CoroPort(TaskPortBase):
         super().__init__(runtime)
         import kernels.coro as c
         self._c = c
-        self.kernel = c.Kernel(**opts)
+        self.kernel = c.Kernel(**opts, **_io_kw())
         self.sleep = c.sleep
         self.move_on_after = c.move_on_after
         self.fail_after = c.timeout_after
@@ -254,6 +299,12 @@ class CoroPort(TaskPortBase):
         self.StreamError = (ConnectionError, c.ClosedResourceError)
 
     def run(self, main, *args):
+        if _SIM.io:       # simulated SIGINT: what the kernel's own handler does
+            _SIM.sigint.append(on_sigint := lambda: self.kernel._on_sigint(signal.SIGINT, None))
+            try:
+                return self.kernel.run(main, self, *args)
+            finally:
+                _SIM.sigint.remove(on_sigint)
         return self.kernel.run(main, self, *args)
 
     async def open_tcp_stream(self, host, port, sockbuf=None):

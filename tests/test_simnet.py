@@ -764,3 +764,53 @@ def test_the_docs_first_run_snippet():
     exec(snippet, scope)
     assert scope["events"] == [(scope["ls"].fileno(), READ)]
     assert 0 < scope["io"].time() < 1.0
+
+
+# ---------------------------------------------------------------------------
+# What the scenario cells need: owners and process exit, CPU time, Linux's doubling
+
+def test_exit_process_closes_only_that_programs_sockets_as_the_os_would():
+    world = World(3)
+    sink = Sink(world).listen(("127.0.0.1", 9100))
+    app = world.io("app")
+    s = app.socket()
+    s.setblocking(False)
+    s.connect_ex(("127.0.0.1", 9100))
+    world.run(until=0.01)
+    assert s.send(b"x" * 1000) == 1000
+    other = world.io("other").socket()
+    assert world.exit_process("app") == 1
+    world.run(until=0.02)
+    assert sink.result()["received_bytes"] == 1000 and sink.ended == "eof"
+    assert other.fileno() >= FD_BASE          # another owner's socket stays open
+    other.close()
+
+
+def test_cpu_per_wait_charges_time_to_every_wait_from_the_seed():
+    def waits(seed, cpu):
+        world = World(seed, cpu_per_wait_s=cpu)
+        poller = world.io().poller()
+        times = []
+        for _ in range(5):
+            poller.wait(0)
+            times.append(world.now)
+        poller.close()
+        return times
+    assert waits(1, 0.0) == [0.0] * 5
+    charged = waits(1, 1e-4)
+    assert all(b > a for a, b in zip([0.0] + charged, charged))
+    assert charged[-1] < 5 * 2e-4
+    assert charged == waits(1, 1e-4) and charged != waits(2, 1e-4)
+
+
+def test_sockbuf_scale_doubles_what_setsockopt_asks_for_as_linux_does():
+    import socket as s
+    world = World(0, sockbuf_scale=2)
+    sock = world.io().socket()
+    sock.setsockopt(s.SOL_SOCKET, s.SO_SNDBUF, 65536)
+    sock.setsockopt(s.SOL_SOCKET, s.SO_RCVBUF, 4096)
+    assert sock.getsockopt(s.SOL_SOCKET, s.SO_SNDBUF) == 131072
+    assert sock.getsockopt(s.SOL_SOCKET, s.SO_RCVBUF) == 8192
+    sock.close()
+    with pytest.raises(ValueError, match="sockbuf_scale"):
+        World(0, sockbuf_scale=0)

@@ -1,0 +1,268 @@
+"""Simulated universes from the run verb's side: ``looplab run --net real|sim|both``,
+``--replay FILE`` and ``--seeds N``.
+
+``bench.simcells`` runs one cell in one world; this module sits above
+``bench.scenarios`` and decides which worlds to run:
+
+* ``cells_for(args, planned)``: the planned cells on the chosen network (``--net
+  both``: each cell twice, ``net`` a cell param), or the cells a ``--replay``
+  file describes (``replay_cells``; ``cell_from_universe`` rebuilds one).
+* ``explore(cell, seeds, faults)``: one cell in many universes -- network
+  jitter, per-wait CPU time and the coro ready order drawn from each seed,
+  optionally random faults. It counts the outcomes (the verdicts), keeps the
+  first failing universe, shrinks its fault schedule to the faults the failure
+  needs (``shrink``) and checks that the shrunk universe replays to the same
+  outcome. ``explore_command`` prints and writes that for the run verb.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+from bench.simcells import UNIVERSE_MODEL, sim_capable
+
+__all__ = ["NETS", "EXPLORE_NET", "cells_for", "replay_cells", "cell_from_universe", "explore",
+           "explore_command", "seed_cell", "with_ready_order", "outcome_of", "failed", "shrink"]
+
+
+def cell_from_universe(u: dict):
+    """The ``bench.scenarios.Cell`` that ``universe()``'s dict describes (its
+    world pinned); ValueError if it is not one."""
+    from bench.scenarios import Cell
+    if not isinstance(u, dict) or u.get("model") != UNIVERSE_MODEL:
+        raise ValueError("not a looplab cell universe (no model 'looplab.simcell')")
+    if u.get("version") != 1:
+        raise ValueError(f"cell universe version {u.get('version')!r} is not 1")
+    params = dict(u["params"])
+    params["net"] = "sim"
+    return Cell(u["scenario"], u["runtime"], u["variant"], u["preset"], params, 1, world=u["net"])
+
+
+
+# ---------------------------------------------------------------------------
+# Exploration: many universes of one cell (``looplab run --net sim --seeds N``)
+
+#: The network an exploration varies: one-way latency jittered by up to as much
+#: again, drawn per segment from the seed, so ACK and delivery timings -- and
+#: with them partial writes and wake-up order -- differ from seed to seed.
+EXPLORE_NET = {"jitter_s": 50e-6, "cpu_per_wait_s": 20e-6, "sockbuf_scale": 2}
+
+
+def with_ready_order(runtime_spec: str, seed: int) -> str:
+    """``runtime_spec`` with ``ready_order=random-SEED`` if the runtime has that
+    option (our coro kernel) and no ready order of its own; else unchanged."""
+    from protocols import runtimes as rtmod
+    rt = rtmod.parse(runtime_spec)
+    names = {o.name for o in rt.info.options.options} if hasattr(rt.info.options, "options") \
+        else set(rt.info.options.defaults())
+    if "ready_order" not in names or rt.options.get("ready_order", "fifo") != "fifo":
+        return rt.spec
+    return rtmod.parse(f"{runtime_spec}{',' if ':' in runtime_spec else ':'}"
+                       f"ready_order=random-{seed}").spec
+
+
+def seed_cell(cell, seed: int, faults: int = 0, net: dict | None = None):
+    """``cell`` in universe ``seed``: the world's seed, ``faults`` random faults
+    drawn from it, the exploration network, and the coro ready-order seed."""
+    from bench.scenarios import Cell
+    params = {**EXPLORE_NET, **(net or {}), "random_faults": faults}
+    if faults:
+        params.setdefault("fault_horizon_s", _horizon(cell))
+    return Cell(cell.scenario, with_ready_order(cell.runtime, seed), cell.variant, cell.preset,
+                {**cell.params, "net": "sim"}, 1, world={"seed": seed, "params": params})
+
+
+def _horizon(cell) -> float:
+    """When drawn faults may happen: while the cell is busy (its duration or
+    hold time; 2 s for the programs, which finish within about that)."""
+    p = cell.params
+    for key in ("duration_s", "hold_s"):
+        if isinstance(p.get(key), (int, float)) and p[key] > 0:
+            return float(min(p[key], 10.0))
+    return 2.0
+
+
+def outcome_of(result: dict) -> str:
+    """One line naming a run's outcome: its verdicts (or its error)."""
+    if result.get("errors"):
+        return "error: " + result["errors"][0].split("\n")[0][:120]
+    return ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in sorted(result["verdicts"].items()))
+
+
+def failed(result: dict) -> bool:
+    return bool(result.get("errors")) or not all(result["verdicts"].values())
+
+
+def shrink(cell, universe_: dict, still_fails) -> tuple[dict, int]:
+    """The smallest fault schedule (greedy: drop one fault at a time while the
+    run still fails the same way) that reproduces ``still_fails``. Returns the
+    shrunk universe and how many runs it took."""
+    u = copy.deepcopy(universe_)
+    faults = list(u["net"]["faults"])
+    runs = 0
+    changed = True
+    while changed and faults:
+        changed = False
+        for i in range(len(faults)):
+            trial = faults[:i] + faults[i + 1:]
+            u2 = copy.deepcopy(u)
+            u2["net"]["faults"] = trial
+            runs += 1
+            if still_fails(u2):
+                faults, u, changed = trial, u2, True
+                break
+    return u, runs
+
+
+def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_seed: int = 0,
+            progress=None) -> dict:
+    """Run ``cell`` in ``seeds`` universes; count each outcome; keep the first
+    failing universe, shrunk to its smallest fault schedule, and check that it
+    replays to the same result. Numeric metrics get min / median / max."""
+    from bench import scenarios
+    counts: dict[str, int] = {}
+    first_fail = None
+    values: dict[str, list] = {}
+    wall = 0.0
+    sim = 0.0
+    for s in range(first_seed, first_seed + seeds):
+        c = seed_cell(cell, s, faults, net)
+        t = time.perf_counter()
+        r = scenarios.run_cell(c)
+        wall += time.perf_counter() - t
+        sim += r["metrics"].get("sim_s") or 0.0
+        o = outcome_of(r)
+        counts[o] = counts.get(o, 0) + 1
+        for k, v in r["metrics"].items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "cell_wall_s":
+                values.setdefault(k, []).append(v)
+        if first_fail is None and failed(r):
+            first_fail = (s, r)
+        if progress:
+            progress(s, o)
+    out = {"cell": cell.id, "seeds": seeds, "first_seed": first_seed, "random_faults": faults,
+           "net": {**EXPLORE_NET, **(net or {})}, "outcomes": counts,
+           "wall_s": round(wall, 3), "sim_s": round(sim, 3),
+           "metrics": {k: {"min": min(v), "median": sorted(v)[len(v) // 2], "max": max(v)}
+                       for k, v in values.items()}}
+    if first_fail is not None:
+        seed, r = first_fail
+        want = outcome_of(r)
+
+        def still_fails(u):
+            return outcome_of(scenarios.run_cell(cell_from_universe(u))) == want
+        shrunk, runs = shrink(cell, r["universe"], still_fails)
+        replay = scenarios.run_cell(cell_from_universe(shrunk))
+        out["failing"] = {"seed": seed, "outcome": want, "universe": r["universe"],
+                          "faults_before": len(r["universe"]["net"]["faults"]),
+                          "shrunk_universe": shrunk,
+                          "faults_after": len(shrunk["net"]["faults"]), "shrink_runs": runs,
+                          "replayed_outcome": outcome_of(replay),
+                          "replayed_metrics": {k: v for k, v in replay["metrics"].items()
+                                               if k != "cell_wall_s"}}
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The run verb's side: --net, --seeds, --replay
+
+NETS = ("real", "sim", "both")
+
+
+def cells_for(args, planned: list) -> list:
+    """The cells ``looplab run`` runs: from ``--replay FILE``, or ``planned``
+    on ``--net real|sim|both`` (both: each cell twice, ``net`` a cell param)."""
+    from bench.errors import UsageError
+    net = getattr(args, "net", None) or "real"
+    if net not in NETS:
+        raise UsageError(f"--net must be one of {', '.join(NETS)}, got {net!r}")
+    if getattr(args, "seeds", None) and (net != "sim" or getattr(args, "replay", None)):
+        raise UsageError("--seeds explores simulated universes: give it with --net sim "
+                         "(and without --replay)")
+    if getattr(args, "replay", None):
+        return replay_cells(args.replay)
+    if net == "real":
+        return planned
+    out = []
+    for c in planned:
+        if net == "both":
+            out.append(_with_net(c, "real"))
+        out.append(_with_net(c, "sim"))
+    return out
+
+
+def _with_net(cell, net):
+    from bench.scenarios import Cell
+    return Cell(cell.scenario, cell.runtime, cell.variant, cell.preset,
+                {**cell.params, "net": net}, cell.repeats, world=cell.world)
+
+
+def replay_cells(path: str) -> list:
+    """The cells a ``--replay FILE`` reruns: a cell universe (what ``--seeds``
+    writes for a failing seed), an exploration file (its failing universe) or
+    a results file (every sim cell in it)."""
+    import json
+    from bench.errors import UsageError
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as exc:
+        raise UsageError(f"--replay {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"--replay {path}: not JSON ({exc})") from None
+    found = []
+    if isinstance(doc, dict) and doc.get("model") == UNIVERSE_MODEL:
+        found = [doc]
+    elif isinstance(doc, dict) and isinstance(doc.get("explorations"), list):
+        found = [e["failing"]["shrunk_universe"] for e in doc["explorations"] if e.get("failing")]
+    elif isinstance(doc, dict) and isinstance(doc.get("cells"), list):
+        found = [c["universe"] for c in doc["cells"] if isinstance(c, dict) and c.get("universe")]
+    if not found:
+        raise UsageError(f"--replay {path}: no simulated universe in it (give a results file "
+                         "of a --net sim run, or a universe --seeds wrote)")
+    try:
+        return [cell_from_universe(u) for u in found]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"--replay {path}: {exc}") from None
+
+
+def explore_command(cells: list, args, out_dir: str) -> int:
+    """``--net sim --seeds N``: explore every cell; print each outcome's
+    frequency; write ``OUT/explore.json`` and, per failing cell, its shrunk
+    universe as ``OUT/failing-*.json`` (replay it with ``--replay``)."""
+    import json
+    import os
+    import sys
+    from bench import results as resmod
+    from bench.errors import ExitCode
+    os.makedirs(out_dir, exist_ok=True)
+    done = []
+    for cell in cells:
+        if cell.params.get("net") != "sim":
+            continue
+        from protocols import runtimes as rtmod
+        why = sim_capable(rtmod.parse(cell.runtime))
+        if why:
+            print(f"{cell.id}: skipped: {why}", file=sys.stderr)
+            continue
+        ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0)
+        done.append(ex)
+        print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall "
+              f"({ex['sim_s']:.1f} s simulated)")
+        for outcome, n in sorted(ex["outcomes"].items(), key=lambda kv: -kv[1]):
+            print(f"    {n:6d}  {100 * n / args.seeds:5.1f} %  {outcome}")
+        lost = ex["metrics"].get("lost_bytes")
+        if lost:
+            print(f"    lost_bytes min {lost['min']}, median {lost['median']}, max {lost['max']}")
+        f = ex.get("failing")
+        if f:
+            name = "failing-" + cell.id.replace("/", "_").replace(":", "_") + ".json"
+            path = os.path.join(out_dir, name)
+            resmod.write_json(f["shrunk_universe"], path)
+            f["file"] = path
+            print(f"    first failing seed {f['seed']}: faults {f['faults_before']} -> "
+                  f"{f['faults_after']} after shrinking; replayed: {f['replayed_outcome']}; "
+                  f"universe: {path}")
+    resmod.write_json({"explorations": done}, os.path.join(out_dir, "explore.json"))
+    print(f"exploration: {os.path.join(out_dir, 'explore.json')}")
+    return ExitCode.OK
