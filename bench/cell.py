@@ -147,8 +147,10 @@ def main(argv: list[str]) -> int:
         exc = group.exceptions[0]
         # One line, but with the innermost frame: a rare failure must still say where.
         frames = traceback.extract_tb(exc.__traceback__)
-        where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in " \
-                f"{frames[-1].name})" if frames else ""
+        ours = [f for f in frames if os.sep + "site-packages" + os.sep not in f.filename
+                and not f.filename.endswith(".pyx")] or frames
+        where = f" (at {os.path.basename(ours[-1].filename)}:{ours[-1].lineno} in " \
+                f"{ours[-1].name})" if ours else ""
         result = {"error": f"{type(exc).__name__}: {exc}{where}"}
     emit({"event": "result", **result})
     return 1 if "error" in result else 0

@@ -103,6 +103,7 @@ from typing import Any, Callable, Mapping
 
 from bench.errors import UsageError
 from bench.peers import PeerProcess
+from protocols import apps
 
 __all__ = ["Scenario", "Metric", "Bars", "Job", "CellContext", "Outcome", "Served", "Ran",
            "APP", "STYLES", "UNITS", "register", "get", "scenarios", "load_scenario_file",
@@ -687,8 +688,17 @@ def serve_app(ctx: CellContext, app: str, *, peers=(), params: dict | None = Non
             for name in to_app:
                 pp.start(name, connect=tuple(addr))
             res = pp.results()
-            proc.interrupt()
-            out = proc.result(10)
+            out = None
+            if apps.get(app).one_shot and not params.get("forever"):
+                # It ends by itself after its one connection; a SIGINT now would race
+                # its shutdown (uvloop re-raises a caught SIGINT inside the close).
+                try:
+                    out = proc.result(5)
+                except TimeoutError:
+                    pass
+            if out is None:
+                proc.interrupt()
+                out = proc.result(10)
     return Served(out, res)
 
 
