@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 
 from protocols import common, cores
-from protocols.cores import Block, Disconnect, Drop, Enqueue, Send
+from protocols.actions import Block, Disconnect, Drop, Enqueue, Send
 
 __all__ = ["PushApp", "PushClient", "PushTicker", "stream_push", "stream_ticker", "task_push",
            "task_ticker"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from protocols import common
-from protocols.cores import Close, Done, PauseReading, ResumeReading, Send, SendEof
+from protocols.actions import Close, Done, PauseReading, ResumeReading, Send, SendEof
 
 __all__ = ["Relay", "ProxySide", "AsyncRelay", "stream_proxy", "task_proxy"]
 

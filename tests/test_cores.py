@@ -23,7 +23,9 @@ from protocols.cores import (
 
 FAST = settings(max_examples=200, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-CORES_PY = pathlib.Path(__file__).resolve().parent.parent / "protocols" / "cores.py"
+PROTOCOLS = pathlib.Path(__file__).resolve().parent.parent / "protocols"
+# The cores and the two modules they are built from (framing, actions): all sans-IO.
+SANS_IO = ("cores.py", "framing.py", "actions.py")
 
 
 def split(data: bytes, cuts) -> list[bytes]:
@@ -55,20 +57,26 @@ def decode_outcome(chunks, **kw):
 
 # --------------------------------------------------------------------------- hygiene
 
-def test_cores_imports_nothing_forbidden():
+@pytest.mark.parametrize("filename", SANS_IO)
+def test_cores_imports_nothing_forbidden(filename):
     forbidden = {"kernels", "socket", "time", "asyncio", "trio", "curio", "selectors"}
-    tree = ast.parse(CORES_PY.read_text())
+    tree = ast.parse((PROTOCOLS / filename).read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            imported |= {a.name.split(".")[0] for a in node.names}
+            imported |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "cores.py must not import relatives (e.g. the drivers)"
-            imported.add(node.module.split(".")[0])
+            assert node.level == 0, f"{filename} must not import relatives (e.g. the drivers)"
+            imported.add(node.module)
         elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "__import__":
-            pytest.fail("cores.py must not import dynamically")
+            pytest.fail(f"{filename} must not import dynamically")
     assert imported, "the ast walk found no imports at all: the check is broken"
-    assert not imported & forbidden, f"cores.py imports {imported & forbidden}"
+    tops = {name.split(".")[0] for name in imported}
+    assert not tops & forbidden, f"{filename} imports {tops & forbidden}"
+    # Within protocols, only the sans-IO modules themselves (never a driver).
+    ours = {name for name in imported if name.split(".")[0] == "protocols"}
+    allowed = {"protocols." + f.removesuffix(".py") for f in SANS_IO}
+    assert ours <= allowed, f"{filename} imports {ours - allowed}"
 
 
 # --------------------------------------------------------------------------- framing
