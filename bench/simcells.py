@@ -67,21 +67,17 @@ _ONE_AT_A_TIME = threading.Lock()
 _SERVER_GRACE_S = 10.0
 
 
-#: Reference runtimes with a way onto the simulated network: asyncio's own
-#: selector event loop over ``SimSelector`` (see ``_asyncio_on_sim``).
-SIM_REFERENCES = ("asyncio-protocol", "asyncio-streams", "trio")
-
-
 def sim_capable(runtime) -> str | None:
     """None if ``runtime`` can run on the simulated network, else why not."""
     if runtime.ours:
         return None
-    if runtime.id in SIM_REFERENCES:
-        (_trio_on_sim if runtime.id == "trio" else _asyncio_on_sim)()
+    install = _ON_SIM.get(runtime.id)     # the one table of reference runtimes that can
+    if install is not None:
+        install()
         return None
     return (f"{runtime.id} runs only on the real network: it has no port onto the "
             "simulated network yet" + (" (uvloop polls real file descriptors in C)"
-                                       if runtime.id.startswith("uvloop") else ""))
+                                       if "uvloop" in runtime.info.requires else ""))
 
 
 def new_world(seed=0, faults=None, **params) -> simnet.World:
@@ -1001,3 +997,10 @@ def universe(cell, world: simnet.World) -> dict:
     return {"model": UNIVERSE_MODEL, "version": 1, "scenario": cell.scenario,
             "runtime": cell.runtime, "variant": cell.variant, "preset": cell.preset,
             "params": copy.deepcopy(cell.params), "net": world.universe()}
+
+
+#: Reference runtimes with a way onto the simulated network: asyncio's own selector
+#: event loop over ``SimSelector``, and trio with a clock and sockets of the world.
+_ON_SIM = {"asyncio-protocol": _asyncio_on_sim, "asyncio-streams": _asyncio_on_sim,
+           "trio": _trio_on_sim}
+SIM_REFERENCES = tuple(_ON_SIM)

@@ -320,48 +320,4 @@ def test_a_missing_runtime_library_is_exit_3_in_run_and_serve(monkeypatch, capsy
     assert len(err) == 2 and all("unavailable" in ln for ln in err)
 
 
-def _imports(path):
-    """Every module a file imports, function-local imports included."""
-    import ast
-    tree = ast.parse(open(path).read())
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found |= {f"{node.module}.{a.name}" for a in node.names}
-    return found
-
-
-def _graph():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    mods = {}
-    for pkg in ("bench", "protocols", "kernels"):
-        for dirpath, _, files in os.walk(os.path.join(root, pkg)):
-            for f in files:
-                if f.endswith(".py"):
-                    rel = os.path.relpath(os.path.join(dirpath, f), root)[:-3].replace(os.sep, ".")
-                    mods[rel.removesuffix(".__init__")] = os.path.join(dirpath, f)
-    return {m: {d for d in _imports(p) if d in mods and d != m} for m, p in mods.items()}
-
-
-def test_nobody_imports_the_cli():
-    importers = {m for m, deps in _graph().items() if "bench.cli" in deps and m != "bench.__main__"}
-    assert importers == set()
-
-
-def test_no_import_cycles_in_bench():
-    graph = _graph()
-    cycles = []
-
-    def visit(node, stack, seen):
-        for dep in graph.get(node, ()):
-            if dep in stack:
-                cycles.append(stack[stack.index(dep):] + [dep])
-            elif dep not in seen:
-                seen.add(dep)
-                visit(dep, stack + [dep], seen)
-    for start in (m for m in graph if m.startswith("bench")):
-        visit(start, [start], {start})
-    assert not cycles, cycles[:3]
+# Import structure (no cycles, nobody imports the CLI): tests/test_structure.py.
