@@ -938,12 +938,14 @@ _add(Entry(
     reported="Python 3.12.0-3.12.8, 3.13.0-3.13.1",
     fixed_in="Python 3.12.9, 3.13.2 (security advisory GHSA-fw89-6wjj-8j95)",
     expected="not shown on the installed Python 3.11 (writelines joins and calls write) nor on "
-             "our kernels; the affected versions need an option our callback transport lacks",
+             "our kernels at their defaults; shown with callback:writelines=unchecked and "
+             "hybrid:writelines=unchecked",
     oracle="bug shown when a writelines()+drain() writer's buffer peaks above high water + 4 writes",
     styles=("callback", "stream"), affects={"python": ("3.12.0", "3.12.9")},
-    needs="callback option writelines=checked|unchecked ('unchecked' = append without the "
-          "pause check, as 3.12.0-3.12.8) to show it on callback and hybrid",
-    show_on=()),
+    flips=(Flip("callback:writelines=unchecked", True,
+                "writelines() buffers without the pause check (3.12.0-3.12.8)"),
+           Flip("hybrid:writelines=unchecked", True, "the same on the stream kernel")),
+    show_on=("callback:writelines=unchecked", "hybrid:writelines=unchecked")),
     _run_flood, _FLOOD_METRICS,
     _presets({"total_bytes": 1 * MiB, "chunk_bytes": 32 * KiB, "start_after_s": 0.4, "max_s": 8}),
     _by_style(_flood_cb("writelines"), _flood_stream("writelines")))
@@ -1020,14 +1022,15 @@ _add(Entry(
               "buffered was not paused until its next write.",
     reported="asyncio 3.4.0",
     fixed_in="asyncio 3.4.1 (set_write_buffer_limits calls the pause check)",
-    expected="not shown on the installed Python, uvloop or our kernels; the old behaviour needs "
-             "an option our callback transport lacks",
+    expected="not shown on the installed Python, uvloop or our kernels at their defaults; "
+             "shown with callback:limits_recheck=false and hybrid:limits_recheck=false",
     oracle="bug shown when, right after lowering the mark below the buffered size, the "
            "program's gate (pause_writing / drain) let it write on",
     styles=("callback", "stream"), affects={"python": ("3.4.0", "3.4.1")},
-    needs="callback option limits_recheck=true|false ('false' = store the marks without the "
-          "pause check, asyncio 3.4.0)",
-    show_on=()),
+    flips=(Flip("callback:limits_recheck=false", True,
+                "set_write_buffer_limits() stores the marks without the pause check (asyncio 3.4.0)"),
+           Flip("hybrid:limits_recheck=false", True, "the same on the stream kernel")),
+    show_on=("callback:limits_recheck=false", "hybrid:limits_recheck=false")),
     _run_limits,
     [Metric("buffer_at_lowering_bytes", None, "buffered when lowered"),
      Metric("went_ahead", None, "writer went ahead", unit="flag")],
@@ -1167,14 +1170,15 @@ _add(Entry(
     reported="uvloop 0.17.0 (Python 3.11.4)",
     fixed_in="open in the thread; the installed uvloop is measured",
     expected="asyncio and our callback kernel release the buffer at once; the installed "
-             "uvloop is measured (0.23.0 here: released); honouring pause_writing never "
-             "builds the buffer in the first place",
+             "uvloop is measured (0.23.0 here: released); callback:buffer_on_loss=keep shows "
+             "the reported behaviour; honouring pause_writing never builds the buffer in the "
+             "first place",
     oracle="bug shown when, 0.2 s after connection_lost and a gc, the process still holds "
            "more than half the flooded bytes above its starting RSS",
     styles=("callback",), affects={"uvloop": ("0.17.0", None)},
-    needs="callback option buffer_on_loss=free|keep ('keep' = the lost transport's buffer stays "
-          "referenced, as uvloop 0.17 was reported to do) to show it on our kernel",
-    show_on=()),
+    flips=(Flip("callback:buffer_on_loss=keep", True,
+                "the lost transport's buffer stays referenced, as uvloop 0.17 was reported to do"),),
+    show_on=("callback:buffer_on_loss=keep",)),
     _run_memory,
     [Metric("rss_kept_bytes", "lower", "RSS kept after loss"),
      Metric("buffered_peak_bytes", None, "buffered at peak")],
@@ -1489,13 +1493,15 @@ _add(Entry(
     fixed_in="Python 3.12.9, 3.13.2 (gh-128037)",
     expected="not shown on the installed Python 3.11 asyncio, nor on our callback and hybrid "
              "kernels, which reproduce 3.11 (a late write is flushed while bytes are buffered); "
+             "shown with callback:write_after_close=drop and hybrid:write_after_close=drop; "
              "writing everything before close() avoids it everywhere",
     oracle="bug shown when the reader received less than everything written (including the "
            "write made after close())",
     styles=("callback", "stream"), affects={"python": ("3.12.0", "3.12.9")},
-    needs="callback option write_after_close=drop|flush-if-buffered ('flush-if-buffered' = "
-          "asyncio 3.11 and 3.12.9+) so both behaviours can be flipped",
-    show_on=()),
+    flips=(Flip("callback:write_after_close=drop", True,
+                "a write after close() is dropped even while bytes are buffered (3.12.0-3.12.8)"),
+           Flip("hybrid:write_after_close=drop", True, "the same on the stream kernel")),
+    show_on=("callback:write_after_close=drop", "hybrid:write_after_close=drop")),
     _run_afterclose,
     [Metric("delivered_bytes", "higher", "delivered"), Metric("lost_bytes", "lower", "lost"),
      Metric("buffered_at_close_bytes", None, "buffered at close")],

@@ -27,7 +27,11 @@ The edges follow asyncio 3.11's selector transport: a ``write()`` after
 ``close()`` while bytes are still buffered is appended and delivered; flow
 control keeps running while a closed transport drains; after an EOF that the
 protocol kept half-open, ``is_reading()`` stays true and ``pause_reading();
-resume_reading()`` reads the EOF again. One deliberate difference: asyncio
+resume_reading()`` reads the EOF again. Four options bring back older or other
+libraries' edges, one each, on these rare paths only (the per-write path never
+reads them): ``write_after_close="drop"`` (3.12.0-3.12.8),
+``limits_recheck=false`` (asyncio 3.4.0), ``writelines="unchecked"``
+(3.12.0-3.12.8) and ``buffer_on_loss="keep"`` (uvloop 548). One deliberate difference: asyncio
 raises ``AttributeError`` for a ``write()`` after a buffered close completed
 (its own bug); we drop and count it like any write on a lost connection.
 """
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import weakref
 
 __all__ = ["Protocol", "SocketTransport"]
 
@@ -43,6 +48,10 @@ __all__ = ["Protocol", "SocketTransport"]
 WARN_AFTER_DROPPED_WRITES = 5
 
 logger = logging.getLogger(__name__)
+
+#: ``buffer_on_loss="keep"``: the write buffers of each loop's lost transports,
+#: held (not freed) for as long as the loop exists.
+_kept_buffers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 #: One read is ``sock.recv(_RECV_BYTES)``: CPython allocates that much, shrinks
 #: the ``bytes`` in place to what arrived, and the object goes to
@@ -245,8 +254,9 @@ class SocketTransport:
 
         TypeError for other types; RuntimeError after ``write_eof()`` (even for
         ``b""``). After ``close()`` with bytes still buffered: appended and sent
-        before the close completes. After ``close()`` with nothing buffered,
-        ``abort()`` or a lost connection: dropped and counted."""
+        before the close completes (dropped and counted instead with the option
+        ``write_after_close="drop"``, CPython 115514). After ``close()`` with
+        nothing buffered, ``abort()`` or a lost connection: dropped and counted."""
         cls = data.__class__
         if cls is not bytes and cls is not bytearray:
             if isinstance(data, memoryview):
@@ -262,7 +272,7 @@ class SocketTransport:
         if self._closing:
             # counted whether sent or dropped, as the reference ports count it
             self.stats.writes_after_close_count += 1
-            if self._conn_lost:
+            if self._conn_lost or self._loop.options["write_after_close"] == "drop":
                 self._drop_write()
                 return
         stats = self.stats
@@ -305,13 +315,25 @@ class SocketTransport:
 
     def writelines(self, list_of_data) -> None:
         """Write the concatenation as one ``write()``: same flow-control check
-        (CPython 127655 was a ``writelines`` that skipped it)."""
+        (CPython 127655 was a ``writelines`` that skipped it). With the option
+        ``writelines="unchecked"`` the bytes are buffered and sent the same way
+        but crossing the high-water mark does not pause the protocol (3.12.0-3.12.8)."""
         try:
             data = b"".join(list_of_data)
         except TypeError as exc:
             raise TypeError(f"writelines() needs an iterable of bytes-like objects: "
                             f"{exc}") from None
-        self.write(data)
+        if self._loop.options["writelines"] == "checked":
+            self.write(data)
+            return
+        # write() without its pause check is write() with no high-water mark; the
+        # mark is restored before anything else can look at it.
+        high = self._high_water
+        self._high_water = float("inf")
+        try:
+            self.write(data)
+        finally:
+            self._high_water = high
 
     def _write_ready(self):
         buf = self._buffer
@@ -398,7 +420,8 @@ class SocketTransport:
         already buffered calls ``pause_writing()`` now (asyncio issue 140), also
         while a closed transport is still draining.
         ``set_write_buffer_limits(0)`` pauses on any buffered byte and resumes
-        only at empty."""
+        only at empty. With the option ``limits_recheck=false`` the marks are only
+        stored, as in asyncio 3.4.0: the next write makes the check."""
         for name, value in (("high", high), ("low", low)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
@@ -414,7 +437,8 @@ class SocketTransport:
             raise ValueError(f"need high >= low >= 0, got high={high}, low={low}")
         self._high_water = high
         self._low_water = low
-        if len(self._buffer) > high and not self._protocol_paused and not self._conn_lost:
+        if (len(self._buffer) > high and not self._protocol_paused and not self._conn_lost
+                and self._loop.options["limits_recheck"]):
             self._pause_protocol()
 
     def write_eof(self) -> None:
@@ -475,11 +499,17 @@ class SocketTransport:
         self._closing = True
         stats = self.stats
         buf = self._buffer
+        loop = self._loop
         if buf:
             stats.lost_on_abort_bytes += len(buf)
-            buf.clear()
+            if loop.options["buffer_on_loss"] == "keep":
+                # the bytes are lost all the same; only their memory stays,
+                # held by the loop until it goes away (uvloop 548)
+                _kept_buffers.setdefault(loop, []).append(buf)
+                self._buffer = bytearray()
+            else:
+                buf.clear()
             stats.user_buffer_bytes = 0
-        loop = self._loop
         loop._remove_reader(self._fileno)
         loop._remove_writer(self._fileno)
         self._sock.close()

@@ -127,8 +127,7 @@ class Runner:
             raise RuntimeError("Runner is closed")
         if self._loop is None:
             o = self.options
-            loop = _ContextLoop(io=self._io, high_water=o["high_water"], low_water=o["low_water"],
-                        write=o["write"], exit=o["exit"], trace=o["trace"])
+            loop = _ContextLoop(io=self._io, **{n: o[n] for n in _callback.OPTIONS.names()})
             if o["exit"] == "wait":
                 # The loop's "wait" drains on every stop(), i.e. at the end of every
                 # run_until_complete. The Runner wants one bounded wait, at close:
