@@ -721,9 +721,9 @@ def _run_spin(peer):
 
 _SPIN_METRICS = [Metric("iterations_after_closing_count", "lower", "write+drain after closing"),
                  Metric("iterations_count", None, "iterations")]
-_DRAIN_NEEDS = ("hybrid option drain_on_closing=yield|return: 'return' = drain() returns at once "
-                "on a closing or lost transport without yielding or raising (asyncio before the "
-                "fix), so a write(); drain() loop never lets connection_lost run")
+_DRAIN_FLIP = Flip("hybrid:drain_on_closing=return", True,
+                   "drain() returns at once on a closing or lost transport without yielding or "
+                   "raising, so a write(); drain() loop never lets connection_lost run")
 
 _add(Entry(
     id="asyncio-263", aliases=("C8",),
@@ -735,12 +735,11 @@ _add(Entry(
     reported="asyncio 3.4.3",
     fixed_in="asyncio 3.5 (drain() yields on a closing transport and raises after the loss)",
     expected="not shown on the installed asyncio and uvloop nor on hybrid (all raise "
-             "ConnectionResetError within a pass); the buggy version needs an option hybrid "
-             "lacks",
+             "ConnectionResetError within a pass); shown with hybrid:drain_on_closing=return",
     oracle="bug shown when more than half of the loop's iterations ran after the transport "
            "was already closing",
-    styles=("stream",), needs=_DRAIN_NEEDS, affects={"python": ("3.4.0", "3.5.0")},
-    show_on=()),
+    styles=("stream",), flips=(_DRAIN_FLIP,), affects={"python": ("3.4.0", "3.5.0")},
+    show_on=("hybrid:drain_on_closing=return",)),
     _run_spin("reset"), _SPIN_METRICS,
     _presets({"iterations": 2000, "settle_s": 0.2, "max_s": 6}),
     {"stream": _spin_stream(False)})
@@ -754,11 +753,11 @@ _add(Entry(
               "run connection_lost and never learned that the stream was gone.",
     reported="Python 3.7",
     fixed_in="Python 3.8 (drain() yields once on a closing transport, then raises)",
-    expected="not shown on the installed Python, uvloop or hybrid; the 3.7 behaviour needs an "
-             "option hybrid lacks",
+    expected="not shown on the installed Python, uvloop or hybrid; the 3.7 behaviour is "
+             "shown with hybrid:drain_on_closing=return",
     oracle="bug shown when more than half of the iterations completed after close()",
-    styles=("stream",), needs=_DRAIN_NEEDS, affects={"python": ("3.7.0", "3.8.0")},
-    show_on=()),
+    styles=("stream",), flips=(_DRAIN_FLIP,), affects={"python": ("3.7.0", "3.8.0")},
+    show_on=("hybrid:drain_on_closing=return",)),
     _run_spin("reader"), _SPIN_METRICS,
     _presets({"iterations": 2000, "settle_s": 0.0, "max_s": 6}),
     {"stream": _spin_stream(True)})
@@ -826,13 +825,13 @@ _add(Entry(
     reported="Python 3.6 to 3.10",
     fixed_in="2022: a queue of drain waiters (Python 3.11.0, backported to 3.10)",
     expected="not shown on the installed Python 3.11 asyncio and uvloop streams nor on hybrid, "
-             "which all keep a list of waiters; the old single waiter needs an option hybrid "
-             "lacks",
+             "which all keep a list of waiters; shown with hybrid:drain_waiters=one (the "
+             "single waiter and its assertion)",
     oracle="bug shown when any drain() raised",
     styles=("stream",), affects={"python": ("3.6.0", "3.11.0")},
-    needs="hybrid option drain_waiters=one|many ('one' = asyncio 3.11's single waiter and its "
-          "assertion) to show it on our kernel",
-    show_on=()),
+    flips=(Flip("hybrid:drain_waiters=one", True,
+                "one drain waiter per writer; a second drain() asserts (before 3.11)"),),
+    show_on=("hybrid:drain_waiters=one",)),
     _run_twodrain, [Metric("drain_errors_count", "lower", "drain() errors")],
     _presets({"writes": 8, "chunk_bytes": 128 * KiB, "max_s": 8}),
     {"stream": _twodrain_stream})
@@ -1420,14 +1419,14 @@ _add(Entry(
     reported="Python 3.12.1+ (CPython 104344 changed it; 113538 reports the hang)",
     fixed_in="Python 3.13 added Server.close_clients()/abort_clients(); close the handlers' "
              "writers first",
-    expected="not shown on the installed Python 3.11 (wait_closed returns at once); shown on "
-             "hybrid, whose Server has the 3.12 semantics; closing the accepted writers fixes "
-             "it everywhere",
+    expected="not shown on the installed Python 3.11 (wait_closed returns at once) nor on "
+             "hybrid, whose Server follows the running Python; shown with "
+             "hybrid:wait_closed=3.12; closing the accepted writers fixes it everywhere",
     oracle="bug shown when wait_closed() did not return within bound_s",
     styles=("stream",), affects={"python": ("3.12.1", None)},
-    needs="hybrid option wait_closed=3.11|3.12 ('3.11' = return once the listener is closed) "
-          "so both meanings can be flipped on our kernel",
-    show_on=("hybrid",)),
+    flips=(Flip("hybrid:wait_closed=3.12", True,
+                "Server.wait_closed() also waits for every accepted connection (3.12.1+)"),),
+    show_on=("hybrid:wait_closed=3.12",)),
     _run_waitclosed,
     [Metric("wait_closed_s", None, "wait_closed took"), Metric("hung", None, "hung", unit="flag")],
     _presets({"bound_s": 1.0, "max_s": 6}),

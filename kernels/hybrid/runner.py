@@ -12,6 +12,7 @@ from kernels.callback import Loop, get_running_loop
 from kernels.options import Option, choice
 from . import futures as _futures
 from .futures import WAIT_FOR_DEFAULT, CancelledError, _InContext, _LoopState, _states
+from .streams import WAIT_CLOSED_DEFAULT, STREAM_DEFAULTS
 from .tasks import Task, _wait_done
 
 __all__ = ["Runner", "run", "OPTIONS"]
@@ -32,6 +33,17 @@ OPTIONS = _callback.OPTIONS.extend("hybrid", (
     Option("wait_for", WAIT_FOR_DEFAULT, choice("task", "inline"),
            "task: wait_for runs a coroutine in a new Task (Python 3.11); inline: in the "
            "calling task under a timeout (3.12); the default follows the running Python"),
+    Option("wait_closed", WAIT_CLOSED_DEFAULT, choice("3.11", "3.12"),
+           "Server.wait_closed() after close(): 3.11: returns at once; 3.12: also waits for "
+           "every accepted connection to close (3.12.1+, CPython 113538); the default "
+           "follows the running Python"),
+    Option("drain_on_closing", "yield", choice("yield", "return"),
+           "drain() on a closing or lost transport: yield: yield once, then raise once the "
+           "connection is lost (asyncio 3.8+); return: return at once without yielding or "
+           "raising (asyncio issue 263, CPython 80982)"),
+    Option("drain_waiters", "many", choice("many", "one"),
+           "many: any number of tasks may await drain() on one writer (3.11); one: a second "
+           "one raises AssertionError (before 3.11, CPython 74116)"),
 ))
 
 
@@ -128,6 +140,7 @@ class Runner:
         if self._loop is None:
             o = self.options
             loop = _ContextLoop(io=self._io, **{n: o[n] for n in _callback.OPTIONS.names()})
+            loop.stream_options = {n: o[n] for n in STREAM_DEFAULTS}
             if o["exit"] == "wait":
                 # The loop's "wait" drains on every stop(), i.e. at the end of every
                 # run_until_complete. The Runner wants one bounded wait, at close:
