@@ -94,7 +94,7 @@ EDGE_FLIPS = {
 # second drainer or a server's shutdown: nothing the S4 program does.
 _NEUTRAL = frozenset({"exit", "trace", "instrument", "high_water", "low_water", "write", "drain",
                       "write_after_close", "limits_recheck", "writelines", "buffer_on_loss",
-                      "wait_closed", "drain_on_closing", "drain_waiters"})
+                      "wait_closed", "drain_on_closing", "drain_waiters", "deadline_check"})
 _REFERENCE = dict(neutral=_NEUTRAL)
 
 # ---------------------------------------------------------------------------
