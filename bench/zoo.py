@@ -1101,13 +1101,15 @@ _add(Entry(
     fixed_in="a running total (CPython PR 146518, 2026); on the application side, coalesce "
              "small messages into fewer writes",
     expected="not shown on the installed Python 3.11 (one bytearray) nor on our kernels "
-             "(a bytearray, O(1) len); the deque buffer needs an option our kernel lacks",
+             "(a bytearray, O(1) len); shown with callback:write_buffer=deque and "
+             "hybrid:write_buffer=deque (3.12's deque, summed on every write)",
     oracle="bug shown when a group of writes late in the run costs more than "
            "`ratio` x a group at the start (a scaling ratio, not a wall-clock limit)",
     styles=("callback", "stream"), affects={"python": ("3.12.0", None)},
-    needs="callback option write_buffer=bytearray|deque ('deque' = a deque of chunks whose "
-          "size is summed on every call, as 3.12+)",
-    show_on=()),
+    flips=(Flip("callback:write_buffer=deque", True,
+                "a deque of chunks whose size is summed on every write (3.12+)"),
+           Flip("hybrid:write_buffer=deque", True, "the same on the stream kernel")),
+    show_on=("callback:write_buffer=deque", "hybrid:write_buffer=deque")),
     _run_cost,
     [Metric("cost_ratio_fraction", "lower", "late/early cost"), Metric("buffer_bytes", None, "buffered")],
     _presets({"writes": 20000, "group": 1000, "chunk_bytes": 100, "ratio": 5.0, "max_s": 20}),

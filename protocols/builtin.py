@@ -93,7 +93,7 @@ EDGE_FLIPS = {
 # only after close(), on set_write_buffer_limits(), writelines(), a lost connection, a
 # second drainer or a server's shutdown: nothing the S4 program does.
 _NEUTRAL = frozenset({"exit", "trace", "instrument", "high_water", "low_water", "write", "drain",
-                      "write_after_close", "limits_recheck", "writelines", "buffer_on_loss",
+                      "write_after_close", "limits_recheck", "writelines", "buffer_on_loss", "write_buffer",
                       "wait_closed", "drain_on_closing", "drain_waiters", "deadline_check"})
 _REFERENCE = dict(neutral=_NEUTRAL)
 

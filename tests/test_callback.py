@@ -171,7 +171,8 @@ def test_options_are_validated_and_exposed():
     with Loop() as lp:
         assert lp.options == {"high_water": 65536, "low_water": 16384, "write": "try-send",
                               "write_after_close": "flush-if-buffered", "limits_recheck": True,
-                              "writelines": "checked", "buffer_on_loss": "free",
+                              "writelines": "checked", "write_buffer": "bytearray",
+                              "buffer_on_loss": "free",
                               "exit": "cancel", "trace": False}
         assert lp.options == callback.OPTIONS.defaults()
         assert lp.probe.trace is None
@@ -1881,8 +1882,49 @@ def test_buffer_on_loss_option_uvloop_548(value):
         loop.close()
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("value", ["bytearray", "deque"])
+def test_write_buffer_option_cpython_146507(value):
+    # Both buffers deliver the same bytes in order with the same flow control; the
+    # deque's size is a sum over its chunks (3.12), the bytearray's a length.
+    loop = _option_loop(write_buffer=value)
+    s, c = tcp_pair(SOCKBUF)
+    try:
+        proto = Recorder()
+        transport, _ = loop.connect_accepted_socket(lambda: proto, s)
+        expected = b"".join(bytes([i % 251]) * 1000 for i in range(3000)) + b"tail"
+        seen = {}
+
+        def go():
+            for i in range(3000):
+                transport.write(bytes([i % 251]) * 1000)
+            transport.write(memoryview(b"tail"))
+            seen["chunks"] = sum(1 for _ in transport._buffer) if value == "deque" else None
+            seen["size"] = transport.get_write_buffer_size()
+            seen["pauses"] = proto.count("pause")
+            transport.close()
+
+        proto.on_made = lambda t: loop.call_soon(go)
+        proto.on_lost = lambda exc: loop.stop()
+        got = {}
+        reader = reader_thread(c, got, delay=0.1)
+        run(loop, timeout=20)
+        reader.join(10)
+        assert bytes(got["data"]) == expected
+        assert seen["pauses"] == 1 and seen["size"] > 64 * KiB
+        if value == "deque":
+            assert seen["chunks"] > 1      # one entry per write still buffered
+        st = transport.stats
+        assert st.sent_bytes == st.accepted_bytes == len(expected)
+        assert st.peak_user_buffer_bytes >= seen["size"] and accounting_ok(st, transport)
+    finally:
+        c.close()
+        loop.close()
+
+
 def test_zoo_options_reject_bad_values():
     for opt, bad in (("write_after_close", "maybe"), ("limits_recheck", "sometimes"),
-                     ("writelines", "fast"), ("buffer_on_loss", "leak")):
+                     ("writelines", "fast"), ("buffer_on_loss", "leak"),
+                     ("write_buffer", "list")):
         with pytest.raises(OptionError, match=f"option {opt}"):
             Loop(**{opt: bad})

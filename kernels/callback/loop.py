@@ -91,6 +91,9 @@ OPTIONS = Schema("callback", (
     Option("writelines", "checked", choice("checked", "unchecked"),
            "checked: writelines() makes write()'s pause check (3.11); unchecked: it buffers "
            "without it (3.12.0-3.12.8, CPython 127655)"),
+    Option("write_buffer", "bytearray", choice("bytearray", "deque"),
+           "bytearray: one buffer with an O(1) size (asyncio 3.11); deque: a deque of chunks "
+           "whose size is summed on every write's pause check (3.12+, CPython 146507)"),
     Option("buffer_on_loss", "free", choice("free", "keep"),
            "free: a lost or aborted transport drops its write buffer at once (asyncio); keep: "
            "the bytes are lost but their memory is held until the loop goes away (uvloop 548)"),
@@ -216,11 +219,12 @@ class Loop(Networking):
         ``"try-send"`` (asyncio: ``write()`` on an empty buffer tries
         ``sock.send`` at once and buffers only the rest) or ``"defer"``
         (Twisted: ``write()`` only appends; the writable callback sends).
-    ``write_after_close``, ``limits_recheck``, ``writelines``, ``buffer_on_loss``
-        one edge of an older library each, off by default (see the transport
-        module): a late write dropped (3.12.0-3.12.8), limits stored without the
-        pause check (asyncio 3.4.0), ``writelines`` without it (3.12.0-3.12.8), a
-        lost buffer's memory held (uvloop 548).
+    ``write_after_close``, ``limits_recheck``, ``writelines``, ``write_buffer``, ``buffer_on_loss``
+        one edge of an older or newer library each, off by default (see the
+        transport module): a late write dropped (3.12.0-3.12.8), limits stored
+        without the pause check (asyncio 3.4.0), ``writelines`` without it
+        (3.12.0-3.12.8), a deque buffer summed per write (3.12+), a lost
+        buffer's memory held (uvloop 548).
     ``exit``
         what happens to bytes still in transport buffers when the loop ends:
         ``"cancel"`` (asyncio: ``close()`` drops them and counts them as

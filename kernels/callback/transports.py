@@ -31,12 +31,15 @@ resume_reading()`` reads the EOF again. Four options bring back older or other
 libraries' edges, one each, on these rare paths only (the per-write path never
 reads them): ``write_after_close="drop"`` (3.12.0-3.12.8),
 ``limits_recheck=false`` (asyncio 3.4.0), ``writelines="unchecked"``
-(3.12.0-3.12.8) and ``buffer_on_loss="keep"`` (uvloop 548). One deliberate difference: asyncio
+(3.12.0-3.12.8) and ``buffer_on_loss="keep"`` (uvloop 548). ``write_buffer="deque"``
+(3.12+, CPython 146507) makes the transport a ``_ChunkBufferTransport`` with a
+deque of chunks instead, decided once in ``__init__``. One deliberate difference: asyncio
 raises ``AttributeError`` for a ``write()`` after a buffered close completed
 (its own bug); we drop and count it like any write on a lost connection.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import socket
 import weakref
@@ -137,6 +140,11 @@ class SocketTransport:
         self._server = server
         self._buffer = bytearray()
         options = loop.options
+        if options["write_buffer"] == "deque":
+            # CPython 146507's buffer: chosen here, once, so that the default
+            # transport's write path is the bytearray one and pays nothing for it
+            self.__class__ = _ChunkBufferTransport
+            self._buffer = _ChunkBuffer()
         self._high_water = options["high_water"]
         self._low_water = options["low_water"]
         self._try_send = options["write"] == "try-send"
@@ -506,7 +514,7 @@ class SocketTransport:
                 # the bytes are lost all the same; only their memory stays,
                 # held by the loop until it goes away (uvloop 548)
                 _kept_buffers.setdefault(loop, []).append(buf)
-                self._buffer = bytearray()
+                self._buffer = buf.__class__()
             else:
                 buf.clear()
             stats.user_buffer_bytes = 0
@@ -563,3 +571,77 @@ class SocketTransport:
     @property
     def loop(self):
         return self._loop
+
+
+# ---------------------------------------------------------------------------
+# write_buffer="deque": Python 3.12's write buffer, to show CPython 146507
+
+class _ChunkBuffer(collections.deque):
+    """A deque of the written chunks whose ``len()`` is their summed size,
+    computed on every call as 3.12's ``get_write_buffer_size()`` does: the pause
+    check after every write walks the whole backlog, so under write pressure
+    each write costs more than the last (CPython 146507). It stands in for the
+    bytearray in ``SocketTransport.write``: ``+=`` appends a chunk."""
+    __slots__ = ()
+
+    def __iadd__(self, data):
+        self.append(bytes(data))    # the caller may reuse its buffer
+        return self
+
+    def __len__(self):
+        return sum(map(len, self))
+
+    def __bool__(self):
+        return collections.deque.__len__(self) > 0
+
+
+class _ChunkBufferTransport(SocketTransport):
+    """``SocketTransport`` with a ``_ChunkBuffer``: only the writable callback
+    differs, because a deque cannot be handed to ``send`` as it is."""
+    __slots__ = ()
+
+    def _write_ready(self):
+        buf = self._buffer
+        front = buf[0]
+        if len(front) < _RECV_BYTES and collections.deque.__len__(buf) > 1:
+            # one send of up to 64 KiB from the front, as 3.12's sendmsg of the deque
+            parts, size = [], 0
+            while buf and size < _RECV_BYTES:
+                chunk = buf.popleft()
+                parts.append(chunk)
+                size += len(chunk)
+            front = b"".join(parts)
+            buf.appendleft(front)
+        try:
+            n = self._sock.send(front)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "fatal write error on socket transport")
+            return
+        stats = self.stats
+        if n:
+            if n == len(front):
+                buf.popleft()
+            else:
+                buf[0] = front[n:]
+            stats.sent_bytes += n
+        size = len(buf)
+        stats.user_buffer_bytes = size
+        trace = self._trace
+        if trace is not None:
+            trace.instant("send", self._tid, bytes=n)
+            trace.counter("user_buffer_bytes", size, self._tid)
+        if not size:
+            self._loop._remove_writer(self._fileno)
+        if self._protocol_paused and size <= self._low_water:
+            self._resume_protocol()
+        if buf or self._conn_lost:
+            return
+        if self._closing:
+            self._conn_lost = True
+            self._call_connection_lost(None)
+        elif self._eof:
+            self._shutdown_write()
