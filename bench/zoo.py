@@ -1101,15 +1101,15 @@ _add(Entry(
     fixed_in="a running total (CPython PR 146518, 2026); on the application side, coalesce "
              "small messages into fewer writes",
     expected="not shown on the installed Python 3.11 (one bytearray) nor on our kernels "
-             "(a bytearray, O(1) len); shown with callback:write_buffer=deque and "
-             "hybrid:write_buffer=deque (3.12's deque, summed on every write)",
+             "(a bytearray, O(1) len); shown with callback:write_buffer=deque (3.12's deque, "
+             "summed on every write; hybrid:write_buffer=deque is the same transport: add it "
+             "with --knob write_buffer=deque)",
     oracle="bug shown when a group of writes late in the run costs more than "
            "`ratio` x a group at the start (a scaling ratio, not a wall-clock limit)",
     styles=("callback", "stream"), affects={"python": ("3.12.0", None)},
     flips=(Flip("callback:write_buffer=deque", True,
-                "a deque of chunks whose size is summed on every write (3.12+)"),
-           Flip("hybrid:write_buffer=deque", True, "the same on the stream kernel")),
-    show_on=("callback:write_buffer=deque", "hybrid:write_buffer=deque")),
+                "a deque of chunks whose size is summed on every write (3.12+)"),),
+    show_on=("callback:write_buffer=deque",)),
     _run_cost,
     [Metric("cost_ratio_fraction", "lower", "late/early cost"), Metric("buffer_bytes", None, "buffered")],
     _presets({"writes": 20000, "group": 1000, "chunk_bytes": 100, "ratio": 5.0, "max_s": 20}),
@@ -1952,7 +1952,7 @@ _add(Entry(
              "deadline_check=at-checkpoint and io_schedule_point=true (trio's two rules)",
     oracle="bug shown when more than half of the small sends to a reading peer failed",
     styles=("task",),
-    flips=(Flip("coro:deadline_check=at-checkpoint,io_schedule_point=true", True,
+    flips=(Flip("coro:io_schedule_point=true,deadline_check=at-checkpoint", True,
                 "every send is a checkpoint and a checkpoint checks the deadline (trio)"),
            Flip("coro:io_schedule_point=true", False,
                 "every send is a checkpoint, but the deadline is delivered only when the "
