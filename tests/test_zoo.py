@@ -31,8 +31,6 @@ REFERENCE = {"callback": "asyncio-protocol", "stream": "asyncio-streams", "task"
 
 
 def _reference(e) -> str:
-    if e.id == "uvloop-548":
-        return "uvloop-protocol"
     return REFERENCE[e.styles[0]] if e.styles[0] in REFERENCE else e.styles[0]
 
 

@@ -1,6 +1,7 @@
 """The hybrid kernel's ``Runner``: it owns one callback loop, runs a main
 coroutine on it as a Task, and applies the ``exit`` policy when it closes.
-``OPTIONS`` (the callback loop's options plus ``spawn`` and ``drain``) is
+``OPTIONS`` (the callback loop's options plus ``spawn``, ``drain``, ``wait_for``
+and the stream edges ``wait_closed``, ``drain_on_closing``, ``drain_waiters``) is
 declared here.
 """
 from __future__ import annotations
@@ -21,8 +22,9 @@ __all__ = ["Runner", "run", "OPTIONS"]
 # giving up (tasks that ignore cancellation, peers that never read).
 _EXIT_BOUND_S = 10.0
 
-#: The hybrid kernel's options: the callback loop's, plus how tasks start and
-#: what ``drain()`` waits for.
+#: The hybrid kernel's options: the callback loop's (all passed to its loop), plus
+#: how tasks start, what ``drain()`` waits for, and the stream layer's edges (put on
+#: the loop as ``stream_options`` for ``streams`` to read on its rare paths).
 OPTIONS = _callback.OPTIONS.extend("hybrid", (
     Option("spawn", "lazy", choice("lazy", "eager"),
            "lazy: a child runs after the parent yields (asyncio); eager: its first step "
