@@ -721,9 +721,9 @@ def _run_spin(peer):
 
 _SPIN_METRICS = [Metric("iterations_after_closing_count", "lower", "write+drain after closing"),
                  Metric("iterations_count", None, "iterations")]
-_DRAIN_NEEDS = ("hybrid option drain_on_closing=yield|return: 'return' = drain() returns at once "
-                "on a closing or lost transport without yielding or raising (asyncio before the "
-                "fix), so a write(); drain() loop never lets connection_lost run")
+_DRAIN_FLIP = Flip("hybrid:drain_on_closing=return", True,
+                   "drain() returns at once on a closing or lost transport without yielding or "
+                   "raising, so a write(); drain() loop never lets connection_lost run")
 
 _add(Entry(
     id="asyncio-263", aliases=("C8",),
@@ -735,12 +735,11 @@ _add(Entry(
     reported="asyncio 3.4.3",
     fixed_in="asyncio 3.5 (drain() yields on a closing transport and raises after the loss)",
     expected="not shown on the installed asyncio and uvloop nor on hybrid (all raise "
-             "ConnectionResetError within a pass); the buggy version needs an option hybrid "
-             "lacks",
+             "ConnectionResetError within a pass); shown with hybrid:drain_on_closing=return",
     oracle="bug shown when more than half of the loop's iterations ran after the transport "
            "was already closing",
-    styles=("stream",), needs=_DRAIN_NEEDS, affects={"python": ("3.4.0", "3.5.0")},
-    show_on=()),
+    styles=("stream",), flips=(_DRAIN_FLIP,), affects={"python": ("3.4.0", "3.5.0")},
+    show_on=("hybrid:drain_on_closing=return",)),
     _run_spin("reset"), _SPIN_METRICS,
     _presets({"iterations": 2000, "settle_s": 0.2, "max_s": 6}),
     {"stream": _spin_stream(False)})
@@ -754,11 +753,11 @@ _add(Entry(
               "run connection_lost and never learned that the stream was gone.",
     reported="Python 3.7",
     fixed_in="Python 3.8 (drain() yields once on a closing transport, then raises)",
-    expected="not shown on the installed Python, uvloop or hybrid; the 3.7 behaviour needs an "
-             "option hybrid lacks",
+    expected="not shown on the installed Python, uvloop or hybrid; the 3.7 behaviour is "
+             "shown with hybrid:drain_on_closing=return",
     oracle="bug shown when more than half of the iterations completed after close()",
-    styles=("stream",), needs=_DRAIN_NEEDS, affects={"python": ("3.7.0", "3.8.0")},
-    show_on=()),
+    styles=("stream",), flips=(_DRAIN_FLIP,), affects={"python": ("3.7.0", "3.8.0")},
+    show_on=("hybrid:drain_on_closing=return",)),
     _run_spin("reader"), _SPIN_METRICS,
     _presets({"iterations": 2000, "settle_s": 0.0, "max_s": 6}),
     {"stream": _spin_stream(True)})
@@ -826,13 +825,13 @@ _add(Entry(
     reported="Python 3.6 to 3.10",
     fixed_in="2022: a queue of drain waiters (Python 3.11.0, backported to 3.10)",
     expected="not shown on the installed Python 3.11 asyncio and uvloop streams nor on hybrid, "
-             "which all keep a list of waiters; the old single waiter needs an option hybrid "
-             "lacks",
+             "which all keep a list of waiters; shown with hybrid:drain_waiters=one (the "
+             "single waiter and its assertion)",
     oracle="bug shown when any drain() raised",
     styles=("stream",), affects={"python": ("3.6.0", "3.11.0")},
-    needs="hybrid option drain_waiters=one|many ('one' = asyncio 3.11's single waiter and its "
-          "assertion) to show it on our kernel",
-    show_on=()),
+    flips=(Flip("hybrid:drain_waiters=one", True,
+                "one drain waiter per writer; a second drain() asserts (before 3.11)"),),
+    show_on=("hybrid:drain_waiters=one",)),
     _run_twodrain, [Metric("drain_errors_count", "lower", "drain() errors")],
     _presets({"writes": 8, "chunk_bytes": 128 * KiB, "max_s": 8}),
     {"stream": _twodrain_stream})
@@ -938,12 +937,14 @@ _add(Entry(
     reported="Python 3.12.0-3.12.8, 3.13.0-3.13.1",
     fixed_in="Python 3.12.9, 3.13.2 (security advisory GHSA-fw89-6wjj-8j95)",
     expected="not shown on the installed Python 3.11 (writelines joins and calls write) nor on "
-             "our kernels; the affected versions need an option our callback transport lacks",
+             "our kernels at their defaults; shown with callback:writelines=unchecked and "
+             "hybrid:writelines=unchecked",
     oracle="bug shown when a writelines()+drain() writer's buffer peaks above high water + 4 writes",
     styles=("callback", "stream"), affects={"python": ("3.12.0", "3.12.9")},
-    needs="callback option writelines=checked|unchecked ('unchecked' = append without the "
-          "pause check, as 3.12.0-3.12.8) to show it on callback and hybrid",
-    show_on=()),
+    flips=(Flip("callback:writelines=unchecked", True,
+                "writelines() buffers without the pause check (3.12.0-3.12.8)"),
+           Flip("hybrid:writelines=unchecked", True, "the same on the stream kernel")),
+    show_on=("callback:writelines=unchecked", "hybrid:writelines=unchecked")),
     _run_flood, _FLOOD_METRICS,
     _presets({"total_bytes": 1 * MiB, "chunk_bytes": 32 * KiB, "start_after_s": 0.4, "max_s": 8}),
     _by_style(_flood_cb("writelines"), _flood_stream("writelines")))
@@ -1020,14 +1021,15 @@ _add(Entry(
               "buffered was not paused until its next write.",
     reported="asyncio 3.4.0",
     fixed_in="asyncio 3.4.1 (set_write_buffer_limits calls the pause check)",
-    expected="not shown on the installed Python, uvloop or our kernels; the old behaviour needs "
-             "an option our callback transport lacks",
+    expected="not shown on the installed Python, uvloop or our kernels at their defaults; "
+             "shown with callback:limits_recheck=false and hybrid:limits_recheck=false",
     oracle="bug shown when, right after lowering the mark below the buffered size, the "
            "program's gate (pause_writing / drain) let it write on",
     styles=("callback", "stream"), affects={"python": ("3.4.0", "3.4.1")},
-    needs="callback option limits_recheck=true|false ('false' = store the marks without the "
-          "pause check, asyncio 3.4.0)",
-    show_on=()),
+    flips=(Flip("callback:limits_recheck=false", True,
+                "set_write_buffer_limits() stores the marks without the pause check (asyncio 3.4.0)"),
+           Flip("hybrid:limits_recheck=false", True, "the same on the stream kernel")),
+    show_on=("callback:limits_recheck=false", "hybrid:limits_recheck=false")),
     _run_limits,
     [Metric("buffer_at_lowering_bytes", None, "buffered when lowered"),
      Metric("went_ahead", None, "writer went ahead", unit="flag")],
@@ -1099,13 +1101,15 @@ _add(Entry(
     fixed_in="a running total (CPython PR 146518, 2026); on the application side, coalesce "
              "small messages into fewer writes",
     expected="not shown on the installed Python 3.11 (one bytearray) nor on our kernels "
-             "(a bytearray, O(1) len); the deque buffer needs an option our kernel lacks",
+             "(a bytearray, O(1) len); shown with callback:write_buffer=deque (3.12's deque, "
+             "summed on every write; hybrid:write_buffer=deque is the same transport: add it "
+             "with --knob write_buffer=deque)",
     oracle="bug shown when a group of writes late in the run costs more than "
            "`ratio` x a group at the start (a scaling ratio, not a wall-clock limit)",
     styles=("callback", "stream"), affects={"python": ("3.12.0", None)},
-    needs="callback option write_buffer=bytearray|deque ('deque' = a deque of chunks whose "
-          "size is summed on every call, as 3.12+)",
-    show_on=()),
+    flips=(Flip("callback:write_buffer=deque", True,
+                "a deque of chunks whose size is summed on every write (3.12+)"),),
+    show_on=("callback:write_buffer=deque",)),
     _run_cost,
     [Metric("cost_ratio_fraction", "lower", "late/early cost"), Metric("buffer_bytes", None, "buffered")],
     _presets({"writes": 20000, "group": 1000, "chunk_bytes": 100, "ratio": 5.0, "max_s": 20}),
@@ -1167,14 +1171,15 @@ _add(Entry(
     reported="uvloop 0.17.0 (Python 3.11.4)",
     fixed_in="open in the thread; the installed uvloop is measured",
     expected="asyncio and our callback kernel release the buffer at once; the installed "
-             "uvloop is measured (0.23.0 here: released); honouring pause_writing never "
-             "builds the buffer in the first place",
+             "uvloop is measured (0.23.0 here: released); callback:buffer_on_loss=keep shows "
+             "the reported behaviour; honouring pause_writing never builds the buffer in the "
+             "first place",
     oracle="bug shown when, 0.2 s after connection_lost and a gc, the process still holds "
            "more than half the flooded bytes above its starting RSS",
     styles=("callback",), affects={"uvloop": ("0.17.0", None)},
-    needs="callback option buffer_on_loss=free|keep ('keep' = the lost transport's buffer stays "
-          "referenced, as uvloop 0.17 was reported to do) to show it on our kernel",
-    show_on=()),
+    flips=(Flip("callback:buffer_on_loss=keep", True,
+                "the lost transport's buffer stays referenced, as uvloop 0.17 was reported to do"),),
+    show_on=("callback:buffer_on_loss=keep",)),
     _run_memory,
     [Metric("rss_kept_bytes", "lower", "RSS kept after loss"),
      Metric("buffered_peak_bytes", None, "buffered at peak")],
@@ -1416,14 +1421,14 @@ _add(Entry(
     reported="Python 3.12.1+ (CPython 104344 changed it; 113538 reports the hang)",
     fixed_in="Python 3.13 added Server.close_clients()/abort_clients(); close the handlers' "
              "writers first",
-    expected="not shown on the installed Python 3.11 (wait_closed returns at once); shown on "
-             "hybrid, whose Server has the 3.12 semantics; closing the accepted writers fixes "
-             "it everywhere",
+    expected="not shown on the installed Python 3.11 (wait_closed returns at once) nor on "
+             "hybrid, whose Server follows the running Python; shown with "
+             "hybrid:wait_closed=3.12; closing the accepted writers fixes it everywhere",
     oracle="bug shown when wait_closed() did not return within bound_s",
     styles=("stream",), affects={"python": ("3.12.1", None)},
-    needs="hybrid option wait_closed=3.11|3.12 ('3.11' = return once the listener is closed) "
-          "so both meanings can be flipped on our kernel",
-    show_on=("hybrid",)),
+    flips=(Flip("hybrid:wait_closed=3.12", True,
+                "Server.wait_closed() also waits for every accepted connection (3.12.1+)"),),
+    show_on=("hybrid:wait_closed=3.12",)),
     _run_waitclosed,
     [Metric("wait_closed_s", None, "wait_closed took"), Metric("hung", None, "hung", unit="flag")],
     _presets({"bound_s": 1.0, "max_s": 6}),
@@ -1489,13 +1494,15 @@ _add(Entry(
     fixed_in="Python 3.12.9, 3.13.2 (gh-128037)",
     expected="not shown on the installed Python 3.11 asyncio, nor on our callback and hybrid "
              "kernels, which reproduce 3.11 (a late write is flushed while bytes are buffered); "
+             "shown with callback:write_after_close=drop and hybrid:write_after_close=drop; "
              "writing everything before close() avoids it everywhere",
     oracle="bug shown when the reader received less than everything written (including the "
            "write made after close())",
     styles=("callback", "stream"), affects={"python": ("3.12.0", "3.12.9")},
-    needs="callback option write_after_close=drop|flush-if-buffered ('flush-if-buffered' = "
-          "asyncio 3.11 and 3.12.9+) so both behaviours can be flipped",
-    show_on=()),
+    flips=(Flip("callback:write_after_close=drop", True,
+                "a write after close() is dropped even while bytes are buffered (3.12.0-3.12.8)"),
+           Flip("hybrid:write_after_close=drop", True, "the same on the stream kernel")),
+    show_on=("callback:write_after_close=drop", "hybrid:write_after_close=drop")),
     _run_afterclose,
     [Metric("delivered_bytes", "higher", "delivered"), Metric("lost_bytes", "lower", "lost"),
      Metric("buffered_at_close_bytes", None, "buffered at close")],
@@ -1912,7 +1919,6 @@ def _zero_task(job):
                     await stream.send_all(b"x" * p["send_bytes"])
             except (TimeoutError, port.Cancelled) as exc:
                 failed += 1
-                out["error"] = None
                 out["raised"] = type(exc).__name__
             except Exception as exc:   # noqa: BLE001 -- trio's TooSlowError is not a TimeoutError
                 failed += 1
@@ -1942,12 +1948,15 @@ _add(Entry(
              "yourself",
     expected="shown on trio; not on curio or coro, where an expired deadline is delivered "
              "only when a task blocks (coro:io_schedule_point=true makes the send yield, but "
-             "the deadline is still not checked there: measured)",
+             "the deadline is still not checked there: measured); shown on coro with "
+             "deadline_check=at-checkpoint and io_schedule_point=true (trio's two rules)",
     oracle="bug shown when more than half of the small sends to a reading peer failed",
     styles=("task",),
-    needs="coro option deadline_check=when-blocked|at-checkpoint ('at-checkpoint' = an "
-          "expired cancel scope raises at every schedule point, trio's rule; with "
-          "io_schedule_point=true that reproduces trio here)",
+    flips=(Flip("coro:io_schedule_point=true,deadline_check=at-checkpoint", True,
+                "every send is a checkpoint and a checkpoint checks the deadline (trio)"),
+           Flip("coro:io_schedule_point=true", False,
+                "every send is a checkpoint, but the deadline is delivered only when the "
+                "task blocks (deadline_check=when-blocked, the default)")),
     show_on=("trio",)),
     _run_zero, [Metric("failed_fraction", "lower", "sends failed")],
     _presets({"trials": 20, "send_bytes": 100, "max_s": 5}),

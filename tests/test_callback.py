@@ -170,6 +170,9 @@ def fill_until_paused(loop, transport, proto, chunk=16 * KiB, max_chunks=2000):
 def test_options_are_validated_and_exposed():
     with Loop() as lp:
         assert lp.options == {"high_water": 65536, "low_water": 16384, "write": "try-send",
+                              "write_after_close": "flush-if-buffered", "limits_recheck": True,
+                              "writelines": "checked", "write_buffer": "bytearray",
+                              "buffer_on_loss": "free",
                               "exit": "cancel", "trace": False}
         assert lp.options == callback.OPTIONS.defaults()
         assert lp.probe.trace is None
@@ -1748,3 +1751,180 @@ def test_loop_takes_its_poller_waker_clock_and_sockets_from_the_io_seam():
         server.close()
     assert made == ["poller", "waker", "socket", "socket"]
     assert b"ping" in got
+
+
+# ---------------------------------------------------------------------------- zoo options
+# Each option brings back one library version's edge (bench/zoo.py); both values are
+# checked on the same program: the default is asyncio 3.11's behaviour.
+
+def _option_loop(**options):
+    lp = Loop(**options)
+    return lp
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("value, delivered", [("flush-if-buffered", True), ("drop", False)])
+def test_write_after_close_option_cpython_115514(value, delivered):
+    loop = _option_loop(write_after_close=value)
+    s, c = tcp_pair(SOCKBUF)
+    try:
+        proto = Recorder()
+        transport, _ = loop.connect_accepted_socket(lambda: proto, s)
+        seen = {}
+
+        def go():
+            transport.write(b"a" * MiB)
+            transport.close()
+            seen["buffered"] = transport.get_write_buffer_size()
+            transport.write(b"late")
+
+        proto.on_made = lambda t: loop.call_soon(go)
+        proto.on_lost = lambda exc: loop.stop()
+        got = {}
+        reader = reader_thread(c, got, delay=0.1)
+        run(loop, timeout=20)
+        reader.join(10)
+        st = transport.stats
+        expected = MiB + (4 if delivered else 0)
+        assert seen["buffered"] > 0 and st.writes_after_close_count == 1
+        assert st.accepted_bytes == expected and accounting_ok(st, transport)
+        assert got["end"] == "eof" and len(got["data"]) == expected
+        assert got["data"].endswith(b"late") is delivered
+    finally:
+        c.close()
+        loop.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("value, pauses", [(True, 1), (False, 0)])
+def test_limits_recheck_option_asyncio_140(value, pauses):
+    loop = _option_loop(limits_recheck=value)
+    s, c = tcp_pair(SOCKBUF)
+    try:
+        proto = Recorder()
+        transport, _ = loop.connect_accepted_socket(lambda: proto, s)
+        seen = {}
+
+        def go():
+            transport.set_write_buffer_limits(high=50 * MiB)
+            transport.write(b"k" * (2 * MiB))
+            size = transport.get_write_buffer_size()
+            transport.set_write_buffer_limits(high=size - 1)
+            seen["after_lowering"] = proto.count("pause")
+            transport.write(b"k")                  # the next write makes the check
+            seen["after_next_write"] = proto.count("pause")
+            loop.stop()
+
+        proto.on_made = lambda t: loop.call_soon(go)
+        run(loop)
+        assert seen["after_lowering"] == pauses
+        assert seen["after_next_write"] == 1
+    finally:
+        c.close()
+        loop.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("value, pauses", [("checked", 1), ("unchecked", 0)])
+def test_writelines_option_cpython_127655(value, pauses):
+    loop = _option_loop(writelines=value)
+    s, c = tcp_pair(SOCKBUF)
+    try:
+        proto = Recorder()
+        transport, _ = loop.connect_accepted_socket(lambda: proto, s)
+        seen = {}
+
+        def go():
+            transport.writelines([b"w" * 100_000] * 10)
+            seen["size"] = transport.get_write_buffer_size()
+            seen["pauses"] = proto.count("pause")
+            seen["limits"] = transport.get_write_buffer_limits()
+            transport.write(b"x")                  # write() itself still checks
+            seen["pauses_after_write"] = proto.count("pause")
+            loop.stop()
+
+        proto.on_made = lambda t: loop.call_soon(go)
+        run(loop)
+        assert seen["size"] > 64 * KiB and seen["pauses"] == pauses
+        assert seen["limits"] == (16 * KiB, 64 * KiB) and seen["pauses_after_write"] == 1
+        st = transport.stats
+        assert st.accepted_bytes == 1_000_001 and accounting_ok(st, transport)
+    finally:
+        c.close()
+        loop.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("value", ["free", "keep"])
+def test_buffer_on_loss_option_uvloop_548(value):
+    from kernels.callback import transports
+    loop = _option_loop(buffer_on_loss=value)
+    s, c = tcp_pair(SOCKBUF)
+    try:
+        proto = Recorder()
+        transport, _ = loop.connect_accepted_socket(lambda: proto, s)
+
+        def go():
+            transport.write(b"a" * MiB)
+            transport.abort()
+            loop.call_soon(loop.call_soon, loop.stop)
+
+        proto.on_made = lambda t: loop.call_soon(go)
+        run(loop)
+        st = transport.stats
+        # The bytes are lost either way and the transport says so; only the memory differs.
+        assert transport.get_write_buffer_size() == 0 and st.lost_on_abort_bytes > 0
+        assert accounting_ok(st, transport)
+        kept = sum(len(b) for b in transports._kept_buffers.get(loop, ()))
+        assert kept == (st.lost_on_abort_bytes if value == "keep" else 0)
+    finally:
+        c.close()
+        loop.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("value", ["bytearray", "deque"])
+def test_write_buffer_option_cpython_146507(value):
+    # Both buffers deliver the same bytes in order with the same flow control; the
+    # deque's size is a sum over its chunks (3.12), the bytearray's a length.
+    loop = _option_loop(write_buffer=value)
+    s, c = tcp_pair(SOCKBUF)
+    try:
+        proto = Recorder()
+        transport, _ = loop.connect_accepted_socket(lambda: proto, s)
+        expected = b"".join(bytes([i % 251]) * 1000 for i in range(3000)) + b"tail"
+        seen = {}
+
+        def go():
+            for i in range(3000):
+                transport.write(bytes([i % 251]) * 1000)
+            transport.write(memoryview(b"tail"))
+            seen["chunks"] = sum(1 for _ in transport._buffer) if value == "deque" else None
+            seen["size"] = transport.get_write_buffer_size()
+            seen["pauses"] = proto.count("pause")
+            transport.close()
+
+        proto.on_made = lambda t: loop.call_soon(go)
+        proto.on_lost = lambda exc: loop.stop()
+        got = {}
+        reader = reader_thread(c, got, delay=0.1)
+        run(loop, timeout=20)
+        reader.join(10)
+        assert bytes(got["data"]) == expected
+        assert seen["pauses"] == 1 and seen["size"] > 64 * KiB
+        if value == "deque":
+            assert seen["chunks"] > 1      # one entry per write still buffered
+        st = transport.stats
+        assert st.sent_bytes == st.accepted_bytes == len(expected)
+        assert st.peak_user_buffer_bytes >= seen["size"] and accounting_ok(st, transport)
+    finally:
+        c.close()
+        loop.close()
+
+
+def test_zoo_options_reject_bad_values():
+    for opt, bad in (("write_after_close", "maybe"), ("limits_recheck", "sometimes"),
+                     ("writelines", "fast"), ("buffer_on_loss", "leak"),
+                     ("write_buffer", "list")):
+        with pytest.raises(OptionError, match=f"option {opt}"):
+            Loop(**{opt: bad})

@@ -1533,3 +1533,25 @@ def test_kernel_takes_its_poller_waker_clock_and_sockets_from_the_io_seam():
         assert made == ["poller", "waker"]
         assert k.run(main) == (b"ping", True)
     assert made.count("socket") == 2 and "read_check" in made
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("deadline_check, raised", [("when-blocked", False), ("at-checkpoint", True)])
+def test_deadline_check_option_trio_1626(deadline_check, raised):
+    """A checkpoint inside an expired block: curio lets it through (the deadline is
+    delivered only when the task blocks); at-checkpoint raises there, as trio does."""
+    async def main():
+        got = []
+        for _ in range(3):
+            try:
+                async with c.timeout_after(0):
+                    await c.checkpoint()
+                got.append("passed")
+            except c.TaskTimeout:
+                got.append("timed out")
+        async with c.move_on_after(0.02) as later:     # a deadline still ahead: both wait
+            await c.checkpoint()
+            await c.sleep(5)
+        return got, later.cancelled_caught
+    got, later = c.run(main, deadline_check=deadline_check)
+    assert got == ["timed out" if raised else "passed"] * 3 and later is True

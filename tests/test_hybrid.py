@@ -805,6 +805,68 @@ def test_two_concurrent_drain_waiters_both_wake():
     assert _run(main)[0]
 
 
+@pytest.mark.parametrize("value", ["many", "one"])
+def test_drain_waiters_option_cpython_74116(value):
+    """drain_waiters=one brings back the single waiter: the second drainer asserts."""
+    async def main():
+        ls = _listener()
+        try:
+            reader, writer, peer = await _connect_to_peer(ls)
+            writer.write(b"\1" * MiB)           # far above high water: paused
+            errors = []
+
+            async def drainer():
+                try:
+                    await writer.drain()
+                except AssertionError as exc:
+                    errors.append(exc)
+            tasks = [h.create_task(drainer()), h.create_task(drainer())]
+            await h.sleep(0.05)
+            peer_reader = PeerReader(peer)
+            peer_reader.start()
+            try:
+                await h.gather(*tasks)
+                writer.close()
+                await writer.wait_closed()
+            finally:
+                peer_reader.finish()
+            assert len(peer_reader.received) == MiB
+        finally:
+            ls.close()
+        return len(errors)
+    assert _run(main, drain_waiters=value)[0] == (1 if value == "one" else 0)
+
+
+@pytest.mark.parametrize("value", ["yield", "return"])
+def test_drain_on_closing_option_cpython_80982(value):
+    """drain_on_closing=return: write(); drain() after close() neither yields nor raises,
+    so connection_lost never runs inside the loop (Python 3.7's spin)."""
+    async def main():
+        ls = _listener()
+        try:
+            reader, writer, peer = await _connect_to_peer(ls)
+            writer.close()
+            spins, error = 0, None
+            try:
+                for _ in range(100):
+                    writer.write(b"x")
+                    await writer.drain()
+                    spins += 1
+            except ConnectionResetError as exc:
+                error = exc
+            lost_during_loop = writer.transport.stats.closed
+            await writer.wait_closed()
+            peer.close()
+        finally:
+            ls.close()
+        return spins, error is not None, lost_during_loop
+    spins, raised, lost = _run(main, drain_on_closing=value)[0]
+    if value == "yield":
+        assert (spins, raised, lost) == (0, True, True)
+    else:
+        assert (spins, raised, lost) == (100, False, False)
+
+
 def test_close_returns_before_the_close_completes_and_one_sleep0_completes_it():
     """S4 / asyncio issue 466: close() is a request; with nothing buffered,
     connection_lost runs on the next pass -- after one sleep(0)."""
@@ -890,7 +952,10 @@ def test_peer_reset_surfaces_at_the_next_read_or_drain():
     assert dropped == 1
 
 
-def test_server_plain_callback_wait_closed_and_serve_forever():
+@pytest.mark.parametrize("wait_closed", ["3.11", "3.12"])
+def test_server_plain_callback_wait_closed_and_serve_forever(wait_closed):
+    """wait_closed=3.12 (3.12.1+) waits for the accepted connection after close();
+    3.11 returns at once (CPython 113538 is the hang the 3.12 meaning causes)."""
     async def main():
         conns = []
 
@@ -908,14 +973,20 @@ def test_server_plain_callback_wait_closed_and_serve_forever():
             await serving                      # close() ends serve_forever
         closing = h.create_task(server.wait_closed())
         await h.sleep(0.02)
-        assert not closing.done()              # a connection is still open
+        waited = not closing.done()            # a connection is still open
         conns[0].close()
         await closing                          # ...and now it is not
         assert await r.read() == b""
         w.close()
         await w.wait_closed()
-        return True
-    assert _run(main)[0]
+        return waited
+    assert _run(main, wait_closed=wait_closed)[0] is (wait_closed == "3.12")
+
+
+def test_wait_closed_default_follows_the_running_python():
+    import sys
+    expected = "3.11" if sys.version_info[:3] < (3, 12, 1) else "3.12"
+    assert h.OPTIONS.defaults()["wait_closed"] == expected
 
 
 def test_handler_exception_is_reported_and_closes_the_connection():

@@ -33,8 +33,26 @@ Why it is built this way, and what it costs:
 Options reproduce asyncio by default and let one design choice flip at a time;
 they are declared once in ``OPTIONS``:
 ``Loop(high_water=65536, low_water=16384, write="try-send"|"defer",
+write_after_close="flush-if-buffered"|"drop", limits_recheck=True,
+writelines="checked"|"unchecked", write_buffer="bytearray"|"deque",
+buffer_on_loss="free"|"keep",
 exit="cancel"|"wait"|"raise", trace=False, io=None)``. ``io`` is the
 I/O-and-time seam (``kernels.io``) that a simulated network can replace.
+
+Four of them bring back one library version's bug each, so that ``looplab repro``
+can show a bug the installed libraries no longer have (and show it gone with the
+default): ``write_after_close="drop"`` drops a ``write()`` made after ``close()``
+even while bytes are still buffered (Python 3.12.0-3.12.8, CPython 115514);
+``limits_recheck=false`` makes ``set_write_buffer_limits()`` store the marks
+without pausing (asyncio 3.4.0, asyncio issue 140); ``writelines="unchecked"``
+buffers without the pause check (3.12.0-3.12.8, CPython 127655);
+``buffer_on_loss="keep"`` holds a lost transport's buffer in memory until the loop
+goes away (uvloop 548). They are read only on those rare paths -- close, limits,
+writelines, loss -- so the per-write path costs the same at every value. A fifth,
+``write_buffer="deque"``, swaps the bytearray for 3.12's deque of chunks whose
+size is summed by the pause check after every write (CPython 146507: O(n) per
+write under pressure); the transport picks its buffer and its writable callback
+once, when it is made, so the default transport's write path is untouched.
 
 Where the loop is: ``Loop.run_forever`` in ``loop.py``; its ``while`` loop is
 the event loop.

@@ -53,7 +53,7 @@ import sys
 import threading
 
 from .. import io as _io
-from ..options import EXIT, TRACE, Option, Schema, choice, nbytes
+from ..options import EXIT, TRACE, Option, Schema, boolean, choice, nbytes
 from ..probe import Probe
 from .network import Networking, Server
 
@@ -82,6 +82,21 @@ OPTIONS = Schema("callback", (
            "resume_writing at or below this (only high given: high // 4)"),
     Option("write", "try-send", choice("try-send", "defer"),
            "try-send: send at once, buffer the rest (asyncio); defer: always buffer (Twisted)"),
+    Option("write_after_close", "flush-if-buffered", choice("flush-if-buffered", "drop"),
+           "a write() after close(): flush-if-buffered: sent with the bytes still buffered "
+           "(asyncio 3.11, 3.12.9+); drop: dropped and counted (3.12.0-3.12.8, CPython 115514)"),
+    Option("limits_recheck", True, boolean,
+           "true: set_write_buffer_limits() pauses at once when the buffer is already above "
+           "the new high mark (asyncio 3.4.1+); false: it only stores the marks (asyncio 140)"),
+    Option("writelines", "checked", choice("checked", "unchecked"),
+           "checked: writelines() makes write()'s pause check (3.11); unchecked: it buffers "
+           "without it (3.12.0-3.12.8, CPython 127655)"),
+    Option("write_buffer", "bytearray", choice("bytearray", "deque"),
+           "bytearray: one buffer with an O(1) size (asyncio 3.11); deque: a deque of chunks "
+           "whose size is summed on every write's pause check (3.12+, CPython 146507)"),
+    Option("buffer_on_loss", "free", choice("free", "keep"),
+           "free: a lost or aborted transport drops its write buffer at once (asyncio); keep: "
+           "the bytes are lost but their memory is held until the loop goes away (uvloop 548)"),
     EXIT, TRACE,
 ), check=_water_marks)
 
@@ -204,6 +219,12 @@ class Loop(Networking):
         ``"try-send"`` (asyncio: ``write()`` on an empty buffer tries
         ``sock.send`` at once and buffers only the rest) or ``"defer"``
         (Twisted: ``write()`` only appends; the writable callback sends).
+    ``write_after_close``, ``limits_recheck``, ``writelines``, ``write_buffer``, ``buffer_on_loss``
+        one edge of an older or newer library each, off by default (see the
+        transport module): a late write dropped (3.12.0-3.12.8), limits stored
+        without the pause check (asyncio 3.4.0), ``writelines`` without it
+        (3.12.0-3.12.8), a deque buffer summed per write (3.12+), a lost
+        buffer's memory held (uvloop 548).
     ``exit``
         what happens to bytes still in transport buffers when the loop ends:
         ``"cancel"`` (asyncio: ``close()`` drops them and counts them as

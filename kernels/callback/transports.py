@@ -27,14 +27,22 @@ The edges follow asyncio 3.11's selector transport: a ``write()`` after
 ``close()`` while bytes are still buffered is appended and delivered; flow
 control keeps running while a closed transport drains; after an EOF that the
 protocol kept half-open, ``is_reading()`` stays true and ``pause_reading();
-resume_reading()`` reads the EOF again. One deliberate difference: asyncio
+resume_reading()`` reads the EOF again. Four options bring back older or other
+libraries' edges, one each, on these rare paths only (the per-write path never
+reads them): ``write_after_close="drop"`` (3.12.0-3.12.8),
+``limits_recheck=false`` (asyncio 3.4.0), ``writelines="unchecked"``
+(3.12.0-3.12.8) and ``buffer_on_loss="keep"`` (uvloop 548). ``write_buffer="deque"``
+(3.12+, CPython 146507) makes the transport a ``_ChunkBufferTransport`` with a
+deque of chunks instead, decided once in ``__init__``. One deliberate difference: asyncio
 raises ``AttributeError`` for a ``write()`` after a buffered close completed
 (its own bug); we drop and count it like any write on a lost connection.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import socket
+import weakref
 
 __all__ = ["Protocol", "SocketTransport"]
 
@@ -43,6 +51,10 @@ __all__ = ["Protocol", "SocketTransport"]
 WARN_AFTER_DROPPED_WRITES = 5
 
 logger = logging.getLogger(__name__)
+
+#: ``buffer_on_loss="keep"``: the write buffers of each loop's lost transports,
+#: held (not freed) for as long as the loop exists.
+_kept_buffers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 #: One read is ``sock.recv(_RECV_BYTES)``: CPython allocates that much, shrinks
 #: the ``bytes`` in place to what arrived, and the object goes to
@@ -128,6 +140,11 @@ class SocketTransport:
         self._server = server
         self._buffer = bytearray()
         options = loop.options
+        if options["write_buffer"] == "deque":
+            # CPython 146507's buffer: chosen here, once, so that the default
+            # transport's write path is the bytearray one and pays nothing for it
+            self.__class__ = _ChunkBufferTransport
+            self._buffer = _ChunkBuffer()
         self._high_water = options["high_water"]
         self._low_water = options["low_water"]
         self._try_send = options["write"] == "try-send"
@@ -245,8 +262,9 @@ class SocketTransport:
 
         TypeError for other types; RuntimeError after ``write_eof()`` (even for
         ``b""``). After ``close()`` with bytes still buffered: appended and sent
-        before the close completes. After ``close()`` with nothing buffered,
-        ``abort()`` or a lost connection: dropped and counted."""
+        before the close completes (dropped and counted instead with the option
+        ``write_after_close="drop"``, CPython 115514). After ``close()`` with
+        nothing buffered, ``abort()`` or a lost connection: dropped and counted."""
         cls = data.__class__
         if cls is not bytes and cls is not bytearray:
             if isinstance(data, memoryview):
@@ -262,7 +280,7 @@ class SocketTransport:
         if self._closing:
             # counted whether sent or dropped, as the reference ports count it
             self.stats.writes_after_close_count += 1
-            if self._conn_lost:
+            if self._conn_lost or self._loop.options["write_after_close"] == "drop":
                 self._drop_write()
                 return
         stats = self.stats
@@ -305,13 +323,25 @@ class SocketTransport:
 
     def writelines(self, list_of_data) -> None:
         """Write the concatenation as one ``write()``: same flow-control check
-        (CPython 127655 was a ``writelines`` that skipped it)."""
+        (CPython 127655 was a ``writelines`` that skipped it). With the option
+        ``writelines="unchecked"`` the bytes are buffered and sent the same way
+        but crossing the high-water mark does not pause the protocol (3.12.0-3.12.8)."""
         try:
             data = b"".join(list_of_data)
         except TypeError as exc:
             raise TypeError(f"writelines() needs an iterable of bytes-like objects: "
                             f"{exc}") from None
-        self.write(data)
+        if self._loop.options["writelines"] == "checked":
+            self.write(data)
+            return
+        # write() without its pause check is write() with no high-water mark; the
+        # mark is restored before anything else can look at it.
+        high = self._high_water
+        self._high_water = float("inf")
+        try:
+            self.write(data)
+        finally:
+            self._high_water = high
 
     def _write_ready(self):
         buf = self._buffer
@@ -398,7 +428,8 @@ class SocketTransport:
         already buffered calls ``pause_writing()`` now (asyncio issue 140), also
         while a closed transport is still draining.
         ``set_write_buffer_limits(0)`` pauses on any buffered byte and resumes
-        only at empty."""
+        only at empty. With the option ``limits_recheck=false`` the marks are only
+        stored, as in asyncio 3.4.0: the next write makes the check."""
         for name, value in (("high", high), ("low", low)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
@@ -414,7 +445,8 @@ class SocketTransport:
             raise ValueError(f"need high >= low >= 0, got high={high}, low={low}")
         self._high_water = high
         self._low_water = low
-        if len(self._buffer) > high and not self._protocol_paused and not self._conn_lost:
+        if (len(self._buffer) > high and not self._protocol_paused and not self._conn_lost
+                and self._loop.options["limits_recheck"]):
             self._pause_protocol()
 
     def write_eof(self) -> None:
@@ -475,11 +507,17 @@ class SocketTransport:
         self._closing = True
         stats = self.stats
         buf = self._buffer
+        loop = self._loop
         if buf:
             stats.lost_on_abort_bytes += len(buf)
-            buf.clear()
+            if loop.options["buffer_on_loss"] == "keep":
+                # the bytes are lost all the same; only their memory stays,
+                # held by the loop until it goes away (uvloop 548)
+                _kept_buffers.setdefault(loop, []).append(buf)
+                self._buffer = buf.__class__()
+            else:
+                buf.clear()
             stats.user_buffer_bytes = 0
-        loop = self._loop
         loop._remove_reader(self._fileno)
         loop._remove_writer(self._fileno)
         self._sock.close()
@@ -533,3 +571,77 @@ class SocketTransport:
     @property
     def loop(self):
         return self._loop
+
+
+# ---------------------------------------------------------------------------
+# write_buffer="deque": Python 3.12's write buffer, to show CPython 146507
+
+class _ChunkBuffer(collections.deque):
+    """A deque of the written chunks whose ``len()`` is their summed size,
+    computed on every call as 3.12's ``get_write_buffer_size()`` does: the pause
+    check after every write walks the whole backlog, so under write pressure
+    each write costs more than the last (CPython 146507). It stands in for the
+    bytearray in ``SocketTransport.write``: ``+=`` appends a chunk."""
+    __slots__ = ()
+
+    def __iadd__(self, data):
+        self.append(bytes(data))    # the caller may reuse its buffer
+        return self
+
+    def __len__(self):
+        return sum(map(len, self))
+
+    def __bool__(self):
+        return collections.deque.__len__(self) > 0
+
+
+class _ChunkBufferTransport(SocketTransport):
+    """``SocketTransport`` with a ``_ChunkBuffer``: only the writable callback
+    differs, because a deque cannot be handed to ``send`` as it is."""
+    __slots__ = ()
+
+    def _write_ready(self):
+        buf = self._buffer
+        front = buf[0]
+        if len(front) < _RECV_BYTES and collections.deque.__len__(buf) > 1:
+            # one send of up to 64 KiB from the front, as 3.12's sendmsg of the deque
+            parts, size = [], 0
+            while buf and size < _RECV_BYTES:
+                chunk = buf.popleft()
+                parts.append(chunk)
+                size += len(chunk)
+            front = b"".join(parts)
+            buf.appendleft(front)
+        try:
+            n = self._sock.send(front)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "fatal write error on socket transport")
+            return
+        stats = self.stats
+        if n:
+            if n == len(front):
+                buf.popleft()
+            else:
+                buf[0] = front[n:]
+            stats.sent_bytes += n
+        size = len(buf)
+        stats.user_buffer_bytes = size
+        trace = self._trace
+        if trace is not None:
+            trace.instant("send", self._tid, bytes=n)
+            trace.counter("user_buffer_bytes", size, self._tid)
+        if not size:
+            self._loop._remove_writer(self._fileno)
+        if self._protocol_paused and size <= self._low_water:
+            self._resume_protocol()
+        if buf or self._conn_lost:
+            return
+        if self._closing:
+            self._conn_lost = True
+            self._call_connection_lost(None)
+        elif self._eof:
+            self._shutdown_write()

@@ -21,7 +21,11 @@ post's verdict on it: correct as originally written.
 The design choices that distinguish curio from trio are options, defaulting
 to curio (see ``Kernel``): whether a non-blocking I/O call is a scheduling
 point, whether a spawned child runs before ``spawn`` returns, edge- or
-level-triggered cancellation, FIFO or randomised ready batches, whether
+level-triggered cancellation, whether a checkpoint inside an expired timeout
+block raises at once (``deadline_check="at-checkpoint"``, trio's rule, which
+with ``io_schedule_point=True`` makes a send under a zero timeout fail even
+when it would not block: trio issue 1626) or only when the task blocks
+(curio), FIFO or randomised ready batches, whether
 cancellations are ``BaseException``\\ s only (``cancel_base``), and what
 ``run()`` does with tasks still alive when main returns. They are declared
 once, in ``OPTIONS``. Timeouts raise what curio raises: ``TaskTimeout`` at the

@@ -139,6 +139,26 @@ def build_task_handlers(rt) -> dict:
             task._flow = trace.flow_start(task.id)
         return True
 
+    if rt.options["deadline_check"] == "at-checkpoint":
+        yield_when_blocked = trap_yield
+        scope_cancelled = rt.scope_cancelled
+
+        def trap_yield(task, trap):                    # noqa: F811 -- chosen once, here
+            # trio's rule: a checkpoint inside a block whose deadline has passed
+            # raises now, even if its timer has not fired on a loop pass yet.
+            scopes = task._scopes
+            if scopes:
+                now = monotonic()
+                for scope in scopes:
+                    deadline = scope.deadline
+                    if deadline is not None and deadline <= now and not scope._cancel_called:
+                        if scope._timer is not None:
+                            scope._timer = None
+                            dead_timer()
+                        scope._expired = scope._cancel_called = True
+                        scope_cancelled(scope)
+            return yield_when_blocked(task, trap)
+
     def trap_sleep(task, trap):                        # blocks
         if task._pending and deliver(task):
             return False

@@ -44,6 +44,11 @@ OPTIONS = Schema("coro", (
            "trap until the task or block ends (trio)"),
     Option("ready_order", "fifo", _ready_order,
            "order of each batch of ready tasks: fifo, or shuffled by random.Random(SEED)"),
+    Option("deadline_check", "when-blocked", choice("when-blocked", "at-checkpoint"),
+           "when-blocked: an expired timeout is delivered by its timer, at the next "
+           "blocking trap (curio); at-checkpoint: a checkpoint (sleep(0), and with "
+           "io_schedule_point=true every socket call) inside an expired block raises at "
+           "once (trio 1626)"),
     Option("cancel_base", "base", choice("base", "exception"),
            "base: Cancelled/TaskTimeout derive from BaseException, so except Exception "
            "lets them pass (curio, asyncio>=3.8); exception: they are also Exceptions"),
@@ -61,6 +66,13 @@ class Kernel:
       runs before ``spawn`` returns.
     * ``cancel`` -- "edge": each cancellation is delivered once; "level": it is
       delivered at every blocking trap while the task (or expired block) lasts.
+    * ``deadline_check`` -- "when-blocked": a timeout block's deadline is
+      delivered when its timer fires on a loop pass, at the task's next blocking
+      trap, so a block that never waits never times out (curio). "at-checkpoint"
+      (trio): a checkpoint compares the clock with the enclosing deadlines
+      itself, so ``sleep(0)`` -- and every socket call with
+      ``io_schedule_point=True`` -- inside an expired block raises at once,
+      even if the call would not have had to wait (trio issue 1626).
     * ``ready_order`` -- "fifo", or "random-SEED": each loop pass runs its batch
       of ready tasks shuffled by ``random.Random(SEED)`` (trio-like).
     * ``exit`` -- what ``run()`` does with tasks still running when main

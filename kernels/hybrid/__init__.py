@@ -35,10 +35,23 @@ can be flipped at a time::
            spawn="lazy"|"eager",        # eager: the child's first step runs inside create_task
            drain="asyncio"|"empty",     # empty: drain() returns only when nothing is buffered
            wait_for="task"|"inline",    # 3.11: wait_for runs a coroutine in a new Task; 3.12 inline
+           wait_closed="3.11"|"3.12",   # 3.12: Server.wait_closed() waits for every connection
+           drain_on_closing="yield"|"return",  # return: drain() on a closing transport returns
+           drain_waiters="many"|"one",  # one: a second task awaiting drain() asserts
            exit="cancel"|"wait"|"raise",
            trace=False, io=None)        # io: the loop's I/O seam (kernels.io)
 
-They are declared once, in ``OPTIONS``. As in asyncio, a Task runs in a copy
+plus the callback loop's edge options (``write_after_close``, ``limits_recheck``,
+``writelines``, ``buffer_on_loss``). They are declared once, in ``OPTIONS``.
+The last three above bring back an older or newer asyncio's stream edge, so
+that ``looplab repro`` can show a bug the installed Python does not have and show
+it gone at the default: ``wait_closed="3.12"`` is 3.12.1's Server, whose
+shutdown hangs on an idle client (CPython 113538; the default follows the running
+Python, as ``wait_for``'s does); ``drain_on_closing="return"`` is the drain()
+that never yields on a closing or lost transport, so a ``write(); drain()`` loop
+spins without seeing the error (asyncio issue 263, CPython 80982);
+``drain_waiters="one"`` is the single drain waiter before 3.11 (CPython 74116).
+They are read only on those rare paths, never on a plain write or drain. As in asyncio, a Task runs in a copy
 of the context current when it was created; done callbacks, and callbacks
 scheduled with the Runner loop's ``call_soon``/``call_later``/``call_at``, run
 in a copy of the context current when they were scheduled (or ``context=``);

@@ -1,6 +1,7 @@
 """The hybrid kernel's ``Runner``: it owns one callback loop, runs a main
 coroutine on it as a Task, and applies the ``exit`` policy when it closes.
-``OPTIONS`` (the callback loop's options plus ``spawn`` and ``drain``) is
+``OPTIONS`` (the callback loop's options plus ``spawn``, ``drain``, ``wait_for``
+and the stream edges ``wait_closed``, ``drain_on_closing``, ``drain_waiters``) is
 declared here.
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ from kernels.callback import Loop, get_running_loop
 from kernels.options import Option, choice
 from . import futures as _futures
 from .futures import WAIT_FOR_DEFAULT, CancelledError, _InContext, _LoopState, _states
+from .streams import WAIT_CLOSED_DEFAULT, STREAM_DEFAULTS
 from .tasks import Task, _wait_done
 
 __all__ = ["Runner", "run", "OPTIONS"]
@@ -20,8 +22,9 @@ __all__ = ["Runner", "run", "OPTIONS"]
 # giving up (tasks that ignore cancellation, peers that never read).
 _EXIT_BOUND_S = 10.0
 
-#: The hybrid kernel's options: the callback loop's, plus how tasks start and
-#: what ``drain()`` waits for.
+#: The hybrid kernel's options: the callback loop's (all passed to its loop), plus
+#: how tasks start, what ``drain()`` waits for, and the stream layer's edges (put on
+#: the loop as ``stream_options`` for ``streams`` to read on its rare paths).
 OPTIONS = _callback.OPTIONS.extend("hybrid", (
     Option("spawn", "lazy", choice("lazy", "eager"),
            "lazy: a child runs after the parent yields (asyncio); eager: its first step "
@@ -32,6 +35,17 @@ OPTIONS = _callback.OPTIONS.extend("hybrid", (
     Option("wait_for", WAIT_FOR_DEFAULT, choice("task", "inline"),
            "task: wait_for runs a coroutine in a new Task (Python 3.11); inline: in the "
            "calling task under a timeout (3.12); the default follows the running Python"),
+    Option("wait_closed", WAIT_CLOSED_DEFAULT, choice("3.11", "3.12"),
+           "Server.wait_closed() after close(): 3.11: returns at once; 3.12: also waits for "
+           "every accepted connection to close (3.12.1+, CPython 113538); the default "
+           "follows the running Python"),
+    Option("drain_on_closing", "yield", choice("yield", "return"),
+           "drain() on a closing or lost transport: yield: yield once, then raise once the "
+           "connection is lost (asyncio 3.8+); return: return at once without yielding or "
+           "raising (asyncio issue 263, CPython 80982)"),
+    Option("drain_waiters", "many", choice("many", "one"),
+           "many: any number of tasks may await drain() on one writer (3.11); one: a second "
+           "one raises AssertionError (before 3.11, CPython 74116)"),
 ))
 
 
@@ -127,8 +141,8 @@ class Runner:
             raise RuntimeError("Runner is closed")
         if self._loop is None:
             o = self.options
-            loop = _ContextLoop(io=self._io, high_water=o["high_water"], low_water=o["low_water"],
-                        write=o["write"], exit=o["exit"], trace=o["trace"])
+            loop = _ContextLoop(io=self._io, **{n: o[n] for n in _callback.OPTIONS.names()})
+            loop.stream_options = {n: o[n] for n in STREAM_DEFAULTS}
             if o["exit"] == "wait":
                 # The loop's "wait" drains on every stop(), i.e. at the end of every
                 # run_until_complete. The Runner wants one bounded wait, at close:

@@ -22,6 +22,7 @@ allocating a Future per wait.
 from __future__ import annotations
 
 import collections
+import sys
 
 from kernels.callback import get_running_loop
 from .futures import _PENDING, Future, _state_for
@@ -31,6 +32,21 @@ __all__ = ["StreamReader", "StreamWriter", "StreamProtocol", "Server", "open_con
            "start_server", "IncompleteReadError", "LimitOverrunError"]
 
 _DEFAULT_LIMIT = 2 ** 16
+
+#: Server.wait_closed(): "3.11" returns once the server is closed; "3.12" (3.12.1 on)
+#: also waits for every connection it accepted. The default follows the running Python.
+WAIT_CLOSED_DEFAULT = "3.11" if sys.version_info[:3] < (3, 12, 1) else "3.12"
+
+#: The stream layer's own options (declared in ``runner.OPTIONS``). A Runner puts its
+#: values on its loop as ``stream_options``; a loop made elsewhere gets these. They
+#: are read only on rare paths: drain() on a closing transport, a second drain
+#: waiter, a server's wait_closed().
+STREAM_DEFAULTS = {"wait_closed": WAIT_CLOSED_DEFAULT, "drain_on_closing": "yield",
+                   "drain_waiters": "many"}
+
+
+def _stream_option(loop, name):
+    return getattr(loop, "stream_options", STREAM_DEFAULTS)[name]
 
 
 class IncompleteReadError(EOFError):
@@ -337,8 +353,8 @@ class StreamProtocol:
     Flow control: ``pause_writing`` sets ``paused``; ``resume_writing`` clears it
     and wakes *every* task waiting in ``drain()`` (a list of waiters: two
     drainers on one writer both wake -- CPython issue 74116 raised
-    AssertionError there). ``connection_lost`` wakes them too, with the error
-    if there was one.
+    AssertionError there, as the option ``drain_waiters="one"`` does here).
+    ``connection_lost`` wakes them too, with the error if there was one.
     """
 
     def __init__(self, reader, client_connected_cb=None, loop=None, server=None):
@@ -455,8 +471,13 @@ class StreamProtocol:
                 transport.set_write_buffer_limits(high=0, low=0)
         elif not self._paused:
             return
+        waiters = self._drain_waiters
+        if waiters and _stream_option(self._loop, "drain_waiters") == "one":
+            # asyncio before 3.11 (and 3.10.6) kept one waiter and asserted it was free
+            raise AssertionError("drain() is already awaited on this writer "
+                                 "(drain_waiters=one: a single drain waiter)")
         waiter = Future(loop=self._loop)
-        self._drain_waiters.append(waiter)
+        waiters.append(waiter)
         try:
             await waiter
         finally:
@@ -525,16 +546,25 @@ class StreamWriter:
         waits until the write buffer is empty.
         Raises the reader's exception, or ``ConnectionResetError`` once the
         connection is lost. On a closing transport it first yields once, so that
-        a pending ``connection_lost`` can run (asyncio 3.11)."""
+        a pending ``connection_lost`` can run (asyncio 3.11). With the option
+        ``drain_on_closing="return"`` it returns at once there instead, without
+        yielding or raising (asyncio issue 263, CPython 80982)."""
         reader = self._reader
         if reader is not None and reader._exception is not None:
+            if self._transport.is_closing() and self._returns_when_closing():
+                return
             raise reader._exception
         protocol = self._protocol
         if self._transport.is_closing():   # also true once the connection is lost
+            if self._returns_when_closing():
+                return
             await _yield_once()
         elif not protocol._paused and not protocol._drain_empty:
             return                          # the common case: no second coroutine
         await protocol._drain_helper()
+
+    def _returns_when_closing(self) -> bool:
+        return _stream_option(self._loop, "drain_on_closing") == "return"
 
 
 async def open_connection(host=None, port=None, *, limit=_DEFAULT_LIMIT, sockbuf=None):
@@ -563,9 +593,12 @@ class Server:
     """A listening stream server (the callback kernel's Server underneath).
 
     ``close()`` stops accepting; connections already accepted live on.
-    ``await wait_closed()`` returns once the server is closed *and* every
-    connection it accepted has been lost -- the semantics asyncio settled on in
-    3.12.1 (3.11's returned at once after close()). ``serve_forever()`` waits
+    ``await wait_closed()`` follows the option ``wait_closed``: "3.11" (the
+    default on Python before 3.12.1) returns at once once the server is closed;
+    "3.12" returns once the server is closed *and* every connection it accepted
+    has been lost -- the semantics asyncio settled on in 3.12.1, under which a
+    shutdown hangs while a client sits idle (CPython 113538, 104344). Either way
+    a wait begun before ``close()`` lasts until both have happened (3.11 too). ``serve_forever()`` waits
     until cancelled or until ``close()``; cancelling it closes the server.
     """
 
@@ -616,7 +649,8 @@ class Server:
                     w.set_result(None)
 
     async def wait_closed(self) -> None:
-        if self._closed and self._active == 0:
+        if self._closed and (self._active == 0 or
+                             _stream_option(self._loop, "wait_closed") == "3.11"):
             return
         waiter = Future(loop=self._loop)
         self._waiters.append(waiter)
