@@ -1,0 +1,673 @@
+"""Zoo entries about buffers that grow without bound, on the write side and the read side.
+
+Twisted 8868 (pipelined requests), aiohttp 1367 (push without drain), aiohttp 1368
+(read-ahead while the handler is busy), the write loops and flow-control limits of
+CPython 116279 / 127655 and asyncio 140, CPython 146507 (an O(n) buffer size), uvloop
+548 (memory kept after connection_lost) and starlette 1012 (an unbounded queue).
+"""
+from __future__ import annotations
+
+import dataclasses
+import gc
+import time
+
+from bench import peers
+from bench.scenario import APP, Metric, run_program, serve_app
+from bench.zoo.plumbing import (_CAP, KiB, MiB, SOCKBUF, _by_style, _callback, _notes, _open,
+                                _open_task, _presets, _rss, _stream, _task)
+from bench.zoo.registry import Entry, Flip, _add
+
+
+# ---------------------------------------------------------------------------
+# Twisted 8868: pipelined requests answered into an unbounded buffer (S5)
+
+def _run_pipelining(ctx):
+    p = ctx.params
+    served = serve_app(ctx, "reqresp", timeout_s=p["hold_s"] + 15,
+                       params={"response_bytes": p["response_bytes"], "sockbuf": SOCKBUF},
+                       peers=[peers.pipeline_client(connect=APP, count=p["count"], hold_s=p["hold_s"],
+                                                    sockbuf=SOCKBUF, max_s=p["hold_s"] + 5)])
+    handled = served.app["counters"].get("requests_handled_count", 0)
+    m = {"requests_handled_count": handled, "rss_growth_bytes": served.app.get("rss_growth_bytes"),
+         "peak_user_buffer_bytes": served.app["probe"].get("peak_user_buffer_bytes")}
+    return m, {"bug_shown": handled >= p["count"] // 2}, []
+
+
+_add(Entry(
+    id="twisted-8868", aliases=("twisted-4891", "C1"), catalog="S5",
+    title="pipelined requests answered into an unbounded write buffer",
+    link="https://github.com/twisted/twisted/issues/8868",
+    mechanism="A client pipelines many small requests for large responses and never reads. "
+              "A server that answers each request with a non-blocking write builds every "
+              "response in its user-space buffer instead of stopping when the socket is full.",
+    reported="Twisted (all versions: a property of transport.write)",
+    fixed_in="not a library fix: the server must stop reading while its transport is paused",
+    expected="shown on every callback and stream runtime with the naive server; never on "
+             "the task port (send_all blocks, so naive and fixed are the same code)",
+    oracle="bug shown when at least half of the pipelined requests were answered",
+    styles=("callback", "stream", "task"),
+    show_on=("callback", "hybrid", "asyncio-protocol")),
+    _run_pipelining,
+    [Metric("requests_handled_count", "lower", "requests answered"),
+     Metric("rss_growth_bytes", None, "RSS growth"),
+     Metric("peak_user_buffer_bytes", "lower", "user buffer peak")],
+    _presets({"count": 100, "response_bytes": 64 * KiB, "hold_s": 0.8},
+             {"count": 300, "response_bytes": 64 * KiB, "hold_s": 1.0}))
+
+
+# ---------------------------------------------------------------------------
+# aiohttp 1367 / websockets 10: push without drain to a client that never reads
+
+def _run_push(ctx):
+    p = ctx.params
+    app_variant = "unbounded" if ctx.variant == "naive" else "drop"
+    served = serve_app(
+        dataclasses.replace(ctx, variant=app_variant), "push", timeout_s=p["duration_s"] + 15,
+        params={"message_bytes": p["message_bytes"], "interval_s": p["interval_s"],
+                "sockbuf": SOCKBUF, "queue_limit": 16},
+        peers=[peers.push_client(name, connect=APP, mode=name, duration_s=p["duration_s"],
+                                 sockbuf=SOCKBUF, max_s=p["duration_s"] + 5)
+               for name in ("healthy", "stalled")])
+    c = served.app["counters"]
+    backlog = max(served.app["probe"].get("peak_user_buffer_bytes") or 0,
+                  c.get("app_queue_peak_bytes", 0))
+    m = {"backlog_peak_bytes": backlog, "rss_growth_bytes": served.app.get("rss_growth_bytes"),
+         "dropped_count": c.get("dropped_count", 0)}
+    bound = 4 * 16 * p["message_bytes"]      # 4 x what the bounded policy may queue
+    return m, {"bug_shown": backlog > bound}, [f"served with the push app's {app_variant!r} policy"]
+
+
+_add(Entry(
+    id="aiohttp-1367", aliases=("websockets-10", "C4"), catalog="S6",
+    title="push to a subscriber that never reads: the backlog grows without bound",
+    link="https://github.com/aio-libs/aiohttp/issues/1367",
+    mechanism="A server pushes messages to every subscriber with a write that never blocks. "
+              "One subscriber stops reading, and everything meant for it piles up in the "
+              "server's memory.",
+    reported="aiohttp 1.x websockets; websockets 1.x (issue 10)",
+    fixed_in="an application policy: a bounded per-client queue that drops (or blocks, or "
+             "disconnects); aiohttp and websockets later made send() drain",
+    expected="shown with the unbounded policy on every runtime (the task port's per-client "
+             "mailbox grows instead of a transport buffer); the bounded dropping queue "
+             "keeps the backlog small everywhere",
+    oracle="bug shown when the stalled client's backlog (transport buffer or app queue) "
+           "passes 4 x what the bounded policy may queue (16 messages)",
+    styles=("callback", "stream", "task"),
+    show_on=("callback", "hybrid", "asyncio-streams")),
+    _run_push,
+    [Metric("backlog_peak_bytes", "lower", "backlog peak"),
+     Metric("rss_growth_bytes", None, "RSS growth"),
+     Metric("dropped_count", None, "dropped")],
+    _presets({"message_bytes": 10_000, "interval_s": 0.005, "duration_s": 1.5},
+             {"message_bytes": 10_000, "interval_s": 0.005, "duration_s": 2.0}))
+
+
+# ---------------------------------------------------------------------------
+# aiohttp 1368: the receive side reads ahead while the handler is busy
+
+def _readahead_cb(job):
+    p = job.params
+    limit, fixed = p["limit_bytes"], job.variant == "fixed"
+
+    def start(port, t, proto, out):
+        queue = []
+        state = {"queued": 0, "peak": 0, "consumed": 0, "paused": False}
+
+        def on_data(data):
+            queue.append(data)
+            state["queued"] += len(data)
+            state["peak"] = max(state["peak"], state["queued"])
+            if fixed and state["queued"] > limit and not state["paused"]:
+                state["paused"] = True
+                t.pause_reading()
+
+        def consume():
+            if queue:
+                data = queue.pop(0)
+                state["queued"] -= len(data)
+                state["consumed"] += len(data)
+                if state["paused"] and state["queued"] <= limit // 2:
+                    state["paused"] = False
+                    t.resume_reading()
+            if proto.eof and not queue:
+                out.update(app_queue_peak_bytes=state["peak"], consumed_bytes=state["consumed"])
+                t.close()
+                port.stop()
+                return
+            port.call_later(p["tick_s"], consume)
+        proto.on_data = on_data
+        port.call_later(p["tick_s"], consume)
+    return _callback(job, job.peer("source"), start, p["max_s"])
+
+
+def _readahead_stream(job):
+    p = job.params
+    limit, fixed = p["limit_bytes"], job.variant == "fixed"
+
+    async def main(port, out):
+        reader, writer = await _open(port, job.peer("source"))
+        q = port.Queue(maxsize=max(1, limit // (64 * KiB)) if fixed else 0)
+        state = {"queued": 0, "peak": 0, "consumed": 0}
+
+        async def pump():
+            while data := await reader.read(64 * KiB):
+                await q.put(data)
+                state["queued"] += len(data)
+                state["peak"] = max(state["peak"], state["queued"])
+            await q.put(b"")
+
+        task = port.create_task(pump())
+        while True:
+            data = await q.get()
+            if not data:
+                break
+            state["queued"] -= len(data)
+            state["consumed"] += len(data)
+            await port.sleep(p["tick_s"])      # the handler is busy
+        await task
+        writer.close()
+        await writer.wait_closed()
+        out.update(app_queue_peak_bytes=state["peak"], consumed_bytes=state["consumed"])
+    return _stream(job, main, p["max_s"])
+
+
+def _readahead_task(job):
+    p = job.params
+    limit, fixed = p["limit_bytes"], job.variant == "fixed"
+
+    async def main(port, out):
+        stream = await _open_task(port, job.peer("source"))
+        queue, state = [], {"queued": 0, "peak": 0, "consumed": 0, "eof": False}
+
+        async def pump():
+            while True:
+                while fixed and state["queued"] > limit:
+                    await port.sleep(p["tick_s"] / 4)
+                data = await stream.receive_some(64 * KiB)
+                if not data:
+                    state["eof"] = True
+                    return
+                queue.append(data)
+                state["queued"] += len(data)
+                state["peak"] = max(state["peak"], state["queued"])
+
+        async with port.open_nursery() as n:
+            await n.spawn(pump)
+            while not (state["eof"] and not queue):
+                if queue:
+                    data = queue.pop(0)
+                    state["queued"] -= len(data)
+                    state["consumed"] += len(data)
+                await port.sleep(p["tick_s"])
+        await stream.aclose()
+        out.update(app_queue_peak_bytes=state["peak"], consumed_bytes=state["consumed"])
+    return _task(job, main, p["max_s"])
+
+
+def _run_readahead(ctx):
+    p = ctx.params
+    ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[peers.source(
+        listen="127.0.0.1:0", total_bytes=p["total_bytes"], frame_bytes=32 * KiB, finish="close",
+        sockbuf=SOCKBUF, max_s=p["max_s"])])
+    peak = ran.app.get("app_queue_peak_bytes")
+    m = {"app_queue_peak_bytes": peak, "consumed_bytes": ran.app.get("consumed_bytes"),
+         "source_sent_bytes": ran.peers["source"].get("sent_bytes")}
+    return m, {"bug_shown": peak is not None and peak > 4 * p["limit_bytes"]}, _notes(ran.app)
+
+
+_add(Entry(
+    id="aiohttp-1368", aliases=("C3",),
+    title="the parser reads ahead while the handler is busy: the receive side is unbounded",
+    link="https://github.com/aio-libs/aiohttp/issues/1368",
+    mechanism="The protocol feeds every chunk that arrives into a queue for the handler and "
+              "never pauses reading. A client that sends faster than the handler consumes "
+              "fills the server's memory instead of its own socket.",
+    reported="aiohttp 1.1 (HTTP request bodies)",
+    fixed_in="aiohttp 1.2: the payload parser pauses the transport above a limit",
+    framing="no HTTP: the client sends a raw stream and the handler consumes 64 KiB per tick",
+    expected="shown on every runtime with an unbounded queue between reader and handler; a "
+             "bounded one (pause_reading, a bounded Queue, not reading) holds the client back",
+    oracle="bug shown when the queue between reader and handler peaks above 4 x the limit",
+    styles=("callback", "stream", "task"),
+    show_on=("callback", "hybrid", "coro")),
+    _run_readahead,
+    [Metric("app_queue_peak_bytes", "lower", "read-ahead peak"),
+     Metric("consumed_bytes", None, "consumed"), Metric("source_sent_bytes", None, "client sent")],
+    _presets({"total_bytes": 2 * MiB, "limit_bytes": 128 * KiB, "tick_s": 0.01, "max_s": 8},
+             {"total_bytes": 4 * MiB, "limit_bytes": 128 * KiB, "tick_s": 0.01, "max_s": 12}),
+    _by_style(_readahead_cb, _readahead_stream, _readahead_task))
+
+
+# ---------------------------------------------------------------------------
+# Write loops and flow control: CPython 116279, 127655; asyncio 140
+
+def _flood_stream(mode):
+    """mode: 'sleep0' (116279), 'writelines' (127655)."""
+    def program(job):
+        p = job.params
+        fixed = job.variant == "fixed"
+
+        async def main(port, out):
+            reader, writer = await _open(port, job.peer("reader"))
+            t = writer.transport
+            chunk, peak, n = bytes(p["chunk_bytes"]), 0, 0
+            while n < p["total_bytes"]:
+                if mode == "writelines" and not fixed:
+                    writer.writelines([chunk[: len(chunk) // 2], chunk[len(chunk) // 2:]])
+                else:
+                    writer.write(chunk)
+                n += len(chunk)
+                peak = max(peak, t.get_write_buffer_size())
+                if mode == "sleep0" and not fixed:
+                    await port.sleep(0)
+                else:
+                    await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+            out.update(peak_buffer_bytes=peak, high_water_bytes=t.get_write_buffer_limits()[1])
+        return _stream(job, main, p["max_s"])
+    return program
+
+
+def _flood_cb(mode):
+    def program(job):
+        p = job.params
+        fixed = job.variant == "fixed"
+
+        def start(port, t, proto, out):
+            st = {"n": 0, "peak": 0}
+            chunk = bytes(p["chunk_bytes"])
+
+            def step():
+                if st["n"] >= p["total_bytes"]:
+                    out.update(peak_buffer_bytes=st["peak"], high_water_bytes=t.get_write_buffer_limits()[1])
+                    proto.on_lost = port.stop
+                    t.close()
+                    return
+                if proto.paused and (fixed or mode == "writelines"):
+                    proto.on_resume = step          # honour flow control
+                    return
+                if mode == "writelines" and not fixed:
+                    t.writelines([chunk[: len(chunk) // 2], chunk[len(chunk) // 2:]])
+                else:
+                    t.write(chunk)
+                st["n"] += len(chunk)
+                st["peak"] = max(st["peak"], t.get_write_buffer_size())
+                port.call_soon(step)
+            step()
+        return _callback(job, job.peer("reader"), start, p["max_s"])
+    return program
+
+
+def _run_flood(ctx):
+    p = ctx.params
+    ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[peers.reader(
+        sockbuf=SOCKBUF, start_after_s=p["start_after_s"], max_s=p["max_s"])])
+    peak, high = ran.app.get("peak_buffer_bytes"), ran.app.get("high_water_bytes") or 64 * KiB
+    m = {"peak_buffer_bytes": peak, "delivered_bytes": ran.peers["reader"].get("received_bytes")}
+    return m, {"bug_shown": peak is not None and peak > high + 4 * p["chunk_bytes"]}, _notes(ran.app)
+
+
+_FLOOD_METRICS = [Metric("peak_buffer_bytes", "lower", "write buffer peak"),
+                  Metric("delivered_bytes", None, "delivered")]
+
+_add(Entry(
+    id="cpython-116279", aliases=("C14",), catalog="S1",
+    title="a write loop with sleep(0) but no drain(): memory climbs",
+    link="https://github.com/python/cpython/issues/116279",
+    mechanism="`await asyncio.sleep(0)` lets other tasks run but waits for nothing, so a loop "
+              "of write(); sleep(0) to a slow reader queues everything in the transport. Only "
+              "drain() (or honouring pause_writing) ties the writer to the socket.",
+    reported="Python 3.12 (a user report; the behaviour is as old as asyncio)",
+    fixed_in="not a library bug: await writer.drain() after each write",
+    expected="shown on every callback and stream runtime; the task port has no buffer to fill",
+    oracle="bug shown when the write buffer peaks above high water + 4 writes",
+    styles=("callback", "stream"),
+    show_on=("hybrid", "asyncio-streams", "callback")),
+    _run_flood, _FLOOD_METRICS,
+    _presets({"total_bytes": 2 * MiB, "chunk_bytes": 32 * KiB, "start_after_s": 0.4, "max_s": 8}),
+    _by_style(_flood_cb("sleep0"), _flood_stream("sleep0")))
+
+_add(Entry(
+    id="cpython-127655", aliases=("GHSA-fw89-6wjj-8j95", "C12"),
+    title="writelines() skipped the flow-control check",
+    link="https://github.com/python/cpython/issues/127655",
+    mechanism="On 3.12 and 3.13 the selector transport's writelines() appended to the buffer "
+              "without calling the pause check that write() makes. A writer using writelines() "
+              "and drain() was never paused, so its buffer grew without bound.",
+    reported="Python 3.12.0-3.12.8, 3.13.0-3.13.1",
+    fixed_in="Python 3.12.9, 3.13.2 (security advisory GHSA-fw89-6wjj-8j95)",
+    expected="not shown on the installed Python 3.11 (writelines joins and calls write) nor on "
+             "our kernels at their defaults; shown with callback:writelines=unchecked and "
+             "hybrid:writelines=unchecked",
+    oracle="bug shown when a writelines()+drain() writer's buffer peaks above high water + 4 writes",
+    styles=("callback", "stream"), affects={"python": ("3.12.0", "3.12.9")},
+    flips=(Flip("callback:writelines=unchecked", True,
+                "writelines() buffers without the pause check (3.12.0-3.12.8)"),
+           Flip("hybrid:writelines=unchecked", True, "the same on the stream kernel")),
+    show_on=("callback:writelines=unchecked", "hybrid:writelines=unchecked")),
+    _run_flood, _FLOOD_METRICS,
+    _presets({"total_bytes": 1 * MiB, "chunk_bytes": 32 * KiB, "start_after_s": 0.4, "max_s": 8}),
+    _by_style(_flood_cb("writelines"), _flood_stream("writelines")))
+
+
+def _limits_cb(job):
+    p = job.params
+    fixed = job.variant == "fixed"
+
+    def start(port, t, proto, out):
+        def fill():
+            # Write until the kernel buffers are full and some bytes wait in user space,
+            # then a bit more: the buffer ends below the default high-water mark.
+            for _ in range(_CAP):
+                if t.get_write_buffer_size() or t.is_closing():
+                    break
+                t.write(bytes(8 * KiB))
+            t.write(bytes(p["extra_bytes"]))
+            before = t.get_write_buffer_size()
+            paused_before = proto.paused
+            t.set_write_buffer_limits(high=p["new_high"])
+            held = proto.paused or (fixed and t.get_write_buffer_size() > p["new_high"])
+            out.update(buffer_at_lowering_bytes=before, paused_before=paused_before,
+                       went_ahead=not held and t.get_write_buffer_size() > p["new_high"])
+            t.abort()
+            port.stop()
+        port.call_later(0.05, fill)
+    return _callback(job, job.peer("reader"), start, p["max_s"])
+
+
+def _limits_stream(job):
+    p = job.params
+    fixed = job.variant == "fixed"
+
+    async def main(port, out):
+        reader, writer = await _open(port, job.peer("reader"))
+        t = writer.transport
+        await port.sleep(0.05)
+        for _ in range(_CAP):
+            if t.get_write_buffer_size() or t.is_closing():
+                break
+            writer.write(bytes(8 * KiB))
+        writer.write(bytes(p["extra_bytes"]))
+        before = t.get_write_buffer_size()
+        t.set_write_buffer_limits(high=p["new_high"])
+        # drain() is the gate the program writes behind; it waits only if paused.
+        try:
+            await port.wait_for(writer.drain(), 0.2)
+            drained_at_once = True
+        except TimeoutError:
+            drained_at_once = False
+        held = not drained_at_once or (fixed and t.get_write_buffer_size() > p["new_high"])
+        out.update(buffer_at_lowering_bytes=before,
+                   went_ahead=not held and t.get_write_buffer_size() > p["new_high"])
+        t.abort()
+    return _stream(job, main, p["max_s"])
+
+
+def _run_limits(ctx):
+    p = ctx.params
+    ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[peers.reader(
+        sockbuf=SOCKBUF, start_after_s=1.0, max_s=p["max_s"])])
+    m = {"buffer_at_lowering_bytes": ran.app.get("buffer_at_lowering_bytes"),
+         "went_ahead": ran.app.get("went_ahead")}
+    return m, {"bug_shown": bool(ran.app.get("went_ahead"))}, _notes(ran.app)
+
+
+_add(Entry(
+    id="asyncio-140", aliases=("C20",),
+    title="lowering the write-buffer limits below the current size did not pause",
+    link="https://github.com/python/asyncio/issues/140",
+    mechanism="set_write_buffer_limits() stored the new marks but did not re-check the buffer "
+              "against them. A writer that lowered its high-water mark below what was already "
+              "buffered was not paused until its next write.",
+    reported="asyncio 3.4.0",
+    fixed_in="asyncio 3.4.1 (set_write_buffer_limits calls the pause check)",
+    expected="not shown on the installed Python, uvloop or our kernels at their defaults; "
+             "shown with callback:limits_recheck=false and hybrid:limits_recheck=false",
+    oracle="bug shown when, right after lowering the mark below the buffered size, the "
+           "program's gate (pause_writing / drain) let it write on",
+    styles=("callback", "stream"), affects={"python": ("3.4.0", "3.4.1")},
+    flips=(Flip("callback:limits_recheck=false", True,
+                "set_write_buffer_limits() stores the marks without the pause check (asyncio 3.4.0)"),
+           Flip("hybrid:limits_recheck=false", True, "the same on the stream kernel")),
+    show_on=("callback:limits_recheck=false", "hybrid:limits_recheck=false")),
+    _run_limits,
+    [Metric("buffer_at_lowering_bytes", None, "buffered when lowered"),
+     Metric("went_ahead", None, "writer went ahead", unit="flag")],
+    _presets({"extra_bytes": 24 * KiB, "new_high": 4 * KiB, "max_s": 5}),
+    _by_style(_limits_cb, _limits_stream))
+
+
+# ---------------------------------------------------------------------------
+# CPython 146507: an O(n) get_write_buffer_size() under write pressure
+
+def _cost_program(job):
+    p = job.params
+    n, group = p["writes"], p["group"]
+    chunk = bytes(p["chunk_bytes"])
+
+    coalesce = job.variant == "fixed"
+
+    def measure(t, write):
+        times = []
+        for g in range(n // group):
+            t0 = time.perf_counter()
+            if coalesce:        # the fix on the application side: one write per batch
+                write(b"".join([chunk] * group))
+                t.get_write_buffer_size()
+            else:
+                for _ in range(group):
+                    write(chunk)
+                    t.get_write_buffer_size()
+            times.append(time.perf_counter() - t0)
+        first, last = sorted(times[:3])[1], sorted(times[-3:])[1]
+        return {"cost_ratio_fraction": last / first if first else None,
+                "chunks_buffered_count": n, "buffer_bytes": t.get_write_buffer_size()}
+
+    if job.runtime.style == "callback":
+        def start(port, t, proto, out):
+            out.update(measure(t, t.write))
+            t.abort()
+            port.stop()
+        return _callback(job, job.peer("reader"), start, p["max_s"])
+
+    async def main(port, out):
+        reader, writer = await _open(port, job.peer("reader"))
+        out.update(measure(writer.transport, writer.write))
+        writer.transport.abort()
+    return _stream(job, main, p["max_s"])
+
+
+def _run_cost(ctx):
+    p = ctx.params
+    ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[peers.reader(
+        sockbuf=SOCKBUF, start_after_s=0.5, max_s=p["max_s"])])
+    r = ran.app.get("cost_ratio_fraction")
+    notes = _notes(ran.app)
+    if ctx.variant == "fixed":
+        notes.append("fixed: the same bytes coalesced into one write per batch of messages")
+    return ({"cost_ratio_fraction": r, "buffer_bytes": ran.app.get("buffer_bytes")},
+            {"bug_shown": r is not None and r > p["ratio"]}, notes)
+
+
+_add(Entry(
+    id="cpython-146507", aliases=("C15",),
+    title="get_write_buffer_size() summed a deque on every write: O(n^2) under pressure",
+    link="https://github.com/python/cpython/issues/146507",
+    mechanism="The selector transport's write buffer became a deque of chunks, and "
+              "get_write_buffer_size() (called by the pause check after every write) summed "
+              "it each time. When small chunks pile up faster than they drain, each write "
+              "costs more than the last.",
+    reported="Python 3.12 and later (the deque buffer)",
+    fixed_in="a running total (CPython PR 146518, 2026); on the application side, coalesce "
+             "small messages into fewer writes",
+    expected="not shown on the installed Python 3.11 (one bytearray) nor on our kernels "
+             "(a bytearray, O(1) len); shown with callback:write_buffer=deque (3.12's deque, "
+             "summed on every write; hybrid:write_buffer=deque is the same transport: add it "
+             "with --knob write_buffer=deque)",
+    oracle="bug shown when a group of writes late in the run costs more than "
+           "`ratio` x a group at the start (a scaling ratio, not a wall-clock limit)",
+    styles=("callback", "stream"), affects={"python": ("3.12.0", None)},
+    flips=(Flip("callback:write_buffer=deque", True,
+                "a deque of chunks whose size is summed on every write (3.12+)"),),
+    show_on=("callback:write_buffer=deque",)),
+    _run_cost,
+    [Metric("cost_ratio_fraction", "lower", "late/early cost"), Metric("buffer_bytes", None, "buffered")],
+    _presets({"writes": 20000, "group": 1000, "chunk_bytes": 100, "ratio": 5.0, "max_s": 20}),
+    _by_style(_cost_program, _cost_program))
+
+
+# ---------------------------------------------------------------------------
+# uvloop 548: buffer memory kept after connection_lost
+
+def _memory_program(job):
+    p = job.params
+    fixed = job.variant == "fixed"
+    size = p["flood_bytes"]
+
+    def start(port, t, proto, out):
+        gc.collect()
+        out["rss_before_bytes"] = _rss()
+        st = {"n": 0}
+
+        def flood():
+            while st["n"] < size and not proto.lost and not (fixed and proto.paused):
+                t.write(bytes(256 * KiB))
+                st["n"] += 256 * KiB
+            if fixed and proto.paused and st["n"] < size:
+                proto.on_resume = flood
+            out["buffered_peak_bytes"] = max(out.get("buffered_peak_bytes", 0), t.get_write_buffer_size())
+
+        def after_lost():
+            out["buffered_at_loss_bytes"] = out.get("buffered_peak_bytes", 0)
+            port.call_later(0.2, measure)
+
+        def measure():
+            gc.collect()
+            out["rss_kept_bytes"] = _rss() - out["rss_before_bytes"]
+            port.stop()
+        proto.on_lost = after_lost
+        flood()
+    return _callback(job, job.peer("reset"), start, p["max_s"])
+
+
+def _run_memory(ctx):
+    p = ctx.params
+    # The client takes one byte and resets: the flood is already buffered by then.
+    ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[peers.reset_peer(
+        listen="127.0.0.1:0", after_bytes=1, sockbuf=SOCKBUF, max_s=p["max_s"])])
+    kept, peak = ran.app.get("rss_kept_bytes"), ran.app.get("buffered_peak_bytes")
+    m = {"rss_kept_bytes": kept, "buffered_peak_bytes": peak}
+    shown = kept is not None and kept > p["flood_bytes"] // 2
+    return m, {"bug_shown": shown}, _notes(ran.app)
+
+
+_add(Entry(
+    id="uvloop-548", aliases=("C16",),
+    title="transport buffer memory not released after connection_lost",
+    link="https://github.com/MagicStack/uvloop/issues/548",
+    mechanism="A protocol floods transport.write() to a client that stops reading; the client "
+              "goes away. uvloop kept the flooded buffer's memory resident after "
+              "connection_lost, where asyncio freed it at once.",
+    reported="uvloop 0.17.0 (Python 3.11.4)",
+    fixed_in="open in the thread; the installed uvloop is measured",
+    expected="asyncio and our callback kernel release the buffer at once; the installed "
+             "uvloop is measured (0.23.0 here: released); callback:buffer_on_loss=keep shows "
+             "the reported behaviour; honouring pause_writing never builds the buffer in the "
+             "first place",
+    oracle="bug shown when, 0.2 s after connection_lost and a gc, the process still holds "
+           "more than half the flooded bytes above its starting RSS",
+    styles=("callback",), affects={"uvloop": ("0.17.0", None)},
+    flips=(Flip("callback:buffer_on_loss=keep", True,
+                "the lost transport's buffer stays referenced, as uvloop 0.17 was reported to do"),),
+    show_on=("callback:buffer_on_loss=keep",)),
+    _run_memory,
+    [Metric("rss_kept_bytes", "lower", "RSS kept after loss"),
+     Metric("buffered_peak_bytes", None, "buffered at peak")],
+    _presets({"flood_bytes": 48 * MiB, "max_s": 8}),
+    {"callback": _memory_program})
+
+
+# ---------------------------------------------------------------------------
+# starlette 1012: an unbounded queue between producer and socket
+
+def _queue_program(job):
+    p = job.params
+    fixed = job.variant == "fixed"
+    task_style = job.runtime.style == "task"
+
+    async def main(port, out):
+        if task_style:
+            stream = await _open_task(port, job.peer("reader"))
+            send = stream.send_all
+        else:
+            reader, writer = await _open(port, job.peer("reader"))
+
+            async def send(data):
+                writer.write(data)
+                await writer.drain()
+        queue, st = [], {"queued": 0, "peak": 0, "done": False}
+        chunk = bytes(p["chunk_bytes"])
+
+        async def producer():
+            for _ in range(p["chunks"]):
+                while fixed and len(queue) >= p["maxsize"]:
+                    await port.sleep(p["interval_s"] / 2)
+                queue.append(chunk)
+                st["queued"] += len(chunk)
+                st["peak"] = max(st["peak"], st["queued"])
+                await port.sleep(p["interval_s"])
+            st["done"] = True
+
+        async def sender():
+            while not (st["done"] and not queue):
+                if not queue:
+                    await port.sleep(p["interval_s"] / 2)
+                    continue
+                data = queue.pop(0)
+                st["queued"] -= len(data)
+                await send(data)
+
+        if task_style:
+            async with port.open_nursery() as n:
+                await n.spawn(producer)
+                await n.spawn(sender)
+            await stream.aclose()
+        else:
+            await port.gather(port.create_task(producer()), port.create_task(sender()))
+            writer.close()
+            await writer.wait_closed()
+        out["app_queue_peak_bytes"] = st["peak"]
+    runner = _task if task_style else _stream
+    return runner(job, main, p["max_s"])
+
+
+def _run_queue(ctx):
+    p = ctx.params
+    ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[peers.reader(
+        sockbuf=SOCKBUF, rate_Bps=p["reader_Bps"], max_s=p["max_s"])])
+    peak = ran.app.get("app_queue_peak_bytes")
+    return ({"app_queue_peak_bytes": peak, "delivered_bytes": ran.peers["reader"].get("received_bytes")},
+            {"bug_shown": peak is not None and peak > 1 * MiB}, _notes(ran.app))
+
+
+_add(Entry(
+    id="starlette-1012",
+    title="an unbounded queue between producer and socket: a slow client grows memory",
+    link="https://github.com/encode/starlette/issues/1012",
+    mechanism="A streaming response put every chunk the producer made into an unbounded "
+              "queue and a second task sent them. Backpressure on the socket stops the sender, "
+              "not the producer, so a slow client makes the queue grow without bound.",
+    reported="starlette 0.13 (StreamingResponse / BaseHTTPMiddleware)",
+    fixed_in="a bounded queue (or no queue): the producer waits when it is full",
+    framing="no HTTP: a producer task, a sender task and a raw socket",
+    expected="shown on every stream and task runtime with the unbounded queue, even though "
+             "the sender uses drain() or send_all; a bounded queue holds the producer back",
+    oracle="bug shown when the queue peaks above 1 MiB",
+    styles=("stream", "task"),
+    show_on=("hybrid", "coro", "trio")),
+    _run_queue,
+    [Metric("app_queue_peak_bytes", "lower", "queue peak"), Metric("delivered_bytes", None, "delivered")],
+    _presets({"chunks": 120, "chunk_bytes": 32 * KiB, "interval_s": 0.005, "maxsize": 4,
+              "reader_Bps": 1_000_000, "max_s": 10}),
+    {"stream": _queue_program, "task": _queue_program})

@@ -1,0 +1,560 @@
+"""Zoo entries about drain() and the tasks around it.
+
+asyncio 263 / CPython 80982 (drain on a dead transport), CPython 74116 (two tasks
+draining one writer), curio 164 (spawn order), uvloop 631 (a deferred small write),
+uvicorn 2754 (a task parked in drain), home-assistant 89905 (a drain limit that is too
+strict) and trio 1626 (a send under fail_after(0)).
+"""
+from __future__ import annotations
+
+import time
+
+from bench import peers
+from bench.scenario import Metric, run_program
+from bench.zoo.plumbing import (_CAP, KiB, SOCKBUF, _by_style, _callback, _notes, _open,
+                                _open_task, _presets, _stream, _task)
+from bench.zoo.registry import Entry, Flip, _add
+
+
+# ---------------------------------------------------------------------------
+# asyncio 263 and CPython 80982: drain() that never yields on a dead transport
+
+def _spin_stream(closed_by_us):
+    def program(job):
+        p = job.params
+        fixed = job.variant == "fixed"
+
+        async def main(port, out):
+            reader, writer = await _open(port, job.peer("reset" if not closed_by_us else "reader"))
+            if closed_by_us:
+                writer.write(b"x" * 100)
+                writer.close()
+            else:
+                await port.sleep(p["settle_s"])      # the peer has reset by now
+            n = after = 0
+            error = None
+            try:
+                while n < p["iterations"]:
+                    if fixed and writer.is_closing():
+                        break
+                    dead = writer.is_closing()
+                    writer.write(b"x" * 1024)
+                    n += 1
+                    after += dead
+                    await writer.drain()
+            except (ConnectionError, RuntimeError) as exc:   # uvloop raises RuntimeError
+                error = type(exc).__name__
+            if not closed_by_us:
+                writer.close()
+            out.update(iterations_count=n, iterations_after_closing_count=after, error_seen=error)
+        return _stream(job, main, p["max_s"])
+    return program
+
+
+def _run_spin(peer):
+    def run(ctx):
+        p = ctx.params
+        role = (peers.reset_peer(listen="127.0.0.1:0", after_bytes=None, after_s=0.05,
+                                 sockbuf=SOCKBUF, max_s=p["max_s"]) if peer == "reset"
+                else peers.reader(sockbuf=SOCKBUF, max_s=p["max_s"]))
+        ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[role])
+        after = ran.app.get("iterations_after_closing_count")
+        m = {"iterations_after_closing_count": after, "iterations_count": ran.app.get("iterations_count")}
+        notes = _notes(ran.app) + ([f"error seen: {ran.app['error_seen']}"] if ran.app.get("error_seen") else [])
+        return m, {"bug_shown": after is not None and after >= p["iterations"] // 2}, notes
+    return run
+
+
+_SPIN_METRICS = [Metric("iterations_after_closing_count", "lower", "write+drain after closing"),
+                 Metric("iterations_count", None, "iterations")]
+_DRAIN_FLIP = Flip("hybrid:drain_on_closing=return", True,
+                   "drain() returns at once on a closing or lost transport without yielding or "
+                   "raising, so a write(); drain() loop never lets connection_lost run")
+
+_add(Entry(
+    id="asyncio-263", aliases=("C8",),
+    title="drain() never yields after the peer disconnected: the write loop spins",
+    link="https://github.com/python/asyncio/issues/263",
+    mechanism="After the peer resets, writes are dropped and the transport is never paused, "
+              "so drain() returned without yielding. A write(); drain() loop then never gave "
+              "the loop a pass to deliver connection_lost, and spun without seeing the error.",
+    reported="asyncio 3.4.3",
+    fixed_in="asyncio 3.5 (drain() yields on a closing transport and raises after the loss)",
+    expected="not shown on the installed asyncio and uvloop nor on hybrid (all raise "
+             "ConnectionResetError within a pass); shown with hybrid:drain_on_closing=return",
+    oracle="bug shown when more than half of the loop's iterations ran after the transport "
+           "was already closing",
+    styles=("stream",), flips=(_DRAIN_FLIP,), affects={"python": ("3.4.0", "3.5.0")},
+    show_on=("hybrid:drain_on_closing=return",)),
+    _run_spin("reset"), _SPIN_METRICS,
+    _presets({"iterations": 2000, "settle_s": 0.2, "max_s": 6}),
+    {"stream": _spin_stream(False)})
+
+_add(Entry(
+    id="cpython-80982", aliases=("bpo-36801",),
+    title="write(); drain() on a closing transport never sees the error",
+    link="https://github.com/python/cpython/issues/80982",
+    mechanism="After writer.close(), writes are dropped and drain() found nothing to wait for, "
+              "so it returned without yielding. A loop of write(); drain() never let the loop "
+              "run connection_lost and never learned that the stream was gone.",
+    reported="Python 3.7",
+    fixed_in="Python 3.8 (drain() yields once on a closing transport, then raises)",
+    expected="not shown on the installed Python, uvloop or hybrid; the 3.7 behaviour is "
+             "shown with hybrid:drain_on_closing=return",
+    oracle="bug shown when more than half of the iterations completed after close()",
+    styles=("stream",), flips=(_DRAIN_FLIP,), affects={"python": ("3.7.0", "3.8.0")},
+    show_on=("hybrid:drain_on_closing=return",)),
+    _run_spin("reader"), _SPIN_METRICS,
+    _presets({"iterations": 2000, "settle_s": 0.0, "max_s": 6}),
+    {"stream": _spin_stream(True)})
+
+
+# ---------------------------------------------------------------------------
+# CPython 74116: two tasks draining one writer
+
+def _twodrain_stream(job):
+    p = job.params
+    fixed = job.variant == "fixed"
+
+    async def main(port, out):
+        reader, writer = await _open(port, job.peer("reader"))
+        errors = []
+        chunk = bytes(p["chunk_bytes"])
+
+        async def producer(q=None):
+            for _ in range(p["writes"]):
+                if q is not None:
+                    await q.put(chunk)
+                    continue
+                writer.write(chunk)
+                try:
+                    await writer.drain()
+                except AssertionError as exc:
+                    errors.append(f"AssertionError: {exc}")
+                except RuntimeError as exc:
+                    errors.append(f"RuntimeError: {exc}")
+
+        if fixed:    # one writer task owns write+drain; producers hand it chunks
+            q = port.Queue(maxsize=2)
+
+            async def owner():
+                for _ in range(2 * p["writes"]):
+                    writer.write(await q.get())
+                    await writer.drain()
+            tasks = [port.create_task(owner()), port.create_task(producer(q)),
+                     port.create_task(producer(q))]
+        else:
+            tasks = [port.create_task(producer()), port.create_task(producer())]
+        await port.gather(*tasks, return_exceptions=True)
+        writer.close()
+        await writer.wait_closed()
+        out.update(drain_errors_count=len(errors), first_error=errors[0] if errors else None)
+    return _stream(job, main, p["max_s"])
+
+
+def _run_twodrain(ctx):
+    p = ctx.params
+    ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[peers.reader(
+        sockbuf=SOCKBUF, start_after_s=0.2, max_s=p["max_s"])])
+    n = ran.app.get("drain_errors_count")
+    notes = _notes(ran.app) + ([ran.app["first_error"]] if ran.app.get("first_error") else [])
+    return {"drain_errors_count": n}, {"bug_shown": bool(n)}, notes
+
+
+_add(Entry(
+    id="cpython-74116", aliases=("bpo-29930", "C10"),
+    title="two tasks awaiting drain() on one writer: AssertionError",
+    link="https://github.com/python/cpython/issues/74116",
+    mechanism="The stream protocol kept a single drain waiter. When a second task awaited "
+              "drain() while the first was still parked, asyncio hit an assertion instead of "
+              "parking both.",
+    reported="Python 3.6 to 3.10",
+    fixed_in="2022: a queue of drain waiters (Python 3.11.0, backported to 3.10)",
+    expected="not shown on the installed Python 3.11 asyncio and uvloop streams nor on hybrid, "
+             "which all keep a list of waiters; shown with hybrid:drain_waiters=one (the "
+             "single waiter and its assertion)",
+    oracle="bug shown when any drain() raised",
+    styles=("stream",), affects={"python": ("3.6.0", "3.11.0")},
+    flips=(Flip("hybrid:drain_waiters=one", True,
+                "one drain waiter per writer; a second drain() asserts (before 3.11)"),),
+    show_on=("hybrid:drain_waiters=one",)),
+    _run_twodrain, [Metric("drain_errors_count", "lower", "drain() errors")],
+    _presets({"writes": 8, "chunk_bytes": 128 * KiB, "max_s": 8}),
+    {"stream": _twodrain_stream})
+
+
+# ---------------------------------------------------------------------------
+# curio 164: spawn runs the child later than the docs said
+
+async def _until(port, flag, limit=1000):
+    """Yield until the child has signalled (a list it appends to): the fix."""
+    for _ in range(limit):
+        if flag:
+            return
+        await port.sleep(0)
+
+
+def _spawn_stream(job):
+    p = job.params
+
+    async def main(port, out):
+        not_yet = 0
+        for _ in range(p["trials"]):
+            ran = []
+
+            async def child():
+                ran.append(True)
+            task = port.create_task(child())
+            if job.variant == "fixed":
+                await _until(port, ran)
+            not_yet += not ran
+            await task
+        out["child_not_run_fraction"] = not_yet / p["trials"]
+    return _stream(job, main, p["max_s"])
+
+
+def _spawn_task(job):
+    p = job.params
+
+    async def main(port, out):
+        not_yet = 0
+        for _ in range(p["trials"]):
+            ran = []
+
+            async def child():
+                ran.append(True)
+            async with port.open_nursery() as n:
+                await n.spawn(child)
+                if job.variant == "fixed":
+                    await _until(port, ran)
+                not_yet += not ran
+        out["child_not_run_fraction"] = not_yet / p["trials"]
+    return _task(job, main, p["max_s"])
+
+
+def _run_spawn(ctx):
+    ran = run_program(ctx, max_s=ctx.params["max_s"] + 2)
+    f = ran.app.get("child_not_run_fraction")
+    return {"child_not_run_fraction": f}, {"bug_shown": f is not None and f > 0.5}, _notes(ran.app)
+
+
+_add(Entry(
+    id="curio-164", aliases=("C18",), catalog="S4",
+    title="the docs said spawn runs the child first; the code did not",
+    link="https://github.com/dabeaz/curio/issues/164",
+    mechanism="curio's documentation promised that a spawned task starts running before "
+              "spawn() returns, but the kernel only queued it. A parent that relies on the "
+              "child having started (an Event set, a listener bound) races ahead of it.",
+    reported="curio 0.8 docs",
+    fixed_in="the docs were corrected; wait for an Event the child sets",
+    expected="shown everywhere with the default (lazy) spawn, including trio and asyncio; "
+             "coro:spawn=eager and hybrid:spawn=eager run the child inside spawn, as the "
+             "docs described",
+    oracle="bug shown when, in more than half of the trials, the child had not run when the "
+           "parent's next statement ran",
+    styles=("stream", "task"),
+    flips=(Flip("coro:spawn=eager", False, "the child's first step runs inside spawn"),
+           Flip("hybrid:spawn=eager", False, "the child's first step runs inside create_task")),
+    show_on=("coro", "curio", "hybrid")),
+    _run_spawn, [Metric("child_not_run_fraction", "lower", "child not yet run")],
+    _presets({"trials": 20, "max_s": 5}),
+    _by_style(None, _spawn_stream, _spawn_task))
+
+
+# ---------------------------------------------------------------------------
+# uvloop 631: a small write deferred to a loop pass that never comes
+
+def _deferred_cb(job):
+    p = job.params
+
+    def start(port, t, proto, out):
+        t.write(b"x" * p["write_bytes"])
+        out["written_at"] = time.monotonic()
+
+        def block():
+            time.sleep(p["block_s"])       # the program blocks without giving the loop a pass
+            out["unblocked_at"] = time.monotonic()
+            proto.on_lost = port.stop
+            t.close()
+        if job.variant == "fixed":
+            port.call_later(0.02, block)   # give the loop its pass first
+        else:
+            block()
+    return _callback(job, job.peer("reader"), start, p["max_s"])
+
+
+def _deferred_stream(job):
+    p = job.params
+
+    async def main(port, out):
+        reader, writer = await _open(port, job.peer("reader"))
+        writer.write(b"x" * p["write_bytes"])
+        out["written_at"] = time.monotonic()
+        if job.variant == "fixed":
+            await port.sleep(0.02)
+        time.sleep(p["block_s"])
+        out["unblocked_at"] = time.monotonic()
+        writer.close()
+        await writer.wait_closed()
+    return _stream(job, main, p["max_s"])
+
+
+def _run_deferred(ctx):
+    p = ctx.params
+    ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[peers.reader(sockbuf=SOCKBUF, max_s=p["max_s"])])
+    r = ran.peers["reader"]
+    first = None
+    if r.get("first_byte_after_s") is not None and r.get("connected_at") is not None:
+        first = r["connected_at"] + r["first_byte_after_s"]
+    unblocked = ran.app.get("unblocked_at")
+    delay = None if first is None or ran.app.get("written_at") is None else max(0.0, first - ran.app["written_at"])
+    shown = first is None or (unblocked is not None and first >= unblocked - 0.01)
+    return ({"first_byte_after_write_s": delay}, {"bug_shown": bool(shown)}, _notes(ran.app))
+
+
+_add(Entry(
+    id="uvloop-631", aliases=("uvloop-619",),
+    title="a small write is deferred to a loop pass that never comes",
+    link="https://github.com/MagicStack/uvloop/issues/631",
+    mechanism="uvloop queued a write below the high-water mark and sent it from a later loop "
+              "pass, where asyncio tries the send at once. A program that writes and then "
+              "blocks (or waits on something outside the loop) never sends the bytes.",
+    reported="uvloop 0.19-0.20",
+    fixed_in="uvloop 0.21 (PR 619: try the send at once when nothing is buffered)",
+    expected="measured on the installed uvloop; not shown on asyncio or on our kernels with "
+             "write=try-send; shown with callback:write=defer and hybrid:write=defer",
+    oracle="bug shown when the reader's first byte arrived only after the program stopped "
+           "blocking (the write waited for a loop pass)",
+    styles=("callback", "stream"), affects={"uvloop": ("0.15.0", "0.21.0")},
+    flips=(Flip("callback:write=defer", True, "every write waits for the writable callback "
+                                                "(a later loop pass)"),
+           Flip("hybrid:write=defer", True, "the same on the stream kernel")),
+    show_on=("callback:write=defer", "hybrid:write=defer")),
+    _run_deferred, [Metric("first_byte_after_write_s", "lower", "first byte after write")],
+    _presets({"write_bytes": 100, "block_s": 0.4, "max_s": 5}),
+    _by_style(_deferred_cb, _deferred_stream))
+
+
+# ---------------------------------------------------------------------------
+# uvicorn 2754: a task parked in drain() never released after the disconnect
+
+def _parked_cb(job):
+    """uvicorn's FlowControl shape: the writer parks until resume_writing(); the
+    naive protocol forgets to release it in connection_lost."""
+    p = job.params
+
+    def start(port, t, proto, out):
+        state = {"parked_at": None}
+
+        def writer_step():
+            if proto.lost:
+                out.update(released=True, release_reason="error")
+                return done()
+            for _ in range(_CAP):     # a lost transport drops writes and never pauses
+                if proto.paused or proto.lost or t.is_closing():
+                    break
+                t.write(bytes(64 * KiB))
+            state["parked_at"] = time.monotonic()
+            proto.on_resume = lambda: (out.update(released=True, release_reason="resume"), done())
+
+        def on_lost():
+            out["lost_at"] = time.monotonic()
+            if job.variant == "fixed" and proto.on_resume is not None:
+                proto.on_resume = None
+                out.update(released=True, release_reason="connection_lost")
+                done()
+            else:
+                port.call_later(p["bound_s"], done)
+
+        def done():
+            out.setdefault("released", False)
+            port.stop()
+        proto.on_lost = on_lost
+        writer_step()
+    return _callback(job, job.peer("reset"), start, p["max_s"])
+
+
+def _parked_stream(job):
+    p = job.params
+
+    async def main(port, out):
+        reader, writer = await _open(port, job.peer("reset"))
+        for _ in range(_CAP):
+            if writer.transport.get_write_buffer_size() > 256 * KiB or writer.is_closing():
+                break
+            writer.write(bytes(64 * KiB))
+        try:
+            # Both variants are the same code here: the library's drain() is woken by
+            # connection_lost; the bug lived in a hand-written flow control (callback port).
+            await port.wait_for(writer.drain(), p["bound_s"])
+            out.update(released=True, release_reason="resume")
+        except TimeoutError:
+            out.update(released=False)
+        except ConnectionError:
+            out.update(released=True, release_reason="error")
+        writer.transport.abort()
+    return _stream(job, main, p["max_s"])
+
+
+def _run_parked(ctx):
+    p = ctx.params
+    # The client takes one byte and resets. The writer has parked by then: it fills
+    # the buffer to a pause in the same callback that saw the connection.
+    ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[peers.reset_peer(
+        listen="127.0.0.1:0", after_bytes=1, sockbuf=SOCKBUF, max_s=p["max_s"])])
+    released = ran.app.get("released")
+    m = {"released": released, "release_reason": ran.app.get("release_reason")}
+    return m, {"bug_shown": released is False}, _notes(ran.app)
+
+
+_add(Entry(
+    id="uvicorn-2754",
+    title="a task parked in drain() is never released after the client disconnects",
+    link="https://github.com/Kludex/uvicorn/issues/2754",
+    mechanism="uvicorn's own flow control parks a sender until resume_writing() and its "
+              "connection_lost did not wake it. When a client disconnects mid-stream the "
+              "sender stays parked forever, leaking the task and its buffers.",
+    reported="uvicorn 0.38 on Python 3.13",
+    fixed_in="wake the drain waiters in connection_lost (asyncio's own drain() does)",
+    framing="no HTTP: a raw stream to a client that stops reading and disconnects",
+    expected="shown on every callback runtime with the naive protocol (an application bug); "
+             "asyncio's, uvloop's and hybrid's drain() are released by the loss",
+    oracle="bug shown when the parked writer was still parked bound_s after the connection "
+           "was lost",
+    styles=("callback", "stream"),
+    show_on=("callback", "asyncio-protocol")),
+    _run_parked,
+    [Metric("released", None, "released", unit="flag"),
+     Metric("release_reason", None, "released by", unit="text")],
+    _presets({"bound_s": 1.0, "max_s": 6}),
+    _by_style(_parked_cb, _parked_stream))
+
+
+# ---------------------------------------------------------------------------
+# home-assistant 89905 / aiohttp 9572: a drain limit that is too strict
+
+def _strict_stream(job):
+    p = job.params
+
+    async def main(port, out):
+        reader, writer = await _open(port, job.peer("reader"), p["sockbuf"])
+        t = writer.transport
+        high = p["strict_high"] if job.variant == "naive" else p["roomy_high"]
+        t.set_write_buffer_limits(high=high)
+        msg = bytes(p["message_bytes"])
+        held = waits = 0
+        worst = 0.0
+        for _ in range(p["bursts"]):
+            for _ in range(p["burst_messages"]):
+                writer.write(msg)
+            if t.get_write_buffer_size() > high:
+                held += 1
+            t0 = time.monotonic()
+            await writer.drain()
+            worst = max(worst, time.monotonic() - t0)
+            waits += 1
+            await port.sleep(p["interval_s"])
+        writer.close()
+        await writer.wait_closed()
+        out.update(held_back_fraction=held / waits, worst_drain_s=worst)
+    return _stream(job, main, p["max_s"])
+
+
+def _run_strict(ctx):
+    p = ctx.params
+    ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[peers.reader(
+        sockbuf=p["sockbuf"], rate_Bps=p["reader_Bps"], max_s=p["max_s"])])
+    f = ran.app.get("held_back_fraction")
+    return ({"held_back_fraction": f, "worst_drain_s": ran.app.get("worst_drain_s")},
+            {"bug_shown": f is not None and f > 0.25}, _notes(ran.app))
+
+
+_add(Entry(
+    id="home-assistant-89905", aliases=("aiohttp-9572",),
+    title="a drain limit that is too strict: latency spikes under load",
+    link="https://github.com/home-assistant/core/issues/89905",
+    mechanism="With a 16 KiB high-water mark every burst of messages pauses the writer and "
+              "drain() waits for the buffer to fall to the low-water mark, even though the "
+              "client keeps up on average. Each burst then waits for the slowest moment of "
+              "the socket: latency spikes without any overload.",
+    reported="aiohttp 3.8 websockets in Home Assistant 2023.3",
+    fixed_in="aiohttp raised the writer's limit (aiohttp 9572); the writer must be sized to "
+             "its bursts",
+    framing="no websocket framing: bursts of 8 KiB messages to a client reading at 4 MB/s "
+            "with small socket buffers",
+    expected="shown on every stream runtime with a 16 KiB mark; not with a mark that holds "
+             "one burst",
+    oracle="bug shown when more than a quarter of the bursts left the buffer above the mark "
+           "(drain() had to wait) while the client reads faster than the average offered rate",
+    styles=("stream",),
+    show_on=("hybrid", "asyncio-streams")),
+    _run_strict,
+    [Metric("held_back_fraction", "lower", "bursts held back"),
+     Metric("worst_drain_s", "lower", "worst drain", timing=True)],
+    _presets({"strict_high": 16 * KiB, "roomy_high": 256 * KiB, "message_bytes": 8 * KiB,
+              "burst_messages": 12, "bursts": 30, "interval_s": 0.04, "reader_Bps": 4_000_000,
+              "sockbuf": 8 * KiB, "max_s": 8}),
+    {"stream": _strict_stream})
+
+
+# ---------------------------------------------------------------------------
+# trio 1626: a send under fail_after(0) fails even when it would not block
+
+def _zero_task(job):
+    p = job.params
+
+    async def main(port, out):
+        stream = await _open_task(port, job.peer("reader"))
+        failed = 0
+        for _ in range(p["trials"]):
+            try:
+                if job.variant == "naive":
+                    async with port.fail_after(0):
+                        await stream.send_all(b"x" * p["send_bytes"])
+                else:
+                    # The deadline is checked by the program, not by the checkpoint in send.
+                    await stream.send_all(b"x" * p["send_bytes"])
+            except (TimeoutError, port.Cancelled) as exc:
+                failed += 1
+                out["raised"] = type(exc).__name__
+            except Exception as exc:   # noqa: BLE001 -- trio's TooSlowError is not a TimeoutError
+                failed += 1
+                out["raised"] = type(exc).__name__
+        await stream.aclose()
+        out["failed_fraction"] = failed / p["trials"]
+    return _task(job, main, p["max_s"])
+
+
+def _run_zero(ctx):
+    p = ctx.params
+    ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[peers.reader(sockbuf=SOCKBUF, max_s=p["max_s"])])
+    f = ran.app.get("failed_fraction")
+    notes = _notes(ran.app) + ([f"raised {ran.app['raised']}"] if ran.app.get("raised") else [])
+    return {"failed_fraction": f}, {"bug_shown": f is not None and f > 0.5}, notes
+
+
+_add(Entry(
+    id="trio-1626",
+    title="a send under fail_after(0) fails even when it would not block",
+    link="https://github.com/python-trio/trio/issues/1626",
+    mechanism="In trio every send is a checkpoint, and a checkpoint inside an expired cancel "
+              "scope raises, whether or not the operation would have had to wait. A send "
+              "wrapped in fail_after(0) (\"only if it is free\") therefore always fails.",
+    reported="trio 0.16 (memory channels; the same for stream sends)",
+    fixed_in="by design: use the non-blocking spelling (send_nowait) or check the deadline "
+             "yourself",
+    expected="shown on trio; not on curio or coro, where an expired deadline is delivered "
+             "only when a task blocks (coro:io_schedule_point=true makes the send yield, but "
+             "the deadline is still not checked there: measured); shown on coro with "
+             "deadline_check=at-checkpoint and io_schedule_point=true (trio's two rules)",
+    oracle="bug shown when more than half of the small sends to a reading peer failed",
+    styles=("task",),
+    flips=(Flip("coro:io_schedule_point=true,deadline_check=at-checkpoint", True,
+                "every send is a checkpoint and a checkpoint checks the deadline (trio)"),
+           Flip("coro:io_schedule_point=true", False,
+                "every send is a checkpoint, but the deadline is delivered only when the "
+                "task blocks (deadline_check=when-blocked, the default)")),
+    show_on=("trio",)),
+    _run_zero, [Metric("failed_fraction", "lower", "sends failed")],
+    _presets({"trials": 20, "send_bytes": 100, "max_s": 5}),
+    {"task": _zero_task})

@@ -1,0 +1,149 @@
+"""Program plumbing shared by the zoo entries, one helper per port style.
+
+``_callback``, ``_stream`` and ``_task`` open a port of the cell's runtime, run one
+program on it bounded in time, and close it; the rest are small shared pieces.
+"""
+from __future__ import annotations
+
+import time
+
+KiB, MiB = 1024, 1024 * 1024
+SOCKBUF = 64 * KiB
+_CAP = 4096          # bound on every synchronous fill loop (a dead transport never fills)
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class _P:
+    """A callback-port protocol with hooks: remembers pause state and loss."""
+
+    def __init__(self):
+        self.transport = None
+        self.paused = False
+        self.lost = False
+        self.lost_at = None
+        self.eof = False
+        self.received = 0
+        self.on_resume = None
+        self.on_lost = None
+        self.on_eof = None
+        self.on_data = None
+        self.pauses = 0
+
+    def connection_made(self, t):
+        self.transport = t
+
+    def data_received(self, data):
+        self.received += len(data)
+        if self.on_data:
+            self.on_data(data)
+
+    def eof_received(self):
+        self.eof = True
+        if self.on_eof:
+            self.on_eof()
+        return True
+
+    def connection_lost(self, exc):
+        self.lost, self.lost_at = True, time.monotonic()
+        hook, self.on_lost = self.on_lost, None
+        if hook:
+            hook()
+
+    def pause_writing(self):
+        self.paused = True
+        self.pauses += 1
+
+    def resume_writing(self):
+        self.paused = False
+        hook, self.on_resume = self.on_resume, None
+        if hook:
+            hook()
+
+
+def _callback(job, addr, start, max_s):
+    """Connect a ``_P`` to ``addr`` and call ``start(port, transport, proto, out)``
+    in the loop; runs until ``port.stop()`` or ``max_s`` (then ``out["error"]``)."""
+    port = job.runtime.open()
+    out: dict = {}
+    try:
+        def setup(port):
+            def bound():
+                out["error"] = f"did not finish within {max_s} s"
+                port.stop()
+            port.call_later(max_s, bound)
+
+            def done(t, p, exc):
+                if exc is not None:
+                    out["error"] = f"connect failed: {exc!r}"
+                    port.stop()
+                    return
+                start(port, t, p, out)
+            port.connect(_P, addr[0], addr[1], done, sockbuf=SOCKBUF)
+        port.run(setup)
+    finally:
+        out["probe_peak_bytes"] = port.probe().get("peak_user_buffer_bytes")
+        port.close()
+    return out
+
+
+def _stream(job, main, max_s):
+    """Run ``main(port, out)`` on a stream port, bounded by ``max_s``."""
+    port = job.runtime.open()
+    out: dict = {}
+
+    async def outer(port):
+        try:
+            async with port.timeout(max_s):
+                await main(port, out)
+        except TimeoutError:
+            out.setdefault("error", f"did not finish within {max_s} s")
+    try:
+        port.run(outer)
+    finally:
+        out["probe_peak_bytes"] = port.probe().get("peak_user_buffer_bytes")
+        port.close()
+    return out
+
+
+def _task(job, main, max_s):
+    port = job.runtime.open()
+    out: dict = {}
+
+    async def outer(port):
+        async with port.move_on_after(max_s) as scope:
+            await main(port, out)
+        if scope.cancelled_caught:
+            out.setdefault("error", f"did not finish within {max_s} s")
+    try:
+        port.run(outer)
+    finally:
+        port.close()
+    return out
+
+
+async def _open(port, addr, sockbuf=SOCKBUF):
+    return await port.open_connection(addr[0], addr[1], sockbuf=sockbuf)
+
+
+async def _open_task(port, addr):
+    return await port.open_tcp_stream(addr[0], addr[1], sockbuf=SOCKBUF)
+
+
+def _by_style(cb=None, st=None, tk=None) -> dict:
+    return {k: v for k, v in (("callback", cb), ("stream", st), ("task", tk)) if v}
+
+
+def _notes(app: dict) -> list:
+    return [f"program: {app['error']}"] if app.get("error") else []
+
+
+def _presets(tiny: dict, quick: dict | None = None) -> dict:
+    return {"tiny": dict(tiny), "quick": dict(quick or tiny)}
+

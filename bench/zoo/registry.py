@@ -1,0 +1,125 @@
+"""What a zoo entry is, the table of entries, and the installed-version check.
+
+The entry modules (``bench.zoo.buffers``, ``.shutdown``, ``.drain``) declare their
+entries with ``_add``; ``bench.zoo`` registers them, in its fixed order, as scenarios.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+from dataclasses import dataclass, field
+
+from bench.scenario import Scenario, register
+
+VERDICT = {"bug_shown": "the measurements show the bug's symptom (see the entry's oracle)"}
+
+
+# ---------------------------------------------------------------------------
+# What an entry carries besides its scenario
+
+@dataclass(frozen=True)
+class Flip:
+    """A design option of one of our kernels that turns the mechanism on or off.
+    ``shows``: whether the bug is expected to show on the naive program with it."""
+    spec: str
+    shows: bool
+    meaning: str
+
+
+@dataclass
+class Entry:
+    id: str
+    title: str
+    link: str
+    mechanism: str                 # two sentences
+    reported: str                  # versions it was reported against
+    fixed_in: str                  # versions that fixed it (or "not a library bug: ...")
+    expected: str                  # what to expect where
+    oracle: str                    # what "bug shown" means, in measurements
+    styles: tuple
+    scenario: Scenario = None
+    aliases: tuple = ()
+    catalog: str = ""              # the scenario it relates to (S1..S8), if any
+    flips: tuple = ()
+    needs: str = ""                # an option our kernels lack to show an uninstalled version
+    framing: str = ""              # how the original (HTTP, TLS, ...) was reduced
+    affects: dict = field(default_factory=dict)   # library -> (first affected, first fixed|None)
+    show_on: tuple = ()            # runtimes where the tests expect naive=shown, fixed=not
+
+    def names(self) -> tuple:
+        return (self.id,) + tuple(self.aliases)
+
+
+ENTRIES: dict[str, Entry] = {}
+_ALIASES: dict[str, str] = {}
+_DECLARED: dict[str, tuple] = {}    # id -> (entry, run, metrics, presets, programs), not yet registered
+
+
+def _add(e: Entry, run, metrics, presets, programs_=None) -> Entry:
+    """Declare an entry; ``register_in_order`` makes it a scenario (the entry modules
+    are grouped by theme, the table keeps one order of its own)."""
+    _DECLARED[e.id] = (e, run, metrics, presets, programs_)
+    return e
+
+
+def register_in_order(order) -> None:
+    """Register every declared entry as a scenario, in ``order`` (which must name each
+    declared entry exactly once)."""
+    if sorted(order) != sorted(_DECLARED) or len(set(order)) != len(order):
+        raise RuntimeError(f"zoo order {list(order)} does not match the declared entries "
+                           f"{sorted(_DECLARED)}")
+    for eid in order:
+        e, run, metrics, presets, programs_ = _DECLARED.pop(eid)
+        e.scenario = register(Scenario(
+            id=e.id, title=e.title, run=run, summary=e.mechanism, variants=("naive", "fixed"),
+            presets=presets, programs=programs_ or {}, styles=e.styles, verdicts=VERDICT,
+            metrics=tuple(metrics)))
+        e.scenario.origin = "bench.zoo"
+        ENTRIES[e.id] = e
+        for name in e.names():
+            _ALIASES[name.lower()] = e.id
+
+
+def entry(name: str) -> Entry | None:
+    """The entry called ``name`` (its id or an alias, any case), or None."""
+    return ENTRIES.get(_ALIASES.get(name.strip().lower(), ""))
+
+
+# ---------------------------------------------------------------------------
+# Versions: what is installed, and whether it falls in an entry's affected range
+
+_DISTS = {"python": None, "uvloop": "uvloop", "trio": "trio", "curio": "curio"}
+LIB_OF = {"asyncio-protocol": "python", "asyncio-streams": "python", "uvloop-protocol": "uvloop",
+          "uvloop-streams": "uvloop", "trio": "trio", "curio": "curio"}
+
+
+def installed_versions() -> dict:
+    out = {"python": platform.python_version()}
+    for lib, dist in _DISTS.items():
+        if dist:
+            try:
+                out[lib] = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                out[lib] = None
+    return out
+
+
+def _vt(text: str) -> tuple:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def affected_note(e: Entry, versions: dict | None = None) -> list[str]:
+    """One line per library the entry names: installed version, range, verdict."""
+    versions = versions or installed_versions()
+    out = []
+    for lib, (first, fixed) in e.affects.items():
+        have = versions.get(lib)
+        rng = f"{first} up to {'before ' + fixed if fixed else 'today (not fixed)'}"
+        if have is None:
+            out.append(f"{lib}: not installed (affected: {rng})")
+            continue
+        inside = _vt(have) >= _vt(first) and (fixed is None or _vt(have) < _vt(fixed))
+        out.append(f"{lib} {have} installed: {'inside' if inside else 'outside'} the affected "
+                   f"range ({rng})")
+    return out
+
