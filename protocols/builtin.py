@@ -89,7 +89,7 @@ EDGE_FLIPS = {
 }
 
 # Options declared to touch no S4 metric, whatever their value.
-# The edge options that bring back one version's bug from the zoo (bench/zoo.py) act
+# The edge options that bring back one version's bug from the zoo (bench/zoo/) act
 # only after close(), on set_write_buffer_limits(), writelines(), a lost connection, a
 # second drainer or a server's shutdown: nothing the S4 program does.
 _NEUTRAL = frozenset({"exit", "trace", "instrument", "high_water", "low_water", "write", "drain",

@@ -1754,7 +1754,7 @@ def test_loop_takes_its_poller_waker_clock_and_sockets_from_the_io_seam():
 
 
 # ---------------------------------------------------------------------------- zoo options
-# Each option brings back one library version's edge (bench/zoo.py); both values are
+# Each option brings back one library version's edge (bench/zoo/); both values are
 # checked on the same program: the default is asyncio 3.11's behaviour.
 
 def _option_loop(**options):
