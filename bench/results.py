@@ -142,7 +142,7 @@ def environment() -> dict:
         "cpu_affinity_count": affinity,
         "libraries": {name: lib_version(name) for name in
                       ("looplab", "trio", "curio", "uvloop", "pytest-benchmark")},
-        # The allocator trap (BENCHMARKING.md): glibc's mmap threshold changed asyncio's
+        # The allocator trap (docs/benchmarking.md): glibc's mmap threshold changed asyncio's
         # ping-pong 3.3x, so every result says what the allocator was told.
         "allocator_env": {k: v for k, v in os.environ.items()
                           if k.startswith("MALLOC_") or k in ("PYTHONMALLOC", "LD_PRELOAD")},

@@ -62,7 +62,7 @@ _kept_buffers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 #: a copy out with ``view[:n].tobytes()``: two more objects and a copy per read,
 #: ~4 % of an echo round trip's instructions.) Stay below glibc's 128 KiB mmap
 #: threshold: asyncio's 256 KiB turns every recv into mmap + munmap (the
-#: allocator trap in BENCHMARKING.md).
+#: allocator trap in docs/benchmarking.md).
 _RECV_BYTES = 65536
 
 
