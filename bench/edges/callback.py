@@ -8,6 +8,7 @@ exception handler and the loop's logger.
 """
 from __future__ import annotations
 
+import abc
 import logging
 import socket
 import time
@@ -49,7 +50,7 @@ class Rec:
         self.events.append("resume")
 
 
-class CallbackSide:
+class CallbackSide(abc.ABC):
     """One callback-style runtime: a loop, a peer listener, and the two channels a
     loop reports through (its exception handler, and its logger). Subclasses say
     which loop it is and how an accepted socket is handed to it."""
@@ -69,8 +70,9 @@ class CallbackSide:
         self._logger.addHandler(self.log)
         self.listener = Listener()
 
+    @abc.abstractmethod
     def new_loop(self, options):
-        raise NotImplementedError
+        """A fresh event loop of this library, with the runtime's ``options``."""
 
     def adopt(self, sock, factory):
         """Give the loop an accepted socket (asyncio's call is a coroutine)."""

@@ -9,6 +9,7 @@ exception does not. What differs between the libraries lives in ``CoroSide``,
 """
 from __future__ import annotations
 
+import abc
 import logging
 import socket
 import time
@@ -16,7 +17,7 @@ import time
 from bench.edges.registry import MB, Listener, LogCatcher, probe, reset
 
 
-class TaskSide:
+class TaskSide(abc.ABC):
     """sleep/spawn/join/cancel/timeouts/Event/sockets and exception roles for one
     library. The defaults are the API ``kernels.coro`` shares with trio (``Stream``'s
     ``send_all``/``receive_some``, ``lib.run(fn, side)``); subclasses override what
@@ -33,13 +34,13 @@ class TaskSide:
         self.lib = self.load()
         self.roles = self.exception_roles(self.lib)
 
+    @abc.abstractmethod
     def load(self):
         """Import and return the library."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def exception_roles(self, lib) -> dict:
         """exception class -> its role (``"cancelled"``, ``"timeout"``...)."""
-        raise NotImplementedError
 
     def role(self, exc) -> str | None:
         if exc is None:

@@ -7,13 +7,14 @@ same names). The task, future and timeout probes of this style are in
 """
 from __future__ import annotations
 
+import abc
 import gc
 import socket
 
 from bench.edges.registry import MB, SOCKBUF, Listener, catch, drain, ename, probe, reset
 
 
-class StreamSide:
+class StreamSide(abc.ABC):
     """One stream-style runtime: runs ``probe(a)`` to completion on its library.
     Subclasses say which library and which loop."""
     style = "stream"
@@ -23,8 +24,9 @@ class StreamSide:
     def __init__(self, options=None):
         self.options = options or {}
 
+    @abc.abstractmethod
     def run(self, fn):
-        raise NotImplementedError
+        """Run the probe ``fn(a)`` to completion on this library; its observation."""
 
 
 class HybridSide(StreamSide):
