@@ -12,9 +12,10 @@ and, if so, builds what it needs from here, explicitly:
   ``_write_to_self``) swap the self-pipe for a ``SimWaker``; ``time()`` reads the
   virtual clock. Checked on CPython 3.11.
 * **trio** -- ``run_trio(io, ...)`` calls ``trio.run`` with ``clock=SimClock``, a
-  public ``trio.abc.Clock`` that runs the world whenever every task is blocked;
+  public ``trio.abc.Clock`` that runs the world whenever every task is blocked,
+  and sets trio's per-run socket factory and hostname resolver to the world's;
   ``trio_socket(sock)`` turns a socket into a trio socket, a ``SimTrioSocket``
-  (a ``trio.socket.SocketType``) when it is simulated.
+  (a ``trio.socket.SocketType``) when it is simulated. Public hooks only.
 * **curio** -- ``curio_kernel(io, ...)``: a ``curio.Kernel`` with
   ``selector=SimSelector``. curio's kernel reads ``time.monotonic`` and calls
   ``socket.socketpair()`` through its module's globals and takes neither as a
@@ -111,14 +112,30 @@ def _asyncio_loop_class():
 # trio
 
 def run_trio(io, main, *args, **kw):
-    """``trio.run(main, *args, clock=SimClock(io.world), **kw)``. The cell's
-    simulated SIGINT (``ports.sim_sigint()``) cancels ``main``, which then
-    returns None."""
+    """``trio.run(main, *args, clock=SimClock(io.world), **kw)``. Inside, trio's
+    own socket factory and hostname resolver (``trio.socket.socket()``,
+    ``trio.open_tcp_stream``, ``trio.open_tcp_listeners``) are the world's too:
+    both are per-run settings of trio. The cell's simulated SIGINT
+    (``ports.sim_sigint()``) cancels ``main``, which then returns None."""
     trio = _library("trio")
     clock = _trio_clock_class()(io.world)
     scopes = []
 
+    class Factory(trio.abc.SocketFactory):
+        def socket(self, family=_socket.AF_INET, type=_socket.SOCK_STREAM, proto=0):
+            return _trio_socket_class()(io.socket(family, type, proto))
+
+    class Resolver(trio.abc.HostnameResolver):
+        async def getaddrinfo(self, host, port, family=0, type=0, proto=0, flags=0):
+            await trio.lowlevel.checkpoint()
+            return io.getaddrinfo(host, port, family, type, proto, flags)
+
+        async def getnameinfo(self, sockaddr, flags):
+            raise OSError(errno.ENOSYS, "the simulated network has no names")
+
     async def cancellable():
+        trio.socket.set_custom_socket_factory(Factory())
+        trio.socket.set_custom_hostname_resolver(Resolver())
         with trio.CancelScope() as scope:
             scopes.append(scope)
             return await main(*args)
@@ -253,6 +270,13 @@ def _trio_socket_class():
 
         def is_readable(self):
             return bool(self._sock._events() & (simnet.READ | simnet._ERR))
+
+        async def bind(self, address):
+            await trio.lowlevel.checkpoint()
+            self._sock.bind(address)
+
+        def listen(self, backlog=128):
+            self._sock.listen(backlog)
 
         async def _wait(self, mask):
             clock = trio.lowlevel.current_clock()

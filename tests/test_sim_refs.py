@@ -110,6 +110,34 @@ def test_adapters_are_used_only_on_a_simulated_network():
         real.close()
 
 
+def test_trio_high_level_networking_runs_on_the_world():
+    """``trio.open_tcp_stream`` and ``trio.open_tcp_listeners`` make their sockets
+    through trio's per-run socket factory and resolver, which ``run_trio`` sets."""
+    trio = pytest.importorskip("trio")
+    from kernels.simnet import Sink, Source
+    world = World(0, log=False)
+    sink = Sink(world, rate_Bps=1_000_000, verify=False).listen(("127.0.0.1", 9001))
+    Source(world, rate_Bps=1_000_000, duration_s=1.0).connect(("127.0.0.1", 9002), at=0.5)
+
+    async def main():
+        out = await trio.open_tcp_stream("127.0.0.1", 9001)
+        await out.send_all(b"x" * 300_000)
+        await out.aclose()
+        (listener,) = await trio.open_tcp_listeners(9002, host="127.0.0.1")
+        conn = await listener.accept()
+        got = 0
+        while data := await conn.receive_some(65536):
+            got += len(data)
+        await conn.aclose()
+        await listener.aclose()
+        return got, trio.current_time()
+
+    got, now = simports.run_trio(world.io(), main)
+    assert sink.result()["received_bytes"] == 300_000
+    assert 0.9e6 <= got <= 1.1e6          # 1 s at 1 MB/s, in frames
+    assert now == world.now and 1.4 < now < 1.6
+
+
 # ---------------------------------------------------------------------------
 # Declared on the runtime
 
