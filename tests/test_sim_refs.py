@@ -216,6 +216,23 @@ def test_curio_runs_in_virtual_time_on_its_own_kernel():
     assert world.now == 7.0
 
 
+def test_a_curio_whose_kernel_differs_is_unavailable_on_the_world_with_the_reason(monkeypatch):
+    """SimKernel relies on Kernel._make_kernel_runtime reading time.monotonic and
+    socket.socketpair from its globals: a curio without that is refused, never
+    run on the real clock."""
+    class Kernel:
+        def _make_kernel_runtime(self):
+            return lambda coro: None
+    fake = type("curio", (), {"Kernel": Kernel, "__version__": "9.9"})
+    monkeypatch.setattr(simports, "_library", lambda name: fake)
+    simports._curio_kernel_class.cache_clear()
+    try:
+        with pytest.raises(Unavailable, match=r"curio 9.9: Kernel._make_kernel_runtime"):
+            simports.curio_kernel(World(0).io())
+    finally:
+        simports._curio_kernel_class.cache_clear()
+
+
 def test_curio_stops_when_its_peers_are_done():
     """A serving cell ends by the simulated SIGINT, as the real one ends by
     the orchestrator's: the pipelining client holds 0.8 s."""
