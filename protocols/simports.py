@@ -37,9 +37,9 @@ import importlib
 import math
 import os
 import socket as _socket
+import sys
 import types
 
-from kernels import simnet
 from protocols import ports
 from protocols.errors import Unavailable
 
@@ -50,6 +50,9 @@ __all__ = ["sim_io", "SimSelectorEventLoop", "SimClock", "SimTrioSocket", "run_t
 def sim_io():
     """The ambient IO object if it is a simulated network's, else None."""
     io = ports.current_io()
+    if io is None:
+        return None                   # the real network: kernels.simnet stays unimported
+    from kernels import simnet
     return io if isinstance(io, simnet.SimIO) else None
 
 
@@ -154,7 +157,8 @@ def run_trio(io, main, *args, **kw):
 def trio_socket(sock):
     """A trio socket for ``sock``: a ``SimTrioSocket`` if it is simulated,
     else ``trio.socket.from_stdlib_socket(sock)``."""
-    if isinstance(sock, simnet.SimSocket):
+    simnet = sys.modules.get("kernels.simnet")     # no simulated socket without it
+    if simnet is not None and isinstance(sock, simnet.SimSocket):
         return _trio_socket_class()(sock)
     return _library("trio").socket.from_stdlib_socket(sock)
 
@@ -162,6 +166,7 @@ def trio_socket(sock):
 @functools.cache
 def _trio_clock_class():
     trio = _library("trio")
+    from kernels import simnet
 
     class SimClock(trio.abc.Clock):
         """trio's clock on a world. trio calls ``deadline_to_sleep_time`` exactly
@@ -225,6 +230,7 @@ def _trio_clock_class():
 @functools.cache
 def _trio_socket_class():
     trio = _library("trio")
+    from kernels import simnet
 
     class SimTrioSocket(trio.socket.SocketType):
         """The part of ``trio.socket.SocketType`` that trio's ``SocketStream`` and
