@@ -285,9 +285,6 @@ class Runtime:
 
 
 def _on_simulated_network() -> bool:
-    from protocols import ports
-    if ports.current_io() is None:
-        return False
     from protocols import simports
     return simports.sim_io() is not None
 

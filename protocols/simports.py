@@ -43,8 +43,10 @@ import types
 from protocols import ports
 from protocols.errors import Unavailable
 
-__all__ = ["sim_io", "SimSelectorEventLoop", "SimClock", "SimTrioSocket", "run_trio",
-           "trio_socket", "SimKernel", "curio_kernel", "WakeSocket"]
+# Also public, built on first use because they subclass a library's classes:
+# SimSelectorEventLoop, SimClock, SimTrioSocket, SimKernel (left out of __all__
+# so that a star import does not import trio and curio).
+__all__ = ["sim_io", "run_trio", "trio_socket", "curio_kernel", "WakeSocket"]
 
 
 def sim_io():
