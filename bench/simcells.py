@@ -8,9 +8,11 @@ process and one deterministic sequence of events in a ``kernels.simnet.World``:
   app (``protocols.callback|stream|task``) or the scenario's program
   (``bench.programs``) -- on a port opened inside
   ``protocols.ports.using_io(world.io())``: our kernels poll, sleep and open
-  sockets through the simulated seam; asyncio's own selector loop runs over
-  ``SimSelector``; trio runs under a custom clock with simulated trio sockets
-  (uvloop and curio have no way onto the world: their cells are skipped);
+  sockets through the simulated seam; the reference libraries' ports build
+  what they need from ``protocols.simports`` (asyncio's own selector loop over
+  ``SimSelector``, trio with a clock and sockets of the world, curio with a
+  kernel on it). A runtime that declares it runs only on the real network
+  (uvloop) has its cells skipped with the reason (``sim_capable``);
 * the **peers** are in-world participants (``SimRole``, ``bench.simroles``) that take the very
   role specs ``bench.peers`` takes (sink, source, reader, pipeline_client,
   push_client, reset_peer) and report results in the same vocabulary, with
@@ -42,16 +44,13 @@ there too, above ``bench.scenarios`` (this module sits below it).
 from __future__ import annotations
 
 import copy
-import errno
-import math
-import os
 import socket as _socket
 import threading
 
 from bench.simroles import SimRole, make_role, simnet_bucket  # noqa: F401 -- re-exported
 from kernels import simnet
 
-__all__ = ["SimCell", "SimRole", "sim_capable", "SIM_REFERENCES", "NET_DEFAULTS", "new_world",
+__all__ = ["SimCell", "SimRole", "sim_capable", "NET_DEFAULTS", "new_world",
            "cell_world", "serve_app", "run_program", "universe", "UNIVERSE_MODEL", "make_role"]
 
 UNIVERSE_MODEL = "looplab.simcell"
@@ -67,16 +66,9 @@ _SERVER_GRACE_S = 10.0
 
 
 def sim_capable(runtime) -> str | None:
-    """None if ``runtime`` can run on the simulated network, else why not."""
-    if runtime.ours:
-        return None
-    install = _ON_SIM.get(runtime.id)     # the one table of reference runtimes that can
-    if install is not None:
-        install()
-        return None
-    return (f"{runtime.id} runs only on the real network: it has no port onto the "
-            "simulated network yet" + (" (uvloop polls real file descriptors in C)"
-                                       if "uvloop" in runtime.info.requires else ""))
+    """None if ``runtime`` can run on the simulated network, else why not: what
+    the runtime declares (``RuntimeInfo.real_network_only``)."""
+    return runtime.real_network_only()
 
 
 def new_world(seed=0, faults=None, **params) -> simnet.World:
@@ -124,279 +116,6 @@ class SimCell:
             if t is None or t > bound_at:
                 break
             world.run(until=t)
-
-
-# ---------------------------------------------------------------------------
-# asyncio on the simulated network
-
-_ASYNCIO_PATCHED = []
-
-
-def _asyncio_on_sim() -> None:
-    """Make ``asyncio.SelectorEventLoop`` a subclass that, in a thread inside
-    ``protocols.ports.using_io(sim io)``, polls ``SimSelector``, wakes through a
-    ``SimWaker`` and reads the virtual clock; anywhere else it is asyncio's
-    loop unchanged. The asyncio ports build their loops from that name, and
-    their client sockets come from ``ports.client_socket`` (the ambient IO), so
-    asyncio's real transports, flow control and streams run on the world.
-    Relies on three private CPython hooks (``_make_self_pipe``,
-    ``_close_self_pipe``, ``_write_to_self``), checked on 3.11."""
-    import asyncio
-    if _ASYNCIO_PATCHED:
-        return
-    from protocols import ports
-    base = asyncio.SelectorEventLoop
-
-    class SimSelectorEventLoop(base):
-        def __init__(self, selector=None):
-            io = ports.current_io()
-            self._sim_world = getattr(io, "world", None) if selector is None else None
-            if self._sim_world is not None:
-                selector = simnet.SimSelector(self._sim_world)
-            super().__init__(selector)
-
-        def _make_self_pipe(self):
-            if getattr(self, "_sim_world", None) is None:
-                return super()._make_self_pipe()
-            self._sim_waker = self._sim_world.io("app").waker()
-            self._ssock = self._csock = None
-            self._internal_fds += 1
-            self._add_reader(self._sim_waker.fileno(), self._sim_waker.drain)
-
-        def _close_self_pipe(self):
-            if getattr(self, "_sim_world", None) is None:
-                return super()._close_self_pipe()
-            self._remove_reader(self._sim_waker.fileno())
-            self._sim_waker.close()
-            self._internal_fds -= 1
-
-        def _write_to_self(self):
-            if getattr(self, "_sim_world", None) is None:
-                return super()._write_to_self()
-            self._sim_waker.wake()
-
-        def time(self):
-            world = getattr(self, "_sim_world", None)
-            return world.now if world is not None else super().time()
-
-    asyncio.SelectorEventLoop = SimSelectorEventLoop
-    _ASYNCIO_PATCHED.append(base)
-
-
-# ---------------------------------------------------------------------------
-# trio on the simulated network
-
-_TRIO_PATCHED = []
-
-
-def _trio_on_sim() -> None:
-    """Put trio on the world, as far as its public hooks go: a custom ``Clock``
-    whose ``deadline_to_sleep_time`` -- which trio calls exactly when every task
-    is blocked -- runs the world to the next event that readies a waiting task
-    (or to trio's next deadline) and says "don't sleep"; and trio sockets over
-    simulated ones (``SimTrioSocket``, a ``trio.socket.SocketType``), whose
-    waits park the task with the clock instead of in trio's epoll. The trio port
-    calls ``trio.run`` without a clock and ``trio.socket.from_stdlib_socket`` on
-    its sockets, so in a thread inside ``using_io(sim io)`` those two names pass
-    the clock in and wrap simulated sockets; anywhere else they are trio's own.
-    The simulated SIGINT cancels the main task's scope."""
-    import trio
-    if _TRIO_PATCHED:
-        return
-    from protocols import ports
-    real_run, real_from = trio.run, trio.socket.from_stdlib_socket
-
-    def run(async_fn, *args, **kw):
-        io = ports.current_io()
-        world = getattr(io, "world", None)
-        if world is None or "clock" in kw:
-            return real_run(async_fn, *args, **kw)
-        clock = _SimClock(world)
-        box = []
-
-        async def main():
-            with trio.CancelScope() as scope:
-                box.append(scope)
-                return await async_fn(*args)
-
-        def on_sigint():
-            if box:
-                box[0].cancel()
-                clock.kicked = True
-        ports.sim_sigint().append(on_sigint)
-        _TRIO_CLOCK.append(clock)
-        try:
-            return real_run(main, clock=clock, **kw)
-        finally:
-            _TRIO_CLOCK.remove(clock)
-            ports.sim_sigint().remove(on_sigint)
-
-    def from_stdlib_socket(sock):
-        if isinstance(sock, simnet.SimSocket):
-            return _sim_trio_socket_class()(sock)
-        return real_from(sock)
-
-    trio.run = run
-    trio.socket.from_stdlib_socket = from_stdlib_socket
-    _TRIO_PATCHED.append((real_run, real_from))
-
-
-_TRIO_CLOCK: list = []
-_SIM_TRIO_SOCKET = []
-
-
-class _SimClock:
-    """trio's clock on the world (duck-typed ``trio.abc.Clock``)."""
-
-    def __init__(self, world):
-        self.world = world
-        self.waiters: dict = {}       # task -> (SimSocket, mask)
-        self.idle = 0
-        self.kicked = False           # something outside the waiters woke a task
-
-    def start_clock(self):
-        pass
-
-    def current_time(self):
-        return self.world.now
-
-    def _ready(self):
-        import trio
-        woke = False
-        for task, (sock, mask) in list(self.waiters.items()):
-            ev = sock._events()
-            if ev & mask or ev & simnet._ERR or sock._app_closed:
-                del self.waiters[task]
-                trio.lowlevel.reschedule(task)
-                woke = True
-        return woke
-
-    def deadline_to_sleep_time(self, deadline):
-        world = self.world
-        while True:
-            world._run_due()
-            if self._ready() or self.kicked:
-                # a task is runnable again (a socket it waits on, or an event
-                # that cancelled it): let trio run it before time moves
-                self.kicked = False
-                self.idle = 0
-                return 0
-            t = world.next_time()
-            if not self.waiters and deadline == math.inf:
-                t = None             # nothing of trio's waits on the world: don't move it
-            if t is None or t > deadline:
-                if deadline == math.inf:
-                    # trio's own start-up and hand-offs block for a moment
-                    # with no deadline; only a long run of them is a deadlock
-                    self.idle += 1
-                    if self.idle > 10_000:
-                        raise simnet.SimDeadlock(f"simnet: trio is blocked at t={world.now:.6f}s "
-                                                 "with nothing scheduled")
-                    return 0
-                if deadline > world.now:
-                    world.now = deadline
-                    self.idle = 0
-                return 0
-            world.now = t
-
-
-def _sim_trio_socket_class():
-    """``SimTrioSocket``: the part of ``trio.socket.SocketType`` that trio's
-    ``SocketStream`` and ``SocketListener`` use, over a ``SimSocket``."""
-    if _SIM_TRIO_SOCKET:
-        return _SIM_TRIO_SOCKET[0]
-    import trio
-
-    class SimTrioSocket(trio.socket.SocketType):
-        def __init__(self, sock):
-            super().__init__()
-            self._sock = sock
-            sock.setblocking(False)
-            self._shut_wr = False
-
-        did_shutdown_SHUT_WR = property(lambda self: self._shut_wr)
-
-        family = property(lambda self: self._sock.family)
-        type = property(lambda self: self._sock.type)
-        proto = property(lambda self: self._sock.proto)
-
-        def fileno(self):
-            return self._sock.fileno()
-
-        def getsockname(self):
-            return self._sock.getsockname()
-
-        def getpeername(self):
-            return self._sock.getpeername()
-
-        def setsockopt(self, *a):
-            return self._sock.setsockopt(*a)
-
-        def getsockopt(self, level, option, *a):
-            if level == _socket.SOL_SOCKET and option == _socket.SO_ACCEPTCONN:
-                return int(self._sock._state == simnet._LISTENING)
-            return self._sock.getsockopt(level, option, *a)
-
-        def shutdown(self, how):
-            self._sock.shutdown(how)
-            if how in (_socket.SHUT_WR, _socket.SHUT_RDWR):
-                self._shut_wr = True
-
-        def close(self):
-            self._sock.close()
-
-        def is_readable(self):
-            return bool(self._sock._events() & (simnet.READ | simnet._ERR))
-
-        async def _wait(self, mask):
-            clock = _TRIO_CLOCK[-1]
-            task = trio.lowlevel.current_task()
-            clock.waiters[task] = (self._sock, mask)
-
-            def abort(_):
-                clock.waiters.pop(task, None)
-                clock.kicked = True
-                return trio.lowlevel.Abort.SUCCEEDED
-            await trio.lowlevel.wait_task_rescheduled(abort)
-
-        async def wait_writable(self):
-            await self._wait(simnet.WRITE)
-
-        async def _io(self, mask, fn, *args):
-            await trio.lowlevel.checkpoint_if_cancelled()
-            while True:
-                try:
-                    out = fn(*args)
-                except BlockingIOError:
-                    await self._wait(mask)
-                    continue
-                await trio.lowlevel.cancel_shielded_checkpoint()
-                return out
-
-        async def send(self, data, flags=0):
-            return await self._io(simnet.WRITE, self._sock.send, data)
-
-        async def recv(self, n=65536, flags=0):
-            return await self._io(simnet.READ, self._sock.recv, n)
-
-        async def recv_into(self, buf, n=0, flags=0):
-            return await self._io(simnet.READ, self._sock.recv_into, buf, n)
-
-        async def accept(self):
-            conn, addr = await self._io(simnet.READ, self._sock.accept)
-            return SimTrioSocket(conn), addr
-
-        async def connect(self, address):
-            await trio.lowlevel.checkpoint_if_cancelled()
-            err = self._sock.connect_ex(address)
-            if err == errno.EINPROGRESS:
-                await self._wait(simnet.WRITE)
-                err = self._sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
-            if err:
-                raise OSError(err, f"connect to {address}: {os.strerror(err)} (simulated)")
-
-    _SIM_TRIO_SOCKET.append(SimTrioSocket)
-    return SimTrioSocket
 
 
 # ---------------------------------------------------------------------------
@@ -550,10 +269,3 @@ def universe(cell, world: simnet.World) -> dict:
     return {"model": UNIVERSE_MODEL, "version": 1, "scenario": cell.scenario,
             "runtime": cell.runtime, "variant": cell.variant, "preset": cell.preset,
             "params": copy.deepcopy(cell.params), "net": world.universe()}
-
-
-#: Reference runtimes with a way onto the simulated network: asyncio's own selector
-#: event loop over ``SimSelector``, and trio with a clock and sockets of the world.
-_ON_SIM = {"asyncio-protocol": _asyncio_on_sim, "asyncio-streams": _asyncio_on_sim,
-           "trio": _trio_on_sim}
-SIM_REFERENCES = tuple(_ON_SIM)

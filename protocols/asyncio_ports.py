@@ -10,8 +10,10 @@ are left out, for benchmarks.
 """
 from __future__ import annotations
 
+import functools
 import weakref
 
+from protocols import simports
 from protocols.ports import (STREAM_NAMES, CallbackPortBase, StreamPortBase, client_socket,
                              main_until_signal)
 
@@ -117,11 +119,16 @@ class _Tracked:
 def _tracking_loop_factory(port, uv: bool):
     """A loop class whose close() first settles the transports asyncio would forget:
     their buffered bytes are what a process exit loses (S3), and their sockets must
-    not leak. Returns a zero-argument factory for asyncio.Runner."""
+    not leak. Returns a zero-argument factory for asyncio.Runner. Opened on a
+    simulated network, the loop is asyncio's selector loop over it
+    (``protocols.simports.SimSelectorEventLoop``)."""
     import asyncio
+    io = None if uv else simports.sim_io()     # uvloop never runs on it (Runtime.open refuses)
     if uv:
         import uvloop
         base = uvloop.Loop
+    elif io is not None:
+        base = simports.SimSelectorEventLoop
     else:
         base = asyncio.SelectorEventLoop
 
@@ -131,7 +138,7 @@ def _tracking_loop_factory(port, uv: bool):
         base.close(loop)
 
     cls = type("TrackingLoop", (base,), {"close": close})
-    return cls
+    return cls if io is None else functools.partial(cls, io)
 
 
 class _AsyncioMixin:
@@ -141,7 +148,7 @@ class _AsyncioMixin:
         self._instrument = opts.get("instrument", True)
         self._transports = weakref.WeakKeyDictionary()  # transport -> ConnStats | None
         self._uv = uv
-        self.loop_class = _tracking_loop_factory(self, uv)
+        self.loop_factory = _tracking_loop_factory(self, uv)
 
     def _settle_transports(self, loop):
         unsent, open_count, closing = 0, 0, 0
@@ -172,7 +179,7 @@ class AsyncioCallbackPort(_AsyncioMixin, CallbackPortBase):
     def __init__(self, runtime, opts, uv=False):
         super().__init__(runtime)
         self._init_tracking(opts, uv)
-        self.loop = self.loop_class()
+        self.loop = self.loop_factory()
 
     def _wrap(self, factory):
         wrapper = _MeasuredProtocol if self._instrument else _Tracked
@@ -264,7 +271,7 @@ class AsyncioStreamPort(_AsyncioMixin, StreamPortBase):
         for name in STREAM_NAMES:
             setattr(self, name, getattr(asyncio, name))
         self.timeout = asyncio.timeout
-        self.runner = asyncio.Runner(loop_factory=self.loop_class)
+        self.runner = asyncio.Runner(loop_factory=self.loop_factory)
         self._reader_peak = 0
 
     def _watch_reader(self, reader):

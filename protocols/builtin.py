@@ -133,6 +133,12 @@ _CURIO_DIFFERENCES = {
         "when the second send must wait"),
 }
 
+# The simulated network (kernels.simnet): our kernels reach it through the
+# I/O-and-time seam, asyncio, trio and curio through protocols.simports.
+SIM = dict(real_network_only=None)
+_UVLOOP_REAL_ONLY = dict(real_network_only="uvloop polls real file descriptors in C (libuv), "
+                                           "where no Python object can stand in for them")
+
 _P = "protocols.ports"
 _AIO = "protocols.asyncio_ports"
 _TC = "protocols.trio_curio_ports"
@@ -142,7 +148,7 @@ for _info in (
                 ours=True, requires=("kernels.callback",),
                 compared_with=("asyncio-protocol", "uvloop-protocol"),
                 fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, {}, _NEUTRAL),
-                summary="our reactor, Protocol/Transport"),
+                summary="our reactor, Protocol/Transport", **SIM),
     RuntimeInfo("hybrid", "stream", f"{_P}:HybridPort", kernels.hybrid.OPTIONS,
                 ours=True, requires=("kernels.hybrid",),
                 compared_with=("asyncio-streams", "uvloop-streams"),
@@ -152,7 +158,7 @@ for _info in (
                     "write=defer": {},
                     _WAIT_FOR_FLIP: {},                     # seen by EDGE_FLIPS instead
                 }, _NEUTRAL),
-                summary="our Futures/Tasks/streams on the reactor"),
+                summary="our Futures/Tasks/streams on the reactor", **SIM),
     RuntimeInfo("coro", "task", f"{_P}:CoroPort", kernels.coro.OPTIONS,
                 ours=True, requires=("kernels.coro",),
                 compared_with=("curio", "trio"),
@@ -165,30 +171,30 @@ for _info in (
                     "cancel_base=exception": {},            # seen by EDGE_FLIPS instead
                 }, _NEUTRAL),
                 differences=_RESET_IS_OS_ERROR,
-                summary="our trap kernel, send_all blocks"),
+                summary="our trap kernel, send_all blocks", **SIM),
     RuntimeInfo("asyncio-protocol", "callback", f"{_AIO}:AsyncioCallbackPort",
                 reference_options("asyncio-protocol"), requires=("asyncio",),
                 fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, **_REFERENCE),
-                summary="stdlib asyncio, Protocol/Transport"),
+                summary="stdlib asyncio, Protocol/Transport", **SIM),
     RuntimeInfo("asyncio-streams", "stream", f"{_AIO}:AsyncioStreamPort",
                 reference_options("asyncio-streams"), requires=("asyncio",),
                 fingerprint=Fingerprint(_ASYNCIO_STREAMS, **_REFERENCE),
-                summary="stdlib asyncio, StreamReader/StreamWriter"),
+                summary="stdlib asyncio, StreamReader/StreamWriter", **SIM),
     # uvloop is not in the published S4 table: its rows were measured here and agree with asyncio's.
     RuntimeInfo("uvloop-protocol", "callback", f"{_AIO}:UvloopCallbackPort",
                 reference_options("uvloop-protocol"), requires=("uvloop",),
                 fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, **_REFERENCE),
-                summary="uvloop, Protocol/Transport"),
+                summary="uvloop, Protocol/Transport", **_UVLOOP_REAL_ONLY),
     RuntimeInfo("uvloop-streams", "stream", f"{_AIO}:UvloopStreamPort",
                 reference_options("uvloop-streams"), requires=("uvloop",),
                 fingerprint=Fingerprint(_ASYNCIO_STREAMS, **_REFERENCE),
-                summary="uvloop, asyncio streams"),
+                summary="uvloop, asyncio streams", **_UVLOOP_REAL_ONLY),
     RuntimeInfo("curio", "task", f"{_TC}:CurioPort", reference_options("curio"),
                 requires=("curio",), fingerprint=Fingerprint(_CURIO, **_REFERENCE),
                 differences=_CURIO_DIFFERENCES,
-                summary="curio, recv/sendall through a thin Stream shim"),
+                summary="curio, recv/sendall through a thin Stream shim", **SIM),
     RuntimeInfo("trio", "task", f"{_TC}:TrioPort", reference_options("trio"),
                 requires=("trio",), fingerprint=Fingerprint(_TRIO, **_REFERENCE),
-                summary="trio, SocketStream"),
+                summary="trio, SocketStream", **SIM),
 ):
     register(_info)

@@ -33,7 +33,8 @@ __all__ = ["PortBase", "CallbackPortBase", "StreamPortBase", "TaskPortBase", "Ou
 # --- simulated-network hook (bench.simcells) ---------------------------------
 # Programs open their own ports (``runtime.open()``), so the IO object a
 # simulated cell runs on is ambient: every port of our kernels opened inside
-# ``using_io(io)`` hands ``io`` to its kernel. Real signals are left alone (a
+# ``using_io(io)`` hands ``io`` to its kernel, and the reference ports build
+# their loop, clock or kernel on it from ``protocols.simports``. Real signals are left alone (a
 # simulated waker has no fd a signal could write to); what a port would do on
 # SIGINT is kept per thread instead (``sim_sigint()``), for the cell to deliver.
 class _SimState(threading.local):

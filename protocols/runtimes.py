@@ -5,8 +5,9 @@ its id and port style, where its port class lives (``"package.module:Class"``,
 imported only when the runtime is opened or checked, so a missing library makes
 the runtime *unavailable with a reason*, never an import-time crash), its
 option schema, the reference libraries it is compared with (primary first), the
-modules it needs, its declared S4 fingerprint and its declared differences from
-its style's port contract. ``register(info)`` adds one; the nine built-in
+modules it needs, its declared S4 fingerprint, its declared differences from
+its style's port contract, and whether it can run on the simulated network
+(``real_network_only``: None, or why not). ``register(info)`` adds one; the nine built-in
 runtimes (``protocols.builtin``) are registered exactly that way.
 
 A *runtime spec* is ``ID[:OPT=VALUE,OPT=VALUE...]``, e.g. ``coro:ready_order=random-7``.
@@ -74,7 +75,9 @@ class RuntimeInfo:
     first. ``requires`` are modules that must import for the runtime to be
     available (checked before the port module itself). ``differences`` maps a
     conformance-suite key to a ``Difference`` (or an ``(outcome, reason)``
-    pair). ``origin`` is filled in by ``register`` when left empty."""
+    pair). ``origin`` is filled in by ``register`` when left empty.
+    ``real_network_only`` is None for a runtime whose port runs on the
+    simulated network, else the reason it cannot."""
     id: str
     style: str
     port: str
@@ -86,6 +89,12 @@ class RuntimeInfo:
     differences: Mapping[str, Difference] = field(default_factory=dict)
     summary: str = ""
     origin: str = ""
+    #: None when the port runs on the simulated network (``kernels.simnet``,
+    #: ``looplab run --net sim``) if opened inside ``protocols.ports.using_io``
+    #: with a simulated IO; otherwise why it runs only on the real network (one
+    #: line, shown when its simulated cells are skipped). A port has to be written
+    #: for it, so a runtime that does not say is real-network only.
+    real_network_only: str | None = "its port does not declare that it can run on the simulated network"
 
     @property
     def primary_reference(self) -> str | None:
@@ -129,6 +138,9 @@ def _check_info(info: RuntimeInfo) -> None:
         problems.append("options must be a kernels.options.Schema")
     if info.fingerprint is not None and not isinstance(info.fingerprint, Fingerprint):
         problems.append("fingerprint must be a protocols.fingerprint.Fingerprint or None")
+    if info.real_network_only is not None and not (isinstance(info.real_network_only, str)
+                                                   and info.real_network_only.strip()):
+        problems.append("real_network_only must be None or the reason, as text")
     if problems:
         raise UsageError(f"cannot register runtime {info.id!r}: " + "; ".join(problems))
 
@@ -250,11 +262,19 @@ class Runtime:
     def available(self) -> bool:
         return self.unavailable_reason() is None
 
+    def real_network_only(self) -> str | None:
+        """None if this runtime can run on the simulated network, else one line:
+        "ID runs only on the real network: REASON"."""
+        why = self.info.real_network_only
+        return None if why is None else f"{self.id} runs only on the real network: {why}"
+
     def open(self, **overrides):
         """A fresh port (a new loop or kernel). The caller must ``close()`` it."""
         reason = self.unavailable_reason()
         if reason:
             raise Unavailable(f"runtime {self.id} is unavailable: {reason}")
+        if self.info.real_network_only is not None and _on_simulated_network():
+            raise Unavailable(self.real_network_only())
         opts = dict(self.options)
         if overrides:
             try:
@@ -262,6 +282,11 @@ class Runtime:
             except OptionError as exc:
                 raise _usage_from(self.info, exc) from None
         return _port_class(self.info)(self, opts)
+
+
+def _on_simulated_network() -> bool:
+    from protocols import simports
+    return simports.sim_io() is not None
 
 
 def _usage_from(info: RuntimeInfo, exc: OptionError) -> UsageError:

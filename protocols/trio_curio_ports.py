@@ -4,6 +4,8 @@ trio's ``Instrument`` and curio's ``Activation`` count task steps and spawns; a
 stream wrapper counts bytes. curio has no Stream type, so ``_CurioStream`` gives
 its sockets trio's ``receive_some``/``send_all``/``send_eof``/``aclose`` shape.
 What these libraries cannot show (no transport, so no pause_writing) is ``None``.
+Opened on a simulated network (``protocols.simports``), trio runs with a clock
+and sockets of that network and curio with a kernel on it.
 """
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import signal
 import socket
 import threading
 
-from protocols.ports import Delegating, TaskPortBase, client_socket
+from protocols import simports
+from protocols.ports import Delegating, TaskPortBase, client_socket, sim_sigint
 
 __all__ = ["TrioPort", "CurioPort"]
 
@@ -69,6 +72,7 @@ class TrioPort(TaskPortBase):
         super().__init__(runtime)
         import trio
         self._trio = trio
+        self._sim = simports.sim_io()
         self._instrument = opts.get("instrument", True)
         self.sleep = trio.sleep
         self.Event = trio.Event
@@ -97,6 +101,8 @@ class TrioPort(TaskPortBase):
 
     def run(self, main, *args):
         self.stats.exit_report.update(policy="wait", tasks_left_count=0)
+        if self._sim is not None:
+            return simports.run_trio(self._sim, main, self, *args, instruments=self._instruments)
         return self._trio.run(main, self, *args, instruments=self._instruments)
 
     def _wrap(self, stream):
@@ -104,7 +110,7 @@ class TrioPort(TaskPortBase):
 
     async def open_tcp_stream(self, host, port, sockbuf=None):
         trio = self._trio
-        sock = trio.socket.from_stdlib_socket(client_socket(sockbuf))
+        sock = simports.trio_socket(client_socket(sockbuf))
         try:
             await sock.connect((host, port))
         except BaseException:
@@ -114,7 +120,7 @@ class TrioPort(TaskPortBase):
 
     def listen(self, sock):
         sock.setblocking(False)
-        listener = self._trio.SocketListener(self._trio.socket.from_stdlib_socket(sock))
+        listener = self._trio.SocketListener(simports.trio_socket(sock))
         return _TrioListener(listener, self)
 
     def open_nursery(self):
@@ -203,7 +209,10 @@ class CurioPort(TaskPortBase):
             def running(self, task):
                 stats.task_switches += 1
 
-        self.kernel = curio.Kernel(activations=[Counter()] if self._instrument else [])
+        activations = [Counter()] if self._instrument else []
+        self._sim = simports.sim_io()
+        self.kernel = (curio.Kernel(activations=activations) if self._sim is None
+                       else simports.curio_kernel(self._sim, activations=activations))
 
     def move_on_after(self, seconds):
         return _CurioMove(self._curio.ignore_after(seconds))
@@ -215,36 +224,51 @@ class CurioPort(TaskPortBase):
         """curio lets a KeyboardInterrupt land in the middle of a task step, which
         breaks its kernel. So during the run SIGINT/SIGTERM only write to a wake-up
         socket (``signal.set_wakeup_fd``); a watcher task reads it and ends ``main``
-        by cancellation, and KeyboardInterrupt is raised once the kernel is done."""
-        curio = self._curio
+        by cancellation, and KeyboardInterrupt is raised once the kernel is done.
+        On a simulated network the cell's simulated SIGINT wakes the watcher."""
         self.stats.exit_report.update(policy="cancel")
+        if self._sim is not None:
+            wake = simports.WakeSocket(self._sim.waker())
+            on_sigint = lambda: wake.send(b"\0")  # noqa: E731
+            sim_sigint().append(on_sigint)
+            try:
+                return self._run_until_woken(main, args, wake)
+            finally:
+                sim_sigint().remove(on_sigint)
+                wake.close()
         if threading.current_thread() is not threading.main_thread():
             return self.kernel.run(main, self, *args)     # signals reach only the main thread
-        outcome = {}
         rsock, wsock = socket.socketpair()
         rsock.setblocking(False)
         wsock.setblocking(False)
-
-        async def guarded():
-            async with curio.TaskGroup(wait=any) as g:
-                task = await g.spawn(main, self, *args)
-                watcher = await g.spawn(curio.io.Socket(rsock).recv, 1)
-            if watcher.terminated and not watcher.cancelled:
-                outcome["interrupted"] = True
-            else:
-                outcome["task"] = task
-
         ignore = lambda *a: None  # noqa: E731
         old = [signal.signal(signal.SIGINT, ignore), signal.signal(signal.SIGTERM, ignore)]
         old_fd = signal.set_wakeup_fd(wsock.fileno())
         try:
-            self.kernel.run(guarded)
+            return self._run_until_woken(main, args, rsock)
         finally:
             signal.set_wakeup_fd(old_fd)
             signal.signal(signal.SIGINT, old[0])
             signal.signal(signal.SIGTERM, old[1])
             rsock.close()
             wsock.close()
+
+    def _run_until_woken(self, main, args, wake):
+        """Run ``main(self, *args)``; a byte on ``wake`` cancels it and raises
+        KeyboardInterrupt once the kernel is done."""
+        curio = self._curio
+        outcome = {}
+
+        async def guarded():
+            async with curio.TaskGroup(wait=any) as g:
+                task = await g.spawn(main, self, *args)
+                watcher = await g.spawn(curio.io.Socket(wake).recv, 1)
+            if watcher.terminated and not watcher.cancelled:
+                outcome["interrupted"] = True
+            else:
+                outcome["task"] = task
+
+        self.kernel.run(guarded)
         if "interrupted" in outcome:
             raise KeyboardInterrupt
         return outcome["task"].result
