@@ -158,14 +158,17 @@ def test_run_net_sim_twice_gives_byte_identical_results_apart_from_wall_clock(tm
 
 
 def test_run_net_both_puts_real_and_sim_side_by_side_and_skips_runtimes_without_a_sim_port(tmp_path):
+    pytest.importorskip("uvloop")
     from bench.scenarios import plan
     import argparse
     args = argparse.Namespace(net="both", seeds=None, replay=None)
-    cells = simruns.cells_for(args, plan("S3", "callback,curio", "naive", "tiny"))
+    cells = simruns.cells_for(args, plan("S3", "callback,uvloop-protocol", "naive", "tiny"))
     assert [c.id for c in cells] == ["S3/callback/naive/tiny", "S3/callback/naive/tiny/sim",
-                                     "S3/curio/naive/tiny", "S3/curio/naive/tiny/sim"]
+                                     "S3/uvloop-protocol/naive/tiny",
+                                     "S3/uvloop-protocol/naive/tiny/sim"]
     skipped = scenarios.run_cell(cells[3])
     assert skipped.get("skipped"), skipped
+    assert "real network" in str(skipped.get("skipped")), skipped
 
 
 def test_bad_net_options_are_one_line_usage_errors(tmp_path, capsys):
