@@ -23,6 +23,7 @@ import pytest
 from test_html import CHROMIUM, _png_summary, _run_browser, check_page, grid_of
 
 from bench import html as report_html
+from bench import peers
 from bench import report
 from bench import scenario as scmod
 from bench import scenarios, simcells
@@ -119,6 +120,27 @@ def test_a_real_only_entry_is_a_skipped_cell_under_repro_and_a_note_under_run(ei
     # numbers are not part of the universe there
     r = scenarios.run_cell(sim_cell(eid, "callback", "fixed"))
     assert not r["errors"] and any("not part of its universe" in n for n in r["notes"]), r["notes"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("spec", ["coro", "trio"])
+def test_the_echo_client_role_plays_in_the_world(spec):
+    """bench.peers' last role without an in-world twin: it sends a pattern, checks
+    the echo byte for byte, half-closes and waits for the server's EOF."""
+    rt = rtmod.parse(spec)
+    assert simcells.sim_capable(rt) is None          # (and puts trio on the world, as run_cell does)
+    sc = scmod.Scenario(id="echo-check", title="echo", summary="echo", run=None, verdicts={},
+                        presets={"tiny": {}})
+    ctx = scmod.CellContext(sc, rt, "naive", "tiny", {})
+    ctx.sim = simcells.SimCell(simcells.new_world(7))
+    total = 700_001                        # not a multiple of the chunk, nor of the pattern
+    app, roles = simcells.serve_app(ctx, "echo", params={"sockbuf": 65536}, bound=20,
+                                    peers=[peers.echo_client(connect=scmod.APP, total_bytes=total,
+                                                             chunk_bytes=10_000, max_s=10)])
+    c = roles["client"]
+    assert c["ok"] is True and c["mismatch_at"] is None, c
+    assert c["sent_bytes"] == c["received_bytes"] == total and c["ended"] == "eof"
+    assert ctx.sim.world.now < 10          # it ended by the server's EOF, not by its bound
 
 
 # ---------------------------------------------------------------------------
