@@ -32,6 +32,8 @@ from protocols import runtimes as rtmod
 ZOO_MODULE = "bench.zoo"
 PRESETS = ("tiny", "quick")
 OURS = ("callback", "hybrid", "coro")
+BOTH_NOTE = ("Each cell reads *real / sim*: the naive program's verdict on real sockets, then on "
+             "the simulated network (`--net both`); *skipped* where it cannot run there.")
 COLUMNS = ("callback", "asyncio-protocol", "uvloop-protocol", "hybrid", "asyncio-streams",
            "uvloop-streams", "coro", "curio", "trio")
 
@@ -346,7 +348,8 @@ def cmd_repro(args) -> int:
     if out_dir:
         paths = report.write_report(doc, out_dir)
         table_md = zoo_table(zoo, summaries, markdown=True)
-        zoo_md = "# Bug zoo\n\n" + table_md + "\n\n" + "\n".join(
+        both = any(sm["net"] == "both" for sm in summaries)
+        zoo_md = "# Bug zoo\n\n" + (BOTH_NOTE + "\n\n" if both else "") + table_md + "\n\n" + "\n".join(
             f"- **{s['id']}**: {verdict_line(s)}" for s in summaries) + "\n"
         resmod.write_text(os.path.join(out_dir, "zoo.md"), zoo_md)
         with open(paths["md"]) as f:
