@@ -25,6 +25,7 @@ from test_html import CHROMIUM, _png_summary, _run_browser, check_page, grid_of
 from bench import html as report_html
 from bench import peers
 from bench import report
+from bench import results as resmod
 from bench import scenario as scmod
 from bench import scenarios, simcells
 from bench.cli import main as looplab
@@ -160,6 +161,7 @@ def test_repro_net_both_puts_real_and_sim_side_by_side_with_equal_verdicts(tmp_p
                                      ["coro", "sim"], ["uvloop-protocol", "real"], ["uvloop-protocol", "sim"]]
     assert rows[-1][2:4] == ["skipped", "skipped"]
     doc = json.loads(js.read_text())
+    assert resmod.validate(doc) == []
     [bug] = doc["zoo"]["bugs"]
     assert bug["net"] == "both"
     assert bug["sim"] == {"compared": ["callback", "coro"], "differ_on": [], "skipped_on": ["uvloop-protocol"]}
