@@ -391,7 +391,9 @@ def add_parser(sub) -> None:
         description="Run a bug zoo entry: its naive and fixed programs on every available "
                     "runtime of its styles and on the option flips of our kernels that turn the "
                     "mechanism on or off, judged from measurements. --list lists the bugs; --all "
-                    "runs them all into a report folder with the zoo table. Exit 0 ok (whether "
+                    "runs them all into a report folder with the zoo table. --net sim|both runs "
+                    "the cells on the simulated network too, --seeds explores its universes. "
+                    "Exit 0 ok (whether "
                     "or not a bug showed), 1 a cell failed, 2 usage, 130 interrupted.")
     p.add_argument("bug", nargs="?", help="an entry id or alias, e.g. uvloop-631, aiohttp-1367, C6")
     p.add_argument("--list", action="store_true", help="list the bugs")
