@@ -29,9 +29,10 @@ import os
 
 from bench.htmlbench import BenchmarkSections
 from bench.htmldoc import (BENCH_KINDS, DASH, MID, NO, STAR, STATUSES, YES, Anchors, Runtimes,
-                           cell_status, cell_series, e, fmt_value, html_table, is_number,
-                           machine_rows, metric_label, rt_label, scenario_info, scenario_order,
-                           series_metric, variant_index, verdict_text, worst_status)
+                           cell_net, cell_status, cell_series, e, fmt_value, html_table, is_number,
+                           machine_rows, metric_label, net_rank, rt_label, scenario_info,
+                           scenario_order, series_metric, sim_note, variant_index, verdict_text,
+                           worst_status)
 from bench.results import write_text
 from bench.svg import OURS_COLOUR, PALETTE, bar_chart, line_chart
 from bench.tables import fmt
@@ -63,10 +64,23 @@ class _Page(BenchmarkSections):
         self._fingerprint = self._find_fingerprint()
 
     def by_key(self):
+        """(runtime, scenario, variant, net) -> cells; net is None unless the run chose
+        one (``--net``), so ``--net both`` keeps a runtime's real and sim cells apart."""
         out = {}
         for c in self.scen:
-            out.setdefault((c.get("runtime", "?"), c.get("scenario", "?"), c.get("variant", "?")), []).append(c)
+            out.setdefault((c.get("runtime", "?"), c.get("scenario", "?"), c.get("variant", "?"),
+                            cell_net(c)), []).append(c)
         return out
+
+    def nets(self) -> list:
+        """The networks in this document, real first ([None] without ``--net``)."""
+        return sorted({cell_net(c) for c in self.scen}, key=lambda n: net_rank({"params": {"net": n}}))
+
+    def label(self, cell) -> str:
+        """A cell's runtime as the page names it: with its network under ``--net``."""
+        net = cell_net(cell)
+        return rt_label(self.rts, cell.get("runtime", "?")) + (
+            f' <small class="net">{e(net)}</small>' if net else "")
 
     # -- the verdict grid --------------------------------------------------
     def grid(self) -> str:
@@ -76,6 +90,7 @@ class _Page(BenchmarkSections):
         columns = [(sid, v) for sid in self.sids for v in self.info[sid]["variants"]
                    if any(k[1] == sid and k[2] == v for k in keyed)]
         specs = self.rts.ordered(c.get("runtime", "?") for c in self.scen)
+        nets = self.nets()
         head1 = ['<th rowspan="2" class="corner">runtime \\ scenario</th>']
         for sid in self.sids:
             n = sum(1 for s, _ in columns if s == sid)
@@ -90,11 +105,15 @@ class _Page(BenchmarkSections):
             if info["style"] != style:
                 style = info["style"]
                 rows.append(f'<tr class="style"><th colspan="{ncol + 1}">{e(style)} style</th></tr>')
-            tds = []
-            for i, (sid, v) in enumerate(columns):
-                tds.append(self.grid_cell(spec, sid, v, keyed.get((spec, sid, v), []), i >= ncol * 0.6))
-            cls = ' class="ours"' if info["ours"] else ""
-            rows.append(f'<tr{cls}><th class="rt">{rt_label(self.rts, spec)}</th>{"".join(tds)}</tr>')
+            # one row per network the runtime ran on: real and sim side by side
+            for net in [n for n in nets if any(k[0] == spec and k[3] == n for k in keyed)]:
+                tds = []
+                for i, (sid, v) in enumerate(columns):
+                    tds.append(self.grid_cell(spec, sid, v, keyed.get((spec, sid, v, net), []),
+                                              i >= ncol * 0.6, net))
+                cls = ' class="ours"' if info["ours"] else ""
+                tag = f' <small class="net">{e(net)}</small>' if net else ""
+                rows.append(f'<tr{cls}><th class="rt">{rt_label(self.rts, spec)}{tag}</th>{"".join(tds)}</tr>')
         legend = " ".join(
             f'<span class="key"><span class="sw v-{k}">{STATUSES[k][1]}</span> {e(STATUSES[k][0])}</span>'
             for k in STATUSES)
@@ -103,15 +122,20 @@ class _Page(BenchmarkSections):
                 + f'</tbody></table></div><p class="legend">{legend}</p><p class="legend">{STAR} our kernel, '
                 "listed first in its style with the libraries it imitates below it. Each cell shows the "
                 "scenario's first metric; hover it for the others, click it for its row in the "
-                "scenario's table.</p>")
+                "scenario's table.</p>" + self.net_note())
 
-    def grid_cell(self, spec, sid, variant, cells, flip) -> str:
+    def net_note(self) -> str:
+        note = sim_note(self.scen)
+        return f'<p class="legend simnote" id="simnet">{e(note)}</p>' if note else ""
+
+    def grid_cell(self, spec, sid, variant, cells, flip, net=None) -> str:
         info = self.info[sid]
+        key = f"{e(spec)}|{e(sid)}|{e(variant)}" + (f"|{e(net)}" if net else "")
         if not cells:
             styles = info.get("styles") or []
             why = (f"{sid} runs on the {', '.join(styles)} style only" if styles
                    and self.rts[spec]["style"] not in styles else "not in this run")
-            return (f'<td class="v-na" data-status="na" data-key="{e(spec)}|{e(sid)}|{e(variant)}" '
+            return (f'<td class="v-na" data-status="na" data-key="{key}" '
                     f'title="not applicable: {e(why)}"></td>')
         status = worst_status(cell_status(c) for c in cells)
         main = cells[0]
@@ -119,7 +143,8 @@ class _Page(BenchmarkSections):
         text = STATUSES[status][1]
         if head and status in ("pass", "fail", "measured") and sid != self.fingerprint_sid():
             text += " " + e(fmt_value(head, main["metrics"][head]))
-        tip = [f'<b>{e(spec)}</b> \u00b7 {e(sid)} {e(variant)}<br><i>{e(STATUSES[status][0])}</i>']
+        tip = [f'<b>{e(spec)}</b> \u00b7 {e(sid)} {e(variant)}{(MID + e(net)) if net else ""}'
+               f'<br><i>{e(STATUSES[status][0])}</i>']
         for c in cells:
             if len(cells) > 1:
                 tip.append(f'<div class="muted">{e(str(c.get("id")))}</div>')
@@ -133,7 +158,7 @@ class _Page(BenchmarkSections):
         ids = " ".join(str(c.get("id")) for c in cells)
         anchor = self.anchors.get(str(main.get("id")), "c")
         return (f'<td class="v-{status}{" flip" if flip else ""}" data-status="{status}" '
-                f'data-key="{e(spec)}|{e(sid)}|{e(variant)}" data-cells="{e(ids)}">'
+                f'data-key="{key}" data-cells="{e(ids)}">'
                 f'<a href="#{anchor}">{text}</a><div class="tip">{"".join(tip)}</div></td>')
 
     # -- the three questions -----------------------------------------------
@@ -177,11 +202,11 @@ class _Page(BenchmarkSections):
                     continue
                 order = {s: i for i, s in enumerate(self.rts.ordered(c["runtime"] for c in failing + holding))}
                 bad_rts.update(c["runtime"] for c in failing)
-                fails = ", ".join(rt_label(self.rts, c["runtime"]) + (
+                fails = ", ".join(self.label(c) + (
                     f' <span class="muted">{e(witness(c, kind))}</span>' if witness(c, kind) else "")
-                    for c in sorted(failing, key=lambda c: order[c["runtime"]]))
-                holds = ", ".join(rt_label(self.rts, c["runtime"])
-                                  for c in sorted(holding, key=lambda c: order[c["runtime"]])) or "none"
+                    for c in sorted(failing, key=lambda c: (order[c["runtime"]], net_rank(c))))
+                holds = ", ".join(self.label(c) for c in sorted(
+                    holding, key=lambda c: (order[c["runtime"]], net_rank(c)))) or "none"
                 rows.append([link, fails, holds])
             never = [s for s in self.rts.ordered(seen) if s not in bad_rts]
             out = ("<p>" + (f"{NO} somewhere: " + ", ".join(rt_label(self.rts, s) for s in self.rts.ordered(bad_rts))
@@ -249,7 +274,8 @@ class _Page(BenchmarkSections):
         cells = [c for c in self.scen if c.get("scenario") == sid]
         order = {s: i for i, s in enumerate(self.rts.ordered(c.get("runtime", "?") for c in cells))}
         vorder = {v: i for i, v in enumerate(info["variants"])}
-        cells.sort(key=lambda c: (order[c.get("runtime", "?")], vorder.get(c.get("variant"), 99), str(c.get("id"))))
+        cells.sort(key=lambda c: (order[c.get("runtime", "?")], vorder.get(c.get("variant"), 99), net_rank(c),
+                                  str(c.get("id"))))
         anchor = self.anchors.get(sid, "s")
         out = [f'<section class="scenario"><h2 id="{anchor}">{e(sid)} \u2014 {e(info["title"])}</h2>']
         if info["summary"]:
@@ -265,7 +291,8 @@ class _Page(BenchmarkSections):
         if pngs:
             out.append('<p class="muted">Also as image: ' + ", ".join(
                 f'<a href="{e(self.rel(p))}">{e(os.path.basename(str(p)))}</a>' for _, p in pngs) + "</p>")
-        notes = sorted({f"{c.get('runtime')} {c.get('variant')}: {n}" for c in cells for n in c.get("notes") or []})
+        notes = sorted({f"{c.get('runtime')} {c.get('variant')}{' ' + cell_net(c) if cell_net(c) else ''}: {n}"
+                        for c in cells for n in c.get("notes") or []})
         if notes:
             out.append(f'<details><summary>{len(notes)} notes</summary><ul>'
                        + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul></details>")
@@ -284,13 +311,16 @@ class _Page(BenchmarkSections):
         variants = [v for v in info["variants"] if any(c.get("variant") == v for c in cells)]
         colours = {v: PALETTE[i % len(PALETTE)] for i, v in enumerate(variants)}
         charts = []
+        nets = sorted({cell_net(c) for c in cells}, key=lambda n: net_rank({"params": {"net": n}}))
         for m in numeric:
             rows = []
             for spec in self.rts.ordered(c.get("runtime", "?") for c in cells):
-                vals = {c.get("variant"): c["metrics"][m] for c in cells if c.get("runtime") == spec
-                        and isinstance((c.get("metrics") or {}).get(m), (int, float))
-                        and not isinstance(c["metrics"][m], bool)}
-                rows.append((spec, self.rts[spec]["ours"], vals))
+                for net in nets:
+                    vals = {c.get("variant"): c["metrics"][m] for c in cells if c.get("runtime") == spec
+                            and cell_net(c) == net and isinstance((c.get("metrics") or {}).get(m), (int, float))
+                            and not isinstance(c["metrics"][m], bool)}
+                    if vals or len(nets) == 1:
+                        rows.append((f"{spec} {net}" if net else spec, self.rts[spec]["ours"], vals))
             charts.append(bar_chart(f"{sid}: {metric_label(info, m)}", m, rows, variants, colours))
         return "".join(charts)
 
@@ -315,14 +345,15 @@ class _Page(BenchmarkSections):
                 lines = []
                 for s in specs:
                     for c in sorted((c for c in cells if c.get("runtime") == s),
-                                    key=lambda c: variant_index(variants, c.get("variant"))):
+                                    key=lambda c: (variant_index(variants, c.get("variant")), net_rank(c))):
                         pts = cell_series(c).get(name)
                         if not pts:
                             continue
                         v = c.get("variant", "?")
-                        lines.append((f"{s} {v}", f"{STAR if self.rts[s]['ours'] else ''}{s} {v}", colour[s],
+                        vn = f"{v} {cell_net(c)}" if cell_net(c) else v
+                        lines.append((f"{s} {vn}", f"{STAR if self.rts[s]['ours'] else ''}{s} {vn}", colour[s],
                                       variants.index(v) > 0 if v in variants else True, self.rts[s]["ours"], pts))
-                        summary.setdefault((s, v), {})[name] = (
+                        summary.setdefault((s, vn), {})[name] = (
                             fmt_value(metric, max(p[1] for p in pts)), fmt_value(metric, pts[-1][1]))
                 if lines:
                     row.append(line_chart(f"{sid} {style} style: {name.replace('_', ' ')}", metric, lines,
@@ -338,7 +369,8 @@ class _Page(BenchmarkSections):
         order = {sp: i for i, sp in enumerate(self.rts.ordered(c.get("runtime", "?") for c in cells))}
         rows = [[rt_label(self.rts, sp), e(v)]
                 + [e(summary[(sp, v)].get(n, ("-", "-"))[k]) for n in names for k in (0, 1)]
-                for sp, v in sorted(summary, key=lambda sv: (order[sv[0]], variant_index(variants, sv[1])))]
+                for sp, v in sorted(summary, key=lambda sv: (order[sv[0]], variant_index(variants, sv[1].split()[0]),
+                                                             sv[1]))]
         header = ["runtime", "variant"] + [f"{e(n.replace('_', ' '))}: {k}"
                                            for n in names for k in ("peak", "at the end")]
         table = html_table(header, rows, caption="the plotted series in numbers")
@@ -354,8 +386,11 @@ class _Page(BenchmarkSections):
                         for c in cells if c.get("metrics")]
                 mode[m] = max(sorted(set(vals)), key=vals.count) if vals else None
         rows, attrs = [], []
+        with_net = any(cell_net(c) for c in cells)
         for c in cells:
             row = [rt_label(self.rts, c.get("runtime", "?")), e(str(c.get("variant", "?")))]
+            if with_net:
+                row.append(e(cell_net(c) or "real"))
             for m in cols:
                 v = (c.get("metrics") or {}).get(m)
                 # a fingerprint fact a style cannot have (no tasks on the callback port) is n/a, not 0
@@ -367,15 +402,18 @@ class _Page(BenchmarkSections):
             rows.append(row)
             cls = "ours" if self.rts[c.get("runtime", "?")]["ours"] else ""
             attrs.append(f' id="{self.anchors.get(str(c.get("id")), "c")}"' + (f' class="{cls}"' if cls else ""))
-        header = ["runtime", "variant"] + [e(metric_label(info, m)) for m in cols] + ["verdicts"]
+        header = ["runtime", "variant"] + (["net"] if with_net else []) + [e(metric_label(info, m)) for m in cols] \
+            + ["verdicts"]
         cap = "\u2605 our kernel; highlighted values differ from most runtimes" if fingerprint else "\u2605 our kernel"
         out = html_table(header, rows, row_attrs=attrs, caption=cap)
         extra = [m for m in info["all_metrics"] if m not in cols]
         if extra:
             more = [[rt_label(self.rts, c.get("runtime", "?")), e(str(c.get("variant")))]
+                    + ([e(cell_net(c) or "real")] if with_net else [])
                     + [e(fmt_value(m, (c.get("metrics") or {}).get(m))) for m in extra] for c in cells]
             out += ('<details><summary>every metric</summary>'
-                    + html_table(["runtime", "variant"] + [e(m) for m in extra], more, cls="more") + "</details>")
+                    + html_table(["runtime", "variant"] + (["net"] if with_net else []) + [e(m) for m in extra],
+                                 more, cls="more") + "</details>")
         return out
 
     # -- fidelity -----------------------------------------------------------
@@ -383,20 +421,25 @@ class _Page(BenchmarkSections):
         """One row per scenario x variant, one column per kernel of ours and its primary
         reference: agree, or why not."""
         keyed = self.by_key()
-        pairs = sorted({(spec, self.rts[spec]["primary"]) for spec, _, _ in keyed
+        pairs = sorted({(spec, self.rts[spec]["primary"]) for spec, *_ in keyed
                         if self.rts[spec]["ours"] and self.rts[spec]["primary"]},
                        key=lambda p: self.rts.ordered(k[0] for k in keyed).index(p[0]))
-        flipped = sorted({spec for spec, _, _ in keyed if self.rts[spec]["ours"] and not self.rts[spec]["primary"]})
+        flipped = sorted({spec for spec, *_ in keyed if self.rts[spec]["ours"] and not self.rts[spec]["primary"]})
         if not pairs:
             return ""
-        columns = sorted({(sid, v) for _, sid, v in keyed},
-                         key=lambda sv: (scenario_order(sv[0]), self.info[sv[0]]["variants"].index(sv[1])
-                                         if sv[1] in self.info[sv[0]]["variants"] else 99))
+        # a kernel is compared with its reference on the same network
+        columns = sorted({(sid, v, net) for _, sid, v, net in keyed},
+                         key=lambda svn: (scenario_order(svn[0]), self.info[svn[0]]["variants"].index(svn[1])
+                                          if svn[1] in self.info[svn[0]]["variants"] else 99,
+                                          net_rank({"params": {"net": svn[2]}})))
+        with_net = any(net for _, _, net in columns)
         rows, agree, total, differ = [], 0, 0, 0
-        for sid, variant in columns:
+        for sid, variant, net in columns:
             row, any_pair = [f'<a href="#{self.anchors.get(sid, "s")}">{e(sid)}</a>', e(variant)], False
+            if with_net:
+                row.append(e(net or "real"))
             for spec, ref in pairs:
-                ours, refs = keyed.get((spec, sid, variant)), keyed.get((ref, sid, variant))
+                ours, refs = keyed.get((spec, sid, variant, net)), keyed.get((ref, sid, variant, net))
                 if not ours or not refs:
                     row.append('<span class="muted">not run</span>' if ours or refs else "")
                     continue
@@ -438,7 +481,8 @@ class _Page(BenchmarkSections):
         if flipped:
             head += ('<p class="muted">Not compared (options changed, so no single library is the reference): '
                      + ", ".join(e(s) for s in flipped) + ".</p>")
-        header = ["scenario", "variant"] + [f"{rt_label(self.rts, spec)} vs {e(ref)}" for spec, ref in pairs]
+        header = ["scenario", "variant"] + (["net"] if with_net else []) \
+            + [f"{rt_label(self.rts, spec)} vs {e(ref)}" for spec, ref in pairs]
         return ('<section><h2 id="fidelity">Fidelity: our kernels against their references</h2>' + head
                 + html_table(header, rows, cls="data fidelity") + "</section>")
 
@@ -645,6 +689,7 @@ table.data td span.ok,table.data td span.no,table.data td span.err{margin-right:
 .diff{background:#fee08b;padding:0 3px;border-radius:2px;font-weight:600}
 table.meta td:first-child{font-weight:600;white-space:nowrap}
 details{margin:4px 0 10px}summary{cursor:pointer;color:#0b5cad}
+small.net{font-weight:400;color:#555;font-size:11px;background:#eef;border-radius:3px;padding:0 3px}
 """
 
 # Legend clicks toggle a series; the body attributes let a test see that the script ran

@@ -27,7 +27,7 @@ STATUSES = {
     "pass": ("all verdicts hold", "\u2713", "#a6dba0", "#0b3d14"),
     "fail": ("some verdict fails", "\u2717", "#f4a582", "#5c0a0a"),
     "error": ("error: no measurement", "!", "#7b3294", "#ffffff"),
-    "skipped": ("skipped (runtime unavailable)", "\u2013", "#d9d9d9", "#333333"),
+    "skipped": ("skipped (runtime unavailable, or not on this network)", "\u2013", "#d9d9d9", "#333333"),
     "measured": ("measured, no verdict", "\u2022", "#c6dbef", "#08306b"),
     "na": ("not applicable / not run", "", "#ffffff", "#999999"),
 }
@@ -196,6 +196,54 @@ def cell_status(cell: dict) -> str:
     if verdicts:
         return "pass"
     return "error" if cell.get("errors") else "measured"
+
+
+# ---------------------------------------------------------------------------
+# The network a cell ran on (``looplab run --net real|sim|both``)
+
+NETS = ("real", "sim")
+
+
+def cell_net(cell: dict) -> str | None:
+    """"real" or "sim" when the run chose a network (``--net``), else None: a run
+    without ``--net`` is on real sockets and its tables have no net column."""
+    net = (cell.get("params") or {}).get("net")
+    return net if isinstance(net, str) else None
+
+
+def net_rank(cell: dict) -> int:
+    """Real before sim, so the two rows of a runtime and variant sit side by side."""
+    net = cell_net(cell)
+    return NETS.index(net) if net in NETS else len(NETS)
+
+
+def sim_note(cells) -> str | None:
+    """What a report says when some of its cells ran on the simulated network: what
+    that means, and which runtimes run only on the real network -- uvloop first, as
+    it polls real file descriptors in C. Plain text (the caller escapes it)."""
+    if not any(cell_net(c) == "sim" for c in cells):
+        return None
+    uvloop, others = [], []
+    try:
+        from bench.simcells import SIM_REFERENCES
+        from protocols import runtimes as rtmod
+        for info in rtmod.RUNTIMES.values():
+            if info.ours or info.id in SIM_REFERENCES:
+                continue
+            (uvloop if "uvloop" in (info.requires or ()) else others).append(info.id)
+    except Exception:   # no registry here (a document read elsewhere): say what is known
+        uvloop = ["uvloop-protocol", "uvloop-streams"]
+    text = ("Rows whose net is sim ran on the simulated network (--net sim): the same program "
+            "or app and the same peers in one process, on a virtual clock; a sim row's times "
+            "are virtual.")
+    if uvloop:
+        text += (" uvloop runs only on the real network: it polls real file descriptors in C "
+                 "(libuv), which no simulated socket can stand in for, so its runtimes "
+                 f"({', '.join(uvloop)}) are skipped there.")
+    if others:
+        text += (f" Also only on the real network: {', '.join(others)} (no port onto the "
+                 "simulated network yet).")
+    return text
 
 
 _RANK = {"error": 4, "fail": 3, "skipped": 2, "measured": 1, "pass": 0}

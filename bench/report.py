@@ -24,6 +24,7 @@ from bench import results as resmod
 from bench import scenario as scmod
 from bench import scenarios
 from bench.errors import ExitCode
+from bench.htmldoc import cell_net, net_rank, sim_note
 from bench.tables import MISSING, fmt, format_table
 from protocols import runtimes as rtmod
 
@@ -54,7 +55,7 @@ def _order_key(cat: dict):
         variants = desc.get("variants", [])
         v = variants.index(r["variant"]) if r["variant"] in variants else len(variants)
         style = STYLE_ORDER.index(r["style"]) if r.get("style") in STYLE_ORDER else 9
-        return (v, r["variant"], style, 0 if r.get("ours") else 1, r["runtime"])
+        return (v, r["variant"], style, 0 if r.get("ours") else 1, r["runtime"], net_rank(r))
     return key
 
 
@@ -67,27 +68,34 @@ def _format(sid: str, metric: str, value) -> str:
 
 
 def table_rows(doc: dict) -> list[tuple[str, list[str], list[list[str]]]]:
-    """[(title, header, rows)] per scenario, rows grouped by variant and style."""
+    """[(title, header, rows)] per scenario, rows grouped by variant and style. When
+    the run chose a network (``--net``), a ``net`` column follows the variant, and
+    with ``--net both`` a runtime's real and sim rows sit next to each other."""
     cat = catalog(doc)
     out = []
     present = {r["scenario"] for r in doc["cells"]}
     for sid in [s for s in cat if s in present]:
         desc = cat[sid]
+        cells = [r for r in doc["cells"] if r["scenario"] == sid]
+        with_net = any(cell_net(r) for r in cells)
         cols = list(desc.get("columns", []))
         labels = [desc.get("metrics", {}).get(c, {}).get("label", c) for c in cols]
-        header = ["runtime", "variant"] + labels + ["verdicts"]
+        header = ["runtime", "variant"] + (["net"] if with_net else []) + labels + ["verdicts"]
         rows = []
-        for r in sorted((r for r in doc["cells"] if r["scenario"] == sid), key=_order_key(cat)):
-            name = ("* " if r.get("ours") else "  ") + r["runtime"]
+        for r in sorted(cells, key=_order_key(cat)):
+            head = [("* " if r.get("ours") else "  ") + r["runtime"], r["variant"]]
+            if with_net:
+                head.append(cell_net(r) or "real")
             if r.get("skipped"):
-                rows.append([name, r["variant"]] + [MISSING] * len(cols) + ["skipped: " + r["skipped"][:40]])
+                # "runs only on the real network" (a sim cell) is said once, under the tables
+                why = "real network only" if "only on the real network" in r["skipped"] else r["skipped"][:40]
+                rows.append(head + [MISSING] * len(cols) + ["skipped: " + why])
                 continue
             if r.get("errors") and not r.get("verdicts"):
-                rows.append([name, r["variant"]] + [MISSING] * len(cols) + ["ERROR: " + r["errors"][0][:60]])
+                rows.append(head + [MISSING] * len(cols) + ["ERROR: " + r["errors"][0][:60]])
                 continue
             verdicts = " ".join(f"{k}={'yes' if v else 'NO'}" for k, v in r["verdicts"].items())
-            rows.append([name, r["variant"]]
-                        + [_format(sid, c, r["metrics"].get(c)) for c in cols] + [verdicts])
+            rows.append(head + [_format(sid, c, r["metrics"].get(c)) for c in cols] + [verdicts])
         out.append((f"{sid} — {desc.get('title', '')}", header, rows))
     return out
 
@@ -112,8 +120,11 @@ def fidelity(cells: list[dict]) -> list[list[str]]:
     for r in cells:
         if r.get("skipped") or not r.get("verdicts"):
             continue
-        by_key.setdefault((r["scenario"], r["variant"], r.get("style")), []).append(r)
-    for (sid, variant, style), group in sorted(by_key.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        # a kernel is compared with its references on the same network only
+        by_key.setdefault((r["scenario"], r["variant"], r.get("style"), cell_net(r) or ""), []).append(r)
+    for (sid, variant, style, net), group in sorted(by_key.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        if net:
+            variant = f"{variant} ({net})"
         refs_of = {r["runtime"]: _references(r["runtime"]) for r in group}
         subjects = [r for r in group if refs_of[r["runtime"]][0]]
         refs = [r for r in group if not refs_of[r["runtime"]][0]]
@@ -155,6 +166,9 @@ def render_terminal(doc: dict, notes_in: str | None = None) -> str:
         parts.append("\nFidelity probes (edges): " + "; ".join(
             f"{p['pairing']} {p['agree']}/{p['compared']} agree, {p['declared']} declared, "
             f"{p['differ']} undeclared" for p in primary))
+    note = sim_note(doc["cells"])
+    if note:
+        parts.append("\n" + note)
     errors = [f"{r['id']}: {e}" for r in doc["cells"] for e in r.get("errors", [])]
     if errors:
         parts.append("\nErrors:\n" + "\n".join("  " + e for e in errors))
@@ -183,6 +197,9 @@ def render_markdown(doc: dict, plots: list[str]) -> str:
     if doc.get("merged_from"):
         lines += [f"Merged from {len(doc['merged_from'])} results files.", ""]
     lines += [LEGEND, ""]
+    note = sim_note(cells)
+    if note:
+        lines += [note.replace("--net sim", "`--net sim`"), ""]
     cat = catalog(doc)
     for title, header, rows in table_rows(doc):
         sid = title.split()[0]
@@ -241,7 +258,8 @@ def _bars(plt, sid, cells, bars, out_dir, key) -> list[str]:
     cells = sorted((r for r in cells if isinstance(r["metrics"].get(bars.metric), (int, float))), key=key)
     if not cells:
         return []
-    labels = [f"{'*' if r.get('ours') else ''}{r['runtime']}\n{r['variant']}" for r in cells]
+    labels = [f"{'*' if r.get('ours') else ''}{r['runtime']}\n{r['variant']}"
+              + (f" {cell_net(r)}" if cell_net(r) else "") for r in cells]
     values = [r["metrics"][bars.metric] * bars.scale for r in cells]
     colors = ["tab:orange" if r.get("ours") else "tab:blue" for r in cells]
     fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(cells)), 4.2))

@@ -1,7 +1,7 @@
 """The in-world peers of a simulated cell (``looplab run --net sim``).
 
 Each ``SimRole`` plays one ``bench.peers`` role spec (sink, source, reader,
-pipeline_client, push_client, reset_peer) as a ``kernels.simnet.Peer`` and reports
+pipeline_client, push_client, echo_client, reset_peer) as a ``kernels.simnet.Peer`` and reports
 in the real role's vocabulary, with virtual times where the real ones report
 ``time.monotonic()``. ``make_role(cell, cfg)`` builds one for a
 ``bench.simcells.SimCell``; the cell and world plumbing stay in ``bench.simcells``.
@@ -448,6 +448,73 @@ class _Resetting(SimRole):
                 return self._reset()
 
 
+_ECHO_PERIOD = 251    # the real echo_client's pattern: byte i of the stream is i % 251
+
+
+class _Echoing(SimRole):
+    """echo_client: send ``total_bytes`` of the echo pattern in ``chunk_bytes``
+    pieces while reading the echo back and checking it byte for byte; then SHUT_WR
+    (``shutdown``) and wait up to ``eof_wait_s`` after the last byte for the
+    server's EOF. Reports ``ok`` and ``mismatch_at`` as the real role does."""
+
+    def __init__(self, cell, cfg):
+        super().__init__(cell, cfg)
+        size = _ECHO_PERIOD + max(cfg["chunk_bytes"], cfg["recv_bytes"])
+        self.pattern = memoryview(bytes(i % _ECHO_PERIOD for i in range(size)))
+        self.res.update(ok=False, mismatch_at=None)
+        self._shut = False
+        self._eof_by = None
+
+    def _act(self):
+        if self.ended is not None or self.sock is None:
+            return
+        cfg, s = self.cfg, self.sock
+        total = cfg["total_bytes"]
+        while self.sent < total:
+            phase = self.sent % _ECHO_PERIOD
+            try:
+                n = s.send(self.pattern[phase:phase + min(cfg["chunk_bytes"], total - self.sent)])
+            except BlockingIOError:
+                break
+            except (ConnectionResetError, BrokenPipeError):
+                return self._finish("reset")
+            except OSError as e:
+                self.res["error"] = f"{e.strerror} [errno {e.errno}]"
+                return self._finish("error")
+            self.sent += n
+        if self.sent >= total and cfg["shutdown"] and not self._shut:
+            self._shut = True
+            try:
+                s.shutdown(_socket.SHUT_WR)
+            except OSError:
+                pass
+        while self.ended is None:
+            data = self._recv(cfg["recv_bytes"])
+            if data is None:
+                return
+            if not data:
+                return self._finish("eof")
+            now = self.world.now
+            if self.res["mismatch_at"] is None:
+                phase = self.received % _ECHO_PERIOD
+                if data != self.pattern[phase:phase + len(data)]:
+                    bad = next(i for i in range(len(data)) if data[i] != self.pattern[phase + i])
+                    self.res["mismatch_at"] = self.received + bad
+            self.count_in(len(data), now)
+            if self.received >= total and self._eof_by is None:
+                self._eof_by = self.world.call_at(now + cfg["eof_wait_s"], self._no_eof)
+
+    def _no_eof(self):
+        if self.ended is None:
+            self._finish("closed")
+
+    def result(self):
+        res = super().result()
+        total = self.cfg["total_bytes"]
+        res["ok"] = res["mismatch_at"] is None and self.sent == total and self.received == total
+        return res
+
+
 def make_role(cell, cfg: dict) -> SimRole:
     kind = cfg["role"]
     if kind in ("sink", "reader"):
@@ -462,4 +529,6 @@ def make_role(cell, cfg: dict) -> SimRole:
         return _Reading(cell, cfg, until_s=cfg["duration_s"])
     if kind == "reset_peer":
         return _Resetting(cell, cfg)
+    if kind == "echo_client":
+        return _Echoing(cell, cfg)
     raise ValueError(f"the simulated network has no {kind!r} peer yet")

@@ -6,9 +6,16 @@ design-option flips that turn the mechanism on or off on our kernels, and says w
 the bug showed. ``--list`` lists the entries; ``--all --out DIR`` runs all of them
 into a report folder (results.json, report.md, report.html, as ``run`` writes) with
 the zoo table: one row per bug, one column per runtime.
+
+``--net sim`` runs the same cells on the simulated network (``bench.simruns``, as
+``looplab run --net sim`` does), ``--net both`` runs each cell on both networks side
+by side, ``--seeds N`` explores N universes per cell and ``--replay FILE`` reruns a
+universe an exploration wrote. An entry whose oracle reads the real machine (CPU
+time, resident memory) is a skipped cell on the simulated network, with the reason.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -16,6 +23,7 @@ from bench import report
 from bench import results as resmod
 from bench import scenario as scmod
 from bench import scenarios
+from bench import simruns
 from bench.errors import ExitCode, UsageError
 from bench.tables import fmt, format_table
 from bench.verbs.common import positive_int
@@ -24,8 +32,20 @@ from protocols import runtimes as rtmod
 ZOO_MODULE = "bench.zoo"
 PRESETS = ("tiny", "quick")
 OURS = ("callback", "hybrid", "coro")
+BOTH_NOTE = ("Each cell reads *real / sim*: the naive program's verdict on real sockets, then on "
+             "the simulated network (`--net both`); *skipped* where it cannot run there.")
 COLUMNS = ("callback", "asyncio-protocol", "uvloop-protocol", "hybrid", "asyncio-streams",
            "uvloop-streams", "coro", "curio", "trio")
+
+
+def fault_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def _zoo():
@@ -100,52 +120,106 @@ def _cell_word(cell) -> str:
     return "shown" if cell["verdicts"]["bug_shown"] else "not shown"
 
 
+def _net(cell) -> str:
+    return (cell.get("params") or {}).get("net", "real")
+
+
+def _by_runtime(e, cells) -> dict:
+    """runtime spec -> net -> variant -> cell, in the order the cells came."""
+    by: dict = {}
+    for c in cells:
+        if c["scenario"] == e.id:
+            by.setdefault(c["runtime"], {}).setdefault(_net(c), {})[c["variant"]] = c
+    return by
+
+
 def summarize(zoo, e, cells: list[dict]) -> dict:
-    """Per runtime spec: naive and fixed outcome; the lists the verdict line reads."""
-    mine = [c for c in cells if c["scenario"] == e.id]
-    by = {}
-    for c in mine:
-        by.setdefault(c["runtime"], {})[c["variant"]] = c
+    """Per runtime spec: naive and fixed outcome; the lists the verdict line reads.
+    The words are the real network's when it ran, else the simulated one's; with
+    both, each row also has ``sim`` and the summary says where the two differ."""
+    by = _by_runtime(e, cells)
+    nets = sorted({n for v in by.values() for n in v}, key=("real", "sim").index)
+    main = nets[0] if nets else "real"
     rows = {}
-    for spec, v in by.items():
-        rows[spec] = {"naive": _cell_word(v.get("naive")), "fixed": _cell_word(v.get("fixed"))}
+    for spec, per_net in by.items():
+        words = {n: {"naive": _cell_word(v.get("naive")), "fixed": _cell_word(v.get("fixed"))}
+                 for n, v in per_net.items()}
+        rows[spec] = dict(words.get(main, {"naive": "n/a", "fixed": "n/a"}))
+        if len(nets) > 1:
+            rows[spec]["sim"] = words.get("sim", {"naive": "n/a", "fixed": "n/a"})
     flips = {f.spec: f for f in e.flips}
     defaults = [s for s in rows if ":" not in s]
-    return {
-        "id": e.id, "rows": rows,
+    out = {
+        "id": e.id, "net": "both" if len(nets) > 1 else main, "rows": rows,
         "shown_on": [s for s in defaults if rows[s]["naive"] == "shown"],
         "not_shown_on": [s for s in defaults if rows[s]["naive"] == "not shown"],
+        "skipped_on": [s for s in rows if rows[s]["naive"] == "skipped"],
         "fix_failed_on": [s for s in rows if rows[s]["fixed"] == "shown"],
         "flips": [{"runtime": s, "naive": rows[s]["naive"], "expected_shown": flips[s].shows
                    if s in flips else None, "meaning": flips[s].meaning if s in flips else "--knob"}
                   for s in rows if ":" in s],
         "needs": e.needs, "installed": zoo.affected_note(e),
     }
+    if "sim" in nets and e.sim_skip():
+        out["sim_skipped"] = e.sim_skip()
+    if len(nets) > 1:
+        ran = [s for s in rows if "skipped" not in (rows[s]["naive"], rows[s]["sim"]["naive"])]
+        out["sim"] = {"compared": ran,
+                      "differ_on": [s for s in ran if {k: rows[s][k] for k in ("naive", "fixed")}
+                                    != rows[s]["sim"]],
+                      "skipped_on": [s for s in rows if rows[s]["sim"]["naive"] == "skipped"]}
+    return out
 
 
 def verdict_line(s: dict) -> str:
+    if s.get("net") == "sim" and s.get("sim_skipped"):
+        return f"not run: {s['sim_skipped']}"
     parts = [f"shown on: {', '.join(s['shown_on']) or 'none'}",
              f"not shown on: {', '.join(s['not_shown_on']) or 'none'}"]
     if s["flips"]:
         parts.append("option flips: " + ", ".join(f"{f['runtime']} -> {f['naive']}" for f in s["flips"]))
     if s["fix_failed_on"]:
         parts.append(f"the fixed program still shows it on: {', '.join(s['fix_failed_on'])}")
+    if s.get("skipped_on"):
+        parts.append(f"skipped on: {', '.join(s['skipped_on'])}")
+    sim = s.get("sim")
+    if sim and s.get("sim_skipped"):
+        parts.append(f"simulated network: not run ({s['sim_skipped']})")
+    elif sim:
+        same = len(sim["compared"]) - len(sim["differ_on"])
+        text = f"simulated network: the same verdicts on {same} of {len(sim['compared'])} runtimes"
+        if sim["differ_on"]:
+            text += f", different on {', '.join(sim['differ_on'])}"
+        if sim["skipped_on"]:
+            text += f", skipped on {', '.join(sim['skipped_on'])}"
+        parts.append(text)
+    elif s.get("net") == "sim":
+        parts[0] = "on the simulated network: " + parts[0]
     return "; ".join(parts)
 
 
 def zoo_table(zoo, summaries: list[dict], markdown: bool = False) -> str:
+    """One row per bug, one column per runtime: the naive program's verdict ("n/a":
+    not that runtime's style); with ``--net both``, "real / sim"."""
     header = ["bug"] + list(COLUMNS) + ["option flips (naive)", "needs"]
     rows = []
+
+    def word(r, fixed_too=True):
+        w = r["naive"]
+        return w + (" (fix too)" if fixed_too and r["fixed"] == "shown" else "")
     for s in summaries:
         e = zoo.ENTRIES[s["id"]]
         row = [e.id]
         for col in COLUMNS:
             r = s["rows"].get(col)
-            word = "n/a" if r is None else r["naive"]
-            if r is not None and r["fixed"] == "shown":
-                word += " (fix too)"
-            row.append(word)
-        row.append("; ".join(f"{f['runtime']}: {f['naive']}" for f in s["flips"]) or "-")
+            if r is None:
+                row.append("n/a")
+            else:
+                row.append(word(r) + (f" / {word(r['sim'])}" if "sim" in r else ""))
+        row.append("; ".join(f"{f['runtime']}: {f['naive']}"
+                             + (f" / {s['rows'][f['runtime']]['sim']['naive']}"
+                                if "sim" in s["rows"][f["runtime"]] else "")
+                             for f in s["flips"]) or "-")
         row.append("option needed" if e.needs else "-")
         rows.append(row)
     return format_table(header, rows, markdown=markdown, align="l" * len(header))
@@ -179,16 +253,36 @@ def _measure(e, cell) -> str:
 
 
 def result_table(e, cells) -> str:
-    by = {}
-    for c in cells:
-        if c["scenario"] == e.id:
-            by.setdefault(c["runtime"], {})[c["variant"]] = c
+    """One row per runtime (and per network, when the cells name one)."""
+    by = _by_runtime(e, cells)
     label = e.scenario.metrics[0].label
-    rows = [[spec, _cell_word(v.get("naive")), _cell_word(v.get("fixed")),
-             f"{_measure(e, v.get('naive'))} | {_measure(e, v.get('fixed'))}"]
-            for spec, v in by.items()]
-    return format_table(["runtime", "naive", "fixed", f"{label} (naive | fixed)"], rows,
-                        align="llll")
+    with_net = any("net" in (c.get("params") or {}) for c in cells)
+    rows = []
+    for spec, per_net in by.items():
+        for net in sorted(per_net, key=("real", "sim").index):
+            v = per_net[net]
+            rows.append([spec] + ([net] if with_net else [])
+                        + [_cell_word(v.get("naive")), _cell_word(v.get("fixed")),
+                           f"{_measure(e, v.get('naive'))} | {_measure(e, v.get('fixed'))}"])
+    header = ["runtime"] + (["net"] if with_net else []) + ["naive", "fixed", f"{label} (naive | fixed)"]
+    return format_table(header, rows, align="l" * len(header))
+
+
+def _skip_real_only(zoo, cells: list) -> tuple[list, dict]:
+    """Split off the simulated cells of entries that only run on the real network:
+    (cells to run, {cell id: its skipped result})."""
+    run, skipped = [], {}
+    for c in cells:
+        why = zoo.ENTRIES[c.scenario].sim_skip() if c.params.get("net") == "sim" else None
+        if why is None:
+            run.append(c)
+            continue
+        rt = rtmod.parse(c.runtime)
+        skipped[c.id] = {"id": c.id, "scenario": c.scenario, "runtime": c.runtime, "style": rt.style,
+                         "ours": rt.ours, "variant": c.variant, "preset": c.preset,
+                         "params": c.params, "repeats": c.repeats, "metrics": {}, "verdicts": {},
+                         "samples": {}, "errors": [], "notes": [], "skipped": why}
+    return run, skipped
 
 
 # ---------------------------------------------------------------------------
@@ -205,30 +299,57 @@ def cmd_repro(args) -> int:
         print(f"\n{len(rows)} bugs. `looplab repro BUG` runs one; `looplab repro --all --out DIR` "
               "runs them all into a report folder.")
         return ExitCode.OK
-    if args.all == bool(args.bug):
-        raise UsageError("give one bug (looplab repro --list) or --all")
-    entries = list(zoo.ENTRIES.values()) if args.all else [_entry(zoo, args.bug)]
+    if args.faults and not args.seeds:
+        raise UsageError("--faults draws faults for each seed: give it with --seeds")
+    if args.replay:
+        if args.bug or args.all:
+            raise UsageError("--replay reruns the universes in its file: give no bug and no --all")
+        cells = simruns.cells_for(args, [])
+        strangers = sorted({c.scenario for c in cells if c.scenario not in zoo.ENTRIES})
+        if strangers:
+            raise UsageError(f"--replay {args.replay}: {', '.join(strangers)} is not a zoo entry "
+                             "(looplab run --replay reruns scenarios)")
+        entries = [zoo.ENTRIES[sid] for sid in dict.fromkeys(c.scenario for c in cells)]
+    else:
+        if args.all == bool(args.bug):
+            raise UsageError("give one bug (looplab repro --list) or --all")
+        entries = list(zoo.ENTRIES.values()) if args.all else [_entry(zoo, args.bug)]
+        knobs = knob_specs(args.knob)
+        cells = plan(zoo, entries, args.runtimes, knobs, args.preset)
+        if not cells:
+            raise UsageError(f"no runtime of {entries[0].id}'s styles "
+                             f"({', '.join(entries[0].styles)}) among --runtimes")
+        cells = simruns.cells_for(args, cells)       # --net real|sim|both; checks --seeds
     out_dir = args.out or ("looplab-zoo" if args.all else None)
+    if args.seeds and not out_dir:
+        out_dir = report.default_out_dir()
+        print(f"looplab repro: no --out given; writing the exploration to {out_dir}", file=sys.stderr)
     if out_dir:
         resmod.check_output(out_dir, "--out", folder=True)
     if args.json:
         resmod.check_output(args.json, "--json")
-    knobs = knob_specs(args.knob)
-    cells = plan(zoo, entries, args.runtimes, knobs, args.preset)
-    if not cells:
-        raise UsageError(f"no runtime of {entries[0].id}'s styles ({', '.join(entries[0].styles)}) "
-                         "among --runtimes")
-    if not args.all:
+    if len(entries) == 1:
         print(card(zoo, entries[0]), flush=True)
-    print(f"looplab repro: {len(cells)} cells ({args.preset} preset)", file=sys.stderr)
-    results, interrupted = scenarios.run_matrix(cells, jobs=args.jobs, progress=report.progress_printer())
+    cells, skipped = _skip_real_only(zoo, cells)
+    for cid, r in skipped.items():
+        print(f"{cid}: skipped: {r['skipped']}", file=sys.stderr)
+    if args.seeds:
+        return simruns.explore_command(cells, args, out_dir)
+    print(f"looplab repro: {len(cells) + len(skipped)} cells ({cells[0].preset if cells else args.preset} "
+          f"preset)", file=sys.stderr)
+    ran, interrupted = scenarios.run_matrix(cells, jobs=args.jobs, progress=report.progress_printer())
+    done = {r["id"]: r for r in ran}
+    done.update(skipped)
+    order = [c.id for c in cells] + list(skipped)
+    results = sorted(done.values(), key=lambda r: order.index(r["id"]))
     summaries = [summarize(zoo, e, results) for e in entries]
     doc = resmod.new_document(results, scenarios={e.id: e.scenario.describe() for e in entries},
                               zoo={"versions": zoo.installed_versions(), "bugs": summaries})
     if out_dir:
         paths = report.write_report(doc, out_dir)
         table_md = zoo_table(zoo, summaries, markdown=True)
-        zoo_md = "# Bug zoo\n\n" + table_md + "\n\n" + "\n".join(
+        both = any(sm["net"] == "both" for sm in summaries)
+        zoo_md = "# Bug zoo\n\n" + (BOTH_NOTE + "\n\n" if both else "") + table_md + "\n\n" + "\n".join(
             f"- **{s['id']}**: {verdict_line(s)}" for s in summaries) + "\n"
         resmod.write_text(os.path.join(out_dir, "zoo.md"), zoo_md)
         with open(paths["md"]) as f:
@@ -239,7 +360,15 @@ def cmd_repro(args) -> int:
                           + sep + rest)
     if args.json:
         resmod.write_json(doc, args.json)
-    if args.all:
+    if args.replay:
+        for e in entries:
+            print()
+            print(result_table(e, results))
+        print()
+        for r in results:
+            print(f"replayed {r['id']}: bug {_cell_word(r)}"
+                  + (f" ({r['skipped']})" if r.get("skipped") else ""))
+    elif len(entries) > 1:
         print(zoo_table(zoo, summaries))
     else:
         print()
@@ -262,7 +391,9 @@ def add_parser(sub) -> None:
         description="Run a bug zoo entry: its naive and fixed programs on every available "
                     "runtime of its styles and on the option flips of our kernels that turn the "
                     "mechanism on or off, judged from measurements. --list lists the bugs; --all "
-                    "runs them all into a report folder with the zoo table. Exit 0 ok (whether "
+                    "runs them all into a report folder with the zoo table. --net sim|both runs "
+                    "the cells on the simulated network too, --seeds explores its universes. "
+                    "Exit 0 ok (whether "
                     "or not a bug showed), 1 a cell failed, 2 usage, 130 interrupted.")
     p.add_argument("bug", nargs="?", help="an entry id or alias, e.g. uvloop-631, aiohttp-1367, C6")
     p.add_argument("--list", action="store_true", help="list the bugs")
@@ -277,4 +408,18 @@ def add_parser(sub) -> None:
     p.add_argument("--jobs", type=positive_int, default=1, help="cells run at once (default 1)")
     p.add_argument("--out", default=None, metavar="DIR", help="write a report folder here")
     p.add_argument("--json", default=None, metavar="PATH", help="write the results JSON here")
+    p.add_argument("--net", choices=simruns.NETS, default="real",
+                   help="real loopback sockets (default), the simulated network and virtual clock "
+                        "(one process per cell; uvloop and curio are skipped there, and so are the "
+                        "entries whose oracle reads CPU time or memory), or both side by side")
+    p.add_argument("--seeds", type=positive_int, default=None, metavar="N",
+                   help="with --net sim: run each cell in N universes (network, CPU and coro "
+                        "ready-order seeds) and count how often the bug showed; the first "
+                        "universe whose verdict failed (bug_shown=NO) is shrunk and written to "
+                        "--out for --replay")
+    p.add_argument("--faults", type=fault_count, default=0, metavar="K",
+                   help="with --seeds: draw K random faults (stall, slow, reset, vanish) per seed")
+    p.add_argument("--replay", default=None, metavar="FILE",
+                   help="rerun the simulated universe(s) in FILE exactly: a universe --seeds wrote, "
+                        "its explore.json, or the results of a --net sim run")
     p.set_defaults(func=cmd_repro)

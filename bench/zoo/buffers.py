@@ -510,7 +510,10 @@ _add(Entry(
     styles=("callback", "stream"), affects={"python": ("3.12.0", None)},
     flips=(Flip("callback:write_buffer=deque", True,
                 "a deque of chunks whose size is summed on every write (3.12+)"),),
-    show_on=("callback:write_buffer=deque",)),
+    show_on=("callback:write_buffer=deque",),
+    real_only="its oracle is the CPU time each write costs (time.perf_counter), which the "
+              "simulated network neither models nor replays from a seed; the network plays no "
+              "part in it"),
     _run_cost,
     [Metric("cost_ratio_fraction", "lower", "late/early cost"), Metric("buffer_bytes", None, "buffered")],
     _presets({"writes": 20000, "group": 1000, "chunk_bytes": 100, "ratio": 5.0, "max_s": 20}),
@@ -580,7 +583,10 @@ _add(Entry(
     styles=("callback",), affects={"uvloop": ("0.17.0", None)},
     flips=(Flip("callback:buffer_on_loss=keep", True,
                 "the lost transport's buffer stays referenced, as uvloop 0.17 was reported to do"),),
-    show_on=("callback:buffer_on_loss=keep",)),
+    show_on=("callback:buffer_on_loss=keep",),
+    real_only="its oracle is the process's resident memory after connection_lost; on the "
+              "simulated network the program, the world and its peers share one process, and "
+              "memory is not part of a universe"),
     _run_memory,
     [Metric("rss_kept_bytes", "lower", "RSS kept after loss"),
      Metric("buffered_peak_bytes", None, "buffered at peak")],

@@ -7,12 +7,10 @@ strict) and trio 1626 (a send under fail_after(0)).
 """
 from __future__ import annotations
 
-import time
-
 from bench import peers
 from bench.scenario import Metric, run_program
-from bench.zoo.plumbing import (_CAP, KiB, SOCKBUF, _by_style, _callback, _notes, _open,
-                                _open_task, _presets, _stream, _task)
+from bench.zoo.plumbing import (_CAP, KiB, SOCKBUF, _block, _by_style, _callback, _notes, _now,
+                                _open, _open_task, _presets, _stream, _task)
 from bench.zoo.registry import Entry, Flip, _add
 
 
@@ -269,11 +267,11 @@ def _deferred_cb(job):
 
     def start(port, t, proto, out):
         t.write(b"x" * p["write_bytes"])
-        out["written_at"] = time.monotonic()
+        out["written_at"] = _now()
 
         def block():
-            time.sleep(p["block_s"])       # the program blocks without giving the loop a pass
-            out["unblocked_at"] = time.monotonic()
+            _block(p["block_s"])            # the program blocks without giving the loop a pass
+            out["unblocked_at"] = _now()
             proto.on_lost = port.stop
             t.close()
         if job.variant == "fixed":
@@ -289,11 +287,11 @@ def _deferred_stream(job):
     async def main(port, out):
         reader, writer = await _open(port, job.peer("reader"))
         writer.write(b"x" * p["write_bytes"])
-        out["written_at"] = time.monotonic()
+        out["written_at"] = _now()
         if job.variant == "fixed":
             await port.sleep(0.02)
-        time.sleep(p["block_s"])
-        out["unblocked_at"] = time.monotonic()
+        _block(p["block_s"])
+        out["unblocked_at"] = _now()
         writer.close()
         await writer.wait_closed()
     return _stream(job, main, p["max_s"])
@@ -354,11 +352,11 @@ def _parked_cb(job):
                 if proto.paused or proto.lost or t.is_closing():
                     break
                 t.write(bytes(64 * KiB))
-            state["parked_at"] = time.monotonic()
+            state["parked_at"] = _now()
             proto.on_resume = lambda: (out.update(released=True, release_reason="resume"), done())
 
         def on_lost():
-            out["lost_at"] = time.monotonic()
+            out["lost_at"] = _now()
             if job.variant == "fixed" and proto.on_resume is not None:
                 proto.on_resume = None
                 out.update(released=True, release_reason="connection_lost")
@@ -449,9 +447,9 @@ def _strict_stream(job):
                 writer.write(msg)
             if t.get_write_buffer_size() > high:
                 held += 1
-            t0 = time.monotonic()
+            t0 = _now()
             await writer.drain()
-            worst = max(worst, time.monotonic() - t0)
+            worst = max(worst, _now() - t0)
             waits += 1
             await port.sleep(p["interval_s"])
         writer.close()

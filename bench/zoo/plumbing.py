@@ -2,14 +2,78 @@
 
 ``_callback``, ``_stream`` and ``_task`` open a port of the cell's runtime, run one
 program on it bounded in time, and close it; the rest are small shared pieces.
+
+The same programs run on the simulated network (``--net sim``): there the port is
+opened on the world's seam (``protocols.ports.using_io``), so a program reads the
+time through ``_now()``, blocks through ``_block()`` and opens a listening socket
+through ``_listen()``, never through ``time`` or ``socket`` directly -- on real
+sockets those three are exactly ``time.monotonic``, ``time.sleep`` and a bound
+``socket.socket``.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
+
+from protocols import ports
 
 KiB, MiB = 1024, 1024 * 1024
 SOCKBUF = 64 * KiB
 _CAP = 4096          # bound on every synchronous fill loop (a dead transport never fills)
+
+
+def _world():
+    """The simulated world this program runs in, or None on real sockets."""
+    return getattr(ports.current_io(), "world", None)
+
+
+def _now() -> float:
+    """The program's clock: virtual under ``--net sim``, monotonic otherwise."""
+    io = ports.current_io()
+    return io.time() if io is not None else time.monotonic()
+
+
+def _block(seconds: float) -> None:
+    """Block the whole program (no loop pass) for ``seconds``. In the world the
+    network and the peers go on meanwhile, as the OS does while a process sleeps."""
+    world = _world()
+    if world is None:
+        time.sleep(seconds)
+    else:
+        world.run(until=world.now + seconds)
+
+
+def _listen(backlog: int = 16):
+    """A listening TCP socket on 127.0.0.1 (an ephemeral port), from the ambient
+    IO: pass it to ``start_server(sock=...)``."""
+    s = ports.client_socket(None)
+    try:
+        s.bind(("127.0.0.1", 0))
+        s.listen(backlog)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+@contextlib.contextmanager
+def _quiet_on_sim():
+    """On real sockets a program's log lines go to its cell process's stderr, which
+    the report does not show; in the world the program shares the orchestrator's
+    process, so its runtime's warnings (asyncio's "socket.send() raised
+    exception.", and our callback kernel's copy of it) are kept out of the terminal
+    the same way: a handler that drops them stops logging's last-resort printer."""
+    if _world() is None:
+        yield
+        return
+    handler = logging.NullHandler()
+    log = logging.getLogger()
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
 
 
 def _rss() -> int:
@@ -51,7 +115,7 @@ class _P:
         return True
 
     def connection_lost(self, exc):
-        self.lost, self.lost_at = True, time.monotonic()
+        self.lost, self.lost_at = True, _now()
         hook, self.on_lost = self.on_lost, None
         if hook:
             hook()
@@ -86,7 +150,8 @@ def _callback(job, addr, start, max_s):
                     return
                 start(port, t, p, out)
             port.connect(_P, addr[0], addr[1], done, sockbuf=SOCKBUF)
-        port.run(setup)
+        with _quiet_on_sim():
+            port.run(setup)
     finally:
         out["probe_peak_bytes"] = port.probe().get("peak_user_buffer_bytes")
         port.close()
@@ -105,7 +170,8 @@ def _stream(job, main, max_s):
         except TimeoutError:
             out.setdefault("error", f"did not finish within {max_s} s")
     try:
-        port.run(outer)
+        with _quiet_on_sim():
+            port.run(outer)
     finally:
         out["probe_peak_bytes"] = port.probe().get("peak_user_buffer_bytes")
         port.close()
@@ -122,7 +188,8 @@ def _task(job, main, max_s):
         if scope.cancelled_caught:
             out.setdefault("error", f"did not finish within {max_s} s")
     try:
-        port.run(outer)
+        with _quiet_on_sim():
+            port.run(outer)
     finally:
         port.close()
     return out

@@ -45,9 +45,14 @@ class Entry:
     framing: str = ""              # how the original (HTTP, TLS, ...) was reduced
     affects: dict = field(default_factory=dict)   # library -> (first affected, first fixed|None)
     show_on: tuple = ()            # runtimes where the tests expect naive=shown, fixed=not
+    real_only: str = ""            # why it cannot run on the simulated network ("": it can)
 
     def names(self) -> tuple:
         return (self.id,) + tuple(self.aliases)
+
+    def sim_skip(self) -> str | None:
+        """The reason a ``--net sim`` cell of this entry is skipped, or None."""
+        return f"{self.id} runs only on the real network: {self.real_only}" if self.real_only else None
 
 
 ENTRIES: dict[str, Entry] = {}
@@ -71,13 +76,29 @@ def register_in_order(order) -> None:
     for eid in order:
         e, run, metrics, presets, programs_ = _DECLARED.pop(eid)
         e.scenario = register(Scenario(
-            id=e.id, title=e.title, run=run, summary=e.mechanism, variants=("naive", "fixed"),
+            id=e.id, title=e.title, run=_noted_on_sim(e, run), summary=e.mechanism, variants=("naive", "fixed"),
             presets=presets, programs=programs_ or {}, styles=e.styles, verdicts=VERDICT,
             metrics=tuple(metrics)))
         e.scenario.origin = "bench.zoo"
         ENTRIES[e.id] = e
         for name in e.names():
             _ALIASES[name.lower()] = e.id
+
+
+def _noted_on_sim(e: Entry, run):
+    """``looplab repro --net sim`` skips an entry that only runs on the real network;
+    ``looplab run --net sim`` (which knows nothing of the zoo) runs it, and this
+    note says why its numbers are not a function of the universe there."""
+    if not e.real_only:
+        return run
+
+    def noted(ctx):
+        metrics, verdicts, notes = run(ctx)
+        if ctx.sim is not None:
+            notes = list(notes) + [f"measured in the simulated world's process, but not part of its "
+                                   f"universe: {e.real_only} (looplab repro skips it under --net sim)"]
+        return metrics, verdicts, notes
+    return noted
 
 
 def entry(name: str) -> Entry | None:

@@ -7,12 +7,10 @@ abort on a timer).
 """
 from __future__ import annotations
 
-import time
-
 from bench import peers, programs
 from bench.scenario import Metric, run_program
-from bench.zoo.plumbing import (KiB, MiB, SOCKBUF, _by_style, _callback, _notes, _open,
-                                _open_task, _presets, _stream, _task)
+from bench.zoo.plumbing import (KiB, MiB, SOCKBUF, _by_style, _callback, _listen, _notes, _now,
+                                _open, _open_task, _presets, _stream, _task)
 from bench.zoo.registry import Entry, Flip, _add
 
 
@@ -299,7 +297,7 @@ def _waitclosed_stream(job):
             started.set()
             await reader.read()          # idle client: waits for EOF
 
-        server = await port.start_server(handler, "127.0.0.1", 0)
+        server = await port.start_server(handler, sock=_listen())
         host, tcp = server.sockets[0].getsockname()[:2]
         creader, cwriter = await port.open_connection(host, tcp)
         await port.wait_for(started.wait(), 2)
@@ -307,10 +305,10 @@ def _waitclosed_stream(job):
         if fixed:                         # close the connections you accepted (3.13: close_clients)
             for w in handlers:
                 w.close()
-        t0 = time.monotonic()
+        t0 = _now()
         try:
             await port.wait_for(server.wait_closed(), p["bound_s"])
-            out["wait_closed_s"] = time.monotonic() - t0
+            out["wait_closed_s"] = _now() - t0
             out["hung"] = False
         except TimeoutError:
             out["wait_closed_s"] = None
