@@ -223,26 +223,23 @@ def sim_note(cells) -> str | None:
     it polls real file descriptors in C. Plain text (the caller escapes it)."""
     if not any(cell_net(c) == "sim" for c in cells):
         return None
-    uvloop, others = [], []
+    by_reason: dict = {}
     try:
-        from bench.simcells import SIM_REFERENCES
         from protocols import runtimes as rtmod
         for info in rtmod.RUNTIMES.values():
-            if info.ours or info.id in SIM_REFERENCES:
-                continue
-            (uvloop if "uvloop" in (info.requires or ()) else others).append(info.id)
+            if info.real_network_only is not None:
+                by_reason.setdefault(info.real_network_only, []).append(info.id)
     except Exception:   # no registry here (a document read elsewhere): say what is known
-        uvloop = ["uvloop-protocol", "uvloop-streams"]
+        by_reason = {"it polls real file descriptors in C (libuv)": ["uvloop-protocol",
+                                                                     "uvloop-streams"]}
     text = ("Rows whose net is sim ran on the simulated network (--net sim): the same program "
             "or app and the same peers in one process, on a virtual clock; a sim row's times "
             "are virtual.")
-    if uvloop:
-        text += (" uvloop runs only on the real network: it polls real file descriptors in C "
-                 "(libuv), which no simulated socket can stand in for, so its runtimes "
-                 f"({', '.join(uvloop)}) are skipped there.")
-    if others:
-        text += (f" Also only on the real network: {', '.join(others)} (no port onto the "
-                 "simulated network yet).")
+    # uvloop first: the one reference library that cannot be put on the simulated network
+    for reason, ids in sorted(by_reason.items(), key=lambda kv: not any("uvloop" in i for i in kv[1])):
+        who = "uvloop" if all("uvloop" in i for i in ids) else ", ".join(ids)
+        text += (f" {who} runs only on the real network ({reason.rstrip('.')}), so its "
+                 f"cells ({', '.join(ids)}) are skipped there.")
     return text
 
 

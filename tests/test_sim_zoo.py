@@ -42,7 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _sim_ok(spec: str) -> bool:
     rt = rtmod.parse(spec)
-    return rt.available() and (rt.ours or rt.id in simcells.SIM_REFERENCES)
+    return rt.available() and rt.real_network_only() is None
 
 
 def expectations(e) -> dict:
