@@ -150,8 +150,12 @@ class CallbackPortBase(PortBase):
 def _signals_as_loop_events(loop, on_signal):
     """Deliver SIGINT/SIGTERM as a loop callback (main thread only); returns undo."""
     if _SIM.io:
-        _SIM.sigint.append(on_signal)
-        return lambda: _SIM.sigint.remove(on_signal)
+        # as a real signal arrives: through the loop's wake-up, so that a loop with
+        # nothing ready wakes and runs the handler as a callback
+        def deliver():
+            loop.call_soon_threadsafe(on_signal)
+        _SIM.sigint.append(deliver)
+        return lambda: _SIM.sigint.remove(deliver)
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     sigs = (signal.SIGINT, signal.SIGTERM)

@@ -124,7 +124,8 @@ def test_a_real_only_entry_is_a_skipped_cell_under_repro_and_a_note_under_run(ei
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("spec", ["coro", "trio"])
+@pytest.mark.parametrize("spec", ["callback", "hybrid", "coro", "asyncio-protocol",
+                                  "asyncio-streams", "trio", "curio"])
 def test_the_echo_client_role_plays_in_the_world(spec):
     """bench.peers' last role without an in-world twin: it sends a pattern, checks
     the echo byte for byte, half-closes and waits for the server's EOF."""
