@@ -6,14 +6,40 @@ import argparse
 from bench import scenario as scmod
 
 
-def positive_int(text: str) -> int:
+def _int_at_least(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be >= {least}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    return _int_at_least(text, 0)
+
+
+def add_net_options(p: argparse.ArgumentParser, *, skipped: str = "", explored: str) -> None:
+    """--net, --seeds, --faults and --replay (bench.simruns carries them out).
+    ``skipped``: what else the verb skips on the simulated network; ``explored``:
+    what --seeds counts and writes."""
+    p.add_argument("--net", choices=("real", "sim", "both"), default="real",
+                   help="real loopback sockets (default), the simulated network and virtual "
+                        "clock (one process per cell; uvloop runs only on real sockets, so its "
+                        f"cells are skipped there{skipped}), or both side by side")
+    p.add_argument("--seeds", type=positive_int, default=None, metavar="N",
+                   help="with --net sim: run each cell in N universes (network, CPU and coro "
+                        f"ready-order seeds), {explored}")
+    p.add_argument("--faults", type=non_negative_int, default=0, metavar="K",
+                   help="with --seeds: draw K random faults (stall, slow, reset, vanish) per seed")
+    p.add_argument("--replay", default=None, metavar="FILE",
+                   help="rerun the simulated universe(s) in FILE exactly: a results file of a "
+                        "--net sim run, a universe --seeds wrote, or its explore.json")
 
 
 def add_plugin_options(p: argparse.ArgumentParser) -> None:

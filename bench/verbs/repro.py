@@ -15,7 +15,6 @@ time, resident memory) is a skipped cell on the simulated network, with the reas
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -26,7 +25,7 @@ from bench import scenarios
 from bench import simruns
 from bench.errors import ExitCode, UsageError
 from bench.tables import fmt, format_table
-from bench.verbs.common import positive_int
+from bench.verbs.common import add_net_options, positive_int
 from protocols import runtimes as rtmod
 
 ZOO_MODULE = "bench.zoo"
@@ -36,16 +35,6 @@ BOTH_NOTE = ("Each cell reads *real / sim*: the naive program's verdict on real 
              "the simulated network (`--net both`); *skipped* where it cannot run there.")
 COLUMNS = ("callback", "asyncio-protocol", "uvloop-protocol", "hybrid", "asyncio-streams",
            "uvloop-streams", "coro", "curio", "trio")
-
-
-def fault_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def _zoo():
@@ -408,18 +397,7 @@ def add_parser(sub) -> None:
     p.add_argument("--jobs", type=positive_int, default=1, help="cells run at once (default 1)")
     p.add_argument("--out", default=None, metavar="DIR", help="write a report folder here")
     p.add_argument("--json", default=None, metavar="PATH", help="write the results JSON here")
-    p.add_argument("--net", choices=simruns.NETS, default="real",
-                   help="real loopback sockets (default), the simulated network and virtual clock "
-                        "(one process per cell; uvloop and curio are skipped there, and so are the "
-                        "entries whose oracle reads CPU time or memory), or both side by side")
-    p.add_argument("--seeds", type=positive_int, default=None, metavar="N",
-                   help="with --net sim: run each cell in N universes (network, CPU and coro "
-                        "ready-order seeds) and count how often the bug showed; the first "
-                        "universe whose verdict failed (bug_shown=NO) is shrunk and written to "
-                        "--out for --replay")
-    p.add_argument("--faults", type=fault_count, default=0, metavar="K",
-                   help="with --seeds: draw K random faults (stall, slow, reset, vanish) per seed")
-    p.add_argument("--replay", default=None, metavar="FILE",
-                   help="rerun the simulated universe(s) in FILE exactly: a universe --seeds wrote, "
-                        "its explore.json, or the results of a --net sim run")
+    add_net_options(p, skipped=", and so are the entries whose oracle reads CPU time or memory",
+                    explored="count how often the bug showed; the first universe whose verdict "
+                             "failed (bug_shown=NO) is shrunk and written to --out for --replay")
     p.set_defaults(func=cmd_repro)

@@ -16,7 +16,7 @@ from bench import results as resmod
 from bench import scenario as scmod
 from bench import scenarios
 from bench.errors import ExitCode, Unavailable, UsageError
-from bench.verbs.common import add_plugin_options, load_plugins, positive_int
+from bench.verbs.common import add_net_options, add_plugin_options, load_plugins, positive_int
 from protocols import runtimes as rtmod
 
 APPS = ("echo", "sink", "proxy", "reqresp", "push")
@@ -92,12 +92,11 @@ def cmd_run(args) -> int:
         raise UsageError("--baseline is the reference for --fail-on verdict; give both")
     check_named_runtimes(args.runtimes)
     cells = scenarios.plan(args.scenarios, args.runtimes, args.variants, args.preset, args.repeat)
-    # --- simulated network (bench.simcells): --net, --replay, --seeds ---
+    # the simulated network (bench.simruns): --net, --replay, --seeds
     from bench import simruns
     cells = simruns.cells_for(args, cells)
     if args.seeds:
         return simruns.explore_command(cells, args, out_dir)
-    # --- end simulated network ---
     extra = {}
     if args.shard:
         extra["shard"] = resmod.shard_info([c.id for c in cells], args.shard)
@@ -220,19 +219,7 @@ def add_parser(sub) -> None:
                     help="exit 1 when a verdict fails (with --baseline: only one that held there)")
     rn.add_argument("--baseline", default=None, metavar="RESULTS.json",
                     help="for --fail-on verdict: the results whose verdicts must keep holding")
-    # --- simulated network (bench.simcells) ---
-    rn.add_argument("--net", choices=["real", "sim", "both"], default="real",
-                    help="real loopback sockets (default), the simulated network and virtual "
-                         "clock (our kernels only; one process per cell), or both side by side")
-    rn.add_argument("--seeds", type=positive_int, default=None, metavar="N",
-                    help="with --net sim: run each cell in N universes (network, CPU and coro "
-                         "ready-order seeds), count outcomes, write and shrink a failing one")
-    rn.add_argument("--faults", type=int, default=0, metavar="K",
-                    help="with --seeds: draw K random faults (stall, slow, reset, vanish) per seed")
-    rn.add_argument("--replay", default=None, metavar="FILE",
-                    help="rerun the simulated universe(s) in FILE exactly (a results file of a "
-                         "--net sim run, or a universe --seeds wrote)")
-    # --- end simulated network ---
+    add_net_options(rn, explored="count outcomes, write and shrink a failing one")
     add_plugin_options(rn)
     rn.set_defaults(func=cmd_run)
 
