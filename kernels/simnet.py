@@ -42,6 +42,38 @@ same way. So a reader that stops fills its receive buffer, then the window
 closes, then the sender's buffer fills, and the writer blocks: the same two
 64 KiB buffers of backpressure a pinned real socket pair has.
 
+That is ``accounting="bytes"`` (the default): capacities are exact byte counts.
+``accounting="linux"`` counts the way Linux does, where byte-level outcomes
+depend on it (how much a send takes, what a close leaves behind):
+
+* The stream is cut into **skbs**. A send tops up the last unsent skb to a
+  size goal, then starts new ones while the queued memory (payload plus
+  ``skb_overhead`` per skb, Linux's truesize) is below ``SO_SNDBUF``: one send
+  can overshoot the buffer by almost an skb, and sends take whole skbs. The
+  goal is half the largest window the peer has offered. A full skb leaves at
+  once; the first unsent one swallows those behind it up to a two-segment GSO
+  packet, waits while an ACK due within 1 ms would bring more window (TSO
+  deferral), and is split at the window's edge. Writable means the free
+  memory is at least half the queued memory.
+* The **receive window** comes from receive memory, not bytes: the free part of
+  ``SO_RCVBUF`` after the truesize of the skbs held, scaled by the payload ratio
+  the receiver measured on incoming segments, capped by ``rcv_ssthresh`` (which
+  grows only while segments land in a nearly empty buffer), rounded to the
+  window scale, never taken back once offered, and zero when what is free is
+  under a segment. A partly read skb keeps all its memory.
+* **ACKs**: the first segments are ACKed at once; later ones when more than a
+  segment waits and the window is not shrinking, or when a read drains more
+  than a segment or can double the window; otherwise after 40 ms (delayed ACK).
+  A persist timer (0.2 s) sends what a too-small window takes when nothing is in
+  flight.
+
+``wake_s`` is the scheduler's part: a program that asked for readiness and did
+not get it, and a peer (always asleep between its actions), run that long after
+the socket readies. A busy program sees the change at once when it next asks.
+With ``latency_s`` of a few microseconds this is loopback as Linux runs it: the
+stack settles within microseconds, while the processes wake tens of
+microseconds later.
+
 Endings follow Linux:
 
 * ``shutdown(SHUT_WR)`` (and ``close``) queue a FIN behind the unsent data; the
@@ -74,13 +106,14 @@ Faults, planned or drawn from the seed, act on connection ``conn`` (numbered in
   the connection in either direction, and nothing ever tells the survivor
   (no keep-alive, no retransmission time-out).
 
-What it does not model: congestion control, slow start, Nagle and delayed
-ACKs, packet loss and retransmission (except the SYN retries above), IP
-fragmentation, urgent data, ``SO_LINGER`` with a time-out, Linux's doubling of
-``SO_SNDBUF``/``SO_RCVBUF`` and its per-skb memory accounting (capacities here
-are exact byte counts), and file-descriptor reuse (fake fds count up from
-``FD_BASE``, above any real descriptor, so passing one to the real OS fails
-loudly).
+What it does not model: congestion control, slow start and Nagle; packet loss
+and retransmission (except the SYN retries above) -- a Linux receiver whose
+memory overflows drops the segment and the sender retransmits it, here it is
+kept; delayed ACKs and everything skb-shaped unless ``accounting="linux"``; the
+ACK a loopback receiver sends within the sender's own system call (here it
+takes ``2 x latency_s``); IP fragmentation, urgent data, ``SO_LINGER`` with a
+time-out; and file-descriptor reuse (fake fds count up from ``FD_BASE``, above
+any real descriptor, so passing one to the real OS fails loudly).
 
 Peers
 -----
@@ -162,7 +195,7 @@ _DEFAULTS = {
 
 #: ``accounting="linux"``: the constants of Linux's TCP that shape a loopback
 #: stream (net/ipv4/tcp*.c, checked against 6.18 on x86-64; see the design
-#: notes at ``SimSocket._lx_send``).
+#: notes above ``SimSocket._lx_open``).
 _TCP_MSS_DEFAULT = 536          # the receiver's first guess at the sender's segment size
 _RATIO_SHIFT = 8                # TCP_RMEM_TO_WIN_SCALE: window = memory * ratio >> 8
 _RATIO_DEFAULT = 128            # TCP_DEFAULT_SCALING_RATIO: half, until a segment is measured
@@ -1137,11 +1170,15 @@ class SimSocket:
     # size goal is bounded by half the largest window the peer ever offered
     # (tcp_bound_to_half_wnd), and that window comes from the peer's receive
     # memory (payload plus overhead per skb) scaled by the payload/truesize
-    # ratio it measured (tcp_win_from_space), capped by rcv_ssthresh, which
-    # grows with each segment, and never shrunk once offered. On loopback with
-    # 64 KiB pinned (128 KiB effective) buffers that makes the first skbs
-    # 32,741 bytes (half of the SYN's 65,483-byte window), the window 94,834
-    # bytes once a segment is measured, and every later skb 47,417 bytes.
+    # ratio it measured (tcp_win_from_space), capped by rcv_ssthresh (which
+    # grows only while the buffer has room for more than it), and never shrunk
+    # once offered. On loopback with 64 KiB pinned (128 KiB effective) buffers
+    # that makes the first skbs 32,741 bytes (half of the SYN's 65,483-byte
+    # window), the window 94,834 bytes once the first segment is measured, and
+    # every later skb 47,417 bytes: S3's 8,000,000-byte write leaves
+    # (8,000,000 - 32,741 - 94,834) mod 47,417 = 1,203 bytes in the last skb.
+    # The ACK rules (quick ACKs, delayed ACKs, ACK on read) decide when the
+    # sender's memory comes back, and with it when a writer wakes.
 
     def _lx_open(self) -> int:
         """The handshake: set up this end's receive side and return the window
