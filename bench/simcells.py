@@ -54,10 +54,13 @@ __all__ = ["SimCell", "SimRole", "sim_capable", "NET_DEFAULTS", "new_world",
            "cell_world", "serve_app", "run_program", "universe", "UNIVERSE_MODEL", "make_role"]
 
 UNIVERSE_MODEL = "looplab.simcell"
-#: The network a cell runs on unless its universe says otherwise: simnet's
-#: defaults (50 us one way, no bandwidth limit, no jitter), with Linux's
-#: doubling of the SO_SNDBUF/SO_RCVBUF the scenarios pin, as real cells get it.
-NET_DEFAULTS: dict = {"sockbuf_scale": 2}
+#: The network a cell runs on unless its universe says otherwise: loopback as
+#: Linux runs it -- the SO_SNDBUF/SO_RCVBUF the scenarios pin, doubled and
+#: counted in skbs as Linux counts them; a stack that settles within
+#: microseconds (2 us one way, no bandwidth limit, no jitter); and processes
+#: that wake 20 us after their socket readies (docs/simnet.md, "Linux's accounting").
+NET_DEFAULTS: dict = {"sockbuf_scale": 2, "accounting": "linux", "latency_s": 2e-6,
+                      "wake_s": 20e-6}
 # One sim cell at a time per process: the programs capture sys.stderr and the
 # warnings filters process-wide (bench.programs.capture_output), and a world
 # is CPU-bound anyway (``--jobs`` buys nothing under one GIL).

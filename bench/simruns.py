@@ -45,7 +45,7 @@ def cell_from_universe(u: dict):
 #: The network an exploration varies: one-way latency jittered by up to as much
 #: again, drawn per segment from the seed, so ACK and delivery timings -- and
 #: with them partial writes and wake-up order -- differ from seed to seed.
-EXPLORE_NET = {"jitter_s": 50e-6, "cpu_per_wait_s": 20e-6, "sockbuf_scale": 2}
+EXPLORE_NET = {"jitter_s": 2e-6, "cpu_per_wait_s": 20e-6, "sockbuf_scale": 2}
 
 
 def with_ready_order(runtime_spec: str, seed: int) -> str:

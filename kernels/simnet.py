@@ -42,6 +42,38 @@ same way. So a reader that stops fills its receive buffer, then the window
 closes, then the sender's buffer fills, and the writer blocks: the same two
 64 KiB buffers of backpressure a pinned real socket pair has.
 
+That is ``accounting="bytes"`` (the default): capacities are exact byte counts.
+``accounting="linux"`` counts the way Linux does, where byte-level outcomes
+depend on it (how much a send takes, what a close leaves behind):
+
+* The stream is cut into **skbs**. A send tops up the last unsent skb to a
+  size goal, then starts new ones while the queued memory (payload plus
+  ``skb_overhead`` per skb, Linux's truesize) is below ``SO_SNDBUF``: one send
+  can overshoot the buffer by almost an skb, and sends take whole skbs. The
+  goal is half the largest window the peer has offered. A full skb leaves at
+  once; the first unsent one swallows those behind it up to a two-segment GSO
+  packet, waits while an ACK due within 1 ms would bring more window (TSO
+  deferral), and is split at the window's edge. Writable means the free
+  memory is at least half the queued memory.
+* The **receive window** comes from receive memory, not bytes: the free part of
+  ``SO_RCVBUF`` after the truesize of the skbs held, scaled by the payload ratio
+  the receiver measured on incoming segments, capped by ``rcv_ssthresh`` (which
+  grows only while segments land in a nearly empty buffer), rounded to the
+  window scale, never taken back once offered, and zero when what is free is
+  under a segment. A partly read skb keeps all its memory.
+* **ACKs**: the first segments are ACKed at once; later ones when more than a
+  segment waits and the window is not shrinking, or when a read drains more
+  than a segment or can double the window; otherwise after 40 ms (delayed ACK).
+  A persist timer (0.2 s) sends what a too-small window takes when nothing is in
+  flight.
+
+``wake_s`` is the scheduler's part: a program that asked for readiness and did
+not get it, and a peer (always asleep between its actions), run that long after
+the socket readies. A busy program sees the change at once when it next asks.
+With ``latency_s`` of a few microseconds this is loopback as Linux runs it: the
+stack settles within microseconds, while the processes wake tens of
+microseconds later.
+
 Endings follow Linux:
 
 * ``shutdown(SHUT_WR)`` (and ``close``) queue a FIN behind the unsent data; the
@@ -74,13 +106,14 @@ Faults, planned or drawn from the seed, act on connection ``conn`` (numbered in
   the connection in either direction, and nothing ever tells the survivor
   (no keep-alive, no retransmission time-out).
 
-What it does not model: congestion control, slow start, Nagle and delayed
-ACKs, packet loss and retransmission (except the SYN retries above), IP
-fragmentation, urgent data, ``SO_LINGER`` with a time-out, Linux's doubling of
-``SO_SNDBUF``/``SO_RCVBUF`` and its per-skb memory accounting (capacities here
-are exact byte counts), and file-descriptor reuse (fake fds count up from
-``FD_BASE``, above any real descriptor, so passing one to the real OS fails
-loudly).
+What it does not model: congestion control, slow start and Nagle; packet loss
+and retransmission (except the SYN retries above) -- a Linux receiver whose
+memory overflows drops the segment and the sender retransmits it, here it is
+kept; delayed ACKs and everything skb-shaped unless ``accounting="linux"``; the
+ACK a loopback receiver sends within the sender's own system call (here it
+takes ``2 x latency_s``); IP fragmentation, urgent data, ``SO_LINGER`` with a
+time-out; and file-descriptor reuse (fake fds count up from ``FD_BASE``, above
+any real descriptor, so passing one to the real OS fails loudly).
 
 Peers
 -----
@@ -118,7 +151,7 @@ from collections import deque
 from collections.abc import Mapping
 
 __all__ = ["World", "SimIO", "SimSocket", "SimPoller", "SimWaker", "SimSelector",
-           "SimDeadlock", "SimBlockingError", "READ", "WRITE", "FD_BASE", "FAULT_KINDS",
+           "SimDeadlock", "SimBlockingError", "READ", "WRITE", "FD_BASE", "FAULT_KINDS", "ACCOUNTING",
            "Peer", "Source", "Sink", "StalledReader", "DelayedReader", "PipeliningClient",
            "ResettingPeer", "queue_delays"]
 
@@ -136,6 +169,7 @@ _BOTH = READ | WRITE
 FD_BASE = 1 << 20
 
 FAULT_KINDS = ("stall", "slow", "reset", "vanish")
+ACCOUNTING = ("bytes", "linux")
 MAX_EVENTS_AT_ONE_TIME = 1_000_000
 _SIDES = ("client", "server", "both")
 _SLOW_SLICE_S = 0.05      # a slowed reader gets at most this many seconds of rate per recv
@@ -154,7 +188,25 @@ _DEFAULTS = {
     "fault_connections": 2,      # drawn faults pick a connection in range(this)
     "cpu_per_wait_s": 0.0,       # program CPU time charged per poller wait, uniform in [0, 2x)
     "sockbuf_scale": 1,          # setsockopt(SO_SNDBUF/SO_RCVBUF, n) gives n * this (Linux: 2)
+    "accounting": "bytes",       # "bytes": exact byte counts; "linux": skbs, truesize, Linux's window
+    "skb_overhead": 832,         # accounting="linux": bytes of truesize per skb beyond its data
+    "wake_s": 0.0,               # a program or peer waiting on a socket runs this long after it readies
 }
+
+#: ``accounting="linux"``: the constants of Linux's TCP that shape a loopback
+#: stream (net/ipv4/tcp*.c, checked against 6.18 on x86-64; see the design
+#: notes above ``SimSocket._lx_open``).
+_TCP_MSS_DEFAULT = 536          # the receiver's first guess at the sender's segment size
+_RATIO_SHIFT = 8                # TCP_RMEM_TO_WIN_SCALE: window = memory * ratio >> 8
+_RATIO_DEFAULT = 128            # TCP_DEFAULT_SCALING_RATIO: half, until a segment is measured
+_GSO_MAX_SIZE = 65536           # loopback's largest GSO packet: bounds an skb's size goal
+_MIN_TSO_SEGS = 2               # tcp_min_tso_segs
+_MIN_HALF_WND = 36              # 68 minus a header with timestamps: the smallest size goal
+_SOCK_MIN_SNDBUF = 4608         # setsockopt floors (2 x and 1 x TCP_SKB_MIN_TRUESIZE)
+_SOCK_MIN_RCVBUF = 2304
+_PROBE_S = 0.2                  # TCP_RTO_MIN: when the persist timer fires
+_DELACK_S = 0.04                # TCP_DELACK_MIN: a delayed ACK waits this long at most
+_MAX_QUICKACKS = 16             # TCP_MAX_QUICKACKS
 
 
 class SimDeadlock(RuntimeError):
@@ -422,6 +474,11 @@ def _check_params(p):
     num("fault_connections", 1, integer=True)
     num("cpu_per_wait_s", 0)
     num("sockbuf_scale", 1, integer=True)
+    if p["accounting"] not in ACCOUNTING:
+        raise ValueError(f"simnet: bad value {p['accounting']!r} for accounting: must be one of "
+                         + ", ".join(ACCOUNTING))
+    num("skb_overhead", 0, integer=True)
+    num("wake_s", 0)
 
 
 def _check_fault(f) -> dict:
@@ -561,6 +618,38 @@ class SimSocket:
         # sans-IO peers
         self._watcher = None
         self._poke_pending = False
+        # wake_s: when readiness that appeared becomes visible to a waiting program
+        self._wake = world.params["wake_s"]
+        self._asleep = 0                  # READ/WRITE a program found missing and waits for
+        self._read_at = 0.0
+        self._write_at = 0.0
+        # accounting="linux" (a socketpair keeps exact bytes: AF_UNIX has no window)
+        self._lx = world.params["accounting"] == "linux"
+        self._wq = deque()                # unsent skbs' lengths, oldest first (sum: _unsent)
+        self._rtx = deque()               # sent, unacknowledged skbs' lengths (sum: _unacked)
+        self._wmem = 0                    # sk_wmem_queued: both queues' data + overhead per skb
+        self._wnd_end = 0                 # the peer's window's right edge, in our send offsets
+        self._max_window = 0              # the largest window the peer ever offered
+        self._snd_wnd = 0                 # the window it offered last
+        self._pushed_seq = 0              # send offset of the last push (forced_push)
+        self._last_tx = -1.0              # when we last sent a segment
+        self._srtt = 0.0                  # smoothed round trip, from ACKs
+        self._probe = None                # the persist timer, while armed
+        self._rq = deque()                # received skbs not wholly read: [unread, truesize]
+        self._rmem = 0                    # sk_rmem_alloc: their truesize
+        self._rcv_nxt = 0                 # bytes received
+        self._rcv_wup = 0                 # rcv_nxt when the window was last advertised
+        self._rcv_wnd = 0                 # the window advertised then
+        self._ssthresh = 0                # rcv_ssthresh: how far the window may grow now
+        self._clamp = 0                   # window_clamp: the window for the whole buffer
+        self._ratio = _RATIO_DEFAULT      # scaling_ratio: payload per byte of truesize, x256
+        self._rcv_mss = _TCP_MSS_DEFAULT  # the peer's segment size, as measured
+        self._wscale = 0                  # our receive window's scale (granularity 2**this)
+        self._ack_pending = False         # data received and not yet ACKed
+        self._ack_pushed = False          # ... some of it in a short segment
+        self._ack_started = False         # any data received yet
+        self._quick = 0                   # quick ACKs left (ACK every segment)
+        self._delack = None               # the delayed-ACK timer, while armed
 
     def __repr__(self):
         where = f" conn={self._conn} {self._side}" if self._conn is not None else ""
@@ -571,9 +660,34 @@ class SimSocket:
     def _changed(self):
         world = self._world
         world._gen += 1
+        wake = self._wake
+        if wake:
+            self._wake_edges(world, wake)
         if self._watcher is not None and not self._poke_pending:
             self._poke_pending = True
-            world._pokes.append(self)
+            if wake:
+                world.call_at(world.now + wake, self._poke)
+            else:
+                world._pokes.append(self)
+
+    def _wake_edges(self, world, wake):
+        """``wake_s``: a program that found this socket not readable (or not
+        writable) waits for it; when that changes, the kernel wakes it, and it
+        runs that much later (the scheduler's wake-up latency) -- by which time
+        the stack may have moved on. A program that was busy meanwhile sees the
+        change at once, as ``poll`` does (Linux: SOCK_NOSPACE, sk_data_ready)."""
+        rising = self._raw_events() & self._asleep
+        if rising:
+            self._asleep &= ~rising
+            at = world.now + wake
+            if rising & READ:
+                self._read_at = at
+            if rising & WRITE:
+                self._write_at = at
+            world.call_at(at, self._woken)
+
+    def _woken(self):
+        self._world._gen += 1
 
     def _poke(self):
         self._poke_pending = False
@@ -592,6 +706,18 @@ class SimSocket:
         return False
 
     def _events(self) -> int:
+        ev = self._raw_events()
+        if self._wake and not ev & _ERR:
+            self._asleep |= ~ev & _BOTH       # whoever asks waits for what is missing
+            if ev:
+                now = self._world.now
+                if now < self._read_at:
+                    ev &= ~READ
+                if now < self._write_at:
+                    ev &= ~WRITE
+        return ev
+
+    def _raw_events(self) -> int:
         state = self._state
         if state == _CONNECTED:
             if self._err or self._reset:
@@ -602,7 +728,7 @@ class SimSocket:
             if self._wr_shut:
                 ev |= WRITE
             else:
-                used = len(self._unsent) + self._unacked
+                used = self._wmem if self._lx else len(self._unsent) + self._unacked
                 if self.sndbuf - used >= used >> 1 and self.sndbuf > used:
                     ev |= WRITE
             if self._eof and self._wr_shut:
@@ -682,10 +808,12 @@ class SimSocket:
     def setsockopt(self, level, option, value, *rest) -> None:
         self._check_open()
         if level == _socket.SOL_SOCKET and option == _socket.SO_SNDBUF:
-            self.sndbuf = max(1, int(value) * self._world.params["sockbuf_scale"])
+            self.sndbuf = max(_SOCK_MIN_SNDBUF if self._lx else 1,
+                              int(value) * self._world.params["sockbuf_scale"])
             self._changed()
         elif level == _socket.SOL_SOCKET and option == _socket.SO_RCVBUF:
-            self.rcvbuf = max(1, int(value) * self._world.params["sockbuf_scale"])
+            self.rcvbuf = max(_SOCK_MIN_RCVBUF if self._lx else 1,
+                              int(value) * self._world.params["sockbuf_scale"])
             if self._peer is not None:
                 self._peer._pump()
         elif level == _socket.SOL_SOCKET and option == _socket.SO_LINGER:
@@ -774,6 +902,11 @@ class SimSocket:
         server.rcvbuf = lsock.rcvbuf
         server._peer = self
         self._peer = server
+        if self._lx:
+            # each side's first window: the SYN's (client) and the SYN-ACK's (server)
+            self._wnd_end = self._max_window = self._snd_wnd = server._lx_open()
+            server._wnd_end = server._max_window = server._snd_wnd = self._lx_open()
+            self._srtt = server._srtt = 2 * self._link.latency     # the handshake's
         world._conns[self._conn][1] = server
         # the SYN-ACK goes first on the way back: server data can't overtake it
         synack = server._link.arrival(world, 0)
@@ -824,6 +957,8 @@ class SimSocket:
             raise _error_exc(self._take_err())
         if self._wr_shut or self._reset:
             raise BrokenPipeError(errno.EPIPE, "Broken pipe (simulated)")
+        if self._lx:
+            return self._lx_send(data)
         free = self.sndbuf - len(self._unsent) - self._unacked
         if free <= 0:
             self._would_block("send")
@@ -901,6 +1036,9 @@ class SimSocket:
         if not n:
             return
         self._read_total += n
+        if self._lx:
+            self._lx_consumed(n)
+            return
         peer = self._peer
         world = self._world
         if peer is not None and not self._reset:
@@ -923,6 +1061,9 @@ class SimSocket:
             return
         peer = self._peer
         if peer is None or self._reset or self._state != _CONNECTED:
+            return
+        if self._lx:
+            self._lx_pump(peer)
             return
         world = self._world
         link = self._link
@@ -997,6 +1138,7 @@ class SimSocket:
         peer = self._peer
         self._unsent.clear()
         self._unacked = 0
+        self._lx_drop_queues()
         self._reset = True
         if peer is not None and not self._link.dead:
             world.call_at(self._link.arrival(world, 0), peer._rst_arrives)
@@ -1014,8 +1156,366 @@ class SimSocket:
             self._err = errno.ECONNRESET
         self._unsent.clear()
         self._unacked = 0
+        self._lx_drop_queues()
         self._world.record("rst", self._conn, self._side, len(self._rcv))
         self._changed()
+
+    # -- accounting="linux": skbs, truesize and Linux's window ------------------
+    #
+    # Linux does not count bytes against a socket's buffers: it counts skbs.
+    # A send appends to the last unsent skb up to a size goal, then starts new
+    # skbs for as long as the queued memory (sk_wmem_queued: payload plus a
+    # fixed truesize overhead per skb) is below SO_SNDBUF -- so one send can
+    # overshoot the buffer by up to one skb, and a send takes whole skbs. The
+    # size goal is bounded by half the largest window the peer ever offered
+    # (tcp_bound_to_half_wnd), and that window comes from the peer's receive
+    # memory (payload plus overhead per skb) scaled by the payload/truesize
+    # ratio it measured (tcp_win_from_space), capped by rcv_ssthresh (which
+    # grows only while the buffer has room for more than it), and never shrunk
+    # once offered. On loopback with 64 KiB pinned (128 KiB effective) buffers
+    # that makes the first skbs 32,741 bytes (half of the SYN's 65,483-byte
+    # window), the window 94,834 bytes once the first segment is measured, and
+    # every later skb 47,417 bytes: S3's 8,000,000-byte write leaves
+    # (8,000,000 - 32,741 - 94,834) mod 47,417 = 1,203 bytes in the last skb.
+    # The ACK rules (quick ACKs, delayed ACKs, ACK on read) decide when the
+    # sender's memory comes back, and with it when a writer wakes.
+
+    def _lx_open(self) -> int:
+        """The handshake: set up this end's receive side and return the window
+        its SYN (or SYN-ACK) offers (tcp_select_initial_window)."""
+        mss = self._world.params["mss"]
+        space = (self.rcvbuf * _RATIO_DEFAULT) >> _RATIO_SHIFT
+        self._ratio = _RATIO_DEFAULT
+        self._clamp = space
+        self._wscale = min(14, max(0, space.bit_length() - 16))
+        wnd = space - space % mss if space > mss else space
+        wnd = min(wnd, 65535)                 # a SYN's window is never scaled
+        self._rcv_wnd = self._ssthresh = wnd
+        self._rcv_mss = _TCP_MSS_DEFAULT
+        return wnd
+
+    def _lx_mss_now(self):
+        """(segment size, size goal) for what we send now (tcp_current_mss,
+        tcp_xmit_size_goal): both bounded by half the peer's largest window."""
+        mss = self._world.params["mss"]
+        w = self._max_window
+        cutoff = w >> 1 if w > _TCP_MSS_DEFAULT else w
+        if cutoff and mss > cutoff:
+            mss = max(cutoff, _MIN_HALF_WND)
+        goal = _GSO_MAX_SIZE
+        if cutoff and goal > cutoff:
+            goal = max(cutoff, _MIN_HALF_WND)
+        return mss, max(mss, goal // mss * mss)
+
+    def _lx_send(self, data) -> int:
+        """tcp_sendmsg: fill the last unsent skb up to the size goal, then new
+        skbs while sk_wmem_queued < SO_SNDBUF. A full skb goes out at once if
+        it is the first unsent one (tcp_push_one), and everything queued does
+        every half window (forced_push) and at the end."""
+        n = len(data)
+        if not n:
+            return 0
+        goal = self._lx_mss_now()[1]
+        over = self._world.params["skb_overhead"]
+        peer = self._peer
+        wq = self._wq
+        view = data if isinstance(data, (bytes, bytearray)) else memoryview(data).cast("B")
+        taken = 0
+        while taken < n:
+            if wq and wq[-1] < goal:
+                copy = min(goal - wq[-1], n - taken)
+                wq[-1] += copy
+            elif self._wmem >= self.sndbuf:
+                break
+            else:
+                copy = min(goal, n - taken)
+                wq.append(copy)
+                self._wmem += over
+            self._wmem += copy
+            self._unsent += view[taken:taken + copy]
+            taken += copy
+            if taken < n and wq[-1] >= goal:
+                write_seq = self._sent_total + len(self._unsent)
+                if write_seq > self._pushed_seq + (self._max_window >> 1):
+                    self._pushed_seq = write_seq
+                    self._lx_pump(peer)
+                elif len(wq) == 1:
+                    self._lx_pump(peer, push_one=True)
+        if not taken:
+            self._would_block("send")
+        self._pushed_seq = self._sent_total + len(self._unsent)
+        self._lx_pump(peer)
+        self._changed()
+        return taken
+
+    def _lx_pump(self, peer, push_one=False):
+        """tcp_write_xmit: the first unsent skb takes bytes from those behind
+        it up to a GSO packet (tcp_grow_skb), goes out if its first segment fits
+        the window (tcp_snd_wnd_test) unless it is better to wait for the ACK
+        under way (tcp_tso_should_defer), and is split at the window's edge."""
+        world = self._world
+        link = self._link
+        wq = self._wq
+        over = world.params["skb_overhead"]
+        mss_now = self._lx_mss_now()[0]
+        max_len = max(_MIN_TSO_SEGS, _GSO_MAX_SIZE // mss_now) * mss_now
+        while wq:
+            head = wq[0]
+            while head < max_len and len(wq) > 1:
+                take = min(max_len - head, wq[1])
+                head += take
+                if take == wq[1]:
+                    del wq[1]
+                    self._wmem -= over        # the emptied skb is freed
+                else:
+                    wq[1] -= take
+            wq[0] = head
+            room = self._wnd_end - self._sent_total
+            if room < (head if head < mss_now else mss_now):
+                if room > 0 and not self._rtx and self._probe is None and not link.dead:
+                    # too small a window and nothing in flight to bring a bigger one
+                    self._probe = world.call_at(world.now + _PROBE_S, self._lx_probe)
+                return
+            if not push_one and head > mss_now and self._lx_defer(head, room, max_len, len(wq) == 1):
+                return
+            n = head if head < max_len else max_len
+            if n > room:
+                n = room
+            if n < head:
+                wq[0] = head - n
+                self._wmem += over            # the rest becomes an skb of its own
+            else:
+                wq.popleft()
+            self._lx_transmit(peer, n, mss_now)
+            if push_one:
+                return
+        if self._fin_queued and not self._fin_sent:
+            self._fin_sent = True
+            world.call_at(link.arrival(world, 0), peer._on_fin)
+
+    def _lx_defer(self, head, room, max_len, is_tail) -> bool:
+        """tcp_tso_should_defer, without congestion control: hold a packet the
+        window cannot take whole when an ACK (and with it more window) is due
+        within min(1 ms, srtt/2) and something was sent within the last 1 ms."""
+        now = self._world.now
+        if now - self._last_tx > 1e-3 or room >= max_len or (not is_tail and room >= head):
+            return False
+        if room >= self._snd_wnd // 3 or not self._rtx or (self._fin_queued and is_tail):
+            return False
+        srtt = self._srtt
+        return self._rtx[0][1] + srtt - now <= min(srtt / 2, 1e-3)
+
+    def _lx_transmit(self, peer, n, mss_now):
+        world = self._world
+        unsent = self._unsent
+        if n == len(unsent):
+            data = bytes(unsent)
+            unsent.clear()
+        else:
+            data = bytes(unsent[:n])
+            del unsent[:n]
+        self._sent_total += n
+        self._unacked += n
+        now = world.now
+        self._last_tx = now
+        self._rtx.append((n, now))
+        if self._ack_pending:
+            self._lx_send_ack()               # the segment carries it
+        world.call_at(self._link.arrival(world, n), peer._lx_deliver, data,
+                      mss_now if n > mss_now else n)
+
+    def _lx_probe(self):
+        """The persist timer: a window too small for the next segment and
+        nothing in flight. Send what fits (tcp_write_wakeup); its ACK brings
+        the window back."""
+        self._probe = None
+        peer = self._peer
+        if (self._rtx or not self._wq or peer is None or self._reset
+                or self._state != _CONNECTED or self._link.dead):
+            return
+        room = self._wnd_end - self._sent_total
+        if room <= 0:
+            return
+        mss_now = self._lx_mss_now()[0]
+        n = min(room, mss_now, self._wq[0])
+        if n < self._wq[0]:
+            self._wq[0] -= n
+            self._wmem += self._world.params["skb_overhead"]
+        else:
+            self._wq.popleft()
+        self._world.record("probe", self._conn, self._side, n)
+        self._lx_transmit(peer, n, mss_now)
+
+    def _lx_deliver(self, data, gso):
+        """A segment arrives: queue it as one skb, measure it (tcp_measure_rcv_mss,
+        tcp_grow_window), and ACK now or later (__tcp_ack_snd_check)."""
+        world = self._world
+        sender = self._peer
+        if sender._link.dead or self._vanished or self._reset:
+            return
+        if self._app_closed:
+            world.record("rst-on-data", self._conn, self._side, len(data))
+            self._send_rst()
+            return
+        n = len(data)
+        truesize = n + world.params["skb_overhead"]
+        self._rcv += data
+        self._rcv_nxt += n
+        self._rq.append([n, truesize])
+        self._rmem += truesize
+        if gso >= self._rcv_mss:
+            if gso != self._rcv_mss:
+                ratio = (n << _RATIO_SHIFT) // truesize or 1
+                if ratio != self._ratio:
+                    self._ratio = ratio
+                    self._clamp = (self.rcvbuf * ratio) >> _RATIO_SHIFT
+                    if self._clamp < self._ssthresh:
+                        self._ssthresh = self._clamp
+            self._rcv_mss = min(gso, world.params["mss"])
+        else:
+            self._ack_pushed = True           # a short segment: ACK once it is all read
+        if not self._ack_started:
+            # the first data: quick ACKs for about a window's worth (tcp_incr_quickack)
+            self._ack_started = True
+            self._quick = max(self._quick, min(_MAX_QUICKACKS,
+                                               self._rcv_wnd // (2 * self._rcv_mss) or 2))
+        if n >= 128:
+            space = ((self.rcvbuf - self._rmem) * self._ratio) >> _RATIO_SHIFT
+            room = min(self._clamp, space) - self._ssthresh
+            if room > 0:
+                self._ssthresh += min(room, max(2 * self._rcv_mss, 2 * n))
+                self._quick |= 1
+        world.record("deliver", self._conn, self._side, n)
+        self._ack_pending = True
+        if self._quick or (self._rcv_nxt - self._rcv_wup > self._rcv_mss
+                           and self._lx_free_window() >= self._rcv_wnd):
+            self._lx_send_ack()
+        elif self._delack is None:
+            self._delack = world.call_at(world.now + _DELACK_S, self._lx_delack)
+        self._changed()
+
+    def _lx_send_ack(self):
+        """An ACK of everything received, with the window we can offer now."""
+        if self._ack_pending and self._quick:
+            self._quick -= 1
+        self._ack_pending = self._ack_pushed = False
+        if self._delack is not None:
+            self._delack.cancel()
+            self._delack = None
+        wnd = self._lx_select_window()
+        peer = self._peer
+        if peer is not None and not self._reset and not self._link.dead:
+            world = self._world
+            world.call_at(world.now + self._link.latency, peer._lx_on_ack, self._rcv_nxt,
+                          self._rcv_nxt + wnd, wnd)
+
+    def _lx_delack(self):
+        self._delack = None
+        if self._ack_pending and self._state == _CONNECTED:
+            self._lx_send_ack()
+
+    def _lx_free_window(self) -> int:
+        """__tcp_select_window: the window our free receive memory allows."""
+        ratio = self._ratio
+        free = ((self.rcvbuf - self._rmem) * ratio) >> _RATIO_SHIFT
+        allowed = (self.rcvbuf * ratio) >> _RATIO_SHIFT
+        full = min(self._clamp, allowed)
+        mss = min(self._rcv_mss, full)
+        if mss <= 0:
+            return 0
+        grain = 1 << self._wscale
+        if free < full >> 1:
+            if free < 0:
+                return 0
+            free -= free % grain
+            if free < allowed >> 4 or free < mss:
+                return 0
+        if free > self._ssthresh:
+            free = self._ssthresh
+        return -(-free // grain) * grain
+
+    def _lx_select_window(self) -> int:
+        """tcp_select_window: never take back a window once offered."""
+        cur = self._rcv_wup + self._rcv_wnd - self._rcv_nxt
+        new = self._lx_free_window()
+        if new < cur:
+            grain = 1 << self._wscale
+            new = -(-cur // grain) * grain
+        self._rcv_wnd = new
+        self._rcv_wup = self._rcv_nxt
+        return new
+
+    def _lx_consumed(self, n):
+        """A read frees the skbs it emptied; a partly read skb keeps all its
+        memory. Then an ACK if more than a segment waits for one, or if the
+        window can now at least double (tcp_cleanup_rbuf)."""
+        rq = self._rq
+        while n and rq:
+            head = rq[0]
+            if n >= head[0]:
+                n -= head[0]
+                self._rmem -= head[1]
+                rq.popleft()
+            else:
+                head[0] -= n
+                n = 0
+        if self._peer is not None and not self._reset and not self._link.dead:
+            if self._ack_pending and (self._rcv_nxt - self._rcv_wup > self._rcv_mss
+                                      or (self._ack_pushed and not self._rmem)):
+                self._lx_send_ack()
+            else:
+                now_wnd = self._rcv_wup + self._rcv_wnd - self._rcv_nxt
+                if now_wnd < 0:
+                    now_wnd = 0
+                if 2 * now_wnd <= self._clamp:
+                    new = self._lx_free_window()
+                    if new and new >= 2 * now_wnd:
+                        self._lx_send_ack()
+        self._changed()
+
+    def _lx_on_ack(self, ack, wnd_end, wnd):
+        """An ACK (or a window update) arrives: free the skbs it covers (a
+        partly covered one loses the covered bytes), take the window."""
+        if self._reset or self._vanished:
+            return
+        acked = ack - (self._sent_total - self._unacked)
+        if acked > 0:
+            self._unacked -= acked
+            over = self._world.params["skb_overhead"]
+            rtx = self._rtx
+            first = None
+            while acked and rtx:
+                sent, t = rtx[0]
+                if first is None:
+                    first = t
+                if sent <= acked:
+                    rtx.popleft()
+                    acked -= sent
+                    self._wmem -= sent + over
+                else:
+                    rtx[0] = (sent - acked, t)
+                    self._wmem -= acked
+                    acked = 0
+            self._srtt += (self._world.now - first - self._srtt) / 8
+        self._snd_wnd = wnd
+        if wnd > self._max_window:
+            self._max_window = wnd
+        if wnd_end > self._wnd_end:
+            self._wnd_end = wnd_end
+        self._pump()
+        self._changed()
+
+    def _lx_drop_queues(self):
+        self._wq.clear()
+        self._rtx.clear()
+        self._wmem = 0
+        if self._probe is not None:
+            self._probe.cancel()
+            self._probe = None
+        if self._delack is not None:
+            self._delack.cancel()
+            self._delack = None
+        self._ack_pending = False
 
     # -- endings ----------------------------------------------------------
 
@@ -1293,6 +1793,7 @@ class SimIO:
         a._remote, b._remote = b._local, a._local
         a._state = b._state = _CONNECTED
         a._peer, b._peer = b, a
+        a._lx = b._lx = False
         a._conn = b._conn = len(world._conns)
         a._side, b._side = "client", "server"
         world._conns.append([a, b])

@@ -814,3 +814,182 @@ def test_sockbuf_scale_doubles_what_setsockopt_asks_for_as_linux_does():
     sock.close()
     with pytest.raises(ValueError, match="sockbuf_scale"):
         World(0, sockbuf_scale=0)
+
+
+# -- accounting="linux": skbs, truesize and Linux's window ---------------------
+#
+# The expected numbers are worked out here from the rules the model follows
+# (tcp_sendmsg, tcp_select_initial_window, __tcp_select_window, ...), not
+# copied from a run.
+
+OVER = 832          # the model's default truesize overhead per skb
+MSS = 65483         # loopback's segment size, the model's default
+
+
+def lx_world(**kw):
+    return World(0, accounting="linux", sockbuf_scale=2, **kw)
+
+
+def pinned_pair(world, size=65536):
+    """``pair`` with SO_SNDBUF/SO_RCVBUF pinned before listen and connect, as
+    the scenarios pin them (the first windows are fixed in the handshake)."""
+    io = world.io()
+    ls = io.socket()
+    c = io.socket()
+    for sock in (ls, c):
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+    ls.bind(A)
+    ls.listen(1)
+    c.connect_ex(A)
+    settle(world, 0.01)
+    s, _ = ls.accept()
+    s.setblocking(False)
+    ls.close()
+    return c, s
+
+
+def win_from_space(space, ratio):
+    return space * ratio >> 8
+
+
+def ratio_of(n):
+    """The receiver's payload-to-truesize ratio (x256) for an n-byte segment."""
+    return (n << 8) // (n + OVER)
+
+
+def skbs_taken(wmem, sndbuf, goal, tail, n):
+    """tcp_sendmsg: fill the unsent tail skb up to ``goal``, then add skbs of
+    ``goal`` for as long as the queued memory is below SO_SNDBUF."""
+    taken = min(goal - tail, n) if tail else 0
+    wmem += taken
+    while taken < n and wmem < sndbuf:
+        copy = min(goal, n - taken)
+        wmem += copy + OVER
+        taken += copy
+    return taken, wmem
+
+
+def writable(world, sock):
+    p = world.io().poller()
+    p.register(sock.fileno(), WRITE)
+    try:
+        return bool(p.wait(0))
+    finally:
+        p.close()
+
+
+def first_phase(world, c, s):
+    """A writer fills a pinned pair whose reader has not started; returns the
+    numbers the rules predict for it."""
+    buf = 2 * 65536
+    syn = min(65535, win_from_space(buf, 128) // MSS * MSS)     # the SYN-ACK's window
+    g0 = syn // 2                                               # half the peer's window
+    n0, _ = skbs_taken(0, buf, g0, 0, 10**6)
+    # the first segment measured: the window is what the rest of the buffer
+    # allows at its payload ratio, rounded up to the window scale's 2 bytes
+    w1 = win_from_space(buf - (g0 + OVER), ratio_of(g0))
+    w1 += w1 % 2
+    return buf, g0, n0, w1
+
+
+def test_linux_sends_take_whole_skbs_sized_by_half_the_peer_window():
+    world = lx_world()
+    c, s = pinned_pair(world)
+    buf, g0, n0, w1 = first_phase(world, c, s)
+    assert c.send(bytes(10**6)) == n0 == 4 * g0       # one send overshoots SO_SNDBUF
+    assert not writable(world, c)
+    settle(world)                                     # the ACKs, the delayed one too
+    # the sender filled exactly the window the first ACK offered ...
+    assert s.unread_bytes == g0 + w1
+    tail = n0 - (g0 + w1)
+    assert c.queued_bytes == tail
+    assert writable(world, c)
+    # ... and now cuts skbs at half the largest window seen, topping up the tail first
+    g1 = w1 // 2
+    n1, wmem = skbs_taken(tail + OVER, buf, g1, tail, 10**6)
+    assert c.send(bytes(10**6)) == n1
+    assert buf - wmem < wmem >> 1 and not writable(world, c)
+    c.close()
+    s.close()
+
+
+def test_linux_acks_the_first_segment_at_once_and_the_rest_after_the_delayed_ack():
+    world = lx_world()
+    c, s = pinned_pair(world)
+    buf, g0, n0, w1 = first_phase(world, c, s)
+    c.send(bytes(10**6))
+    # one quick ACK: a 65,483-byte window holds rcv_wnd // (2 * rcv_mss) = 1 segment pair
+    settle(world, 0.001)
+    assert c.queued_bytes == n0 - g0
+    settle(world, 0.038)
+    assert c.queued_bytes == n0 - g0                  # still waiting for the delayed ACK
+    settle(world, 0.003)                              # 40 ms after the data came
+    assert c.queued_bytes == n0 - (g0 + w1)
+
+
+def test_linux_a_read_frees_whole_skbs_only_and_the_window_reopens_by_the_rules():
+    world = lx_world()
+    c, s = pinned_pair(world)
+    buf, g0, n0, w1 = first_phase(world, c, s)
+    c.send(bytes(10**6))
+    settle(world)
+    c.send(bytes(10**6))
+    settle(world)
+    held = s.unread_bytes                             # segments g0, g0 and w1 - g0
+    assert held == g0 + w1
+    # a part of the first skb: no memory comes free, so no window either
+    assert len(s.recv(100)) == 100
+    settle(world)
+    assert s.unread_bytes == held - 100
+    # the rest of it: one skb freed, but the free space is under a segment (SWS avoidance)
+    assert len(s.recv(g0 - 100)) == g0 - 100
+    settle(world)
+    assert s.unread_bytes == held - g0
+    # the second skb: now the window is what the memory left allows
+    assert len(s.recv(g0)) == g0
+    last = w1 - g0
+    window = win_from_space(buf - (last + OVER), ratio_of(last))
+    window += window % 2
+    assert window < w1 - 1                            # under rcv_ssthresh: not capped
+    settle(world)
+    assert s.unread_bytes == last + window            # the sender filled it at once
+
+
+def test_wake_s_delays_a_program_that_waited_not_one_that_was_busy():
+    world = World(0, wake_s=1e-3, latency_s=50e-6)
+    c, s = pair(world)
+    p = world.io().poller()
+    p.register(s.fileno(), READ)
+    t0 = world.now
+    world.call_at(t0 + 0.5, c.send, b"x")
+    assert p.wait(None) == [(s.fileno(), READ)]       # it asked, found nothing, slept
+    assert world.now == pytest.approx(t0 + 0.5 + 50e-6 + 1e-3)
+    assert s.recv(10) == b"x"
+    world.call_at(world.now + 0.1, c.send, b"y")
+    world.run(until=world.now + 0.2)                  # busy elsewhere: it did not ask
+    t1 = world.now
+    assert p.wait(None) == [(s.fileno(), READ)] and world.now == t1
+    # a peer is a sleeping process too: it reads wake_s after the data lands
+    sink = Sink(world, verify=False).listen(B)
+    c2 = world.io().socket()
+    c2.setblocking(False)
+    c2.connect_ex(B)
+    settle(world, 0.1)
+    t2 = world.now
+    c2.send(b"z" * 10)
+    settle(world, 0.1)
+    assert sink.arrival_times == [pytest.approx(t2 + 50e-6 + 1e-3)]
+    with pytest.raises(ValueError, match="wake_s"):
+        World(0, wake_s=-1)
+
+
+def test_accounting_is_checked_and_recorded_in_the_universe():
+    with pytest.raises(ValueError, match="accounting"):
+        World(0, accounting="bsd")
+    with pytest.raises(ValueError, match="skb_overhead"):
+        World(0, skb_overhead=-1)
+    u = lx_world().universe()
+    assert u["params"]["accounting"] == "linux" and u["params"]["skb_overhead"] == OVER
+    assert World.from_universe(u).params == u["params"]
