@@ -52,7 +52,7 @@ from bench.simroles import SimRole, make_role, simnet_bucket  # noqa: F401 -- re
 from kernels import simnet
 
 __all__ = ["SimCell", "SimRole", "sim_capable", "SIM_REFERENCES", "NET_DEFAULTS", "new_world",
-           "cell_world", "serve_app", "run_program", "universe", "UNIVERSE_MODEL", "make_role"]
+           "cell_heap", "cell_world", "serve_app", "run_program", "universe", "UNIVERSE_MODEL", "make_role"]
 
 UNIVERSE_MODEL = "looplab.simcell"
 #: The network a cell runs on unless its universe says otherwise: simnet's
@@ -77,6 +77,18 @@ def sim_capable(runtime) -> str | None:
     return (f"{runtime.id} runs only on the real network: it has no port onto the "
             "simulated network yet" + (" (uvloop polls real file descriptors in C)"
                                        if "uvloop" in runtime.info.requires else ""))
+
+
+def cell_heap():
+    """What ``bench.scenarios.run_cell`` runs a sim cell inside: the garbage
+    collector looks only at the cell's own objects (``programs.own_garbage``).
+    An automatic full collection walks the whole heap -- 7 to 9 ms, more than a
+    short cell's whole run -- and lands in whichever cell happens to cross its
+    threshold; frozen, the heap is not walked. The cell's own garbage (its
+    world, roles and buffers, mostly in cycles) is collected when it ends,
+    with the cell's time."""
+    from bench import programs
+    return programs.own_garbage(collect=True)
 
 
 def new_world(seed=0, faults=None, **params) -> simnet.World:
