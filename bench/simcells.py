@@ -52,7 +52,7 @@ from bench.simroles import SimRole, make_role, simnet_bucket  # noqa: F401 -- re
 from kernels import simnet
 
 __all__ = ["SimCell", "SimRole", "sim_capable", "SIM_REFERENCES", "NET_DEFAULTS", "new_world",
-           "cell_heap", "cell_world", "serve_app", "run_program", "universe", "UNIVERSE_MODEL", "make_role"]
+           "cell_heap", "keep_freed_memory", "cell_world", "serve_app", "run_program", "universe", "UNIVERSE_MODEL", "make_role"]
 
 UNIVERSE_MODEL = "looplab.simcell"
 #: The network a cell runs on unless its universe says otherwise: simnet's
@@ -86,9 +86,41 @@ def cell_heap():
     short cell's whole run -- and lands in whichever cell happens to cross its
     threshold; frozen, the heap is not walked. The cell's own garbage (its
     world, roles and buffers, mostly in cycles) is collected when it ends,
-    with the cell's time."""
+    with the cell's time. The first call also keeps freed memory in the
+    process (``keep_freed_memory``)."""
     from bench import programs
+    keep_freed_memory()
     return programs.own_garbage(collect=True)
+
+
+_MALLOC_SET: list = []
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc's malloc (once per process) to keep freed blocks of up to
+    32 MiB for reuse instead of handing them back to the OS.
+
+    By default a block of 128 KiB or more comes from a fresh ``mmap`` and goes
+    back with ``munmap`` when freed (and the heap's top is trimmed), so every
+    time a naive relay's 20 MB buffer grows, the copy lands on fresh pages and
+    page-faults them in: in S1's naive cells that was about half the cell's CPU
+    time, system time for the kernel. Under ``--net sim`` RSS is not measured
+    (see the module docstring), so where the bytes live changes no result.
+    Returns whether the setting took (False off glibc)."""
+    if _MALLOC_SET:
+        return _MALLOC_SET[0]
+    ok = False
+    try:
+        import ctypes
+        import ctypes.util
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError, TypeError):
+        mallopt = None
+    if mallopt is not None:
+        m_trim_threshold, m_mmap_threshold = -1, -3      # malloc.h
+        ok = bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 1 << 30))
+    _MALLOC_SET.append(ok)
+    return ok
 
 
 def new_world(seed=0, faults=None, **params) -> simnet.World:
