@@ -42,6 +42,7 @@ class SimRole(simnet.Peer):
         cell.roles[cfg["name"]] = self
         self._deadline = cell.world.call_at(self.began + cfg["max_s"], self._timeout)
         self._idle_gen = -1
+        self._rest_until = -1.0       # waiting for time alone until then (see _poked)
 
     # the role's life -----------------------------------------------------------
 
@@ -58,12 +59,19 @@ class SimRole(simnet.Peer):
         s._watcher = self._poked
 
     def _poked(self):
-        """The socket changed (the world's poke). A role's ``_act`` runs until
-        it has nothing to do right now, and its own reads and sends poke it
-        again at once: if nothing in the world changed since it finished
-        (``world._gen``, bumped by every change of readiness), that poke would
-        find the same nothing, at the same instant."""
+        """The socket changed (the world's poke). Two pokes would find nothing
+        to do, and are not passed on to ``_act``:
+
+        * A role's ``_act`` runs until it has nothing to do right now, and its
+          own reads and sends poke it again at once: if nothing in the world
+          changed since it finished (``world._gen``, bumped by every change of
+          readiness), that poke finds the same nothing at the same instant.
+        * A role resting until ``_rest_until`` -- waiting for its rate bucket,
+          a stall or its start, with a timer set for then -- ignores its
+          socket until then: ``_act`` would only set the same timer again."""
         world = self.world
+        if world.now < self._rest_until:
+            return
         if world._gen != self._idle_gen:
             self._act()
             self._idle_gen = world._gen
@@ -202,17 +210,23 @@ class _Reading(SimRole):
         framed = cfg.get("frame_bytes")
         now = self.world.now          # no time passes inside a role's turn
         ask = False
+        self._rest_until = -1.0
         while self.ended is None:
             if now < start:
                 self._wake_at(start)
+                self._rest_until = start
                 return
             if self.reading_from is None:
                 self.reading_from = now
             if self._stall_from <= now < self._stall_to:
                 self._wake_at(self._stall_to)
+                self._rest_until = self._stall_to
                 return
             if self._bucket is not None and self._bucket.due > now:
-                self._wake_at(self._bucket.due)
+                due = self._bucket.due
+                self._wake_at(due)
+                # a stall that begins first changes what the next turn does
+                self._rest_until = due if self._stall_from <= now else min(due, self._stall_from)
                 return
             data = self._recv(recv_bytes, ask)
             ask = True
@@ -332,6 +346,7 @@ class _Source(SimRole):
             return
         cfg, s = self.cfg, self.sock
         now = self.world.now
+        self._rest_until = -1.0
         while self._eof_wait and self.ended is None:
             data = self._recv(cfg["recv_bytes"])
             if data is None:
@@ -367,6 +382,7 @@ class _Source(SimRole):
                 if dur is not None:
                     wake = min(wake, self.t0 + dur)
                 self._wake_at(wake)
+                self._rest_until = wake
                 return
             size = cfg["frame_bytes"]
             if total is not None:

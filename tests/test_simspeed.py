@@ -141,6 +141,32 @@ def test_roles_skipping_idle_pokes_give_the_same_results_as_acting_on_each():
     assert skipping == acting
 
 
+def _reader_world(act_every_poke: bool, **sink):
+    """A simnet Source at 3 MB/s into a sink role with ``sink`` fields, to the end."""
+    from bench import peers, peerspec, simcells, simroles
+    cell = simcells.SimCell(simcells.new_world(3, jitter_s=3e-5))
+    cfg = peerspec.check_role({**peers.sink(**sink), "deferred": True}, 10.0)
+    role = simroles.make_role(cell, cfg)
+    role.listen(cell.address())
+    simnet.Source(cell.world, rate_Bps=3_000_000, frame_bytes=32768, duration_s=2.0,
+                  finish="close").connect(role.address())
+    if act_every_poke:
+        role._poked = role._act
+    cell.world.run(until=12.0)
+    return json.dumps(role.result(), sort_keys=True)
+
+
+@pytest.mark.parametrize("sink", [
+    {"rate_Bps": 1_000_000, "stall_at_s": 0.4, "stall_s": 0.3, "start_after_s": 0.2},
+    {"rate_Bps": 700_000, "stall_at_s": 0.05, "stall_s": 1.0},
+    {"start_after_s": 0.5, "recv_bytes": 4096},
+])
+def test_a_resting_reader_gives_what_a_reader_acting_on_every_poke_gives(sink):
+    """Rate buckets, a stall and a late start: the pokes a resting role skips
+    (``SimRole._rest_until``) would have changed nothing, timers included."""
+    assert _reader_world(False, **sink) == _reader_world(True, **sink)
+
+
 def test_a_programs_own_garbage_reports_inside_its_capture():
     """Under ``own_garbage`` the capture's collection still finds a cycle the
     program made, and its destructor's warning lands among the lines."""
