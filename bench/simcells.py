@@ -112,8 +112,7 @@ def keep_freed_memory() -> bool:
     ok = False
     try:
         import ctypes
-        import ctypes.util
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+        mallopt = ctypes.CDLL(None).mallopt       # the process's own libc
     except (OSError, AttributeError, TypeError):
         mallopt = None
     if mallopt is not None:
