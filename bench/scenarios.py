@@ -135,7 +135,7 @@ def run_cell(cell: Cell, trace_path: str | None = None) -> dict:
         return result
     runs = []
     for rep_i in range(cell.repeats):
-        t0, c0 = time.monotonic(), time.process_time()
+        t0, c0 = time.monotonic(), time.thread_time()
         with simcells.cell_heap() if sim else contextlib.nullcontext():
             ctx = scmod.CellContext(sc, rt, cell.variant, cell.preset, dict(cell.params), trace_path)
             if sim:   # one world per repeat: repeat i runs seed + i (see bench.simcells)
@@ -151,10 +151,12 @@ def run_cell(cell: Cell, trace_path: str | None = None) -> dict:
         metrics = dict(out.metrics)
         metrics["cell_wall_s"] = round(time.monotonic() - t0, 3)
         if sim:
-            # The process's CPU time: unlike the wall time it holds on a loaded
-            # machine. Only under sim, where the whole cell is this process; on
-            # real sockets the app and the peers are other processes.
-            metrics["cell_cpu_s"] = round(time.process_time() - c0, 4)
+            # CPU time, which holds on a loaded machine where wall time does not.
+            # Only under sim, where the whole cell runs in this thread (on real
+            # sockets the app and the peers are other processes); the thread's,
+            # not the process's: the matrix writes the last cell's results from
+            # another thread while this one runs.
+            metrics["cell_cpu_s"] = round(time.thread_time() - c0, 4)
             metrics["sim_s"] = round(sim_s, 6)
         if out.series and "series" not in result:
             result["series"] = out.series          # time series: first repeat

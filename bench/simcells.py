@@ -29,8 +29,10 @@ holds is closed the way the OS closes a dead process's descriptors. A program's
 ``linger_s`` is virtual time the world runs after the program returned.
 
 Not simulated (reported as ``None``, with a note): RSS growth -- the world,
-its peers and the app share one interpreter. Wall-clock fields (``cell_wall_s``)
-stay wall clock; everything else in a sim cell is a function of its universe.
+its peers and the app share one interpreter (which is also why
+``keep_freed_memory`` may keep freed blocks in the process). The cell's
+wall-clock and CPU times (``cell_wall_s``, ``cell_cpu_s``) measure the machine;
+everything else in a sim cell is a function of its universe.
 
 The universe of a cell (``universe(cell, world)``) is the scenario, runtime
 spec (its ``ready_order`` seed included), variant, preset, params and the
