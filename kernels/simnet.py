@@ -1131,10 +1131,12 @@ class SimPoller:
     virtual clock instead (see the module docstring).
 
     ``wait`` asks a registered fd for its readiness again only when it may have
-    changed: each registered socket's ``_watcher`` (the hook peers use, called
-    after every ``_changed``) marks it, and so do a waker's ``wake`` and
-    ``register``/``modify``; an fd that was ready at the last look is asked
-    again every time (its reader may have drained it). An fd nobody marked was
+    changed: each registered socket's ``_watcher`` (the hook peers use, which
+    the world calls after every ``_changed`` of the socket) marks it, and so do
+    a waker's ``wake`` and ``register``/``modify``; an fd that was ready at the
+    last look is asked again every time (its reader may have drained it). So
+    every change that can make a socket ready must go through ``_changed``,
+    as the peers already need. An fd nobody marked was
     not ready and still is not, so the events that only concern others -- the
     peers' deliveries, ACKs and timers -- cost no look at all. The events come
     out in registration order, as from a full scan (``ready()``). A socket that

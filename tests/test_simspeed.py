@@ -194,6 +194,13 @@ def test_own_garbage_nests_and_unfreezes_once():
     assert gc.get_freeze_count() == 0
 
 
+def test_keeping_freed_memory_is_asked_once_and_says_whether_it_took():
+    from bench import simcells
+    first = simcells.keep_freed_memory()
+    assert isinstance(first, bool)
+    assert simcells.keep_freed_memory() is first
+
+
 def test_programs_share_one_zero_payload_per_size():
     a = programs._zeros(1000)
     assert a == bytes(1000) and programs._zeros(1000) is a
