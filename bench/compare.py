@@ -97,13 +97,13 @@ def _declared(old: dict, new: dict, cell: dict, metric: str) -> tuple[str | None
             return m.get("direction"), bool(m.get("timing"))
         if desc and metric.endswith("_fraction") and metric[:-9] in desc.get("verdicts", {}):
             return "higher", False
-        if desc and metric == "cell_wall_s":
+        if desc and metric in ("cell_wall_s", "cell_cpu_s"):
             return None, True
     from bench import scenario as scmod
     sc = scmod.scenarios().get(sid)
     if sc is not None:
         m = sc.metric(metric)
-        return (m.direction, m.timing) if m else (None, metric == "cell_wall_s")
+        return (m.direction, m.timing) if m else (None, metric in ("cell_wall_s", "cell_cpu_s"))
     return direction(metric), True
 
 

@@ -19,7 +19,7 @@ _PRIMARY_FALLBACK = {"callback": "asyncio-protocol", "hybrid": "asyncio-streams"
 _STYLE_FALLBACK = {"callback": "callback", "asyncio-protocol": "callback", "uvloop-protocol": "callback",
                    "hybrid": "stream", "asyncio-streams": "stream", "uvloop-streams": "stream",
                    "coro": "task", "curio": "task", "trio": "task"}
-_TIMING_METRICS = ("cell_wall_s",)
+_TIMING_METRICS = ("cell_wall_s", "cell_cpu_s")
 
 # status -> (label, symbol, background, text colour); the symbol keeps the grid readable
 # without colour.

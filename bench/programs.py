@@ -54,6 +54,7 @@ hits the bound returns ``error`` rather than hanging.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import io
 import logging
@@ -64,7 +65,7 @@ import warnings
 from protocols import runtimes
 
 __all__ = ["s3_shutdown", "s7_timeout", "s8_background", "S3_VARIANTS", "HELD", "release_held",
-           "capture_output"]
+           "capture_output", "own_garbage"]
 
 S3_VARIANTS = ("naive", "drain", "limits0", "fixed", "stop-2016")
 SOCKBUF = 64 * 1024
@@ -98,7 +99,8 @@ class capture_output:
     (asyncio's "Task was destroyed but it is pending!", curio's timeout notes) and
     whatever is written to ``sys.stderr`` (our kernels' one-line reports,
     unraisable-exception reports). A ``gc.collect()`` runs before the capture
-    ends, so destructor warnings land inside it.
+    ends, so destructor warnings land inside it; inside ``own_garbage()`` that
+    collection walks only the objects allocated since it began.
 
     Hazard: it swaps ``sys.stderr`` and the warnings filters process-wide for its
     duration (not thread-safe, as ``warnings.catch_warnings`` is not); writes
@@ -128,8 +130,62 @@ class capture_output:
         return False
 
 
+_FROZEN = []     # own_garbage() frames that froze the heap (at most one: nested ones don't)
+
+
+@contextlib.contextmanager
+def own_garbage(collect: bool = False):
+    """Make ``gc.collect()`` look only at objects allocated from here on.
+
+    capture_output collects so that the destructor reports of a program's own
+    cyclic garbage (a task destroyed while pending, an exception never
+    retrieved, an unclosed transport) land inside the capture. A full
+    collection walks the whole heap instead: every module, and in a ``looplab
+    run --net sim`` process every earlier cell's leftovers too -- 5 to 15 ms,
+    more than all the rest of a short simulated cell. Entered before the
+    runtime is opened, this freezes what exists (``gc.freeze``), so the
+    collection walks only the port and what the program made, and older
+    garbage no longer shows up among this program's warnings.
+
+    Nested inside another ``own_garbage`` it does nothing: the outer one's
+    objects count as new. (looplab freezes the heap nowhere else; asking
+    ``gc.get_freeze_count()`` would walk the frozen objects, which is what
+    this avoids.)
+
+    ``collect=True`` collects the new garbage at the end, before the rest of
+    the heap is unfrozen: a sim cell (``bench.simcells.cell_heap``) cleans up
+    after itself at the cost of its own objects, not the heap's."""
+    if _FROZEN:
+        yield
+        return
+    gc.freeze()
+    _FROZEN.append(True)
+    try:
+        yield
+    finally:
+        try:
+            if collect:
+                gc.collect()
+        finally:
+            _FROZEN.pop()
+            gc.unfreeze()
+
+
 # ---------------------------------------------------------------------------
 # Shared plumbing
+
+_ZEROS: list = []                 # [the last payload made]: at most one is kept
+
+
+def _zeros(n: int) -> bytes:
+    """``bytes(n)``, the payload a program writes. bytes are immutable, so one
+    object serves every program of that size: a process that runs many
+    programs (``looplab run --net sim``) does not zero 8 MB again for each,
+    which cost more than the rest of a short simulated cell."""
+    if not _ZEROS or len(_ZEROS[0]) != n:
+        _ZEROS[:] = [bytes(n)]
+    return _ZEROS[0]
+
 
 def _check(runtime_spec, addr, total_bytes, sockbuf, max_s):
     rt = runtimes.parse(runtime_spec)
@@ -268,21 +324,22 @@ def s3_shutdown(runtime_spec: str, addr, total_bytes: int, variant: str, *,
     rt, addr = _check(runtime_spec, addr, total_bytes, sockbuf, max_s)
     if variant not in S3_VARIANTS:
         raise ValueError(f"unknown S3 variant {variant!r}; valid variants: {', '.join(S3_VARIANTS)}")
-    port = rt.open()
     held = False
-    with capture_output() as captured:
-        try:
-            if rt.style == "callback":
-                extra, held = _s3_callback(port, addr, total_bytes, variant, sockbuf, max_s)
-            elif rt.style == "stream":
-                extra, held = _s3_stream(port, addr, total_bytes, variant, sockbuf, max_s)
-            else:
-                extra = _s3_task(port, addr, total_bytes, sockbuf, max_s)
-        finally:
-            if held:
-                HELD.append(port)
-            else:
-                port.close()
+    with own_garbage():
+        port = rt.open()
+        with capture_output() as captured:
+            try:
+                if rt.style == "callback":
+                    extra, held = _s3_callback(port, addr, total_bytes, variant, sockbuf, max_s)
+                elif rt.style == "stream":
+                    extra, held = _s3_stream(port, addr, total_bytes, variant, sockbuf, max_s)
+                else:
+                    extra = _s3_task(port, addr, total_bytes, sockbuf, max_s)
+            finally:
+                if held:
+                    HELD.append(port)
+                else:
+                    port.close()
     extra.setdefault("note", "")
     return _result("s3_shutdown", rt, port, captured, variant=variant,
                    loop_stopped_at=extra.pop("stopped_at", None), held_open=held, **extra)
@@ -302,7 +359,7 @@ def _s3_callback(port, addr, total, variant, sockbuf, max_s):
     def start(port, transport, proto, state):
         if variant in ("limits0", "stop-2016"):
             transport.set_write_buffer_limits(0)
-        transport.write(bytes(total))
+        transport.write(_zeros(total))
 
         def close():
             state["buffered_at_close_bytes"] = transport.get_write_buffer_size()
@@ -331,7 +388,7 @@ async def _s3_stream_main(port, addr, total, variant, sockbuf, state):
     reader, writer = await port.open_connection(addr[0], addr[1], sockbuf=sockbuf)
     if variant in ("limits0", "stop-2016"):
         writer.transport.set_write_buffer_limits(0)
-    writer.write(bytes(total))
+    writer.write(_zeros(total))
     if variant in ("drain", "limits0", "stop-2016"):
         await writer.drain()
     state["buffered_at_close_bytes"] = writer.transport.get_write_buffer_size()
@@ -398,7 +455,7 @@ def _s3_task(port, addr, total, sockbuf, max_s):
                 state["error"] = f"{type(exc).__name__}: {exc}"
                 return
             try:
-                await stream.send_all(bytes(total))
+                await stream.send_all(_zeros(total))
             except Exception as exc:  # noqa: BLE001 -- trio's BrokenResourceError is no OSError
                 state["error"] = f"{type(exc).__name__}: {exc}"
             finally:
@@ -424,13 +481,14 @@ def s7_timeout(runtime_spec: str, addr, total_bytes: int, timeout_s: float = 0.2
     rt, addr = _check(runtime_spec, addr, total_bytes, sockbuf, max_s)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
-    port = rt.open()
-    with capture_output() as captured:
-        try:
-            fn = {"callback": _s7_callback, "stream": _s7_stream, "task": _s7_task}[rt.style]
-            extra = fn(port, addr, total_bytes, timeout_s, sockbuf, max_s)
-        finally:
-            port.close()
+    with own_garbage():
+        port = rt.open()
+        with capture_output() as captured:
+            try:
+                fn = {"callback": _s7_callback, "stream": _s7_stream, "task": _s7_task}[rt.style]
+                extra = fn(port, addr, total_bytes, timeout_s, sockbuf, max_s)
+            finally:
+                port.close()
     return _result("s7_timeout", rt, port, captured, timeout_s=timeout_s, **extra)
 
 
@@ -438,7 +496,7 @@ def _s7_callback(port, addr, total, timeout_s, sockbuf, max_s):
     out: dict = {}
 
     def start(port, transport, proto, state):
-        transport.write(bytes(total))
+        transport.write(_zeros(total))
 
         def on_timeout():
             out["timed_out"] = True
@@ -466,7 +524,7 @@ def _s7_stream(port, addr, total, timeout_s, sockbuf, max_s):
         except OSError as exc:
             out["error"] = f"{type(exc).__name__}: {exc}"
             return
-        writer.write(bytes(total))
+        writer.write(_zeros(total))
         try:
             await port.wait_for(writer.drain(), timeout_s)
             out["timed_out"] = False
@@ -503,7 +561,7 @@ def _s7_task(port, addr, total, timeout_s, sockbuf, max_s):
         try:
             async with port.move_on_after(timeout_s) as scope:
                 try:
-                    await stream.send_all(bytes(total))
+                    await stream.send_all(_zeros(total))
                 except (port.Cancelled, TimeoutError) as exc:   # coro's TaskTimeout is a TimeoutError
                     out["bytes_sent_known"] = getattr(exc, "bytes_sent", None)
                     out["cancelled_with"] = type(exc).__name__
@@ -535,19 +593,20 @@ def s8_background(runtime_spec: str, addr, total_bytes: int, *, sockbuf: int | N
     rt, addr = _check(runtime_spec, addr, total_bytes, sockbuf, max_s)
     if isinstance(main_s, bool) or not isinstance(main_s, (int, float)) or main_s < 0:
         raise ValueError(f"main_s must be a number of seconds >= 0, got {main_s!r}")
-    port = rt.open()
-    with capture_output() as captured:
-        try:
-            fn = {"callback": _s8_callback, "stream": _s8_stream, "task": _s8_task}[rt.style]
-            extra = fn(port, rt, addr, total_bytes, sockbuf, main_s, max_s)
-        finally:
-            port.close()
+    with own_garbage():
+        port = rt.open()
+        with capture_output() as captured:
+            try:
+                fn = {"callback": _s8_callback, "stream": _s8_stream, "task": _s8_task}[rt.style]
+                extra = fn(port, rt, addr, total_bytes, sockbuf, main_s, max_s)
+            finally:
+                port.close()
     return _result("s8_background", rt, port, captured, **extra)
 
 
 def _s8_callback(port, rt, addr, total, sockbuf, main_s, max_s):
     progress = {"written": 0, "finished": False}
-    data = memoryview(bytes(total))
+    data = memoryview(_zeros(total))
 
     def start(port, transport, proto, state):
         def write_next():
@@ -578,7 +637,7 @@ def _s8_stream(port, rt, addr, total, sockbuf, main_s, max_s):
 
     async def background():
         reader, writer = await port.open_connection(addr[0], addr[1], sockbuf=sockbuf)
-        data = memoryview(bytes(total))
+        data = memoryview(_zeros(total))
         while progress["written"] < total:
             n = min(CHUNK, total - progress["written"])
             writer.write(data[progress["written"]:progress["written"] + n])
@@ -604,7 +663,7 @@ def _s8_task(port, rt, addr, total, sockbuf, main_s, max_s):
     async def background():
         stream = await port.open_tcp_stream(addr[0], addr[1], sockbuf=sockbuf)
         try:
-            await stream.send_all(bytes(total))
+            await stream.send_all(_zeros(total))
             progress["finished"] = True
         finally:
             await stream.aclose()

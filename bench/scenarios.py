@@ -9,6 +9,7 @@ that crashes or hangs is a result with ``errors``, never the end of the matrix.
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -134,23 +135,33 @@ def run_cell(cell: Cell, trace_path: str | None = None) -> dict:
         return result
     runs = []
     for rep_i in range(cell.repeats):
-        t0 = time.monotonic()
-        ctx = scmod.CellContext(sc, rt, cell.variant, cell.preset, dict(cell.params), trace_path)
-        if sim:   # one world per repeat: repeat i runs seed + i (see bench.simcells)
-            ctx.sim = simcells.cell_world(cell, rep_i, result)
-        try:
-            out = _outcome(sc, sc.run(ctx))
-        except Exception as exc:  # a crashing cell is a result, not the end of the matrix
-            result["errors"].append(f"{type(exc).__name__}: {exc}")
-            continue
+        t0, c0 = time.monotonic(), time.thread_time()
+        with simcells.cell_heap() if sim else contextlib.nullcontext():
+            ctx = scmod.CellContext(sc, rt, cell.variant, cell.preset, dict(cell.params), trace_path)
+            if sim:   # one world per repeat: repeat i runs seed + i (see bench.simcells)
+                ctx.sim = simcells.cell_world(cell, rep_i, result)
+            try:
+                out = _outcome(sc, sc.run(ctx))
+            except Exception as exc:  # a crashing cell is a result, not the end of the matrix
+                result["errors"].append(f"{type(exc).__name__}: {exc}")
+                continue
+            sim_s = ctx.sim.world.now if sim else None
+            ctx_notes = ctx.notes
+            del ctx                   # the world goes with it, inside cell_heap
         metrics = dict(out.metrics)
         metrics["cell_wall_s"] = round(time.monotonic() - t0, 3)
         if sim:
-            metrics["sim_s"] = round(ctx.sim.world.now, 6)
+            # CPU time, which holds on a loaded machine where wall time does not.
+            # Only under sim, where the whole cell runs in this thread (on real
+            # sockets the app and the peers are other processes); the thread's,
+            # not the process's: the matrix writes the last cell's results from
+            # another thread while this one runs.
+            metrics["cell_cpu_s"] = round(time.thread_time() - c0, 4)
+            metrics["sim_s"] = round(sim_s, 6)
         if out.series and "series" not in result:
             result["series"] = out.series          # time series: first repeat
         runs.append((metrics, out.verdicts))
-        for n in list(out.notes) + ctx.notes:
+        for n in list(out.notes) + ctx_notes:
             if n not in result["notes"]:
                 result["notes"].append(n)
     if not runs:

@@ -31,8 +31,10 @@ holds is closed the way the OS closes a dead process's descriptors. A program's
 ``linger_s`` is virtual time the world runs after the program returned.
 
 Not simulated (reported as ``None``, with a note): RSS growth -- the world,
-its peers and the app share one interpreter. Wall-clock fields (``cell_wall_s``)
-stay wall clock; everything else in a sim cell is a function of its universe.
+its peers and the app share one interpreter (which is also why
+``keep_freed_memory`` may keep freed blocks in the process). The cell's
+wall-clock and CPU times (``cell_wall_s``, ``cell_cpu_s``) measure the machine;
+everything else in a sim cell is a function of its universe.
 
 The universe of a cell (``universe(cell, world)``) is the scenario, runtime
 spec (its ``ready_order`` seed included), variant, preset, params and the
@@ -50,8 +52,9 @@ import threading
 from bench.simroles import SimRole, make_role, simnet_bucket  # noqa: F401 -- re-exported
 from kernels import simnet
 
-__all__ = ["SimCell", "SimRole", "sim_capable", "NET_DEFAULTS", "new_world",
-           "cell_world", "serve_app", "run_program", "universe", "UNIVERSE_MODEL", "make_role"]
+__all__ = ["SimCell", "SimRole", "sim_capable", "NET_DEFAULTS", "new_world", "cell_heap",
+           "keep_freed_memory", "cell_world", "serve_app", "run_program", "universe",
+           "UNIVERSE_MODEL", "make_role"]
 
 UNIVERSE_MODEL = "looplab.simcell"
 #: The network a cell runs on unless its universe says otherwise: loopback as
@@ -72,6 +75,49 @@ def sim_capable(runtime) -> str | None:
     """None if ``runtime`` can run on the simulated network, else why not: what
     the runtime declares (``RuntimeInfo.real_network_only``)."""
     return runtime.real_network_only()
+
+
+def cell_heap():
+    """What ``bench.scenarios.run_cell`` runs a sim cell inside: the garbage
+    collector looks only at the cell's own objects (``programs.own_garbage``).
+    An automatic full collection walks the whole heap -- 7 to 9 ms, more than a
+    short cell's whole run -- and lands in whichever cell happens to cross its
+    threshold; frozen, the heap is not walked. The cell's own garbage (its
+    world, roles and buffers, mostly in cycles) is collected when it ends,
+    with the cell's time. The first call also keeps freed memory in the
+    process (``keep_freed_memory``)."""
+    from bench import programs
+    keep_freed_memory()
+    return programs.own_garbage(collect=True)
+
+
+_MALLOC_SET: list = []
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc's malloc (once per process) to keep freed blocks of up to
+    32 MiB for reuse instead of handing them back to the OS.
+
+    By default a block of 128 KiB or more comes from a fresh ``mmap`` and goes
+    back with ``munmap`` when freed (and the heap's top is trimmed), so every
+    time a naive relay's 20 MB buffer grows, the copy lands on fresh pages and
+    page-faults them in: in S1's naive cells that was about half the cell's CPU
+    time, system time for the kernel. Under ``--net sim`` RSS is not measured
+    (see the module docstring), so where the bytes live changes no result.
+    Returns whether the setting took (False off glibc)."""
+    if _MALLOC_SET:
+        return _MALLOC_SET[0]
+    ok = False
+    try:
+        import ctypes
+        mallopt = ctypes.CDLL(None).mallopt       # the process's own libc
+    except (OSError, AttributeError, TypeError):
+        mallopt = None
+    if mallopt is not None:
+        m_trim_threshold, m_mmap_threshold = -1, -3      # malloc.h
+        ok = bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 1 << 30))
+    _MALLOC_SET.append(ok)
+    return ok
 
 
 def new_world(seed=0, faults=None, **params) -> simnet.World:

@@ -17,6 +17,7 @@ from kernels import simnet
 __all__ = ["SimRole", "make_role", "simnet_bucket"]
 
 _TICK = 0.05                        # the real peers' series period
+_READ_OR_ERR = simnet.READ | simnet._ERR
 
 
 class SimRole(simnet.Peer):
@@ -40,6 +41,8 @@ class SimRole(simnet.Peer):
                           "connected": False}
         cell.roles[cfg["name"]] = self
         self._deadline = cell.world.call_at(self.began + cfg["max_s"], self._timeout)
+        self._idle_gen = -1
+        self._rest_until = -1.0       # waiting for time alone until then (see _poked)
 
     # the role's life -----------------------------------------------------------
 
@@ -53,6 +56,29 @@ class SimRole(simnet.Peer):
         self.res.update(connected=True, connected_at=now, connected_after_s=now - self.began,
                         sockbuf_effective=[s.sndbuf, s.rcvbuf])
         super()._attach(s)
+        s._watcher = self._poked
+
+    def _poked(self):
+        """The socket changed (the world's poke). Two pokes would find nothing
+        to do, and are not passed on to ``_act``:
+
+        * A role's ``_act`` runs until it has nothing to do right now, and its
+          own reads and sends poke it again at once: if nothing in the world
+          changed since it finished (``world._gen``, bumped by every change of
+          readiness), that poke finds the same nothing at the same instant.
+        * A role resting until ``_rest_until`` -- waiting for its rate bucket,
+          a stall or its start, with a timer set for then -- ignores its
+          socket until then: ``_act`` would only set the same timer again."""
+        world = self.world
+        if world.now < self._rest_until:
+            return
+        if world._gen != self._idle_gen:
+            self._act()
+            self._idle_gen = world._gen
+
+    def _on_timer(self):
+        super()._on_timer()
+        self._idle_gen = self.world._gen
 
     def listen(self, address, backlog=1):
         super().listen(address, backlog)
@@ -123,11 +149,18 @@ class SimRole(simnet.Peer):
 
     # helpers for subclasses ---------------------------------------------------
 
-    def _recv(self, n):
+    def _recv(self, n, ask=True):
         """``recv`` with the real role's error mapping: data, b"" at EOF, None
-        when nothing is there; a reset ends the role."""
+        when nothing is there; a reset ends the role. ``ask``: look at the
+        socket's readiness first instead of letting recv raise
+        BlockingIOError -- a role reads until that answer after every
+        delivery, and the exception cost more than the read. (Not worth it
+        for the first read after a delivery, which finds data.)"""
+        sock = self.sock
+        if ask and not sock._events() & _READ_OR_ERR:
+            return None
         try:
-            return self.sock.recv(n)
+            return sock.recv(n)
         except BlockingIOError:
             return None
         except (ConnectionResetError, BrokenPipeError):
@@ -172,21 +205,31 @@ class _Reading(SimRole):
         if self.ended is not None or self.sock is None:
             return
         cfg = self.cfg
+        start = self.t0 + (cfg.get("start_after_s") or 0.0)
+        recv_bytes = cfg["recv_bytes"]
+        framed = cfg.get("frame_bytes")
+        now = self.world.now          # no time passes inside a role's turn
+        ask = False
+        self._rest_until = -1.0
         while self.ended is None:
-            now = self.world.now
-            start = self.t0 + (cfg.get("start_after_s") or 0.0)
             if now < start:
                 self._wake_at(start)
+                self._rest_until = start
                 return
             if self.reading_from is None:
                 self.reading_from = now
             if self._stall_from <= now < self._stall_to:
                 self._wake_at(self._stall_to)
+                self._rest_until = self._stall_to
                 return
             if self._bucket is not None and self._bucket.due > now:
-                self._wake_at(self._bucket.due)
+                due = self._bucket.due
+                self._wake_at(due)
+                # a stall that begins first changes what the next turn does
+                self._rest_until = due if self._stall_from <= now else min(due, self._stall_from)
                 return
-            data = self._recv(cfg["recv_bytes"])
+            data = self._recv(recv_bytes, ask)
+            ask = True
             if data is None:
                 return
             if not data:
@@ -200,7 +243,7 @@ class _Reading(SimRole):
             self.count_in(n, now)
             if self._bucket is not None:
                 self._bucket.charge(n, now)
-            if cfg.get("frame_bytes") and self.cell.frames is not None:
+            if framed and self.cell.frames is not None:
                 self._frames_done(before, self.received, now)
 
     def _frames_done(self, before, total, now):
@@ -242,6 +285,16 @@ class _Reading(SimRole):
         elif role == "sink" and self.cfg.get("frame_bytes"):
             res.update(frames_count=0, max_latency_s=None, latency_series=[])
         return res
+
+
+_PATTERN_VIEW = memoryview(simnet._PATTERN)
+
+
+def _pattern(offset, n):
+    """``simnet._pattern`` as a view: the socket copies what it takes, and a
+    frame the socket takes in parts is not copied again for every part."""
+    start = offset % simnet._PATTERN_PERIOD
+    return _PATTERN_VIEW[start:start + n]
 
 
 def simnet_bucket(rate, burst, now):
@@ -293,6 +346,7 @@ class _Source(SimRole):
             return
         cfg, s = self.cfg, self.sock
         now = self.world.now
+        self._rest_until = -1.0
         while self._eof_wait and self.ended is None:
             data = self._recv(cfg["recv_bytes"])
             if data is None:
@@ -304,7 +358,7 @@ class _Source(SimRole):
         while self.ended is None:
             if self._left:
                 try:
-                    n = s.send(simnet._pattern(self.sent, min(self._left, 4 << 20)))
+                    n = s.send(_pattern(self.sent, min(self._left, 4 << 20)))
                 except BlockingIOError:
                     return
                 except (ConnectionResetError, BrokenPipeError):
@@ -328,6 +382,7 @@ class _Source(SimRole):
                 if dur is not None:
                     wake = min(wake, self.t0 + dur)
                 self._wake_at(wake)
+                self._rest_until = wake
                 return
             size = cfg["frame_bytes"]
             if total is not None:

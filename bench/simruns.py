@@ -25,6 +25,11 @@ __all__ = ["NETS", "EXPLORE_NET", "cells_for", "replay_cells", "cell_from_univer
            "explore_command", "seed_cell", "with_ready_order", "outcome_of", "failed", "shrink"]
 
 
+#: A sim cell's metrics that are not a function of its universe: they measure
+#: this machine (wall-clock and CPU time of the cell).
+WALL_CLOCK = ("cell_wall_s", "cell_cpu_s")
+
+
 def cell_from_universe(u: dict):
     """The ``bench.scenarios.Cell`` that ``universe()``'s dict describes (its
     world pinned); ValueError if it is not one."""
@@ -124,6 +129,7 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
     first_fail = None
     values: dict[str, list] = {}
     wall = 0.0
+    cpu = 0.0
     sim = 0.0
     for s in range(first_seed, first_seed + seeds):
         c = seed_cell(cell, s, faults, net)
@@ -131,10 +137,12 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
         r = scenarios.run_cell(c)
         wall += time.perf_counter() - t
         sim += r["metrics"].get("sim_s") or 0.0
+        cpu += r["metrics"].get("cell_cpu_s") or 0.0
         o = outcome_of(r)
         counts[o] = counts.get(o, 0) + 1
         for k, v in r["metrics"].items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "cell_wall_s":
+            if isinstance(v, (int, float)) and not isinstance(v, bool) \
+                    and k not in WALL_CLOCK:
                 values.setdefault(k, []).append(v)
         if first_fail is None and failed(r):
             first_fail = (s, r)
@@ -142,7 +150,7 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
             progress(s, o)
     out = {"cell": cell.id, "seeds": seeds, "first_seed": first_seed, "random_faults": faults,
            "net": {**EXPLORE_NET, **(net or {})}, "outcomes": counts,
-           "wall_s": round(wall, 3), "sim_s": round(sim, 3),
+           "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "sim_s": round(sim, 3),
            "metrics": {k: {"min": min(v), "median": sorted(v)[len(v) // 2], "max": max(v)}
                        for k, v in values.items()}}
     if first_fail is not None:
@@ -159,7 +167,7 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
                           "faults_after": len(shrunk["net"]["faults"]), "shrink_runs": runs,
                           "replayed_outcome": outcome_of(replay),
                           "replayed_metrics": {k: v for k, v in replay["metrics"].items()
-                                               if k != "cell_wall_s"}}
+                                               if k not in WALL_CLOCK}}
     return out
 
 
@@ -247,8 +255,8 @@ def explore_command(cells: list, args, out_dir: str) -> int:
             continue
         ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0)
         done.append(ex)
-        print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall "
-              f"({ex['sim_s']:.1f} s simulated)")
+        print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall, "
+              f"{ex['cpu_s']:.2f} s CPU ({ex['sim_s']:.1f} s simulated)")
         for outcome, n in sorted(ex["outcomes"].items(), key=lambda kv: -kv[1]):
             print(f"    {n:6d}  {100 * n / args.seeds:5.1f} %  {outcome}")
         lost = ex["metrics"].get("lost_bytes")

@@ -155,6 +155,9 @@ __all__ = ["World", "SimIO", "SimSocket", "SimPoller", "SimWaker", "SimSelector"
            "Peer", "Source", "Sink", "StalledReader", "DelayedReader", "PipeliningClient",
            "ResettingPeer", "queue_delays"]
 
+# the event queue's hot path: one module lookup each, not two
+_heappush, _heappop = heapq.heappush, heapq.heappop
+
 # The seam's mask bits (epoll's, as the real poller uses); an error or hang-up
 # is reported as both.
 if hasattr(select, "epoll"):
@@ -301,8 +304,8 @@ class World:
         """Run ``fn(*args)`` at virtual time ``when`` (never before now).
         Returns a handle whose ``cancel()`` stops it."""
         ev = _Event(fn, args)
-        self._seq += 1
-        heapq.heappush(self._heap, (when if when > self.now else self.now, self._seq, ev))
+        self._seq = seq = self._seq + 1
+        _heappush(self._heap, (when if when > self.now else self.now, seq, ev))
         return ev
 
     def call_later(self, delay, fn, *args):
@@ -332,7 +335,7 @@ class World:
                 budget -= 1
             if not (heap and heap[0][0] <= now):
                 break
-            ev = heapq.heappop(heap)[2]
+            ev = _heappop(heap)[2]
             fn = ev.fn
             if fn is not None:
                 ev.fn = None
@@ -1625,8 +1628,24 @@ def _address(address):
 
 class SimPoller:
     """The seam's poller over the world. ``wait`` never blocks: it advances the
-    virtual clock instead (see the module docstring)."""
-    __slots__ = ("_world", "_fds", "_closed", "_spin_at", "_spins")
+    virtual clock instead (see the module docstring).
+
+    ``wait`` asks a registered fd for its readiness again only when it may have
+    changed: each registered socket's ``_watcher`` (the hook peers use, which
+    the world calls after every ``_changed`` of the socket) marks it, and so do
+    a waker's ``wake`` and ``register``/``modify``; an fd that was ready at the
+    last look is asked again every time (its reader may have drained it). So
+    every change that can make a socket ready must go through ``_changed``,
+    as the peers already need. An fd nobody marked was
+    not ready and still is not, so the events that only concern others -- the
+    peers' deliveries, ACKs and timers -- cost no look at all. The events come
+    out in registration order, as from a full scan (``ready()``). A socket that
+    already has another watcher (a peer's) keeps it and is asked every time."""
+    __slots__ = ("_world", "_fds", "_closed", "_spin_at", "_spins", "_dirty", "_recheck",
+                 "_always")
+
+    #: Tests set this to check every wait's answer against a full scan.
+    verify_skips = False
 
     def __init__(self, world):
         self._world = world
@@ -1634,6 +1653,9 @@ class SimPoller:
         self._closed = False
         self._spin_at = -1.0
         self._spins = 0
+        self._dirty = set()           # fds marked since the last look
+        self._recheck = set()         # fds that were ready at the last look
+        self._always = set()          # fds this poller cannot watch: asked every time
         world._pollers.append(self)
 
     def register(self, fd, mask) -> None:
@@ -1641,12 +1663,26 @@ class SimPoller:
         if fd in self._fds:
             raise FileExistsError(errno.EEXIST, f"fd {fd} is already registered")
         self._fds[fd] = mask
+        self._watch(fd)
 
     def modify(self, fd, mask) -> None:
         self._check(fd)
         if fd not in self._fds:
             raise FileNotFoundError(errno.ENOENT, f"fd {fd} is not registered")
         self._fds[fd] = mask
+        self._watch(fd)
+
+    def _watch(self, fd):
+        self._dirty.add(fd)
+        obj = self._world._files[fd]
+        w = obj._watcher
+        if w is None:
+            obj._watcher = w = _Watch(fd)
+        elif w.__class__ is not _Watch:
+            self._always.add(fd)
+            return
+        if self not in w.pollers:
+            w.pollers.append(self)
 
     def unregister(self, fd) -> None:
         if self._closed:
@@ -1672,6 +1708,35 @@ class SimPoller:
                 out.append((fd, ev & interest))
         return out
 
+    def _look(self) -> list:
+        """``ready()`` asking only the fds that may have changed (see the class)."""
+        ask = self._dirty
+        ask |= self._recheck
+        if self._always:
+            ask |= self._always
+        self._dirty = set()
+        files = self._world._files
+        out = []
+        if len(ask) == 1:
+            fd = next(iter(ask))
+            interest = self._fds.get(fd)
+            if interest is not None:
+                ev = files[fd]._events()
+                if ev & _ERR:
+                    out.append((fd, _BOTH))
+                elif ev & interest:
+                    out.append((fd, ev & interest))
+        else:
+            for fd, interest in self._fds.items():
+                if fd in ask:
+                    ev = files[fd]._events()
+                    if ev & _ERR:
+                        out.append((fd, _BOTH))
+                    elif ev & interest:
+                        out.append((fd, ev & interest))
+        self._recheck = {fd for fd, _ in out}
+        return out
+
     def wait(self, timeout=None) -> list:
         if self._closed:
             raise ValueError("I/O operation on closed poller")
@@ -1686,25 +1751,34 @@ class SimPoller:
         else:
             deadline = world.now + timeout
         heap = world._heap
+        heappop = _heappop
         run_due = world._run_due
-        ready = self.ready
+        verify = self.verify_skips
         while True:
             run_due()
-            events = ready()
-            if events:
-                if world.now != self._spin_at:
-                    self._spin_at = world.now
-                    self._spins = 0
-                else:
-                    # level-triggered readiness nobody consumes never lets time move
-                    self._spins += 1
-                    if self._spins >= MAX_EVENTS_AT_ONE_TIME:
-                        raise RuntimeError(
-                            f"simnet: livelock: {self._spins} waits at t={world.now:.6f}s "
-                            f"returned ready fds without time moving (e.g. {events[0]})")
-                return events
+            if self._dirty or self._recheck or self._always:
+                events = self._look()
+                if verify and events != self.ready():
+                    raise AssertionError(f"simnet: the poller saw {events}, a full scan "
+                                         f"{self.ready()} at t={world.now:.6f}s (a change "
+                                         f"without _changed())")
+                if events:
+                    if world.now != self._spin_at:
+                        self._spin_at = world.now
+                        self._spins = 0
+                    else:
+                        # level-triggered readiness nobody consumes never lets time move
+                        self._spins += 1
+                        if self._spins >= MAX_EVENTS_AT_ONE_TIME:
+                            raise RuntimeError(
+                                f"simnet: livelock: {self._spins} waits at t={world.now:.6f}s "
+                                f"returned ready fds without time moving (e.g. {events[0]})")
+                    return events
+            elif verify and self.ready():
+                raise AssertionError(f"simnet: the poller skipped {self.ready()} at "
+                                     f"t={world.now:.6f}s (a change without _changed())")
             while heap and heap[0][2].fn is None:
-                heapq.heappop(heap)
+                heappop(heap)
             if not heap:
                 if deadline == math.inf:
                     raise SimDeadlock(f"simnet: wait(None) at t={world.now:.6f}s with nothing "
@@ -1727,15 +1801,30 @@ class SimPoller:
                 pass
 
 
+class _Watch:
+    """The ``_watcher`` of a socket or waker that pollers watch: marks its fd
+    in each of them (``SimPoller._look``)."""
+    __slots__ = ("fd", "pollers")
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.pollers = []
+
+    def __call__(self):
+        for poller in self.pollers:
+            poller._dirty.add(self.fd)
+
+
 class SimWaker:
     """The seam's wake-up pair, simulated: ``wake()`` makes ``fileno()``
     readable until ``drain()``. No signal can reach it (``signal_fd()`` is None)."""
-    __slots__ = ("_world", "_fd", "_pending")
+    __slots__ = ("_world", "_fd", "_pending", "_watcher")
 
     def __init__(self, world):
         self._world = world
         self._fd = world._new_fd(self)
         self._pending = bytearray()
+        self._watcher = None          # set by the pollers that watch it
 
     def fileno(self) -> int:
         return self._fd
@@ -1747,6 +1836,8 @@ class SimWaker:
         if self._fd >= 0:
             self._pending += b"\0"
             self._world._gen += 1
+            if self._watcher is not None:
+                self._watcher()
 
     def drain(self) -> bytes:
         data = bytes(self._pending)

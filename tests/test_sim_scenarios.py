@@ -18,7 +18,7 @@ from bench import scenarios, simcells, simruns
 pytestmark = pytest.mark.timeout(120)
 
 OURS = "callback,hybrid,coro"
-WALL = ("cell_wall_s",)
+WALL = ("cell_wall_s", "cell_cpu_s")
 
 
 def sim_cells(sids, runtimes=OURS, variants=None, preset="tiny", world=None):
