@@ -134,6 +134,10 @@ def run_program(spec: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    # SIGINT is how the orchestrator ends a server cell. A parent started in the
+    # background of a shell (``looplab run ... &``) passes SIGINT down ignored, and
+    # a runtime that honours an inherited SIG_IGN would then never stop.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     spec = json.loads(argv[1] if len(argv) > 1 else sys.stdin.read())
     kind = spec["kind"]
     runner = {"server": run_server, "program": run_program}[kind]

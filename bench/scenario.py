@@ -565,7 +565,10 @@ class AppProcess:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"app process gave no {name!r} within {timeout:.0f} s")
+                state = "still running" if self.proc.poll() is None else f"exit code {self.proc.poll()}"
+                tail = " | ".join(self.stderr_lines[-3:])
+                raise TimeoutError(f"app process gave no {name!r} within {timeout:.0f} s "
+                                   f"({state}){': ' + tail if tail else ''}")
             try:
                 ev = self.events.get(timeout=left)
             except queue.Empty:

@@ -210,6 +210,22 @@ def test_a_signal_mid_run_keeps_the_finished_cells(tmp_path, sig):
     assert not [p for p in os.listdir(out) if p.endswith(".tmp")]
 
 
+@pytest.mark.timeout(60)
+def test_server_cells_stop_when_looplab_runs_in_the_background_of_a_shell(tmp_path):
+    """``looplab run ... &`` in a script: the shell starts it with SIGINT ignored,
+    and the cells inherit that. The orchestrator ends a server cell with SIGINT,
+    and the coro kernel (like Python) leaves an ignored SIGINT ignored, so
+    without the cell restoring it the app never stopped."""
+    r = subprocess.run(LOOPLAB + ["run", "--scenarios", "S5", "--runtimes", "coro",
+                                  "--variants", "naive", "--preset", "tiny",
+                                  "--out", str(tmp_path / "bg")],
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+                       capture_output=True, text=True, timeout=50)
+    assert r.returncode == 0, r.stderr[-600:]
+    cell = json.loads((tmp_path / "bg" / "results.json").read_text())["cells"][0]
+    assert not cell["errors"] and cell["verdicts"], cell
+
+
 # ---------------------------------------------------------------------------
 # The built-ins on every runtime
 
