@@ -95,6 +95,7 @@ def outcome_of(result: dict) -> str:
 
 
 def failed(result: dict) -> bool:
+    """A scenario's failing run: an error, or a verdict that did not hold."""
     return bool(result.get("errors")) or not all(result["verdicts"].values())
 
 
@@ -120,10 +121,11 @@ def shrink(cell, universe_: dict, still_fails) -> tuple[dict, int]:
 
 
 def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_seed: int = 0,
-            progress=None) -> dict:
+            progress=None, failing=failed) -> dict:
     """Run ``cell`` in ``seeds`` universes; count each outcome; keep the first
-    failing universe, shrunk to its smallest fault schedule, and check that it
-    replays to the same result. Numeric metrics get min / median / max."""
+    universe for which ``failing(result)`` is true, shrunk to its smallest fault
+    schedule, and check that it replays to the same result. Numeric metrics get
+    min / median / max."""
     from bench import scenarios
     counts: dict[str, int] = {}
     first_fail = None
@@ -144,7 +146,7 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
             if isinstance(v, (int, float)) and not isinstance(v, bool) \
                     and k not in WALL_CLOCK:
                 values.setdefault(k, []).append(v)
-        if first_fail is None and failed(r):
+        if first_fail is None and failing(r):
             first_fail = (s, r)
         if progress:
             progress(s, o)
@@ -234,11 +236,11 @@ def replay_cells(path: str) -> list:
         raise UsageError(f"--replay {path}: {exc}") from None
 
 
-def explore_command(cells: list, args, out_dir: str) -> int:
+def explore_command(cells: list, args, out_dir: str, failing=failed) -> int:
     """``--net sim --seeds N``: explore every cell; print each outcome's
-    frequency; write ``OUT/explore.json`` and, per failing cell, its shrunk
-    universe as ``OUT/failing-*.json`` (replay it with ``--replay``)."""
-    import json
+    frequency; write ``OUT/explore.json`` and, per cell with a universe for
+    which ``failing(result)`` holds, its shrunk universe as
+    ``OUT/failing-*.json`` (replay it with ``--replay``)."""
     import os
     import sys
     from bench import results as resmod
@@ -253,7 +255,7 @@ def explore_command(cells: list, args, out_dir: str) -> int:
         if why:
             print(f"{cell.id}: skipped: {why}", file=sys.stderr)
             continue
-        ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0)
+        ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing)
         done.append(ex)
         print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall, "
               f"{ex['cpu_s']:.2f} s CPU ({ex['sim_s']:.1f} s simulated)")

@@ -166,6 +166,7 @@ else:  # pragma: no cover - macOS/BSD/Windows only
     READ, WRITE = 1, 4
 _ERR = 1 << 30            # internal: error or hang-up, reported as READ | WRITE
 _BOTH = READ | WRITE
+_MSG_PEEK = int(_socket.MSG_PEEK)   # a plain int: flags & the enum runs enum code per recv
 
 #: Fake file descriptors start here: above the highest real one a process can
 #: hold under Linux's default ``nr_open``.
@@ -981,9 +982,9 @@ class SimSocket:
         if n is None:
             return b""
         rcv = self._rcv
-        if flags & _socket.MSG_PEEK:
-            return bytes(rcv[:n])
-        data = bytes(rcv[:n])
+        data = memoryview(rcv)[:n].tobytes()       # one copy, not a slice and then bytes
+        if flags & _MSG_PEEK:
+            return data
         del rcv[:n]
         self._consumed(n)
         return data
@@ -994,8 +995,8 @@ class SimSocket:
         n = self._recv_size(size, flags)
         if n is None:
             return 0
-        view[:n] = self._rcv[:n]
-        if not flags & _socket.MSG_PEEK:
+        view[:n] = memoryview(self._rcv)[:n]
+        if not flags & _MSG_PEEK:
             del self._rcv[:n]
             self._consumed(n)
         return n
@@ -1081,7 +1082,7 @@ class SimSocket:
                 data = bytes(unsent)
                 unsent.clear()
             else:
-                data = bytes(unsent[:n])
+                data = memoryview(unsent)[:n].tobytes()
                 del unsent[:n]
             self._sent_total += n
             self._unacked += n
@@ -1315,7 +1316,7 @@ class SimSocket:
             data = bytes(unsent)
             unsent.clear()
         else:
-            data = bytes(unsent[:n])
+            data = memoryview(unsent)[:n].tobytes()
             del unsent[:n]
         self._sent_total += n
         self._unacked += n

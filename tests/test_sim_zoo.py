@@ -184,18 +184,19 @@ def test_repro_seeds_explores_one_entry_and_its_universe_replays(tmp_path, capsy
         assert sum(x["outcomes"].values()) == 6 and x["random_faults"] == 1
         assert set(x["outcomes"]) <= {"bug_shown=yes", "bug_shown=NO"}, x["outcomes"]
         assert f"{x['cell']}: 6 seeds in" in out
-    # a universe whose verdict failed (bug_shown=NO: the fixed program's usual
-    # outcome) is shrunk to the faults it needs, written, and replays to that outcome
-    failing = [x["failing"] for x in explored if x.get("failing")]
-    assert failing, [x["outcomes"] for x in explored]
-    for f in failing:
-        assert f["replayed_outcome"] == f["outcome"] == "bug_shown=NO" and os.path.exists(f["file"])
-        assert f["faults_after"] <= f["faults_before"] == 1
-    f = failing[-1]
+    # the universe kept is one where the bug showed (the naive program's usual
+    # outcome; the fixed program never shows it): shrunk to the faults it needs,
+    # written, and it replays to that outcome
+    kept = {x["cell"].split("/")[2]: x.get("failing") for x in explored}
+    assert kept["fixed"] is None and "bug_shown=yes" not in explored[1]["outcomes"], explored[1]
+    f = kept["naive"]
+    assert f, explored[0]["outcomes"]
+    assert f["replayed_outcome"] == f["outcome"] == "bug_shown=yes" and os.path.exists(f["file"])
+    assert f["faults_after"] <= f["faults_before"] == 1
     rc, out, err = run(["repro", "--replay", f["file"]], capsys)
     assert rc == 0, err
     cell_id = f["shrunk_universe"]["scenario"] + "/"
-    assert f"replayed {cell_id}" in out and "bug not shown" in out
+    assert f"replayed {cell_id}" in out and "bug shown" in out
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -37,6 +37,10 @@ COLUMNS = ("callback", "asyncio-protocol", "uvloop-protocol", "hybrid", "asyncio
            "uvloop-streams", "coro", "curio", "trio")
 
 
+def _bug_shown(result: dict) -> bool:
+    return bool(result.get("errors")) or bool(result["verdicts"].get("bug_shown"))
+
+
 def _zoo():
     """Load the zoo as a scenario module, so every cell process loads it too."""
     scmod.load_plugins(modules=(ZOO_MODULE,))
@@ -323,7 +327,9 @@ def cmd_repro(args) -> int:
     for cid, r in skipped.items():
         print(f"{cid}: skipped: {r['skipped']}", file=sys.stderr)
     if args.seeds:
-        return simruns.explore_command(cells, args, out_dir)
+        # in the zoo the universe worth keeping is the one where the bug shows:
+        # on a naive program it reproduces the report, on a fixed one it breaks the fix
+        return simruns.explore_command(cells, args, out_dir, failing=_bug_shown)
     print(f"looplab repro: {len(cells) + len(skipped)} cells ({cells[0].preset if cells else args.preset} "
           f"preset)", file=sys.stderr)
     ran, interrupted = scenarios.run_matrix(cells, jobs=args.jobs, progress=report.progress_printer())
@@ -398,6 +404,6 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="write a report folder here")
     p.add_argument("--json", default=None, metavar="PATH", help="write the results JSON here")
     add_net_options(p, skipped=", and so are the entries whose oracle reads CPU time or memory",
-                    explored="count how often the bug showed; the first universe whose verdict "
-                             "failed (bug_shown=NO) is shrunk and written to --out for --replay")
+                    explored="count how often the bug showed; the first universe where it showed "
+                             "(or a cell failed) is shrunk and written to --out for --replay")
     p.set_defaults(func=cmd_repro)
