@@ -157,7 +157,8 @@ class SimRole(simnet.Peer):
         delivery, and the exception cost more than the read. (Not worth it
         for the first read after a delivery, which finds data.)"""
         sock = self.sock
-        if ask and not sock._events() & _READ_OR_ERR:
+        # _raw_events, not _events: asking must not count as waiting (wake_s)
+        if ask and not sock._raw_events() & _READ_OR_ERR:
             return None
         try:
             return sock.recv(n)

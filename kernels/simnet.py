@@ -667,7 +667,15 @@ class SimSocket:
         wake = self._wake
         if wake:
             self._wake_edges(world, wake)
-        if self._watcher is not None and not self._poke_pending:
+        w = self._watcher
+        if w is None:
+            return
+        if w.__class__ is _Watch:
+            # a poller's mark costs nothing and decides nothing: the poller asks
+            # _events(), which applies wake_s itself (a busy program sees the
+            # change at once, a sleeping one after its wake-up)
+            w()
+        elif not self._poke_pending:
             self._poke_pending = True
             if wake:
                 world.call_at(world.now + wake, self._poke)
@@ -692,6 +700,9 @@ class SimSocket:
 
     def _woken(self):
         self._world._gen += 1
+        w = self._watcher
+        if w.__class__ is _Watch:
+            w()                       # what the program waited for is now visible
 
     def _poke(self):
         self._poke_pending = False
