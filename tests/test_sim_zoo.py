@@ -27,7 +27,7 @@ from bench import peers
 from bench import report
 from bench import results as resmod
 from bench import scenario as scmod
-from bench import scenarios, simcells
+from bench import scenarios, simcells, simruns
 from bench.cli import main as looplab
 from protocols import runtimes as rtmod
 
@@ -67,8 +67,9 @@ def sim_cell(eid, spec, variant, world=None):
 
 def without_wall(result: dict) -> str:
     r = json.loads(json.dumps(result))
-    r["metrics"].pop("cell_wall_s", None)
-    r["samples"].pop("cell_wall_s", None)
+    for k in simruns.WALL_CLOCK:
+        r["metrics"].pop(k, None)
+        r["samples"].pop(k, None)
     return json.dumps(r, sort_keys=True)
 
 
