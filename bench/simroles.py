@@ -149,6 +149,20 @@ class SimRole(simnet.Peer):
 
     # helpers for subclasses ---------------------------------------------------
 
+    def _send(self, data):
+        """``send`` with the real role's error mapping: the bytes taken, 0 when
+        the socket is full, None once an error ended the role."""
+        try:
+            return self.sock.send(data)
+        except BlockingIOError:
+            return 0
+        except (ConnectionResetError, BrokenPipeError):
+            self._finish("reset")
+        except OSError as e:
+            self.res["error"] = f"{e.strerror} [errno {e.errno}]"
+            self._finish("error")
+        return None
+
     def _recv(self, n, ask=True):
         """``recv`` with the real role's error mapping: data, b"" at EOF, None
         when nothing is there; a reset ends the role. ``ask``: look at the
@@ -345,7 +359,7 @@ class _Source(SimRole):
     def _act(self):
         if self.ended is not None or self.sock is None:
             return
-        cfg, s = self.cfg, self.sock
+        cfg = self.cfg
         now = self.world.now
         self._rest_until = -1.0
         while self._eof_wait and self.ended is None:
@@ -358,15 +372,9 @@ class _Source(SimRole):
             self.received += len(data)
         while self.ended is None:
             if self._left:
-                try:
-                    n = s.send(_pattern(self.sent, min(self._left, 4 << 20)))
-                except BlockingIOError:
+                n = self._send(_pattern(self.sent, min(self._left, 4 << 20)))
+                if not n:
                     return
-                except (ConnectionResetError, BrokenPipeError):
-                    return self._finish("reset")
-                except OSError as e:
-                    self.res["error"] = f"{e.strerror} [errno {e.errno}]"
-                    return self._finish("error")
                 self.sent += n
                 self._left -= n
                 if self._left:
@@ -528,15 +536,11 @@ class _Echoing(SimRole):
         total = cfg["total_bytes"]
         while self.sent < total:
             phase = self.sent % _ECHO_PERIOD
-            try:
-                n = s.send(self.pattern[phase:phase + min(cfg["chunk_bytes"], total - self.sent)])
-            except BlockingIOError:
+            n = self._send(self.pattern[phase:phase + min(cfg["chunk_bytes"], total - self.sent)])
+            if n is None:
+                return
+            if not n:
                 break
-            except (ConnectionResetError, BrokenPipeError):
-                return self._finish("reset")
-            except OSError as e:
-                self.res["error"] = f"{e.strerror} [errno {e.errno}]"
-                return self._finish("error")
             self.sent += n
         if self.sent >= total and cfg["shutdown"] and not self._shut:
             self._shut = True
