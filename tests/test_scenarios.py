@@ -216,10 +216,11 @@ def test_server_cells_stop_when_looplab_runs_in_the_background_of_a_shell(tmp_pa
     and the cells inherit that. The orchestrator ends a server cell with SIGINT,
     and the coro kernel (like Python) leaves an ignored SIGINT ignored, so
     without the cell restoring it the app never stopped."""
-    r = subprocess.run(LOOPLAB + ["run", "--scenarios", "S5", "--runtimes", "coro",
-                                  "--variants", "naive", "--preset", "tiny",
-                                  "--out", str(tmp_path / "bg")],
-                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    # as a shell does it (and no preexec_fn, which is not safe in a threaded process)
+    ignoring = ["sh", "-c", "trap '' INT; exec \"$@\"", "sh"]
+    r = subprocess.run(ignoring + LOOPLAB + ["run", "--scenarios", "S5", "--runtimes", "coro",
+                                             "--variants", "naive", "--preset", "tiny",
+                                             "--out", str(tmp_path / "bg")],
                        capture_output=True, text=True, timeout=50)
     assert r.returncode == 0, r.stderr[-600:]
     cell = json.loads((tmp_path / "bg" / "results.json").read_text())["cells"][0]
