@@ -308,36 +308,32 @@ async def co_nested_timeout_inner_expires(k):
     return out
 
 
-@probe("task")
-async def co_timeout_except_exception(k):
-    """A body that catches Exception around the sleep: does the timeout pass through?"""
-    out = {"caught_by_except_Exception": False}
+async def _timeout_through(k, caught: type) -> dict:
+    """A body that catches ``caught`` around the sleep: does the timeout pass through?"""
+    key = f"caught_by_except_{caught.__name__}"
+    out = {key: False}
     try:
         async with k.timeout_after(0.05):
             try:
                 await k.sleep(1)
-            except Exception:
-                out["caught_by_except_Exception"] = True
+            except caught:
+                out[key] = True
         out["block_ended"] = "normally"
     except BaseException as exc:
         out["block_ended"] = k.role(exc)
     return out
+
+
+@probe("task")
+async def co_timeout_except_exception(k):
+    """A body that catches Exception around the sleep: does the timeout pass through?"""
+    return await _timeout_through(k, Exception)
 
 
 @probe("task")
 async def co_timeout_except_oserror(k):
     """A body that catches OSError around the sleep."""
-    out = {"caught_by_except_OSError": False}
-    try:
-        async with k.timeout_after(0.05):
-            try:
-                await k.sleep(1)
-            except OSError:
-                out["caught_by_except_OSError"] = True
-        out["block_ended"] = "normally"
-    except BaseException as exc:
-        out["block_ended"] = k.role(exc)
-    return out
+    return await _timeout_through(k, OSError)
 
 
 @probe("task")
