@@ -380,6 +380,17 @@ def _describe_here(spec: str) -> dict:
         finally:
             port.close()
     dists = metadata.packages_distributions()
+    if out["loop"] is None and out["unavailable"] is None:
+        # Not an asyncio port: the runtime's own library is its loop (trio, curio),
+        # or looplab's kernel.
+        module = (rt.info.requires or (rt.id,))[0]
+        top = module.split(".")[0]
+        dist = (dists.get(top) or ["looplab"])[0]
+        try:
+            version = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            version = None
+        out["loop"] = {"name": module, "target": rt.info.port, "version": version}
     tops = {m.split(".")[0] for m in list(sys.modules)} - set(sys.stdlib_module_names)
     for top in sorted(tops):
         for dist in dists.get(top, ()):
