@@ -238,6 +238,25 @@ def _tracking_loop_factory(port, name: str, kwargs: dict, eager: bool):
     return make_eager
 
 
+class _Transports:
+    """transport -> ConnStats | None, held weakly where the loop's transports allow it.
+    rloop's (Rust) transports cannot be weakly referenced: those are held until the
+    port closes, which a cell's bounded connection count makes harmless."""
+
+    def __init__(self):
+        self._weak = weakref.WeakKeyDictionary()
+        self._strong: dict = {}
+
+    def __setitem__(self, transport, stats):
+        try:
+            self._weak[transport] = stats
+        except TypeError:
+            self._strong[id(transport)] = (transport, stats)
+
+    def items(self):
+        return list(self._weak.items()) + list(self._strong.values())
+
+
 class _AsyncioMixin:
     """Shared by the asyncio/uvloop ports: transport tracking and the exit account."""
 
@@ -263,7 +282,7 @@ class _AsyncioMixin:
 
     def _init_tracking(self, runtime, opts):
         self._instrument = opts.get("instrument", True)
-        self._transports = weakref.WeakKeyDictionary()  # transport -> ConnStats | None
+        self._transports = _Transports()      # transport -> ConnStats | None
         self.loop_name = self._loop_of(opts)
         self._uv = self.loop_name == "uvloop"
         self.loop_factory = _tracking_loop_factory(
