@@ -538,8 +538,9 @@ class AppProcess:
 
     def __init__(self, spec: dict):
         spec = {**spec, "plugins": plugin_spec()}
+        from bench import envs      # the interpreter axis: the runtime's @INTERPRETER
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.cell", json.dumps(spec)],
+            [envs.interpreter_for(spec["runtime"]), "-m", "bench.cell", json.dumps(spec)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.events: queue.Queue = queue.Queue()
         self.stderr_lines: list[str] = []

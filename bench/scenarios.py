@@ -133,6 +133,9 @@ def run_cell(cell: Cell, trace_path: str | None = None) -> dict:
     if reason:
         result["skipped"] = reason
         return result
+    if not sim:   # what the cell's own interpreter runs it with (bench.envs)
+        from bench import envs
+        result["environment"] = {k: v for k, v in envs.describe(rt).items() if k != "unavailable"}
     runs = []
     for rep_i in range(cell.repeats):
         t0, c0 = time.monotonic(), time.thread_time()
