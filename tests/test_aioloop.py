@@ -344,6 +344,7 @@ def test_exception_handler_receives_callback_errors(factory):
     assert len(contexts) == 1
     assert contexts[0][0] is loop
     assert isinstance(contexts[0][1]["exception"], ZeroDivisionError)
+    assert "boom" in contexts[0][1]["message"]       # names the callback itself
 
 
 def test_default_exception_handler_logs_to_asyncio_logger(factory, caplog):

@@ -63,12 +63,25 @@ _copy_context = contextvars.copy_context
 heappush = heapq.heappush
 
 
+def _handle_repr(handle):
+    args = handle._args
+    name = "cancelled" if handle._cancelled or not args else _callback_name(args[0])
+    return f"<{type(handle).__name__} {name}>"
+
+
+def _callback_name(cb):
+    return getattr(cb, "__qualname__", None) or repr(cb)
+
+
 class AioHandle(Handle):
-    """A callback queued with ``call_soon``; runs in ``get_context()``."""
+    """A callback queued with ``call_soon``; runs in ``get_context()``. The
+    reactor calls ``_callback(*_args)``, which is ``context.run(callback, *args)``."""
     __slots__ = ("_context",)
 
     def get_context(self):
         return self._context
+
+    __repr__ = _handle_repr
 
 
 class AioTimerHandle(TimerHandle):
@@ -77,6 +90,8 @@ class AioTimerHandle(TimerHandle):
 
     def get_context(self):
         return self._context
+
+    __repr__ = _handle_repr
 
 
 def _run_until_complete_cb(fut):
@@ -606,6 +621,17 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
             except BaseException:
                 logger.error("Exception in default exception handler while handling "
                              "an unexpected error in custom exception handler", exc_info=True)
+
+    def _callback_failed(self, callback, exc):
+        # the reactor's report, named after the callback inside context.run
+        if isinstance(callback, (AioHandle, AioTimerHandle)) and callback._args:
+            name = _callback_name(callback._args[0])
+            ctx = {"message": f"Exception in callback {name}", "exception": exc,
+                   "handle": callback}
+        else:
+            ctx = {"message": f"Exception in I/O callback {_callback_name(callback)}",
+                   "exception": exc, "callback": callback}
+        self.call_exception_handler(ctx)
 
     def get_debug(self):
         return self._debug

@@ -276,6 +276,8 @@ class AioServer(asyncio.AbstractServer):
                 pass
         self._serving = False
         loop._servers.discard(self)
+        if loop._closed:
+            return      # the loop's close(): no callback can run any more
         fut = self._serving_forever_fut
         if fut is not None and not fut.done():
             fut.cancel()
