@@ -1079,3 +1079,66 @@ def test_streams_app_on_the_simulated_network_replays_exactly():
     assert first == again
     assert first[0] == deferred[0]
     assert first[2] == 0 < deferred[2]      # try-send never buffered; defer always does
+
+
+@pytest.mark.parametrize("policy", ["cancel", "wait"])
+def test_exit_policy_under_asyncio_runner(policy):
+    """``exit=wait`` delivers what a returning ``main`` left buffered; the
+    default drops it when the Runner closes the loop, as asyncio does."""
+    total = 16 << 20
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen()
+    received = []
+
+    def slow_peer():
+        conn, _ = lsock.accept()
+        got = 0
+        with conn:
+            conn.settimeout(10)
+            try:
+                while chunk := conn.recv(65536):
+                    got += len(chunk)
+                    threading.Event().wait(0.0005)     # slower than the loop writes
+            except OSError:
+                pass
+        received.append(got)
+
+    peer = threading.Thread(target=slow_peer)
+    peer.start()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.create_connection(asyncio.Protocol, *lsock.getsockname())
+        transport.write(b"w" * total)
+        transport.close()             # returns at once; the bytes are still buffered
+
+    try:
+        run(functools.partial(cb.new_event_loop, exit=policy), main)
+    finally:
+        peer.join(20)
+        lsock.close()
+    if policy == "wait":
+        assert received == [total]
+    else:
+        assert received and received[0] < total
+
+
+def test_closing_the_loop_releases_every_descriptor():
+    fds = "/proc/self/fd"
+    if not os.path.isdir(fds):
+        pytest.skip("needs /proc")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        for _ in range(3):                  # left open on purpose: close() releases them
+            await loop.create_connection(Collect, "127.0.0.1", port)
+        await loop.create_datagram_endpoint(asyncio.DatagramProtocol,
+                                            local_addr=("127.0.0.1", 0))
+        await asyncio.sleep(0.01)
+
+    before = len(os.listdir(fds))
+    run(cb.new_event_loop, main)
+    assert len(os.listdir(fds)) == before
