@@ -90,7 +90,7 @@ Module map: ``loop`` (Loop, Handle, TimerHandle, OPTIONS, get_running_loop,
 UnsentDataError), ``network`` (Server, create_server/create_connection) and
 ``transports`` (SocketTransport, Protocol), and the asyncio loop built on
 them: ``aioloop`` (AioLoop, new_event_loop, LOOP_OPTIONS) with ``aionet``
-(its servers, connections, UDP, TLS; docs/aioloop.md). The ``hybrid`` kernel builds
+(its servers, connections, UDP, TLS) and ``aiotransports``; docs/aioloop.md. The ``hybrid`` kernel builds
 Futures, Tasks and streams on these very classes.
 """
 def new_event_loop(**options):

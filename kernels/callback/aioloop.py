@@ -37,8 +37,8 @@ import concurrent.futures
 import contextvars
 import errno
 import heapq
-import os
 import logging
+import os
 import socket
 import sys
 import threading
