@@ -1142,3 +1142,29 @@ def test_closing_the_loop_releases_every_descriptor():
     before = len(os.listdir(fds))
     run(cb.new_event_loop, main)
     assert len(os.listdir(fds)) == before
+
+
+def test_runner_turns_sigint_into_keyboard_interrupt(factory):
+    """asyncio.Runner's Ctrl-C: the main task is cancelled, the loop woken from
+    its wait, and KeyboardInterrupt raised after the loop shut down."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("needs the main thread with Python's default SIGINT handler")
+    cancelled = []
+
+    async def main():
+        try:
+            await asyncio.sleep(30)         # the loop waits in its poller, no timer due soon
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with asyncio.Runner(loop_factory=factory) as runner:
+                runner.run(main())
+    finally:
+        timer.cancel()
+    assert cancelled == [True]

@@ -88,10 +88,11 @@ code.
 
 Module map: ``loop`` (Loop, Handle, TimerHandle, OPTIONS, get_running_loop,
 UnsentDataError), ``network`` (Server, create_server/create_connection) and
-``transports`` (SocketTransport, Protocol), and the asyncio loop built on
-them: ``aioloop`` (AioLoop, new_event_loop, LOOP_OPTIONS) with ``aionet``
-(its servers, connections, UDP, TLS) and ``aiotransports``; docs/aioloop.md. The ``hybrid`` kernel builds
-Futures, Tasks and streams on these very classes.
+``transports`` (SocketTransport, Protocol). The ``hybrid`` kernel builds
+Futures, Tasks and streams on these very classes. The same reactor and
+transports are also an asyncio event loop: ``aioloop`` (AioLoop,
+new_event_loop, LOOP_OPTIONS), ``aionet`` (its servers, connections, UDP,
+TLS) and ``aiotransports`` (docs/aioloop.md).
 """
 def new_event_loop(**options):
     """The callback kernel as an ``asyncio`` event loop (``aioloop.AioLoop``),

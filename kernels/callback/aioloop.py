@@ -61,6 +61,7 @@ logger = logging.getLogger("asyncio")     # where asyncio's loop reports, for ap
 
 _copy_context = contextvars.copy_context
 heappush = heapq.heappush
+_new_handle = object.__new__
 
 
 def _handle_repr(handle):
@@ -154,7 +155,12 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
             raise RuntimeError("Event loop is closed")
         if context is None:
             context = _copy_context()
-        handle = AioHandle(context.run, (callback, *args))
+        # the handle's fields set here, without an __init__ frame: this runs
+        # once per Task wake-up
+        handle = _new_handle(AioHandle)
+        handle._callback = context.run
+        handle._args = (callback, *args)
+        handle._cancelled = False
         handle._context = context
         self._ready.append(handle)
         return handle
