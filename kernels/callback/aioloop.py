@@ -36,7 +36,9 @@ import asyncio
 import concurrent.futures
 import contextvars
 import errno
+import functools
 import heapq
+import itertools
 import logging
 import os
 import socket
@@ -127,8 +129,12 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
     def __init__(self, *, io=None, **options):
         options = LOOP_OPTIONS.validate(options)
         super().__init__(io=io, **options)
-        self._debug = sys.flags.dev_mode or (
-            not sys.flags.ignore_environment and bool(os.environ.get("PYTHONASYNCIODEBUG")))
+        self.set_debug(sys.flags.dev_mode or (
+            not sys.flags.ignore_environment and bool(os.environ.get("PYTHONASYNCIODEBUG"))))
+        # Every Future asks get_debug() when it is made, and streams make one
+        # per read: both calls are C callables bound here (as the reactor binds
+        # time), so neither costs a Python frame.
+        self.create_future = functools.partial(futures.Future, loop=self)
         self.slow_callback_duration = 0.1
         self._task_factory = None
         self._default_executor = None
@@ -190,6 +196,8 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
     # ------------------------------------------------------------------ futures & tasks
 
     def create_future(self):
+        """An asyncio ``Future`` on this loop (``__init__`` shadows this method
+        with an equivalent ``functools.partial``)."""
         return futures.Future(loop=self)
 
     def create_task(self, coro, *, name=None, context=None, **kwargs):
@@ -640,10 +648,12 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         self.call_exception_handler(ctx)
 
     def get_debug(self):
+        """Shadowed in ``set_debug`` by a C callable returning the flag."""
         return self._debug
 
     def set_debug(self, enabled):
-        self._debug = bool(enabled)
+        self._debug = enabled = bool(enabled)
+        self.get_debug = itertools.repeat(enabled).__next__
 
     # ------------------------------------------------------------------ left out
 
