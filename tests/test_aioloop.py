@@ -947,7 +947,7 @@ def test_bad_option_is_one_clear_line():
         cb.new_event_loop(hig_water=1)
 
 
-def _buffer_after_write(options, nbytes=1000, high=None):
+def _buffer_after_write(options, nbytes=1000, lines=False):
     """(buffer size right after one write, pause_writing calls) on our asyncio
     loop and on the plain callback kernel, for the same options."""
     async def on_aioloop():
@@ -957,7 +957,10 @@ def _buffer_after_write(options, nbytes=1000, high=None):
         lsock.listen()
         transport, proto = await loop.create_connection(Collect, *lsock.getsockname())
         conn, _ = lsock.accept()
-        transport.write(b"q" * nbytes)
+        if lines:
+            transport.writelines([b"q" * (nbytes // 2)] * 2)
+        else:
+            transport.write(b"q" * nbytes)
         result = (transport.get_write_buffer_size(), proto.paused)
         transport.abort()
         conn.close()
@@ -978,7 +981,10 @@ def _buffer_after_write(options, nbytes=1000, high=None):
                 P.paused += 1
 
         def connected(transport, protocol, exc):
-            transport.write(b"q" * nbytes)
+            if lines:
+                transport.writelines([b"q" * (nbytes // 2)] * 2)
+            else:
+                transport.write(b"q" * nbytes)
             out["r"] = (transport.get_write_buffer_size(), P.paused)
             transport.abort()
             loop.stop()
@@ -1000,6 +1006,16 @@ def _buffer_after_write(options, nbytes=1000, high=None):
 ])
 def test_knobs_change_what_they_change_on_the_kernel(options, expected):
     ours, kernel = _buffer_after_write(options)
+    assert ours == kernel == expected
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({"write": "defer", "high_water": 500}, (1000, 1)),
+    # the 3.12.0-3.12.8 stand-in (CPython 127655): writelines skips the pause check
+    ({"write": "defer", "high_water": 500, "writelines": "unchecked"}, (1000, 0)),
+])
+def test_version_stand_in_changes_writelines_as_on_the_kernel(options, expected):
+    ours, kernel = _buffer_after_write(options, lines=True)
     assert ours == kernel == expected
 
 
