@@ -191,8 +191,8 @@ def _trio_clock_class():
         def _wake_ready(self):
             woke = False
             for task, (sock, mask) in list(self.waiters.items()):
-                ev = sock._events()
-                if ev & mask or ev & simnet._ERR or sock._app_closed:
+                ev = sock.readiness()
+                if ev & mask or ev & simnet.ERR or sock.closed:
                     del self.waiters[task]
                     trio.lowlevel.reschedule(task)
                     woke = True
@@ -265,7 +265,7 @@ def _trio_socket_class():
 
         def getsockopt(self, level, option, *a):
             if level == _socket.SOL_SOCKET and option == _socket.SO_ACCEPTCONN:
-                return int(self._sock._state == simnet._LISTENING)
+                return int(self._sock.listening)
             return self._sock.getsockopt(level, option, *a)
 
         def shutdown(self, how):
@@ -277,7 +277,7 @@ def _trio_socket_class():
             self._sock.close()
 
         def is_readable(self):
-            return bool(self._sock._events() & (simnet.READ | simnet._ERR))
+            return bool(self._sock.readiness() & (simnet.READ | simnet.ERR))
 
         async def bind(self, address):
             await trio.lowlevel.checkpoint()
