@@ -470,7 +470,10 @@ class SimSocket:
             if self._err:
                 raise error_exc(self._take_err())
             raise oserror(errno.ENOTCONN)
-        if self._gated():
+        # A pending error or an RST is reported before a fault's gate: poll
+        # reports them at once (ERR), and a recv that said "try again" then
+        # would have a reader that trusts poll spin for ever.
+        if not (self._err or self._reset) and self._gated():
             self._would_block("recv")
         rcv = self._rcv
         if rcv and not self._rd_shut:
@@ -555,7 +558,11 @@ class SimSocket:
             return
         self._reset = True
         if not self._app_closed and self._state == CONNECTED:
-            self._err = errno.ECONNRESET
+            # Linux's tcp_reset: in CLOSE_WAIT (the peer's FIN arrived, ours not
+            # sent) the error is EPIPE, elsewhere ECONNRESET. Checked on loopback
+            # (6.18): after the peer's FIN and then its RST, recv returns b"",
+            # and send and SO_ERROR give EPIPE, whether or not the EOF was read.
+            self._err = errno.EPIPE if self._eof and not self._wr_shut else errno.ECONNRESET
         self._unsent.clear()
         self._unacked = 0
         self._model.drop()
