@@ -149,11 +149,57 @@ def run_trio(io, main, *args, **kw):
         if scopes:
             scopes[0].cancel()
             clock.kicked = True
+    clock.on_failure = on_sigint
     ports.sim_sigint().append(on_sigint)
     try:
-        return trio.run(cancellable, clock=clock, **kw)
+        with _trio_batch_order(trio, io.world):
+            out = trio.run(cancellable, clock=clock, **kw)
+    except trio.TrioInternalError as exc:
+        # What the clock raised inside trio's scheduler, when cancelling the run
+        # did not end it: trio wraps it; the world's own error is the answer.
+        cause = exc.__cause__
+        if isinstance(cause, RuntimeError) and str(cause).startswith("simnet:"):
+            raise cause from None
+        raise
     finally:
         ports.sim_sigint().remove(on_sigint)
+    if clock.failure is not None:
+        raise clock.failure
+    return out
+
+
+class _trio_batch_order:
+    """trio runs each batch of runnable tasks in an order drawn from one
+    module-level ``random.Random`` (``trio._core._run._r``: reversed or not,
+    with probability 1/2), unseeded, so the same universe ran its tasks in
+    different orders in different processes. While a simulated run lasts, that
+    generator is seeded from the world's seed; afterwards its state is put
+    back, so trio outside a simulated cell draws as if nothing had happened.
+    Only the generator's state changes -- no attribute of trio is replaced. It
+    is private to trio (checked on 0.35): if it is missing, the order stays
+    unseeded and ``seeded`` says so. trio's supported way to a deterministic
+    order is its Hypothesis plugin, which also only seeds this generator."""
+
+    def __init__(self, trio, world):
+        core = sys.modules.get("trio._core._run")
+        rng = getattr(core, "_r", None)
+        self.rng = rng if hasattr(rng, "getstate") and hasattr(rng, "seed") else None
+        self.seed = f"{world.seed}:trio"
+        self.saved = None
+
+    @property
+    def seeded(self) -> bool:
+        return self.rng is not None
+
+    def __enter__(self):
+        if self.rng is not None:
+            self.saved = self.rng.getstate()
+            self.rng.seed(self.seed)
+        return self
+
+    def __exit__(self, *exc):
+        if self.rng is not None:
+            self.rng.setstate(self.saved)
 
 
 def trio_socket(sock):
@@ -181,6 +227,13 @@ def _trio_clock_class():
             self.waiters: dict = {}       # task -> (SimSocket, mask)
             self.idle = 0
             self.kicked = False           # something outside the waiters woke a task
+            # The world's error (a deadlock, a livelock, a stop, the watchdog) is
+            # not raised inside trio's scheduler, which would abandon every task
+            # (TrioInternalError, and trio's complaints on stderr): the run is
+            # cancelled (on_failure) and unwinds without the world, and
+            # run_trio raises the error once trio.run has returned.
+            self.failure = None
+            self.on_failure = None
 
         def start_clock(self):
             pass
@@ -199,6 +252,25 @@ def _trio_clock_class():
             return woke
 
         def deadline_to_sleep_time(self, deadline):
+            if self.failure is not None:
+                # unwinding after the world's error: tasks only finish now; one
+                # that keeps waiting for ever (a shielded wait) ends the run the
+                # hard way
+                self.idle += 1
+                if self.idle > 10_000:
+                    raise self.failure
+                return 0
+            try:
+                return self._advance(deadline)
+            except RuntimeError as exc:
+                if not str(exc).startswith("simnet:") or self.on_failure is None:
+                    raise
+                self.failure = exc
+                self.idle = 0
+                self.on_failure()
+                return 0
+
+        def _advance(self, deadline):
             world = self.world
             while True:
                 world._run_due()

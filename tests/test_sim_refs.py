@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import pathlib
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -266,3 +269,56 @@ def test_curio_verdicts_under_sim_equal_its_verdicts_on_real_sockets(sid):
         twin = real[cell.id.rsplit("/", 1)[0]]
         assert not twin["errors"], (cell.id, twin["errors"])
         assert sim["verdicts"] == twin["verdicts"], (cell.id, sim["verdicts"], twin["verdicts"])
+
+
+# ---------------------------------------------------------------------------
+# trio: the world's errors, and a seeded task order (issue 23)
+
+def test_a_trio_deadlock_on_the_world_is_the_worlds_deadlock_error():
+    """trio wraps what its clock raises in TrioInternalError; run_trio hands
+    back the world's own error."""
+    trio = pytest.importorskip("trio")
+    from kernels.simnet import SimDeadlock
+    world = World(0, log=False)
+
+    async def main():
+        await trio.sleep_forever()
+
+    with pytest.raises(SimDeadlock):
+        simports.run_trio(world.io(), main)
+
+
+def _trio_order(seed):
+    trio = pytest.importorskip("trio")
+    world = World(seed, log=False)
+    order = []
+
+    async def main():
+        async def task(i):
+            await trio.sleep(0)
+            order.append(i)
+        async with trio.open_nursery() as n:
+            for i in range(6):
+                n.start_soon(task, i)
+    simports.run_trio(world.io(), main)
+    return order
+
+
+def test_trios_task_order_on_the_world_is_a_function_of_the_seed():
+    """Before, trio's batch order came from an unseeded generator: the same seed
+    gave [0..5] in some runs and [5..0] in others, in one process or across
+    processes. Seeded from the world, every run of a seed agrees, and trio's
+    generator is left as it was."""
+    pytest.importorskip("trio")
+    import trio._core._run as trio_run
+    before = trio_run._r.getstate()
+    orders = [_trio_order(7) for _ in range(8)]
+    assert all(o == orders[0] for o in orders), orders
+    assert sorted(orders[0]) == list(range(6))
+    assert trio_run._r.getstate() == before
+    code = ("import json, sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']; "
+            "import test_sim_refs as t; print(json.dumps(t._trio_order(7)))")
+    root = str(pathlib.Path(__file__).resolve().parent.parent)
+    other = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True,
+                           timeout=60, check=True)
+    assert json.loads(other.stdout.strip().splitlines()[-1]) == orders[0]

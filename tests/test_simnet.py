@@ -19,7 +19,7 @@ from collections import deque
 import pytest
 
 from kernels.simnet import (
-    FD_BASE, READ, WRITE, DelayedReader, PipeliningClient, ResettingPeer, SimDeadlock,
+    FD_BASE, READ, WRITE, DelayedReader, PipeliningClient, ResettingPeer, SimDeadlock, SimStopped,
     SimSelector, Sink, Source, StalledReader, World, queue_delays,
 )
 
@@ -1046,3 +1046,30 @@ def test_an_rst_after_the_peers_fin_is_epipe_as_on_linux():
         c2.send(b"x")
     with pytest.raises(BrokenPipeError):
         c2.send(b"x")
+
+
+def test_a_stopped_world_raises_at_its_next_step_and_every_one_after():
+    world = World(0)
+
+    def tick():
+        world.call_later(0.001, tick)     # time moves: no livelock, just never done
+    world.call_later(0, tick)
+    world.call_later(0.5, world.stop, "a signal")
+    with pytest.raises(SimStopped, match="a signal"):
+        world.run()
+    assert 0.5 <= world.now < 0.51
+    with pytest.raises(SimStopped):
+        world.io().poller().wait(0.1)
+
+
+def test_the_watchdog_ends_a_world_that_runs_too_long_in_wall_time():
+    world = World(0)
+    world.watchdog(0.2)
+
+    def tick():
+        world.call_later(1e-6, tick)
+    world.call_later(0, tick)
+    t = time.monotonic()
+    with pytest.raises(SimStopped, match="watchdog"):
+        world.run()
+    assert time.monotonic() - t < 5.0

@@ -147,7 +147,7 @@ from __future__ import annotations
 
 from .constants import (
     ACCOUNTING, ERR, FAULT_KINDS, FD_BASE, LISTENING, MAX_EVENTS_AT_ONE_TIME, READ, WRITE,
-    SimBlockingError, SimDeadlock,
+    SimBlockingError, SimDeadlock, SimStopped,
 )
 from .linux import LinuxModel
 from .model import ByteModel, TcpModel
@@ -160,7 +160,7 @@ from .testpeers import (
 from .world import World
 
 __all__ = ["World", "SimIO", "SimSocket", "SimPoller", "SimWaker", "SimSelector",
-           "SimDeadlock", "SimBlockingError", "READ", "WRITE", "FD_BASE", "FAULT_KINDS", "ACCOUNTING",
+           "SimDeadlock", "SimStopped", "SimBlockingError", "READ", "WRITE", "FD_BASE", "FAULT_KINDS", "ACCOUNTING",
            "TcpModel", "ByteModel", "LinuxModel",
            "Peer", "Source", "Sink", "StalledReader", "DelayedReader", "PipeliningClient",
            "ResettingPeer", "queue_delays"]

@@ -39,6 +39,10 @@ ACCOUNTING = ("bytes", "linux")
 #: lower it (``monkeypatch.setattr(kernels.simnet.constants, ...)``).
 MAX_EVENTS_AT_ONE_TIME = 1_000_000
 
+#: How many world steps (``World._run_due`` calls) pass between two looks at
+#: the wall clock for the watchdog: one look costs about as much as a step.
+WATCH_EVERY = 512
+
 #: A slowed reader (the ``slow`` fault) gets at most this many seconds of its
 #: rate per recv: short enough that a 16 KiB/s slow-down still paces reads.
 SLOW_SLICE_S = 0.05
@@ -83,6 +87,11 @@ MAX_QUICKACKS = 16             # TCP_MAX_QUICKACKS
 
 class SimDeadlock(RuntimeError):
     """``wait(None)`` found nothing ready and nothing that could ever happen."""
+
+
+class SimStopped(RuntimeError):
+    """The world was stopped from outside (``World.stop``: a signal) or by its
+    wall-clock watchdog (``World.watchdog``). Every later step raises it again."""
 
 
 class SimBlockingError(RuntimeError):

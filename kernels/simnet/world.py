@@ -15,11 +15,12 @@ import heapq
 import math
 import random
 import socket as _socket
+import time
 from collections import deque
 from collections.abc import Mapping
 
 from . import constants as _c
-from .constants import ACCOUNTING, DEFAULTS, FAULT_KINDS, FAULT_SIDES, FD_BASE
+from .constants import ACCOUNTING, DEFAULTS, FAULT_KINDS, FAULT_SIDES, FD_BASE, SimStopped
 from .linux import LinuxModel
 from .model import ByteModel
 from .poller import SimIO, SimSelector
@@ -66,6 +67,9 @@ class World:
         self._pollers = []
         self._pokes = deque()         # sockets whose peer must act before anything else runs
         self.tcp_model = MODELS[p["accounting"]]   # every socket's buffer, window and ACK rules
+        self._stop_reason = None      # World.stop / the watchdog: every step raises SimStopped
+        self._wall_limit = None       # (monotonic deadline, seconds) of the watchdog
+        self._ticks = _c.WATCH_EVERY
         self._rng = random.Random(f"{seed}:net")
         self._cpu_rng = random.Random(f"{seed}:cpu")
         self.log = [] if log else None
@@ -126,6 +130,9 @@ class World:
         """Run every event due at or before now, in (time, seq) order. A
         participant that keeps scheduling itself at the same instant would
         stop time for ever: after ``constants.MAX_EVENTS_AT_ONE_TIME`` it is an error."""
+        self._ticks -= 1
+        if self._ticks <= 0:
+            self._check_stop()
         heap = self._heap
         pokes = self._pokes
         now = self.now
@@ -148,6 +155,33 @@ class World:
             if budget <= 0:
                 raise RuntimeError(f"simnet: livelock: {limit} events at "
                                    f"t={now:.6f}s without time moving (last: {fn!r})")
+
+    # -- stopping from outside: signals and the wall-clock watchdog ----------
+
+    def stop(self, reason: str) -> None:
+        """Make the next step of this world (and every one after it) raise
+        ``SimStopped(reason)``. Safe from another thread or a signal handler:
+        it only sets two attributes. Every wait of a program and every world
+        run steps through ``_run_due``, so a program spinning on the world --
+        however it spins -- ends within a few steps."""
+        self._stop_reason = reason
+        self._ticks = 0
+
+    def watchdog(self, wall_s: float) -> None:
+        """Stop this world (``SimStopped``) once it has run ``wall_s`` seconds of
+        wall-clock time from now. Looked at every ``WATCH_EVERY`` steps; it
+        decides nothing else, so results do not depend on it."""
+        self._wall_limit = (time.monotonic() + wall_s, wall_s)
+
+    def _check_stop(self):
+        self._ticks = _c.WATCH_EVERY
+        if self._stop_reason is None and self._wall_limit is not None \
+                and time.monotonic() > self._wall_limit[0]:
+            self._stop_reason = (f"watchdog: {self._wall_limit[1]:g} s of wall-clock time ran "
+                                 f"out at t={self.now:.6f}s simulated")
+        if self._stop_reason is not None:
+            self._ticks = 0
+            raise SimStopped(f"simnet: stopped: {self._stop_reason}")
 
     def run(self, until=None, max_events=None) -> None:
         """Advance through events up to virtual time ``until`` (``None``: until
