@@ -10,12 +10,16 @@ and, if so, builds what it needs from here, explicitly:
   over ``SimSelector``, so its real transports, flow control and streams run.
   Three private CPython hooks (``_make_self_pipe``, ``_close_self_pipe``,
   ``_write_to_self``) swap the self-pipe for a ``SimWaker``; ``time()`` reads the
-  virtual clock. Checked on CPython 3.11.
+  virtual clock. ``create_server``/``create_connection`` given a host and port
+  (so ``asyncio.start_server`` and ``open_connection`` of an unmodified app)
+  make their sockets on the world and hand them to asyncio's own code as
+  ``sock=``; ``getaddrinfo`` is the world's. Checked on CPython 3.11.
 * **trio** -- ``run_trio(io, ...)`` calls ``trio.run`` with ``clock=SimClock``, a
   public ``trio.abc.Clock`` that runs the world whenever every task is blocked,
   and sets trio's per-run socket factory and hostname resolver to the world's;
   ``trio_socket(sock)`` turns a socket into a trio socket, a ``SimTrioSocket``
-  (a ``trio.socket.SocketType``) when it is simulated. Public hooks only.
+  (a ``trio.socket.SocketType``) when it is simulated. Public hooks, and one
+  private generator seeded for the run (trio's batch order, ``_trio_batch_order``).
 * **curio** -- ``curio_kernel(io, ...)``: a ``curio.Kernel`` with
   ``selector=SimSelector``. curio's kernel reads ``time.monotonic`` and calls
   ``socket.socketpair()`` through its module's globals and takes neither as a
@@ -109,6 +113,65 @@ def _asyncio_loop_class():
 
         def time(self):
             return self._sim_io.time()
+
+        # asyncio makes the sockets of create_server and create_connection
+        # itself, from the socket module, when given a host and port; here they
+        # come from the world, and asyncio's own code takes them as ``sock=``.
+        # Names resolve through the world too (asyncio would ask the real
+        # resolver in a thread, which the virtual clock never waits for).
+
+        async def getaddrinfo(self, host, port, *, family=0, type=0, proto=0, flags=0):
+            return self._sim_io.getaddrinfo(host, port, family, type, proto, flags)
+
+        async def getnameinfo(self, sockaddr, flags=0):
+            raise OSError(errno.ENOSYS, "the simulated network has no names")
+
+        async def create_server(self, protocol_factory, host=None, port=None, *,
+                                family=_socket.AF_UNSPEC, flags=_socket.AI_PASSIVE, sock=None,
+                                backlog=100, reuse_address=None, reuse_port=None, **kw):
+            if sock is None and (host is not None or port is not None):
+                hosts = [host] if host is None or isinstance(host, str) else list(host)
+                if len(hosts) != 1:
+                    raise OSError(errno.EINVAL, "a simulated server listens on one host")
+                info = self._sim_io.getaddrinfo(hosts[0], port, family, _socket.SOCK_STREAM,
+                                                0, flags)[0]
+                sock = self._sim_io.socket(info[0], info[1], info[2])
+                try:
+                    sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+                    sock.bind(info[4])
+                except BaseException:
+                    sock.close()
+                    raise
+            return await super().create_server(protocol_factory, sock=sock, backlog=backlog,
+                                               **kw)
+
+        async def create_connection(self, protocol_factory, host=None, port=None, *,
+                                    family=0, proto=0, flags=0, sock=None, local_addr=None,
+                                    happy_eyeballs_delay=None, interleave=None, **kw):
+            if sock is None and (host is not None or port is not None):
+                sock = await self._sim_connect(host, port, family, proto, flags, local_addr)
+                if kw.get("ssl") and kw.get("server_hostname") is None:
+                    kw["server_hostname"] = host      # what asyncio infers from host
+            return await super().create_connection(protocol_factory, sock=sock, **kw)
+
+        async def _sim_connect(self, host, port, family, proto, flags, local_addr):
+            error = None
+            for fam, typ, pro, _, addr in self._sim_io.getaddrinfo(
+                    host, port, family, _socket.SOCK_STREAM, proto, flags):
+                sock = self._sim_io.socket(fam, typ, pro)
+                sock.setblocking(False)
+                try:
+                    if local_addr is not None:
+                        sock.bind(local_addr)
+                    await self.sock_connect(sock, addr)
+                    return sock
+                except OSError as exc:
+                    sock.close()
+                    error = exc
+                except BaseException:
+                    sock.close()
+                    raise
+            raise error or OSError(f"getaddrinfo({host!r}) returned nothing")
 
     return _named(SimSelectorEventLoop)
 

@@ -322,3 +322,55 @@ def test_trios_task_order_on_the_world_is_a_function_of_the_seed():
     other = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True,
                            timeout=60, check=True)
     assert json.loads(other.stdout.strip().splitlines()[-1]) == orders[0]
+
+
+# ---------------------------------------------------------------------------
+# asyncio: an unmodified app with host and port (issue 23)
+
+def test_an_unmodified_asyncio_streams_app_with_host_and_port_runs_on_the_world():
+    """``asyncio.start_server(handler, host, 0)`` and ``open_connection(host,
+    port)`` -- no ``sock=`` -- make their sockets on the world, not on the real
+    network (which failed at once with EBADF)."""
+    import asyncio
+    world = World(0, log=False)
+    loop = simports.SimSelectorEventLoop(world.io())
+
+    async def handle(reader, writer):                  # an echo server, as written for asyncio
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    async def main():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("localhost", port)
+        writer.write(b"echo" * 50_000)
+        await writer.drain()
+        writer.write_eof()
+        got = bytearray()
+        while data := await reader.read(65536):
+            got += data
+        writer.close()
+        await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+        return bytes(got), asyncio.get_running_loop().time()
+
+    try:
+        got, now = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert got == b"echo" * 50_000
+    assert now == world.now and 0 < now < 1.0          # virtual time: a few round trips
+    with pytest.raises(ConnectionRefusedError):
+        loop2 = simports.SimSelectorEventLoop(world.io())
+        try:
+            loop2.run_until_complete(asyncio.open_connection("127.0.0.1", port_nobody_listens_on()))
+        finally:
+            loop2.close()
+
+
+def port_nobody_listens_on():
+    return 9
