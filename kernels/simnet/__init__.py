@@ -18,7 +18,9 @@ the next event (a delivery, an acknowledgement, a peer's timer, a fault) and
 looks again, until something is ready or ``now + timeout`` is reached. So ten
 simulated seconds of a 1 MB/s stream cost a few thousand events, not ten
 seconds. ``wait(None)`` with nothing ready and nothing scheduled would block
-forever; it raises ``SimDeadlock`` instead.
+forever; it raises ``SimDeadlock`` instead. From outside, ``world.stop(reason)``
+(a signal handler, another thread) and ``world.watchdog(wall_s)`` (wall-clock
+time) make the world's next step raise ``SimStopped``.
 
 The model (what a byte goes through)
 ------------------------------------
@@ -87,7 +89,9 @@ Endings follow Linux:
 * An RST received is a pending ``ECONNRESET``: the receiver can still read what
   had already arrived, then the first ``recv`` or ``send`` raises
   ``ConnectionResetError``; afterwards ``recv`` returns ``b""`` and ``send``
-  raises ``BrokenPipeError``. ``SO_ERROR`` reports and clears it too.
+  raises ``BrokenPipeError``. ``SO_ERROR`` reports and clears it too. After
+  the peer's FIN (CLOSE_WAIT) it is ``EPIPE`` instead, as Linux's
+  ``tcp_reset`` has it. A pending error is reported before a fault's gate.
 * ``connect`` to an address nobody listens on fails with ``ECONNREFUSED`` after
   one round trip. A listener queues at most ``backlog + 1`` connections not yet
   accepted (Linux's accept-queue test); a SYN beyond that is dropped and
