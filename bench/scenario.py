@@ -637,11 +637,15 @@ class _Peers(PeerProcess):
 
 
 def abort_running() -> None:
-    """Kill every cell and peer process still running (an interrupted matrix)."""
+    """Kill every cell and peer process still running, and stop every simulated
+    cell's world (an interrupted matrix)."""
     with _RUNNING_LOCK:
         live = list(_RUNNING)
     for p in live:
         p.kill()
+    simcells = sys.modules.get("bench.simcells")     # no simulated cell without it
+    if simcells is not None:
+        simcells.stop_all("interrupted")
 
 
 # ---------------------------------------------------------------------------

@@ -121,11 +121,12 @@ def shrink(cell, universe_: dict, still_fails) -> tuple[dict, int]:
 
 
 def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_seed: int = 0,
-            progress=None, failing=failed) -> dict:
+            progress=None, failing=failed, stop=None) -> dict:
     """Run ``cell`` in ``seeds`` universes; count each outcome; keep the first
     universe for which ``failing(result)`` is true, shrunk to its smallest fault
     schedule, and check that it replays to the same result. Numeric metrics get
-    min / median / max."""
+    min / median / max. ``stop()`` true (a signal arrived) abandons the cell
+    with KeyboardInterrupt."""
     from bench import scenarios
     counts: dict[str, int] = {}
     first_fail = None
@@ -133,7 +134,11 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
     wall = 0.0
     cpu = 0.0
     sim = 0.0
+    def check_stop():
+        if stop is not None and stop():
+            raise KeyboardInterrupt
     for s in range(first_seed, first_seed + seeds):
+        check_stop()
         c = seed_cell(cell, s, faults, net)
         t = time.perf_counter()
         r = scenarios.run_cell(c)
@@ -160,8 +165,10 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
         want = outcome_of(r)
 
         def still_fails(u):
+            check_stop()
             return outcome_of(scenarios.run_cell(cell_from_universe(u))) == want
         shrunk, runs = shrink(cell, r["universe"], still_fails)
+        check_stop()
         replay = scenarios.run_cell(cell_from_universe(shrunk))
         out["failing"] = {"seed": seed, "outcome": want, "universe": r["universe"],
                           "faults_before": len(r["universe"]["net"]["faults"]),
@@ -189,6 +196,14 @@ def cells_for(args, planned: list) -> list:
     if getattr(args, "seeds", None) and (net != "sim" or getattr(args, "replay", None)):
         raise UsageError("--seeds explores simulated universes: give it with --net sim "
                          "(and without --replay)")
+    if (getattr(args, "repeat", None) or 1) > 1 and (net != "real" or getattr(args, "replay", None)):
+        # A sim cell's network has no randomness of its own (no jitter, no drawn
+        # CPU time, FIFO ready order), so a repeat would run the identical
+        # universe and its "frequency" would be 1 of 1 however racy the cell.
+        # Varying universes, counting outcomes and shrinking a failing one is
+        # what --seeds does; one way to ask for it keeps results honest.
+        raise UsageError("--repeat does not vary a simulated cell (every repeat is the same "
+                         "universe): under --net sim/both or --replay use --seeds N")
     if getattr(args, "replay", None):
         return replay_cells(args.replay)
     if net == "real":
@@ -240,13 +255,65 @@ def explore_command(cells: list, args, out_dir: str, failing=failed) -> int:
     """``--net sim --seeds N``: explore every cell; print each outcome's
     frequency; write ``OUT/explore.json`` and, per cell with a universe for
     which ``failing(result)`` holds, its shrunk universe as
-    ``OUT/failing-*.json`` (replay it with ``--replay``)."""
+    ``OUT/failing-*.json`` (replay it with ``--replay``). SIGINT or SIGTERM
+    stops the running universe (``simcells.stop_all``), keeps the cells
+    explored so far and exits 130, as an interrupted ``run`` does."""
     import os
     import sys
     from bench import results as resmod
     from bench.errors import ExitCode
     os.makedirs(out_dir, exist_ok=True)
-    done = []
+    done: list = []
+    signals: list = []
+    with _stopping_on_signals(signals):
+        try:
+            _explore_cells(cells, args, out_dir, failing, done, lambda: bool(signals))
+        except KeyboardInterrupt:
+            signals.append("SIGINT")
+    path = os.path.join(out_dir, "explore.json")
+    resmod.write_json({"explorations": done, **({"interrupted": True} if signals else {})}, path)
+    if signals:
+        print(f"looplab run: interrupted ({signals[0]}): {len(done)} of "
+              f"{sum(c.params.get('net') == 'sim' for c in cells)} cells explored; kept in {path}",
+              file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    print(f"exploration: {path}")
+    return ExitCode.OK
+
+
+class _stopping_on_signals:
+    """While active (in the main thread), SIGINT and SIGTERM stop the running
+    simulated cell (``simcells.stop_all``) and append their name to ``signals``
+    instead of raising inside it: a KeyboardInterrupt thrown into trio's or
+    asyncio's loop would land wherever they happen to be."""
+
+    def __init__(self, signals: list):
+        self.signals = signals
+        self.old: dict = {}
+
+    def _on(self, signum, frame):
+        import signal
+        from bench import simcells
+        self.signals.append(signal.Signals(signum).name)
+        simcells.stop_all(f"interrupted by {signal.Signals(signum).name}")
+
+    def __enter__(self):
+        import signal
+        import threading
+        if threading.current_thread() is threading.main_thread():
+            self.old = {s: signal.signal(s, self._on) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        for s, handler in self.old.items():
+            signal.signal(s, handler)
+
+
+def _explore_cells(cells, args, out_dir, failing, done, stop) -> None:
+    import os
+    import sys
+    from bench import results as resmod
     for cell in cells:
         if cell.params.get("net") != "sim":
             continue
@@ -255,7 +322,7 @@ def explore_command(cells: list, args, out_dir: str, failing=failed) -> int:
         if why:
             print(f"{cell.id}: skipped: {why}", file=sys.stderr)
             continue
-        ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing)
+        ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing, stop=stop)
         done.append(ex)
         print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall, "
               f"{ex['cpu_s']:.2f} s CPU ({ex['sim_s']:.1f} s simulated)")
@@ -273,6 +340,3 @@ def explore_command(cells: list, args, out_dir: str, failing=failed) -> int:
             print(f"    first failing seed {f['seed']}: faults {f['faults_before']} -> "
                   f"{f['faults_after']} after shrinking; replayed: {f['replayed_outcome']}; "
                   f"universe: {path}")
-    resmod.write_json({"explorations": done}, os.path.join(out_dir, "explore.json"))
-    print(f"exploration: {os.path.join(out_dir, 'explore.json')}")
-    return ExitCode.OK

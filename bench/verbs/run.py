@@ -236,7 +236,8 @@ def add_parser(sub) -> None:
     rn.add_argument("--preset", default="quick",
                     help="quick (CI-sized), blog (the post's scale), tiny (smoke tests)")
     rn.add_argument("--repeat", type=positive_int, default=1,
-                    help="repeats per cell; racy outcomes become frequencies")
+                    help="repeats per cell; racy outcomes become frequencies (real network: "
+                         "a simulated cell repeats one universe, so use --seeds there)")
     rn.add_argument("--out", default=None, metavar="DIR",
                     help="write report.md, results.json/csv and plots (default: looplab-runs/TIME)")
     rn.add_argument("--json", default=None, metavar="PATH", help="also write the results JSON here")
