@@ -54,6 +54,9 @@ CONTRACT = {
         "send_after_eof": "ClosedResourceError",
         "concurrent_receive": "BusyResourceError; first intact",
         "concurrent_send": "BusyResourceError; first intact",
+        # a child raises while a sibling sleeps: the nursery cancels the sibling and
+        # the error leaves the block (trio wraps it in an ExceptionGroup)
+        "child_error": "propagates; sibling cancelled",
         # closed/broken-stream errors above that are not port.StreamError, which
         # is what drivers catch
         "not_stream_errors": "none",
