@@ -390,6 +390,15 @@ class _MeasuredWriter:
         self._w.writelines(seq)
         self._mt._account(sum(len(d) for d in seq))
 
+    async def wait_closed(self):
+        # The probe's `closed` is true once the socket is closed; asyncio closes it a
+        # loop pass after close(), and wait_closed() returning is when a program sees it.
+        try:
+            await self._w.wait_closed()
+        finally:
+            if self._w.transport.is_closing():
+                self._mt.stats.closed = True
+
     @property
     def transport(self):
         return self._mt
