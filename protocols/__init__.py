@@ -20,3 +20,9 @@ declared in ``protocols.builtin``; a third-party kernel registers its own
 ``--runtime-module``). ``protocols.fingerprint`` holds the vocabulary of the
 declared S4 fingerprints, and ``protocols.pytest_plugin`` runs tests across runtimes.
 """
+from protocols import builtin as _builtin  # noqa: E402,F401  (registers the built-in runtimes)
+from protocols.runtimes import discover as _discover  # noqa: E402
+
+# Registration points one way: the built-ins register through protocols.runtimes like
+# any plugin, first (so no plugin takes their ids); then the plugins are discovered.
+_discover()

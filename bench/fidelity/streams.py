@@ -3,7 +3,7 @@
 
 A probe is ``async def probe(a)`` where ``a`` is ``asyncio`` or ``kernels.hybrid`` (the
 same names). The task, future and timeout probes of this style are in
-``bench.edges.tasks``; the sides that run both are here.
+``bench.fidelity.tasks``; the sides that run both are here.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import abc
 import gc
 import socket
 
-from bench.edges.registry import MB, SOCKBUF, Listener, catch, drain, ename, probe, reset
+from bench.fidelity.registry import MB, SOCKBUF, Listener, catch, drain, ename, probe, reset
 
 
 class StreamSide(abc.ABC):
@@ -27,6 +27,21 @@ class StreamSide(abc.ABC):
     @abc.abstractmethod
     def run(self, fn):
         """Run the probe ``fn(a)`` to completion on this library; its observation."""
+
+
+class PortStreamSide(StreamSide):
+    """Any stream-style runtime through its own port, for a runtime that declares no
+    adapter (``RuntimeInfo.probe_side``): a stream port has asyncio's names, so a
+    probe runs as ``port.run(probe)`` with the port as ``a``. A name the port lacks
+    is that probe's error, never a skip."""
+
+    def __init__(self, options=None, runtime=None):
+        super().__init__(options)
+        self.runtime = runtime
+
+    def run(self, fn):
+        with self.runtime.open(**self.options) as port:
+            return port.run(fn)
 
 
 class HybridSide(StreamSide):

@@ -13,7 +13,7 @@ import logging
 import socket
 import time
 
-from bench.edges.registry import MB, Listener, LogCatcher, drain, ename, probe, reset
+from bench.fidelity.registry import MB, Listener, LogCatcher, drain, ename, probe, reset
 
 
 class Rec:
