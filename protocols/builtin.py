@@ -22,7 +22,8 @@ import kernels.coro
 import kernels.hybrid
 from kernels.options import Option, Schema, boolean
 from protocols.fingerprint import NONBLOCKING_SENDS, Between, Fingerprint, Near, Positive
-from protocols.runtimes import Difference, ProbeDifference, RuntimeInfo, Tracing, register
+from protocols.runtimes import (Difference, PerformanceGoal, ProbeDifference, RuntimeInfo, Tracing,
+                                register)
 
 # ---------------------------------------------------------------------------
 # Option schemas: each of our kernels declares its own, once (``kernels.X.OPTIONS``);
@@ -116,6 +117,22 @@ _CORO_PROBE_DIFFERENCES = {
 }
 
 # ---------------------------------------------------------------------------
+# Performance goals (``looplab bench goals``): echo goals against uvloop are judged on
+# server CPU per request, the rest on rates (see bench.goals).
+
+_ECHO, _RATE, _CPU, _OPS = "echo 1 KiB x 10 conns", "req/s", "server CPU/req", "ops/s"
+_CALLBACK_GOALS = (PerformanceGoal("echo", "uvloop-protocol", 0.9, _ECHO, _CPU),
+                   PerformanceGoal("echo", "asyncio-protocol", 1.1, _ECHO, _RATE))
+_HYBRID_GOALS = (PerformanceGoal("echo", "uvloop-streams", 1.2, _ECHO, _CPU),
+                 PerformanceGoal("echo", "asyncio-streams", 1.0, _ECHO, _RATE))
+_CORO_GOALS = (PerformanceGoal("echo", "uvloop-streams", 1.2, _ECHO, _CPU),
+               PerformanceGoal("echo", "curio", 1.25, _ECHO, _CPU),
+               PerformanceGoal("echo", "trio", 2.0, _ECHO, _CPU),
+               PerformanceGoal("spawn_join", "curio", 10.0, "spawn+join/s", _OPS),
+               PerformanceGoal("yield", "curio", 2.0, "yields/s", _OPS),
+               PerformanceGoal("pingpong", "curio", 1.1, "ping-pong round trips/s", _OPS))
+
+# ---------------------------------------------------------------------------
 # The fidelity probes' adapters (one per runtime) and how ``looplab trace`` sees each.
 
 _SIDES = "bench.fidelity"
@@ -186,7 +203,7 @@ for _info in (
                 compared_with=("asyncio-protocol", "uvloop-protocol"),
                 fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, {}, _NEUTRAL),
                 probe_side=f"{_SIDES}.callback:OurCallbackSide", tracing=_OWN_TRACE,
-                probe_differences=_CALLBACK_PROBE_DIFFERENCES,
+                probe_differences=_CALLBACK_PROBE_DIFFERENCES, goals=_CALLBACK_GOALS,
                 summary="our reactor, Protocol/Transport", **SIM),
     RuntimeInfo("hybrid", "stream", f"{_P}:HybridPort", kernels.hybrid.OPTIONS,
                 ours=True, requires=("kernels.hybrid",),
@@ -198,7 +215,7 @@ for _info in (
                     _WAIT_FOR_FLIP: {},                     # seen by EDGE_FLIPS instead
                 }, _NEUTRAL),
                 probe_side=f"{_SIDES}.streams:HybridSide", tracing=_OWN_TRACE,
-                probe_flips=_HYBRID_FLIPS,
+                probe_flips=_HYBRID_FLIPS, goals=_HYBRID_GOALS,
                 summary="our Futures/Tasks/streams on the reactor", **SIM),
     RuntimeInfo("coro", "task", f"{_P}:CoroPort", kernels.coro.OPTIONS,
                 ours=True, requires=("kernels.coro",),
@@ -214,6 +231,7 @@ for _info in (
                 differences=_RESET_IS_OS_ERROR,
                 probe_side=f"{_SIDES}.coro:CoroSide", tracing=_OWN_TRACE,
                 probe_differences=_CORO_PROBE_DIFFERENCES, probe_flips=_CORO_FLIPS,
+                goals=_CORO_GOALS,
                 summary="our trap kernel, send_all blocks", **SIM),
     RuntimeInfo("asyncio-protocol", "callback", f"{_AIO}:AsyncioCallbackPort",
                 reference_options("asyncio-protocol"), requires=("asyncio",),

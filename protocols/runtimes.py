@@ -52,7 +52,7 @@ from kernels.options import OptionError, Schema
 from protocols.errors import Unavailable, UsageError
 from protocols.fingerprint import Fingerprint
 
-__all__ = ["RuntimeInfo", "Difference", "ProbeDifference", "Tracing", "Runtime", "ordered",
+__all__ = ["RuntimeInfo", "Difference", "ProbeDifference", "PerformanceGoal", "Tracing", "Runtime", "ordered",
            "discover", "RUNTIMES", "STYLES", "UsageError",
            "Unavailable", "register", "unregister", "get", "parse", "parse_list",
            "available_runtimes", "load_plugins", "plugin_modules", "plugin_errors",
@@ -78,6 +78,17 @@ class ProbeDifference(NamedTuple):
     observation no longer matches ``expected`` is an undeclared difference again."""
     expected: object
     reason: str
+
+
+class PerformanceGoal(NamedTuple):
+    """A performance goal of this runtime against a reference (``looplab bench goals``):
+    ``kind`` is "echo" or a micro-benchmark op; the median paired ratio, judged on
+    ``judged_on`` ("req/s", "server CPU/req" or "ops/s"), should reach ``target``."""
+    kind: str
+    reference: str
+    target: float
+    what: str
+    judged_on: str
 
 
 class Tracing(NamedTuple):
@@ -135,6 +146,8 @@ class RuntimeInfo:
     #: option flip -> {fidelity probe: {observation key: value when flipped}}: the
     #: probes that see a flip no S4 metric can (tests/test_fingerprints.py checks them)
     probe_flips: Mapping[str, Mapping] = field(default_factory=dict)
+    #: its performance goals against references (``PerformanceGoal``), in order
+    goals: tuple = ()
     #: how ``looplab trace`` traces it (None: it declares no way)
     tracing: Tracing | None = None
     #: the runtime this one is a variant of (a traced twin): not listed in tables

@@ -55,39 +55,8 @@ CONTRACT = {
     },
 }
 
-# Measured on Python 3.11.7, uvloop 0.23, trio 0.35, curio 1.6 (Linux loopback).
-# uvloop-protocol, uvloop-streams, asyncio-* and trio match their style's contract.
-DIFFERENCES: dict[str, dict[str, str]] = {
-    # Our transports drop (and count) every write after close(), where asyncio
-    # still sends one made while the buffer drains: the fix for asyncio issue 248,
-    # on purpose (CALLBACK.md).
-    "callback": {"write_after_close": "empty: dropped; buffered: dropped; counted 2"},
-    "hybrid": {"write_after_close": "empty: dropped; buffered: dropped; counted 2"},
-    # A reset is the OS error itself (curio's choice); trio wraps it in
-    # BrokenResourceError. Both are port.StreamError (asserted separately).
-    "coro": {
-        "reset_send": "send_all raises ConnectionError; then receive_some returns b''",
-        "reset_receive": "receive_some raises ConnectionError",
-    },
-    "curio": {
-        "reset_send": "send_all raises ConnectionError; then receive_some returns b''",
-        "reset_receive": "receive_some raises ConnectionError",
-        # Socket.close() releases only the closing task's own I/O wait: a task
-        # blocked on the socket is never woken -- it waits until cancelled.
-        "close_while_receiving": "hangs",
-        "close_while_sending": "hangs",
-        # No closed state: the calls reach the closed stdlib socket (EBADF).
-        "use_after_close": "send_all: OSError; receive_some: OSError",
-        "send_after_eof": "BrokenPipeError",          # EPIPE from send after SHUT_WR
-        "not_stream_errors": "use_after_close.receive_some: OSError, "
-                             "use_after_close.send_all: OSError",
-        # No stream-level busy check. What trips is the kernel's rule that one task
-        # waits per fd and direction, and only when the second call must *wait*:
-        # a second sender that finds room in the socket buffer is not stopped.
-        "concurrent_receive": "ReadResourceBusy; first intact",
-        "concurrent_send": "WriteResourceBusy; first intact",
-    },
-}
+# A runtime that keeps a promise differently declares it on its RuntimeInfo
+# (``differences``: the outcome measured there and why), which ``check`` reads.
 
 # Port bugs this suite found are fixed; a new one goes here as a strict xfail
 # (with the failing behaviour and the proposed fix) until it is fixed.
