@@ -32,6 +32,8 @@ runtime's probes, one JSON line each (the verb starts one such process per runti
 """
 from __future__ import annotations
 
+# the probe modules, in the order their probes are listed
+from bench.fidelity import callback, coro, streams, tasks  # noqa: F401
 from bench.fidelity.measure import (COMMAND, collect, compare, counts, declared, document,
                                     markdown_section, measure, pairings, probes_block,
                                     select_probes, select_runtimes, summary_line, table,
