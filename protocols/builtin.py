@@ -212,7 +212,7 @@ for _info in (
                     "spawn=eager": {"child_ran_before_spawn_returned": True},
                     "drain=empty": {},
                     "write=defer": {},
-                    _WAIT_FOR_FLIP: {},                     # seen by EDGE_FLIPS instead
+                    _WAIT_FOR_FLIP: {},                     # seen by probe_flips instead
                 }, _NEUTRAL),
                 probe_side=f"{_SIDES}.streams:HybridSide", tracing=_OWN_TRACE,
                 probe_flips=_HYBRID_FLIPS, goals=_HYBRID_GOALS,
@@ -226,7 +226,7 @@ for _info in (
                     "ready_order=random-*": {"child_first_after_yield_fraction": Between(0.2, 0.8)},
                     "cancel=level": {"cancel_semantics": "level"},
                     "spawn=eager": {"child_ran_before_spawn_returned": True},
-                    "cancel_base=exception": {},            # seen by EDGE_FLIPS instead
+                    "cancel_base=exception": {},            # seen by probe_flips instead
                 }, _NEUTRAL),
                 differences=_RESET_IS_OS_ERROR,
                 probe_side=f"{_SIDES}.coro:CoroSide", tracing=_OWN_TRACE,
