@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
@@ -237,7 +238,7 @@ def test_runtime_literal_checker_fails_on_a_planted_file(tmp_path, monkeypatch):
     copy = tmp_path / rel
     copy.parent.mkdir(parents=True)
     copy.write_text((ROOT / rel).read_text() + '\nPLANTED = ("asyncio-streams",)\n')
-    monkeypatch.setattr(__import__(__name__), "_checked_files",
+    monkeypatch.setattr(sys.modules[__name__], "_checked_files",
                         lambda: iter([(rel, copy, None)]), raising=True)
     with pytest.raises(AssertionError, match="asyncio-streams"):
         test_no_runtime_id_literals_outside_builtin()
