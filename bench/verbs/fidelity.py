@@ -58,7 +58,7 @@ def run(args) -> ExitCode:
     for pair, v in fidelity.counts(rows).items():
         print(fidelity.summary_line(pair, v))
     if skipped:
-        print(f"not run (unavailable here): {', '.join(skipped)}")
+        print(f"not run (library missing): {', '.join(skipped)}")
     print(f"{len(gaps)} undeclared difference(s) from a primary reference "
           f"[{time.monotonic() - start:.1f} s]")
     if args.json or args.out:
