@@ -31,9 +31,10 @@ import a module (or call a function) that calls ``register``:
 * ``load_plugins(modules)``, which the CLI's ``--runtime-module`` calls.
 
 Entry points and the environment variable are read once, by ``discover()``, which
-the package ``protocols`` calls after registering the built-ins; a plugin that fails to load there is recorded
-(``plugin_errors()``) and named in "unknown runtime" messages instead of
-crashing every command. ``plugin_modules()`` lists the modules loaded so far,
+the package ``protocols`` calls after registering the built-ins; a plugin that
+fails to load there is recorded (``plugin_errors()``) and named in "unknown
+runtime" messages instead of crashing every command. ``plugin_modules()`` lists
+the modules loaded so far,
 so a parent can hand them to a fresh process, which calls
 ``load_plugins(that_list)`` before looking anything up. Each RuntimeInfo
 records its ``origin``: ``builtin``, ``entry point NAME (DIST)`` or ``module PKG.MOD``.
@@ -52,8 +53,8 @@ from kernels.options import OptionError, Schema
 from protocols.errors import Unavailable, UsageError
 from protocols.fingerprint import Fingerprint
 
-__all__ = ["RuntimeInfo", "Difference", "ProbeDifference", "PerformanceGoal", "Tracing", "Runtime", "ordered",
-           "discover", "RUNTIMES", "STYLES", "UsageError",
+__all__ = ["RuntimeInfo", "Difference", "ProbeDifference", "PerformanceGoal", "Tracing",
+           "Runtime", "ordered", "discover", "load_object", "RUNTIMES", "STYLES", "UsageError",
            "Unavailable", "register", "unregister", "get", "parse", "parse_list",
            "available_runtimes", "load_plugins", "plugin_modules", "plugin_errors",
            "bind_listener", "ENTRY_POINT_GROUP", "ENV_VAR"]
@@ -202,10 +203,12 @@ def _check_info(info: RuntimeInfo) -> None:
     if info.real_network_only is not None and not (isinstance(info.real_network_only, str)
                                                    and info.real_network_only.strip()):
         problems.append("real_network_only must be None or the reason, as text")
-    if info.tracing is not None and not isinstance(info.tracing, Tracing):
+    tracing_port = ""
+    if isinstance(info.tracing, Tracing):
+        tracing_port = info.tracing.port
+    elif info.tracing is not None:
         problems.append("tracing must be a protocols.runtimes.Tracing or None")
-    for what, ref in (("probe_side", info.probe_side),
-                      ("tracing port", info.tracing.port if info.tracing else "")):
+    for what, ref in (("probe_side", info.probe_side), ("tracing port", tracing_port)):
         if ref and not all(str(ref).partition(":")[::2]):
             problems.append(f"{what} {ref!r} must be 'package.module:Class'")
     if problems:
