@@ -31,6 +31,7 @@ from bench.machine import (CLIENT_SATURATED, NOISY_OTHER_CPU, NOISY_STEAL, ROOT,
                            MeasureError, Window, bench_runtime, check_stop, cpu_plan, pin,
                            progress, read_line, rss_bytes, run_interruptibly, stop_process)
 from bench.tables import MISSING, fmt_bytes, fmt_rate, fmt_seconds, format_table
+from protocols import runtimes
 
 __all__ = ["default_baseline", "KiB", "ECHO_METRICS", "CURVE_CONNECTIONS", "measure_echo", "run_echo_matrix",
            "echo_units", "size_label", "param_label", "paired", "ratio_table", "echo_tables",
@@ -227,7 +228,6 @@ def run_echo_matrix(units, duration: float, warmup: float, repeat: int, client=N
 def default_baseline() -> str:
     """The runtime echo ratios are taken against by default: the primary reference of
     the first of our kernels (asyncio's Protocol/Transport for the built-ins)."""
-    from protocols import runtimes
     for rid in runtimes.ordered():
         info = runtimes.get(rid)
         if info.ours and info.primary_reference:
