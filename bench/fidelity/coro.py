@@ -23,8 +23,6 @@ class TaskSide(abc.ABC):
     ``send_all``/``receive_some``, ``lib.run(fn, side)``); subclasses override what
     their library does differently."""
     style = "task"
-    #: the package whose ``OPTIONS`` schema checks this side's options (ours only)
-    kernel = None
 
     def __init__(self, options=None):
         self.options = options or {}
@@ -127,7 +125,6 @@ class TaskSide(abc.ABC):
 
 class CoroSide(TaskSide):
     """``kernels.coro``, run with this side's kernel options."""
-    kernel = "kernels.coro"
 
     def load(self):
         import kernels.coro as lib

@@ -18,8 +18,6 @@ class StreamSide(abc.ABC):
     """One stream-style runtime: runs ``probe(a)`` to completion on its library.
     Subclasses say which library and which loop."""
     style = "stream"
-    #: the package whose ``OPTIONS`` schema checks this side's options (ours only)
-    kernel = None
 
     def __init__(self, options=None):
         self.options = options or {}
@@ -46,7 +44,6 @@ class PortStreamSide(StreamSide):
 
 class HybridSide(StreamSide):
     """``kernels.hybrid``, run with this side's kernel options."""
-    kernel = "kernels.hybrid"
 
     def run(self, fn):
         import kernels.hybrid as a
