@@ -13,10 +13,11 @@ import argparse
 import sys
 
 import kernels
-from bench import benchverb, faults, fidelity
+from bench import benchverb, faults
 from bench.errors import ExitCode, Unavailable, UsageError
 from bench.results import VERSION
 from bench.verbs import env as env_verbs
+from bench.verbs import fidelity as fidelity_verbs
 from bench.verbs import results as results_verbs
 from bench.verbs import run as run_verbs
 from bench.verbs import repro as repro_verbs
@@ -24,7 +25,7 @@ from bench.verbs import serve as serve_verbs
 
 kernels.check_ours(kernels)
 
-VERB_MODULES = (run_verbs, serve_verbs, benchverb, fidelity, faults, repro_verbs, results_verbs,
+VERB_MODULES = (run_verbs, serve_verbs, benchverb, fidelity_verbs, faults, repro_verbs, results_verbs,
                 env_verbs)
 
 

@@ -27,11 +27,11 @@ entry, in the order below (the order of the zoo table and of ``looplab repro --l
 from __future__ import annotations
 
 from bench.zoo import buffers, drain, shutdown  # noqa: F401 -- each declares its entries
-from bench.zoo.registry import (ENTRIES, LIB_OF, VERDICT, Entry, Flip, affected_note, entry,
-                                installed_versions, register_in_order)
+from bench.zoo.registry import (ENTRIES, VERDICT, Entry, Flip, affected_note, entry,
+                                installed_versions, lib_of, register_in_order)
 
 __all__ = ["Entry", "Flip", "ENTRIES", "entry", "installed_versions", "affected_note",
-           "VERDICT", "LIB_OF"]
+           "VERDICT", "lib_of"]
 
 ORDER = ("twisted-8868", "aiohttp-1367", "cpython-32391", "asyncio-466", "aiohttp-1368",
          "asyncio-248", "asyncio-263", "cpython-80982", "cpython-74116", "cpython-116279",

@@ -10,6 +10,7 @@ import platform
 from dataclasses import dataclass, field
 
 from bench.scenario import Scenario, register
+from protocols import runtimes
 
 VERDICT = {"bug_shown": "the measurements show the bug's symptom (see the entry's oracle)"}
 
@@ -109,17 +110,21 @@ def entry(name: str) -> Entry | None:
 # ---------------------------------------------------------------------------
 # Versions: what is installed, and whether it falls in an entry's affected range
 
-_DISTS = {"python": None, "uvloop": "uvloop", "trio": "trio", "curio": "curio"}
-LIB_OF = {"asyncio-protocol": "python", "asyncio-streams": "python", "uvloop-protocol": "uvloop",
-          "uvloop-streams": "uvloop", "trio": "trio", "curio": "curio"}
+def lib_of(runtime_id: str) -> str | None:
+    """The library whose version decides a runtime's behaviour (``RuntimeInfo.library``:
+    a distribution name, or "python" for the standard library), or None."""
+    info = runtimes.RUNTIMES.get(runtime_id)
+    return None if info is None else info.library
 
 
 def installed_versions() -> dict:
+    """"python" and every library a registered runtime declares -> installed version."""
     out = {"python": platform.python_version()}
-    for lib, dist in _DISTS.items():
-        if dist:
+    for info in runtimes.RUNTIMES.values():
+        lib = info.library
+        if lib and lib not in out:
             try:
-                out[lib] = importlib.metadata.version(dist)
+                out[lib] = importlib.metadata.version(lib)
             except importlib.metadata.PackageNotFoundError:
                 out[lib] = None
     return out
