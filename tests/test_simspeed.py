@@ -116,7 +116,7 @@ def test_a_peer_socket_keeps_its_watcher_and_is_looked_at_every_time():
 def test_roles_skipping_idle_pokes_give_the_same_results_as_acting_on_each():
     """``SimRole._poked`` skips a poke when nothing changed since the role's
     last turn; acting on every poke instead must change nothing."""
-    from bench import simroles
+    from bench.peers import sim as simroles
     cells = _sim_cells("S1,S3,S5,S6", "callback")
 
     def results():
@@ -143,9 +143,10 @@ def test_roles_skipping_idle_pokes_give_the_same_results_as_acting_on_each():
 
 def _reader_world(act_every_poke: bool, **sink):
     """A simnet Source at 3 MB/s into a sink role with ``sink`` fields, to the end."""
-    from bench import peers, peerspec, simcells, simroles
+    from bench import peers, simcells
+    from bench.peers import sim as simroles
     cell = simcells.SimCell(simcells.new_world(3, jitter_s=3e-5))
-    cfg = peerspec.check_role({**peers.sink(**sink), "deferred": True}, 10.0)
+    cfg = peers.check_role({**peers.sink(**sink), "deferred": True}, 10.0)
     role = simroles.make_role(cell, cfg)
     role.listen(cell.address())
     simnet.Source(cell.world, rate_Bps=3_000_000, frame_bytes=32768, duration_s=2.0,

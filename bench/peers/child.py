@@ -133,7 +133,8 @@ class _Child:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench.peers SPEC_JSON`` (or ``-``: the first stdin line).
-    SPEC_JSON is a list of roles or {"timeout_s": T, "roles": [...], "role_modules": [origin, ...]}."""
+    SPEC_JSON is a list of roles or
+    {"timeout_s": T, "roles": [...], "role_modules": [origin, ...]}."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)   # Ctrl-C: die quietly, no traceback
     argv = sys.argv[1:] if argv is None else argv
     child = None

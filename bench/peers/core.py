@@ -128,6 +128,7 @@ class Role:
         self._warm: tuple | None = None       # (t, received) once warmup_s had passed
         self._last_in: tuple | None = None    # (t, received) at the last byte in
         self._end: End | None = None
+        self._asleep: Sleep | None = None
         self.result: dict = {"name": cfg["name"], "role": cfg["role"], "ended": None,
                              "connected": False}
         self.setup()
@@ -167,7 +168,17 @@ class Role:
         """The driver's question: what now? ``End`` once the role has ended."""
         if self._end is not None:
             return self._end
-        return self.step(now)
+        # A sleep is a promise: asked again before it is over (a driver woken
+        # by its socket), the answer is the same sleep, so how often a driver
+        # asks never changes what a role does.
+        if self._asleep is not None:
+            if now < self._asleep.until:
+                return self._asleep
+            self._asleep = None
+        act = self.step(now)
+        if type(act) is Sleep:
+            self._asleep = act
+        return act
 
     @property
     def ended(self) -> bool:

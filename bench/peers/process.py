@@ -1,7 +1,8 @@
 """The parent side of the peer process: ``PeerProcess``.
 
 Spawns ``python -m bench.peers`` (the child, ``bench/peers/child.py``) with
-the checked spec, relays its JSON lines, and always reaps it. See the package docstring for the contract.
+the checked spec, relays its JSON lines, and always reaps it. See the package docstring
+for the contract.
 """
 from __future__ import annotations
 

@@ -103,18 +103,11 @@ class SimPeer(Peer):
             act = core.next(now)
             kind = type(act)
             if kind is Recv:
-                data = self._recv(act.max_bytes, ask)
-                ask = True
-                if data is None:
-                    if core.ended:
-                        continue
+                ask, asked = True, ask
+                if not self._read(act.max_bytes, asked, now):
                     if act.until is not None:
                         self._wake_at(act.until)
                     return
-                if data:
-                    core.on_data(data, now)
-                else:
-                    core.on_eof(now)
             elif kind is Send:
                 n = self._send(act.data)
                 if n == 0:
@@ -138,17 +131,8 @@ class SimPeer(Peer):
                 if n:
                     core.on_sent(n, now)
                     continue
-                if core.ended:
-                    continue
-                data = self._recv(act.max_bytes, True)
-                if data is None:
-                    if core.ended:
-                        continue
+                if not core.ended and not self._read(act.max_bytes, True, now):
                     return
-                if data:
-                    core.on_data(data, now)
-                else:
-                    core.on_eof(now)
             elif kind is Shutdown:
                 try:
                     s.shutdown(_socket.SHUT_WR)
@@ -158,6 +142,18 @@ class SimPeer(Peer):
                 return self._finish(act)
             else:
                 raise UnknownAction(f"the simulated peer driver has no action {act!r}")
+
+    def _read(self, n, ask, now) -> bool:
+        """One read, told to the core; False when there was nothing to read
+        (the core waits), True when it has something new to decide on."""
+        data = self._recv(n, ask)
+        if data is None:
+            return self.core.ended
+        if data:
+            self.core.on_data(data, now)
+        else:
+            self.core.on_eof(now)
+        return True
 
     def _finish(self, act: End):
         """Close the role's sockets (an RST with ``act.reset``) and end it."""
