@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from bench.peers import faults as faultpeers
+from bench.peers import faults as faultpeers  # the faulty peers themselves
 from bench.errors import ExitCode, Unavailable, UsageError
 from bench.tables import fmt, fmt_bytes, format_table
 
