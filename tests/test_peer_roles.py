@@ -261,3 +261,79 @@ def test_a_driver_refuses_an_action_it_does_not_know():
             run_sim([peers.reader(), peers.role("test_confused", "c", connect="reader")])
     finally:
         del peers.ROLES["test_confused"]
+
+
+USER_FILE = '''
+from bench import peers
+from bench.scenario import Metric, Scenario, run_program
+
+
+@peers.register_role
+class Tally(peers.Role):
+    """Listens, reads until EOF and reports how many b"x" bytes came."""
+    role = "user_tally"
+    listens = True
+    fields = {"recv_bytes": 4096}
+
+    def setup(self):
+        self.result["x_count"] = 0
+
+    def step(self, now):
+        return peers.Recv(self.cfg["recv_bytes"])
+
+    def on_data(self, data, now):
+        self.count_in(len(data), now)
+        self.result["x_count"] += bytes(data).count(b"x")
+
+
+async def send(port, host, tcp_port, n):
+    stream = await port.open_tcp_stream(host, tcp_port)
+    await stream.send_all(b"x" * n)
+    await stream.aclose()
+
+
+def program(job):
+    port = job.runtime.open()
+    try:
+        port.run(send, *job.peer("tally"), job.params["total_bytes"])
+    finally:
+        port.close()
+    return {"written_bytes": job.params["total_bytes"]}
+
+
+def run(ctx):
+    ran = run_program(ctx, peers=[peers.role("user_tally", "tally", max_s=10)], max_s=10)
+    got = ran.peers["tally"]["x_count"]
+    return ({"tallied_count": got}, {"all_tallied": got == ran.app["written_bytes"]}, [])
+
+
+SCENARIO = Scenario(
+    id="U-TALLY", title="a user role", run=run, programs={"task": program},
+    styles=("task",), summary="A role from the user's file counts what arrives.",
+    metrics=[Metric("tallied_count", "higher", "tallied")],
+    verdicts={"all_tallied": "the user's role counted every byte written"},
+    presets={"tiny": {"total_bytes": 100_000}})
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_role_from_a_scenario_file_runs_on_both_networks(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    path = tmp_path / "tally.py"
+    path.write_text(USER_FILE)
+    out = tmp_path / "res.json"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root}
+    r = subprocess.run([sys.executable, "-m", "bench", "run", "--scenario-file", str(path),
+                        "--scenarios", "U-TALLY", "--runtimes", "coro", "--preset", "tiny",
+                        "--net", "both", "--json", str(out), "--out", str(tmp_path / "rep")],
+                       capture_output=True, text=True, timeout=280, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    cells = json.loads(out.read_text())["cells"]
+    assert sorted(c.get("net", "real") for c in cells) == ["real", "sim"], cells
+    for c in cells:
+        assert not c["errors"], c["errors"]
+        assert c["metrics"]["tallied_count"] == 100_000 and c["verdicts"] == {"all_tallied": True}
