@@ -1,8 +1,9 @@
 """The measurement peer process: ``python -m bench.peers SPEC_JSON``.
 
-The child side of ``bench.peers.PeerProcess``. It loads the modules that registered the spec's user roles,
-checks the spec (``bench/peers/spec.py``), runs each role on the blocking-socket
-driver (``bench/peers/real.py``) in a thread of its own, and speaks JSON lines: it
+The child side of ``bench.peers.PeerProcess``. It loads the modules that
+registered the spec's user roles, checks the spec (``bench/peers/spec.py``),
+runs each role on the blocking-socket driver (``bench/peers/real.py``) in a
+thread of its own, and speaks JSON lines: it
 prints ``{"event": "listening", "name", "addr"}``, ``{"event": "result",
 "name", "result"}`` and ``{"event": "done"}`` on stdout, and reads
 ``{"start": name, ...fields}`` lines on stdin to start deferred roles. EOF on
@@ -20,7 +21,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 
 from bench.peers.real import play
 from bench.peers.spec import _GRACE_S, _seconds_check, check_role, check_spec

@@ -1,4 +1,4 @@
-"""What a peer role is: the events it is fed, the actions it returns, and the registry.
+"""What a peer role is: the events it is fed and the actions it returns.
 
 A role is a sans-IO core (in the manner of ``protocols/cores.py``): it never
 touches a socket and never reads a clock. A *driver* owns the connection and
@@ -8,11 +8,17 @@ the time -- ``bench/peers/real.py`` on blocking sockets in the peer process,
 1. tell the core what happened: ``listening(addr)``, ``connected(now, ...)``,
    ``on_sent(n, now)``, ``on_data(data, now)``, ``on_eof(now)``,
    ``on_reset(now)``, ``on_timeout(now)`` (the role's ``max_s``),
-   ``on_error(text)``, ``tick(now)`` (time passed while it waited);
+   ``on_shutdown_failed(now)``, ``on_error(text)``, ``on_unread(n)`` (bytes
+   left unread at the end, for a role with ``wants_unread``), ``tick(now)``
+   (time passed while it waited);
 2. ask it ``next(now)`` what to do, and carry the answer out: one of the
    small frozen actions below. An action a driver doesn't know is an error
    (``UnknownAction``), never a silent no-op;
 3. at the end, ``report(now)`` is the role's result.
+
+A ``Sleep`` is a promise: a driver that asks again before it is over (woken
+by its socket) gets the same sleep, so how often a driver asks never changes
+what a role does.
 
 Everything a role decides -- what to send, when to read, when to pause, how a
 stream's ending maps to ``ended`` and which numbers it reports -- lives in its

@@ -17,7 +17,7 @@ __all__ = ["Sink", "Source", "Reader", "PipelineClient", "PushClient", "EchoClie
            "ResetPeer", "BUILTIN", "ECHO_PERIOD"]
 
 _FRAME_HEADER_BYTES = 24     # protocols.cores.FRAME_HEADER_BYTES, checked without importing it
-ECHO_PERIOD = 251            # the echo pattern: byte i of the stream is i % 251 (prime: never aligns)
+ECHO_PERIOD = 251            # the echo pattern: byte i is i % 251 (a prime: never aligns)
 
 
 def _window_max(times, values, t0) -> list[list]:

@@ -152,8 +152,11 @@ def register_role(cls: type[Role]) -> type[Role]:
     if have is not None and (have.__module__, have.__qualname__) != (cls.__module__,
                                                                      cls.__qualname__):
         raise ValueError(f"role name {name!r} is taken by {have.__module__}.{have.__qualname__}")
-    unchecked = [f for f in cls.fields
-                 if f not in cls.checks and f not in _FIELD_CHECKS or f in _COMMON]
+    common = sorted(set(cls.fields) & set(_COMMON))
+    if common:
+        raise ValueError(f"role {name!r}: {', '.join(common)} are fields every role has; "
+                         "a role cannot declare them again")
+    unchecked = [f for f in cls.fields if f not in cls.checks and f not in _FIELD_CHECKS]
     if unchecked:
         raise ValueError(f"role {name!r}: no check for field(s) {', '.join(unchecked)} "
                          "(add them to the class's 'checks', or use a known field name)")
