@@ -175,6 +175,12 @@ def _echo(r):
     assert e["echoed_bytes"] == TOTAL and e["ended"] == "closed"
 
 
+def _deadline(r):
+    k, c = r["reader"], r["client"]
+    assert k["ended"] == "timeout" and 0.5 <= k["ran_s"] < 1.5 and k["eof_at"] is None
+    assert c["ended"] == "eof" and c["ran_s"] < 2.5        # saw the reader's close, not hold_s
+
+
 CASES = {
     "source-sink": ([peers.sink(frame_bytes=FRAME, verify=True),
                      peers.source(connect="sink", total_bytes=TOTAL, frame_bytes=FRAME)], _framed),
@@ -203,6 +209,8 @@ CASES = {
     "push_client-until": ([peers.reader(),
                            peers.push_client(connect="reader", mode="healthy",
                                              duration_s=0.3)], _push_until),
+    "max_s": ([peers.reader(max_s=0.5),
+               peers.pipeline_client(connect="reader", count=0, hold_s=3.0)], _deadline),
     "echo_client": ([peers.role("test_echo_server", "echo"),
                      peers.echo_client(connect="echo", total_bytes=TOTAL, chunk_bytes=4096)],
                     _echo),

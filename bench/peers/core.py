@@ -7,7 +7,7 @@ the time -- ``bench/peers/real.py`` on blocking sockets in the peer process,
 
 1. tell the core what happened: ``listening(addr)``, ``connected(now, ...)``,
    ``on_sent(n, now)``, ``on_data(data, now)``, ``on_eof(now)``,
-   ``on_reset(now)``, ``on_timeout(now)`` (the role's ``max_s``),
+   ``on_reset(now)``, ``expire(now)`` (the role's ``max_s``: ``on_timeout``),
    ``on_shutdown_failed(now)``, ``on_error(text)``, ``on_unread(n)`` (bytes
    left unread at the end, for a role with ``wants_unread``), ``tick(now)``
    (time passed while it waited);
@@ -204,6 +204,13 @@ class Role:
 
     def on_timeout(self, now: float) -> None:
         self.end("timeout")
+
+    def expire(self, now: float) -> None:
+        """The role's ``max_s`` ran out (drivers call this, not ``on_timeout``):
+        whatever ``on_timeout`` does, the role ends now."""
+        self.on_timeout(now)
+        if self._end is None:
+            self.end("timeout")
 
     def on_shutdown_failed(self, now: float) -> None:
         self.end("reset")

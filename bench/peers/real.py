@@ -107,7 +107,7 @@ class _Driver:
                 except socket.timeout:
                     now = time.monotonic()
                     if now >= self.deadline:
-                        self.core.on_timeout(now)
+                        self.core.expire(now)
                         return None
             self.close(s)
             s = conn
@@ -149,7 +149,7 @@ class _Driver:
         while True:
             now = time.monotonic()
             if now >= self.deadline and not core.ended:
-                core.on_timeout(now)
+                core.expire(now)
             act = core.next(now)
             kind = type(act)
             if kind is End:

@@ -87,7 +87,7 @@ class SimPeer(Peer):
 
     def _timeout(self):
         if self.ended is None:
-            self.core.on_timeout(self.world.now)
+            self.core.expire(self.world.now)
             self._finish(self.core.next(self.world.now))
 
     # the loop ------------------------------------------------------------------
