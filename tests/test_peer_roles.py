@@ -345,3 +345,22 @@ def test_a_role_from_a_scenario_file_runs_on_both_networks(tmp_path):
     for c in cells:
         assert not c["errors"], c["errors"]
         assert c["metrics"]["tallied_count"] == 100_000 and c["verdicts"] == {"all_tallied": True}
+
+
+def test_a_refused_connection_is_the_same_error_on_both_networks():
+    import socket
+    with socket.socket() as s:             # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[:2]
+    spec = peers.reader("r", connect=free, max_s=5)
+    with peers.PeerProcess([spec], timeout_s=10) as p:
+        real = p.results()["r"]
+    cell = simcells.SimCell(simcells.new_world(1))
+    role = simpeers.make_role(cell, peers.check_role({**spec, "deferred": True}, 10.0))
+    role.connect(("127.0.0.1", 9999))
+    cell.run_until_peers_end(10.0)
+    sim = role.result()
+    for res in (real, sim):
+        assert res["ended"] == "error" and res["connected"] is False, res
+        assert "connect to 127.0.0.1:" in res["error"] and "refused" in res["error"], res
+        assert res["sent_bytes"] == res["received_bytes"] == 0 and res["series"] == []

@@ -12,6 +12,7 @@ socket's next change (the world's poke), never a blocking call.
 """
 from __future__ import annotations
 
+import os
 import socket as _socket
 import struct
 
@@ -35,6 +36,8 @@ class SimPeer(Peer):
         self.cfg = cfg
         self.core = ROLES[cfg["role"]](cfg, cell.world.now)
         self._report = None
+        self._up = False              # the core has been told the connection is up
+        self._dialed = None
         cell.roles[cfg["name"]] = self
         self._deadline = cell.world.call_at(self.core.began + cfg["max_s"], self._timeout)
         self._idle_gen = -1
@@ -51,18 +54,36 @@ class SimPeer(Peer):
         self.core.listening(address)
         return self
 
+    def connect(self, address, at=0.0):
+        self._dialed = address
+        return super().connect(address, at)
+
     def _attach(self, s):
         size = self.cfg.get("sockbuf")
         if size:
             s.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDBUF, size)
             s.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVBUF, size)
+        if self._dialed is None:          # accepted: up from this instant
+            self._established(s, self.world.now)
+        super()._attach(s)
+        s._watcher = self._poked
+
+    def _established(self, s, now) -> bool:
+        """Tell the core once the connection is up, as a real ``connect()``
+        returns after the handshake (an accepted socket is up at once); a
+        refused connection is the real driver's error. False while dialing."""
+        err = s.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
+        if err:
+            host, port = self._dialed
+            self.core.on_error(f"[Errno {err}] connect to {host}:{port}: {os.strerror(err)}")
+            return True
         try:
             peer = s.getpeername()[:2]
         except OSError:
-            peer = None
-        self.core.connected(self.world.now, peer=peer, sockbuf=[s.sndbuf, s.rcvbuf])
-        super()._attach(s)
-        s._watcher = self._poked
+            return False
+        self._up = True
+        self.core.connected(now, peer=peer, sockbuf=[s.sndbuf, s.rcvbuf])
+        return True
 
     def _poked(self):
         """The socket changed (the world's poke). Two pokes would find nothing
@@ -97,6 +118,8 @@ class SimPeer(Peer):
         if self.ended is not None or self.sock is None:
             return
         core, s, now = self.core, self.sock, self.world.now
+        if not self._up and not self._established(s, now):
+            return
         self._rest_until = -1.0
         ask = False         # the first read after a poke finds data: don't ask first
         while True:
