@@ -21,12 +21,12 @@ option it needs (``needs``).
 
 The package: ``registry`` (what an entry is, the table, the version check),
 ``plumbing`` (the program helpers, one per port style) and the entries grouped by
-theme -- ``buffers``, ``shutdown``, ``drain``. Importing ``bench.zoo`` registers every
+theme -- ``buffers``, ``shutdown``, ``drain``, ``tls``, ``cancel``. Importing ``bench.zoo`` registers every
 entry, in the order below (the order of the zoo table and of ``looplab repro --list``).
 """
 from __future__ import annotations
 
-from bench.zoo import buffers, drain, shutdown  # noqa: F401 -- each declares its entries
+from bench.zoo import buffers, cancel, drain, shutdown, tls  # noqa: F401 -- each declares its entries
 from bench.zoo.registry import (ENTRIES, LIB_OF, VERDICT, Entry, Flip, affected_note, entry,
                                 installed_versions, register_in_order)
 
@@ -34,9 +34,11 @@ __all__ = ["Entry", "Flip", "ENTRIES", "entry", "installed_versions", "affected_
            "VERDICT", "LIB_OF"]
 
 ORDER = ("twisted-8868", "aiohttp-1367", "cpython-32391", "asyncio-466", "aiohttp-1368",
-         "asyncio-248", "asyncio-263", "cpython-80982", "cpython-74116", "cpython-116279",
+         "asyncio-248", "asyncio-263", "cpython-118950", "cpython-74116", "cpython-116279",
          "cpython-127655", "asyncio-140", "cpython-146507", "uvloop-548", "trio-412",
          "curio-164", "cpython-113538", "cpython-115514", "uvloop-631", "sanic-2921",
-         "uvicorn-2754", "starlette-1012", "home-assistant-89905", "trio-1626")
+         "uvicorn-2754", "starlette-1012", "home-assistant-89905", "trio-1626",
+         "uvloop-471",
+         "cpython-86296", "cpython-102780", "cpython-109321", "redis-py-2624", "httpcore-830")
 
 register_in_order(ORDER)

@@ -88,25 +88,6 @@ _add(Entry(
     _presets({"iterations": 2000, "settle_s": 0.2, "max_s": 6}),
     {"stream": _spin_stream(False)})
 
-_add(Entry(
-    id="cpython-80982", aliases=("bpo-36801",),
-    title="write(); drain() on a closing transport never sees the error",
-    link="https://github.com/python/cpython/issues/80982",
-    mechanism="After writer.close(), writes are dropped and drain() found nothing to wait for, "
-              "so it returned without yielding. A loop of write(); drain() never let the loop "
-              "run connection_lost and never learned that the stream was gone.",
-    reported="Python 3.7",
-    fixed_in="Python 3.8 (drain() yields once on a closing transport, then raises)",
-    expected="not shown on the installed Python, uvloop or hybrid; the 3.7 behaviour is "
-             "shown with hybrid:drain_on_closing=return",
-    oracle="bug shown when more than half of the iterations completed after close()",
-    styles=("stream",), flips=(_DRAIN_FLIP,), affects={"python": ("3.7.0", "3.8.0")},
-    show_on=("hybrid:drain_on_closing=return",)),
-    _run_spin("reader"), _SPIN_METRICS,
-    _presets({"iterations": 2000, "settle_s": 0.0, "max_s": 6}),
-    {"stream": _spin_stream(True)})
-
-
 # ---------------------------------------------------------------------------
 # CPython 74116: two tasks draining one writer
 
