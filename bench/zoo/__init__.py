@@ -37,7 +37,7 @@ ORDER = ("twisted-8868", "aiohttp-1367", "cpython-32391", "asyncio-466", "aiohtt
          "asyncio-248", "asyncio-263", "cpython-118950", "cpython-74116", "cpython-116279",
          "cpython-127655", "asyncio-140", "cpython-146507", "uvloop-548", "trio-412",
          "curio-164", "cpython-113538", "cpython-115514", "uvloop-631", "sanic-2921",
-         "uvicorn-2754", "starlette-1012", "home-assistant-89905", "trio-1626",
+         "uvicorn-336", "starlette-1012", "home-assistant-89905", "trio-1626",
          "uvloop-471",
          "cpython-86296", "cpython-102780", "cpython-109321", "redis-py-2624", "httpcore-830")
 
