@@ -35,6 +35,7 @@ def _run_pipelining(ctx):
 
 _add(Entry(
     id="twisted-8868", aliases=("twisted-4891", "C1"), catalog="S5",
+    stand_in="our server program in place of twisted.web's HTTPChannel",
     title="pipelined requests answered into an unbounded write buffer",
     link="https://github.com/twisted/twisted/issues/8868",
     mechanism="A client pipelines many small requests for large responses and never reads. "
@@ -87,6 +88,7 @@ def _run_push(ctx):
 
 _add(Entry(
     id="aiohttp-1367", aliases=("websockets-10", "C4"), catalog="S6",
+    stand_in="our push server in place of aiohttp's and websockets' send()",
     verified="not re-read against its thread in this pass (issue 25 named no drift in this "
              "card)",
     title="push to a subscriber that never reads: the backlog grows without bound",
@@ -227,6 +229,7 @@ def _run_readahead(ctx):
 
 _add(Entry(
     id="aiohttp-1368", aliases=("C3",),
+    stand_in="our reader and handler in place of aiohttp's request handler",
     title="pipelined requests read ahead while the handler is busy: the receive side is unbounded",
     link="https://github.com/aio-libs/aiohttp/issues/1368",
     mechanism="The server keeps reading and parsing requests that a client pipelines while "
@@ -352,6 +355,7 @@ _add(Entry(
 
 _add(Entry(
     id="cpython-127655", aliases=("GHSA-fw89-6wjj-8j95", "C12"),
+    stand_in="callback:writelines=unchecked, hybrid:writelines=unchecked",
     verified="read PR 127656 (bdraco: the selector transport's writelines, 3.12+ only since "
              "it exists only from 3.12, did not pause the protocol; a security NEWS entry); "
              "the 3.12.9/3.13.2 releases are from the advisory, not re-checked",
@@ -525,6 +529,7 @@ def _run_cost(ctx):
 
 _add(Entry(
     id="cpython-146507", aliases=("C15",),
+    stand_in="callback:write_buffer=deque",
     verified="not re-read against its thread in this pass (issue 25 named no drift in this "
              "card)",
     title="get_write_buffer_size() summed a deque on every write: O(n^2) under pressure",
@@ -701,6 +706,7 @@ def _run_queue(ctx):
 
 _add(Entry(
     id="starlette-1012",
+    stand_in="our producer, queue and sender in place of starlette's StreamingResponse",
     verified="not re-read against its thread in this pass (issue 25 named no drift in this "
              "card)",
     title="an unbounded queue between producer and socket: a slow client grows memory",

@@ -282,6 +282,7 @@ def _run_pool(ctx):
 
 _add(Entry(
     id="redis-py-2624", aliases=("CVE-2023-28858", "CVE-2023-28859", "redis-py-2665"),
+    stand_in="our one-connection pool in place of redis-py's asyncio client",
     title="a cancelled command leaves its reply on the pooled connection: the next caller "
           "reads someone else's data",
     link="https://github.com/redis/redis-py/issues/2624",
@@ -407,6 +408,7 @@ def _run_slots(ctx):
 
 _add(Entry(
     id="httpcore-830", aliases=("httpcore-1093", "httpcore-658"),
+    stand_in="our pool in place of httpcore's AsyncConnectionPool",
     title="a request cancelled while its connection connects keeps its pool slot",
     link="https://github.com/encode/httpcore/issues/830",
     mechanism="The pool assigns a request a new connection (taking a slot) before the "
@@ -509,7 +511,7 @@ _add(Entry(
     oracle="bug shown when the reader received fewer reply bytes than the server sent",
     styles=("stream",), affects={"python": ("3.11.5", None)},
     affected_versions=("python>=3.11.5",), fixed_versions=(),
-    show_on=("asyncio-streams", "uvloop-streams"),
+    show_on=("asyncio-streams", "uvloop-streams"), not_on=("hybrid",),
     minimum=(("trials_count", 1, "one request"),),
     verified="read the thread (gvanrossum's reply on why the writer closes the transport), "
              "issue 109538 (the __del__ from PR 107650, backported as 3.11.5) and a downstream "

@@ -411,6 +411,7 @@ def _run_parked(ctx):
 
 _add(Entry(
     id="uvicorn-336", aliases=("uvicorn-340",),
+    stand_in="our flow control in place of uvicorn's FlowControl",
     title="a task parked in drain() is never released after the client disconnects",
     link="https://github.com/Kludex/uvicorn/issues/336",
     mechanism="uvicorn's own flow control parks a sender until resume_writing() and its "
@@ -482,6 +483,7 @@ def _run_strict(ctx):
 
 _add(Entry(
     id="home-assistant-89905",
+    stand_in="our bursty writer in place of aiohttp's websocket writer",
     verified="read PR 89905's description (the drain after every message added for aiohttp "
              "1367, the 16 KiB default limit, raising the limit after auth); the entry's "
              "numbers are ours",

@@ -45,6 +45,7 @@ class Entry:
     framing: str = ""              # how the original (HTTP, TLS, ...) was reduced
     affects: dict = field(default_factory=dict)   # library -> (first affected, first fixed|None)
     show_on: tuple = ()            # runtimes where the tests expect naive=shown, fixed=not
+    not_on: tuple = ()             # runtimes where the naive program is measured not to show it
     real_only: str = ""            # why it cannot run on the simulated network ("": it can)
     # How the card was checked against its thread: what was read, what was run.
     verified: str = ""
@@ -60,6 +61,10 @@ class Entry:
     # The least activity the oracle needs: (metric, at least, in words) triples.
     # Below it the verdict is not measured (the oracle also returns None itself).
     minimum: tuple = ()
+
+    def runs_on(self) -> str:
+        """Where the bug is measured: the real library here, or what stands in for it."""
+        return f"stand-in: {self.stand_in}" if self.stand_in else "real: the installed runtimes"
 
     def names(self) -> tuple:
         return (self.id,) + tuple(self.aliases)

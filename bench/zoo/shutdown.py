@@ -427,7 +427,8 @@ def _run_afterclose(ctx):
 
 _add(Entry(
     id="cpython-115514",
-    verified="read the thread (spurious \"Exception in callback None()\" after upgrading to "
+    stand_in="callback:write_after_close=drop, hybrid:write_after_close=drop",
+    verified="read the thread (spurious 'Exception in callback None()' after upgrading to "
              "3.12.1) and PR 128037 (writes after close missed since gh-106503, backport "
              "asked to 3.12 and 3.13); the release numbers are not re-checked",
     title="writes made after close() are dropped while data is still buffered",
@@ -503,6 +504,7 @@ def _run_abort(ctx):
 
 _add(Entry(
     id="sanic-2921", aliases=("sanic-2973",),
+    stand_in="our close-then-abort program in place of sanic (on the real uvloop)",
     verified="read the thread (ashleysommer: uvloop's close() leaves the connection open "
              "while data is buffered, so sanic's fallback abort() cut responses) and PR 2973 "
              "(abort only after the buffer drained or a timeout)",
