@@ -1,4 +1,5 @@
-"""The bug zoo: famous backpressure and shutdown bugs, one small reproduction each.
+"""The bug zoo: famous backpressure, shutdown, TLS and cancellation bugs, one small
+reproduction each.
 
 Every entry is an ordinary scenario (``bench.scenario.Scenario``) registered through
 the public API -- its programs run on the runtime under test in a cell process, its
@@ -15,14 +16,17 @@ never from the runtime's name. So the same entry says "shown" on a library that
 still has the bug and "not shown" on one that fixed it, and a version that is not
 installed here is represented by one of our kernels with the option that
 reproduces it (``flips``); where no such option exists yet the entry says which
-option it needs (``needs``).
+option it needs (``needs``). Each card also says where it runs (the real library, or
+what stands in for it: an option of ours, or our program in place of a framework's),
+the versions a pinned run would install (``affected_versions``/``fixed_versions``, as
+requirement strings) and how it was checked against its thread (``verified``).
 
 ``looplab repro`` (``bench.verbs.repro``) runs entries and writes the zoo table.
 
 The package: ``registry`` (what an entry is, the table, the version check),
 ``plumbing`` (the program helpers, one per port style) and the entries grouped by
-theme -- ``buffers``, ``shutdown``, ``drain``, ``tls``, ``cancel``. Importing ``bench.zoo`` registers every
-entry, in the order below (the order of the zoo table and of ``looplab repro --list``).
+theme -- ``buffers``, ``shutdown``, ``drain``, ``tls``, ``cancel``. Importing ``bench.zoo``
+registers every entry, in the order below (the order of the zoo table and of ``looplab repro --list``).
 """
 from __future__ import annotations
 

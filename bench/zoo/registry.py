@@ -1,7 +1,7 @@
 """What a zoo entry is, the table of entries, and the installed-version check.
 
-The entry modules (``bench.zoo.buffers``, ``.shutdown``, ``.drain``) declare their
-entries with ``_add``; ``bench.zoo`` registers them, in its fixed order, as scenarios.
+The entry modules (``bench.zoo.buffers``, ``.shutdown``, ``.drain``, ``.tls``,
+``.cancel``) declare their entries with ``_add``; ``bench.zoo`` registers them, in its fixed order, as scenarios.
 """
 from __future__ import annotations
 
@@ -65,6 +65,18 @@ class Entry:
     def runs_on(self) -> str:
         """Where the bug is measured: the real library here, or what stands in for it."""
         return f"stand-in: {self.stand_in}" if self.stand_in else "real: the installed runtimes"
+
+    def card_fields(self) -> list[tuple[str, str]]:
+        """The card lines that say how far to trust the entry: (label, text) pairs for
+        where it runs, the versions a pinned run would install, and how it was checked
+        against its thread (for ``looplab repro ID`` and the zoo page)."""
+        out = [("runs on", self.runs_on())]
+        if self.affected_versions:
+            out.append(("affected", ", ".join(self.affected_versions)))
+        if self.fixed_versions:
+            out.append(("fixed", ", ".join(self.fixed_versions)))
+        out.append(("verified", self.verified))
+        return out
 
     def names(self) -> tuple:
         return (self.id,) + tuple(self.aliases)
