@@ -1,7 +1,7 @@
 """Zoo entries about buffers that grow without bound, on the write side and the read side.
 
 Twisted 8868 (pipelined requests), aiohttp 1367 (push without drain), aiohttp 1368
-(read-ahead while the handler is busy), the write loops and flow-control limits of
+(pipelined requests read ahead while the handler is busy), the write loops and flow-control limits of
 CPython 116279 / 127655 and asyncio 140, CPython 146507 (an O(n) buffer size), uvloop
 548 (memory kept after connection_lost) and starlette 1012 (an unbounded queue).
 """

@@ -469,7 +469,7 @@ def _del_stream(job):
             try:
                 data = await reader.readexactly(p["reply_bytes"])
                 got += len(data)
-            except (ConnectionError, Exception) as exc:   # noqa: BLE001 -- IncompleteReadError
+            except Exception as exc:   # noqa: BLE001 -- IncompleteReadError, ConnectionError
                 out["error_seen"] = type(exc).__name__
         for w in keep:
             w.close()

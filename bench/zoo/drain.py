@@ -1,9 +1,9 @@
 """Zoo entries about drain() and the tasks around it.
 
-asyncio 263 / CPython 80982 (drain on a dead transport), CPython 74116 (two tasks
-draining one writer), curio 164 (spawn order), uvloop 631 (a deferred small write),
-uvicorn 2754 (a task parked in drain), home-assistant 89905 (a drain limit that is too
-strict) and trio 1626 (a send under fail_after(0)).
+asyncio 263 (drain on a dead transport), CPython 74116 (two tasks draining one writer),
+curio 164 (spawn order), uvloop 631 (a deferred small write), uvicorn 336 (a task parked
+in drain), home-assistant 89905 (a drain limit that is too strict) and trio 1626 (a send
+under fail_after(0)).
 """
 from __future__ import annotations
 
@@ -58,8 +58,9 @@ def _run_spin():
 _SPIN_METRICS = [Metric("iterations_after_closing_count", "lower", "write+drain after closing"),
                  Metric("iterations_count", None, "iterations")]
 _DRAIN_FLIP = Flip("hybrid:drain_on_closing=return", True,
-                   "drain() returns at once on a closing or lost transport without yielding or "
-                   "raising, so a write(); drain() loop never lets connection_lost run")
+                   "our kernel whose drain() returns at once on a closing or lost transport "
+                   "without yielding or raising (asyncio 3.4.3), so a write(); drain() loop "
+                   "never lets connection_lost run")
 
 _add(Entry(
     id="asyncio-263", aliases=("C8",),
