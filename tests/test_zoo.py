@@ -92,6 +92,18 @@ def test_the_zoo_has_twenty_complete_entries():
         assert e.runs_on().startswith("stand-in: " if e.stand_in else "real: "), e.id
 
 
+def test_the_zoo_page_lists_every_card():
+    """docs/zoo.md's Cards table is the entries' own card fields, entry by entry."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", "zoo.md")) as f:
+        page = f.read()
+    for e in zoo.ENTRIES.values():
+        row = next((line for line in page.splitlines() if line.startswith(f"| `{e.id}` | stand-in")
+                    or line.startswith(f"| `{e.id}` | real")), None)
+        assert row is not None, e.id
+        assert e.runs_on().replace("|", "\\|") in row and e.verified.replace("|", "\\|") in row, e.id
+
+
 def test_tls_and_cancellation_entries_are_registered():
     def module_of(e):
         program = e.scenario.programs.get("stream")

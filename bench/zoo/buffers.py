@@ -41,8 +41,8 @@ _add(Entry(
     mechanism="A client pipelines many small requests for large responses and never reads. "
               "A server that answers each request with a non-blocking write builds every "
               "response in its user-space buffer instead of stopping when the socket is full.",
-    reported="Twisted 16.4 (2016-10, njsmith; twisted.web's HTTPChannel read and answered "
-             "every pipelined request; 4891 reported the read side in 2011)",
+    reported="Twisted before 17.1 (2016-10-21, njsmith; twisted.web's HTTPChannel read and "
+             "answered every pipelined request; 4891 reported the read side in 2011)",
     fixed_in="Twisted 17.1.0 (2017-02-04): HTTPChannel exerts backpressure, it stops reading "
              "requests from a client that does not read its responses (branch "
              "8868-lukasa-httpchannelproducerconsumer); the same rule for a hand-written server",
@@ -55,7 +55,8 @@ _add(Entry(
     affected_versions=("twisted==16.6.0",), fixed_versions=("twisted==17.1.0",),
     verified="read the thread (njsmith's report: a client that sends GETs and never reads; "
              "branch named there) and Twisted's NEWS.rst (Twisted Web 17.1.0: 'now exerts "
-             "backpressure against clients that do not read responses ... (#8868)')"),
+             "backpressure against clients that do not read responses ... (#8868)'; 16.6.0 "
+             "of 2016-11-17 is the release before)"),
     _run_pipelining,
     [Metric("requests_handled_count", "lower", "requests answered"),
      Metric("rss_growth_bytes", None, "RSS growth"),

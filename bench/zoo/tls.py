@@ -265,6 +265,7 @@ def _linger_stream(job):
         try:
             reader, writer = await asyncio.open_connection(*peer.addr, ssl=_client_context(pair[0]))
             await reader.readexactly(p["read_bytes"])      # part of a long response
+            out["read_bytes"] = p["read_bytes"]
             closed_at = time.monotonic()
             writer.close()
             if fixed:
@@ -288,7 +289,8 @@ def _run_linger(ctx):
     ran = run_program(ctx, max_s=p["bound_s"] + p["max_s"] + 4)
     a = ran.app
     shown = a.get("still_open") if a.get("measured") else None
-    return ({"tcp_open_after_close_s": a.get("tcp_open_after_close_s"), "still_open": a.get("still_open")},
+    return ({"tcp_open_after_close_s": a.get("tcp_open_after_close_s"), "still_open": a.get("still_open"),
+             "read_bytes": a.get("read_bytes")},
             {"bug_shown": shown}, _verdict_note(a))
 
 
@@ -317,10 +319,12 @@ _add(Entry(
     styles=("stream",), affects={"uvloop": ("0.15.0", None)},
     affected_versions=("uvloop==0.16.0", "uvloop==0.21.0"), fixed_versions=(),
     show_on=("uvloop-streams",), not_on=("asyncio-streams",), real_only=_REAL_ONLY,
+    minimum=(("read_bytes", 1, "part of the response read before the close"),),
     verified="read the thread (the 30 s measured there, uvloop's close() -> _start_shutdown "
              "with the shutdown timeout) and aiohttp 6762; read ssl_shutdown_timeout in the "
              "installed uvloop's sslproto.pyx; measured here"),
     _run_linger, [Metric("tcp_open_after_close_s", "lower", "TCP open after close"),
-                  Metric("still_open", None, "still open at bound", unit="flag")],
+                  Metric("still_open", None, "still open at bound", unit="flag"),
+                  Metric("read_bytes", None, "read before close")],
     _presets({"read_bytes": 64 * KiB, "bound_s": 1.5, "max_s": 4}),
     {"stream": _linger_stream})
