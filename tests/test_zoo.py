@@ -44,6 +44,11 @@ def _checks(e) -> list[tuple[str, str, bool]]:
     if e.show_on:
         rt = e.show_on[0]
         out += [(rt, "naive", True), (rt, "fixed", False)]
+        # and on the first runtime named for each other port style it claims
+        for style in e.styles:
+            other = next((s for s in e.show_on if rtmod.parse(s).style == style), None)
+            if other and other != rt:
+                out += [(other, "naive", True), (other, "fixed", False)]
     else:
         rt = _reference(e)
         out += [(rt, "naive", False), (rt, "fixed", False)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import gc
 
 from bench.scenario import Metric, run_program
-from bench.zoo.plumbing import _listen, _notes, _open, _presets, _stream
+from bench.zoo.plumbing import _by_style, _listen, _notes, _open, _presets, _stream, _task
 from bench.zoo.registry import Entry, Flip, _add
 
 
@@ -271,6 +271,91 @@ def _pool_stream(job):
     return _stream(job, main, p["max_s"])
 
 
+class _Lines:
+    """A task-port stream read line by line (a reply may arrive with the next one)."""
+
+    def __init__(self, stream):
+        self.stream, self.buf = stream, bytearray()
+
+    async def readline(self) -> bytes:
+        while b"\n" not in self.buf:
+            data = await self.stream.receive_some(4096)
+            if not data:
+                return b""
+            self.buf += data
+        line, _, rest = bytes(self.buf).partition(b"\n")
+        self.buf[:] = rest
+        return line + b"\n"
+
+
+def _pool_task(job):
+    """The same pool on the task port: the cancel is a deadline (move_on_after) that
+    expires while the reply is outstanding."""
+    p = job.params
+    fixed = job.variant == "fixed"
+
+    async def main(port, out):
+        sock = _listen()
+        addr = sock.getsockname()[:2]
+        listener = port.listen(sock)
+
+        async def handle(stream):
+            lines = _Lines(stream)
+            try:
+                while True:
+                    line = await lines.readline()
+                    if not line:
+                        break
+                    await port.sleep(p["reply_delay_s"])
+                    await stream.send_all(b"VAL " + line[4:])
+            except port.StreamError:
+                pass
+            finally:
+                await stream.aclose()
+
+        async def serve(n):
+            while True:
+                await n.spawn(handle, await listener.accept())
+
+        pool, opened = [], [0]
+
+        async def command(i):
+            if pool:
+                conn = pool.pop()
+            else:
+                conn = _Lines(await port.open_tcp_stream(*addr))
+                opened[0] += 1
+            ok = False
+            try:
+                await conn.stream.send_all(b"GET key%d\n" % i)
+                reply = await conn.readline()
+                ok = True
+                return reply
+            finally:
+                if ok or not fixed:
+                    pool.append(conn)          # naive: back to the pool, reply pending
+                else:
+                    await conn.stream.aclose()  # the fix: a cancelled command disconnects
+
+        wrong = answered = cancelled = 0
+        async with port.open_nursery() as n:
+            await n.spawn(serve, n)
+            for i in range(p["rounds"]):
+                async with port.move_on_after(p["cancel_after_s"]) as scope:
+                    await command(2 * i)
+                cancelled += scope.cancelled_caught
+                reply = await command(2 * i + 1)
+                answered += 1
+                wrong += reply.strip() != b"VAL key%d" % (2 * i + 1)
+            await n.cancel()                    # the server's tasks, before its listener
+        for conn in pool:
+            await conn.stream.aclose()
+        await listener.aclose()
+        out.update(wrong_replies_count=wrong, answered_count=answered, cancelled_count=cancelled,
+                   connections_opened_count=opened[0])
+    return _task(job, main, p["max_s"])
+
+
 def _run_pool(ctx):
     ran = run_program(ctx, max_s=ctx.params["max_s"] + 2)
     a = ran.app
@@ -298,14 +383,15 @@ _add(Entry(
     framing="no RESP: a line server on the same loop answers 'GET keyN' with 'VAL keyN' after "
             "a fixed delay; a pool of one connection; the cancel lands while the reply is "
             "outstanding",
-    expected="an application-level pool bug: shown on every stream runtime with the naive "
-             "pool (the connection is returned with its reply pending); the fixed pool closes "
-             "a connection whose command was cancelled",
+    expected="an application-level pool bug: shown on every stream and task runtime with "
+             "the naive pool (the connection is returned with its reply pending; on the task "
+             "port the cancel is a deadline expiring while the reply is outstanding); the "
+             "fixed pool closes a connection whose command was cancelled",
     oracle="bug shown when any command received a reply meant for another command; not "
            "measured when no command was cancelled",
-    styles=("stream",),
+    styles=("stream", "task"),
     affected_versions=("redis>=4.2.0,<4.5.3",), fixed_versions=("redis==4.5.4",),
-    show_on=("asyncio-streams", "hybrid", "uvloop-streams"),
+    show_on=("asyncio-streams", "hybrid", "uvloop-streams", "trio", "coro", "curio"),
     minimum=(("cancelled_count", 1, "one cancelled command"),),
     verified="read issues 2624 and 2665 (the repro: create_task(r.get), sleep, cancel, the "
              "next command gets the old reply) and the advisories quoted there (fixed 4.3.6, "
@@ -315,7 +401,7 @@ _add(Entry(
                 Metric("cancelled_count", None, "cancelled"),
                 Metric("connections_opened_count", None, "connections opened")],
     _presets({"rounds": 4, "reply_delay_s": 0.05, "cancel_after_s": 0.01, "max_s": 6}),
-    {"stream": _pool_stream})
+    _by_style(None, _pool_stream, _pool_task))
 
 
 # ---------------------------------------------------------------------------
@@ -397,6 +483,90 @@ def _slots_stream(job):
     return _stream(job, main, p["max_s"])
 
 
+def _slots_task(job):
+    """The same pool on the task port: requests are cancelled by a deadline
+    (move_on_after) while they wait for the greeting; a slot is waited for by polling."""
+    p = job.params
+    fixed = job.variant == "fixed"
+
+    async def main(port, out):
+        sock = _listen()
+        addr = sock.getsockname()[:2]
+        listener = port.listen(sock)
+
+        async def greet(stream):
+            try:
+                await port.sleep(p["handshake_s"])
+                await stream.send_all(b"HELLO\n")
+                lines = _Lines(stream)
+                while True:
+                    line = await lines.readline()
+                    if not line:
+                        break
+                    await stream.send_all(b"OK " + line)
+            except port.StreamError:
+                pass
+            finally:
+                await stream.aclose()
+
+        async def serve(n):
+            while True:
+                await n.spawn(greet, await listener.accept())
+
+        slots = []
+
+        class Conn:
+            def __init__(self):
+                self.state, self.lines = "CONNECTING", None
+
+        async def request(i):
+            conn = None
+            while conn is None:              # the pool's wait for a slot
+                idle = [c for c in slots if c.state == "IDLE"]
+                if idle:
+                    conn = idle[0]
+                elif len(slots) < p["max_connections"]:
+                    conn = Conn()
+                    slots.append(conn)       # the slot is taken before the connection exists
+                else:
+                    await port.sleep(0.01)
+            try:
+                if conn.state == "CONNECTING":
+                    conn.lines = _Lines(await port.open_tcp_stream(*addr))
+                    await conn.lines.readline()   # the handshake: cancelled in here
+            except BaseException:
+                if fixed:          # the fix: a connection nobody owns is reclaimed
+                    slots.remove(conn)
+                    if conn.lines:
+                        await conn.lines.stream.aclose()
+                raise
+            conn.state = "ACTIVE"
+            try:
+                await conn.lines.stream.send_all(b"GET /%d\n" % i)
+                return await conn.lines.readline()
+            finally:
+                conn.state = "IDLE"
+
+        cancelled = 0
+        async with port.open_nursery() as n:
+            await n.spawn(serve, n)
+            for i in range(p["cancelled_requests"]):
+                async with port.move_on_after(p["cancel_after_s"]) as scope:
+                    await request(i)
+                cancelled += scope.cancelled_caught
+            leaked = sum(1 for c in slots if c.state == "CONNECTING")
+            async with port.move_on_after(p["pool_wait_s"] + p["handshake_s"]) as scope:
+                await request(999)
+            later_ok = not scope.cancelled_caught   # else: PoolTimeout against a healthy server
+            await n.cancel()
+        for c in slots:
+            if c.lines:
+                await c.lines.stream.aclose()
+        await listener.aclose()
+        out.update(slots_leaked_count=leaked, cancelled_count=cancelled, later_request_ok=later_ok)
+    return _task(job, main, p["max_s"])
+
+
 def _run_slots(ctx):
     ran = run_program(ctx, max_s=ctx.params["max_s"] + 2)
     a = ran.app
@@ -423,13 +593,14 @@ _add(Entry(
     framing="no HTTP: a line server on the same loop greets after handshake_s (the "
             "connection's setup); a pool of max_connections slots; requests are cancelled "
             "while they wait for the greeting",
-    expected="an application-level pool bug: shown on every stream runtime with the naive "
-             "pool; the fixed pool reclaims the connection in its cancellation handler",
+    expected="an application-level pool bug: shown on every stream and task runtime with the "
+             "naive pool (on the task port the cancel is a deadline expiring during the "
+             "handshake); the fixed pool reclaims the connection in its cancellation handler",
     oracle="bug shown when any slot is still held by a connecting connection that no request "
            "owns after the cancelled requests ended; not measured when none was cancelled",
-    styles=("stream",),
+    styles=("stream", "task"),
     affected_versions=("httpcore==1.0.9",), fixed_versions=(),
-    show_on=("asyncio-streams", "hybrid", "uvloop-streams"),
+    show_on=("asyncio-streams", "hybrid", "uvloop-streams", "trio", "coro", "curio"),
     minimum=(("cancelled_count", 1, "one cancelled request"),),
     verified="read issue 1093 (mechanism, 1.0.9, '#658 and #830') and PRs 1094 and 1099 (root "
              "cause: is_closed/has_expired/is_idle all False for a CONNECTING connection; both "
@@ -439,7 +610,7 @@ _add(Entry(
                  Metric("later_request_ok", None, "later request served", unit="flag")],
     _presets({"max_connections": 2, "cancelled_requests": 2, "handshake_s": 0.1,
               "cancel_after_s": 0.02, "pool_wait_s": 0.5, "max_s": 6}),
-    {"stream": _slots_stream})
+    _by_style(None, _slots_stream, _slots_task))
 
 
 # ---------------------------------------------------------------------------
