@@ -100,8 +100,9 @@ _add(Entry(
     show_on=("asyncio-streams", "hybrid:wait_for=task", "uvloop-streams"),
     minimum=(("trials_count", 1, "one cancelled trial"),),
     verified="read the thread (bpo-42130 migrated; PRs 26097 and 28149 closed unmerged) and "
-             "PR 98518 (the 3.12 rewrite); ran the cancel-after-completion race on 3.11.7 "
-             "(swallowed) and 3.12.1 (cancelled)"),
+             "PR 98518 (the 3.12 rewrite); ran the cancel-after-completion race with a one-off "
+             "script on the installed interpreters: cancelled on 3.6.15 and 3.7.16, swallowed "
+             "on 3.8.18, 3.9.18, 3.10.13 and 3.11.7, cancelled on 3.12.1"),
     _run_race, [Metric("swallowed_count", "lower", "cancels swallowed"),
                 Metric("trials_count", None, "trials")],
     _presets({"trials": 12, "offsets": 3, "timeout_s": 5.0, "max_s": 5}),
@@ -164,10 +165,12 @@ _add(Entry(
               "exit sees a cancellation it did not cause and re-raises CancelledError instead "
               "of TimeoutError (the thread: 'catching CancelledError requires use of "
               "task.uncancel()').",
-    reported="Python 3.11.2 (the thread's repro: the swallow before entering timeout())",
-    fixed_in="PR 102815 (Python 3.11.3, 3.12.0): timeout() records cancelling() on entry, "
-             "which fixes the thread's repro; a swallow inside the timeout's block still needs "
-             "uncancel() (documented by the same PR), which is what this entry measures",
+    reported="Python 3.11 (2023-03; the thread's repro: the swallow before entering "
+             "timeout())",
+    fixed_in="PR 102815 (backported to 3.11; the installed 3.11.7 has it): timeout() records "
+             "cancelling() on entry, which fixes the thread's repro; a swallow inside the "
+             "timeout's block still needs uncancel() (documented by the same PR), which is "
+             "what this entry measures",
     expected="shown on the installed Python 3.11.7 asyncio, on uvloop and on hybrid (whose "
              "Timeout follows the fixed 3.11.3 rule); not with uncancel(); measured the same "
              "on python 3.12.1 and 3.13.0 with a one-off script",
@@ -375,11 +378,13 @@ _add(Entry(
               "connection went back to the pool with that reply still on the wire. The next "
               "command on it read the previous reply, and the connection stayed off by one "
               "from then on (the thread: 'Off by 1').",
-    reported="redis-py 4.2.0-4.5.2 asyncio client (issue 2579 for blocking commands, 2624 for "
-             "all, CVE-2023-28858); the fix was incomplete for pipelines until 4.5.4 (issue "
-             "2665, CVE-2023-28859)",
-    fixed_in="redis-py 4.3.6, 4.4.3, 4.5.3 (disconnect a connection whose command was "
-             "cancelled), completed in 4.4.4 and 4.5.4",
+    reported="redis-py's asyncio client from 4.2.0 (issue 2579 for blocking commands, 2624 "
+             "for all commands, 2023-03, on 4.5.1)",
+    fixed_in="in two steps: 4.3.6, 4.4.3 and 4.5.3 (CVE-2023-28858, which the advisories "
+             "quoted in the downstream threads describe as the pipeline case), then 4.4.4 and "
+             "4.5.4 for single commands (CVE-2023-28859, issue 2665: the first fix was "
+             "incomplete); a connection whose command was cancelled is disconnected. The "
+             "entry's single commands are the 28859 case",
     framing="no RESP: a line server on the same loop answers 'GET keyN' with 'VAL keyN' after "
             "a fixed delay; a pool of one connection; the cancel lands while the reply is "
             "outstanding",
@@ -390,12 +395,14 @@ _add(Entry(
     oracle="bug shown when any command received a reply meant for another command; not "
            "measured when no command was cancelled",
     styles=("stream", "task"),
-    affected_versions=("redis>=4.2.0,<4.5.3",), fixed_versions=("redis==4.5.4",),
+    affected_versions=("redis>=4.2.0,<4.5.4",), fixed_versions=("redis==4.5.4",),
     show_on=("asyncio-streams", "hybrid", "uvloop-streams", "trio", "coro", "curio"),
     minimum=(("cancelled_count", 1, "one cancelled command"),),
     verified="read issues 2624 and 2665 (the repro: create_task(r.get), sleep, cancel, the "
-             "next command gets the old reply) and the advisories quoted there (fixed 4.3.6, "
-             "4.4.3, 4.5.3; incomplete until 4.4.4/4.5.4)"),
+             "next command gets the old reply) and the advisory texts quoted in downstream "
+             "issues (feast 3603, django-q 722, openFEC 5381): 28858 fixed in 4.3.6/4.4.3/"
+             "4.5.3, 28859 through 4.5.3 and fixed in 4.4.4/4.5.4; the CVE records themselves "
+             "were not read"),
     _run_pool, [Metric("wrong_replies_count", "lower", "wrong replies"),
                 Metric("answered_count", None, "answered"),
                 Metric("cancelled_count", None, "cancelled"),
@@ -686,7 +693,8 @@ _add(Entry(
     minimum=(("trials_count", 1, "one request"),),
     verified="read the thread (gvanrossum's reply on why the writer closes the transport), "
              "issue 109538 (the __del__ from PR 107650, backported as 3.11.5) and a downstream "
-             "workaround (NabuCasa universal-silabs-flasher PR 58)"),
+             "workaround (NabuCasa universal-silabs-flasher PR 58); read StreamWriter.__del__ "
+             "in the installed 3.12.1 (it closes the transport); measured on 3.11.7"),
     _run_del, [Metric("reply_lost_bytes", "lower", "reply bytes lost"),
                Metric("received_bytes", None, "received"), Metric("trials_count", None, "trials")],
     _presets({"trials": 2, "reply_bytes": 4096, "reply_delay_s": 0.05, "max_s": 6}),
