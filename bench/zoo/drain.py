@@ -554,8 +554,9 @@ def _run_zero(ctx):
 
 _add(Entry(
     id="trio-1626",
-    verified="not re-read against its thread in this pass (issue 25 named no drift in this "
-             "card)",
+    verified="read the thread (smurfix: a send to a memory channel that is not full fails "
+             "under fail_after(0); gmacon suggests send_nowait); the entry uses a stream "
+             "send, the same checkpoint rule",
     title="a send under fail_after(0) fails even when it would not block",
     link="https://github.com/python-trio/trio/issues/1626",
     mechanism="In trio every send is a checkpoint, and a checkpoint inside an expired cancel "

@@ -270,15 +270,17 @@ def _run_rst(ctx):
 
 _add(Entry(
     id="trio-412", aliases=("C17",),
-    verified="not re-read against its thread in this pass (issue 25 named no drift in this "
-             "card)",
+    verified="read the thread (aclose() was socket.close() plus a checkpoint; the RFC 7230 "
+             "section 6.6 staged close it quotes: half-close, read until the peer closes, "
+             "then close)",
     title="close with unread inbound data sends RST: the peer loses the response",
     link="https://github.com/python-trio/trio/issues/412",
     mechanism="Closing a TCP socket whose receive queue still holds unread bytes makes the "
               "kernel send RST instead of FIN. A server that answers after the request's head "
               "and closes while the client is still uploading resets the connection, and the "
               "client never gets to read the answer.",
-    reported="trio 0.2 (a property of TCP on Linux, every runtime)",
+    reported="trio in January 2018 (Nikratio: SocketStream.aclose() closed without a "
+             "shutdown first; the issue names no version); a property of TCP, every runtime",
     fixed_in="not a library fix: read the request to its end (or shut down the write side "
              "and drain the input) before closing",
     framing="no HTTP: the client uploads a 1 MiB request, then reads the answer until EOF",
