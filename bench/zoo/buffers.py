@@ -90,8 +90,9 @@ def _run_push(ctx):
 _add(Entry(
     id="aiohttp-1367", aliases=("websockets-10", "C4"), catalog="S6",
     stand_in="our push server in place of aiohttp's and websockets' send()",
-    verified="not re-read against its thread in this pass (issue 25 named no drift in this "
-             "card)",
+    verified="read the thread (njsmith: a websocket server that sends without awaiting grows "
+             "its memory for a client that never reads) and Home Assistant PR 89905, which "
+             "says the fix added drains to aiohttp's websocket writer",
     title="push to a subscriber that never reads: the backlog grows without bound",
     link="https://github.com/aio-libs/aiohttp/issues/1367",
     mechanism="A server pushes messages to every subscriber with a write that never blocks. "
@@ -708,15 +709,18 @@ def _run_queue(ctx):
 _add(Entry(
     id="starlette-1012",
     stand_in="our producer, queue and sender in place of starlette's StreamingResponse",
-    verified="not re-read against its thread in this pass (issue 25 named no drift in this "
-             "card)",
+    verified="read the thread (BaseHTTPMiddleware's unbounded asyncio.Queue, a slow client "
+             "grows it without bound), PR 1018 (maxsize=1, release 0.13.7) and PR 1028 "
+             "(reverted in 0.13.8 because users relied on the full evaluation)",
     title="an unbounded queue between producer and socket: a slow client grows memory",
     link="https://github.com/encode/starlette/issues/1012",
     mechanism="A streaming response put every chunk the producer made into an unbounded "
               "queue and a second task sent them. Backpressure on the socket stops the sender, "
               "not the producer, so a slow client makes the queue grow without bound.",
     reported="starlette 0.13 (StreamingResponse / BaseHTTPMiddleware)",
-    fixed_in="a bounded queue (or no queue): the producer waits when it is full",
+    fixed_in="a bounded queue (or no queue): the producer waits when it is full; starlette "
+             "bounded it in 0.13.7 (PR 1018, maxsize=1) and reverted that in 0.13.8 (PR "
+             "1028); later releases are not checked here",
     framing="no HTTP: a producer task, a sender task and a raw socket",
     expected="shown on every stream and task runtime with the unbounded queue, even though "
              "the sender uses drain() or send_all; a bounded queue holds the producer back",
