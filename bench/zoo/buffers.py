@@ -338,8 +338,9 @@ _FLOOD_METRICS = [Metric("peak_buffer_bytes", "lower", "write buffer peak"),
 
 _add(Entry(
     id="cpython-116279", aliases=("C14",), catalog="S1",
-    verified="not re-read against its thread in this pass (issue 25 named no drift in this "
-             "card)",
+    verified="read the thread (2024-03, a feature request: write(); sleep(0) to a slow "
+             "reader fills memory; closed) which points to the flow-control callbacks of "
+             "81162",
     title="a write loop with sleep(0) but no drain(): memory climbs",
     link="https://github.com/python/cpython/issues/116279",
     mechanism="`await asyncio.sleep(0)` lets other tasks run but waits for nothing, so a loop "
@@ -532,8 +533,9 @@ def _run_cost(ctx):
 _add(Entry(
     id="cpython-146507", aliases=("C15",),
     stand_in="callback:write_buffer=deque",
-    verified="not re-read against its thread in this pass (issue 25 named no drift in this "
-             "card)",
+    verified="read the thread (2026-03: get_write_buffer_size() sums the deque on every "
+             "write, ~90% CPU in an aiohttp WebSocket server) and PR 146518 (a running "
+             "_buffer_size); the deque came with PR 31871 (GH-91166)",
     title="get_write_buffer_size() summed a deque on every write: O(n^2) under pressure",
     link="https://github.com/python/cpython/issues/146507",
     mechanism="The selector transport's write buffer became a deque of chunks, and "

@@ -36,8 +36,8 @@ def _run_loss(ctx):
 
 _add(Entry(
     id="cpython-32391", aliases=("bpo-32391", "asyncio-141", "C6"), catalog="S3",
-    verified="not re-read against its thread in this pass (issue 25 named no drift in this "
-             "card)",
+    verified="read the thread (asvetlov, 2017-12: add StreamWriter.wait_closed(), labelled "
+             "3.7) and PR 5281 (merged 2018-01-24)",
     title="close() returns at once: exiting right after it loses the buffered data",
     link="https://bugs.python.org/issue32391",
     mechanism="A stream's close() only asks the transport to flush and close later. A "
