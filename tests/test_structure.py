@@ -149,7 +149,9 @@ _MODULE_CALLS = {"import_module", "_library", "getLogger", "find_spec", "version
 #: A bug zoo entry (bench/zoo/) is a bug report: the runtimes its bug shows on
 #: (``show_on=``) and the option flips that turn its mechanism on or off on our
 #: kernels (``Flip(SPEC, ...)``) are facts about the bug, named as the report names them.
-_BUG_REPORT_CALL, _BUG_REPORT_KEYWORD = "Flip", "show_on"
+#: ``not_on=`` (where it was measured not to show) and ``stand_in=`` (the option flip that
+#: plays an uninstalled version) are the same kind of fact.
+_BUG_REPORT_CALL, _BUG_REPORT_KEYWORDS = "Flip", ("show_on", "not_on", "stand_in")
 
 
 def _builtin_ids() -> tuple[set, set]:
@@ -180,7 +182,7 @@ def runtime_literals(source: str, filename: str = "<string>", own: str | None = 
                 skip.add(id(node.args[0]))
         if isinstance(node, ast.Call):
             for kw in node.keywords:
-                if kw.arg == _BUG_REPORT_KEYWORD:
+                if kw.arg in _BUG_REPORT_KEYWORDS:
                     skip.update(id(n) for n in ast.walk(kw.value))
     found = []
     for node in ast.walk(tree):
