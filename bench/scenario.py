@@ -325,12 +325,14 @@ class Scenario:
                     for m in ms if m not in names]
         return out
 
-    def judge(self, params: dict, metrics: dict, verdicts: dict) -> tuple[dict, dict, list]:
+    def judge(self, params: dict, metrics: dict, verdicts: dict,
+              peers_seen: Mapping | None = None) -> tuple[dict, dict, list]:
         """The evidence rule, applied to one repeat: (metrics, verdicts, errors).
 
         A verdict is True (holds), False (fails) or None (not measured): None when
         its oracle returned None, when a metric in its ``decided_by`` is missing,
-        or when the cell fell short of a ``minimum`` (then every verdict is None).
+        or when the cell fell short of a ``minimum`` or one of its peers
+        (``peers_seen``) never got its connection (then every verdict is None).
         A metric above its ``ceiling`` is an error and is dropped, not reported.
         Each verdict not measured adds an error saying what was missing."""
         metrics, errors = dict(metrics), []
@@ -344,7 +346,9 @@ class Scenario:
                               "cell could produce; not kept")
                 metrics[m.name] = None
         out = {k: (None if v is None else bool(v)) for k, v in verdicts.items()}
-        short = [s for s in (m.shortfall(metrics, params) for m in self.minimum) if s]
+        short = [f"peer {name!r} never got its connection"
+                 for name, res in (peers_seen or {}).items() if not res.get("connected")]
+        short += [s for s in (m.shortfall(metrics, params) for m in self.minimum) if s]
         if short:
             errors.append(f"{NOT_MEASURED}: too little activity: {'; '.join(short)}")
             return metrics, {k: None for k in out}, errors
@@ -589,6 +593,7 @@ class CellContext:
     trace_path: str | None = None
     notes: list = field(default_factory=list)
     sim: Any = None           # --net sim: a bench.simcells.SimCell (the world this cell runs in)
+    peers_seen: dict = field(default_factory=dict)   # name -> result of every peer this repeat ran
 
     @property
     def style(self) -> str:
@@ -754,8 +759,10 @@ def serve_app(ctx: CellContext, app: str, *, peers=(), params: dict | None = Non
     module docstring). Peers with ``connect=APP`` start once the app listens."""
     if ctx.sim is not None:   # --net sim: the same app and peers, in one simulated world
         from bench import simcells
-        return Served(*simcells.serve_app(ctx, app, peers=peers, params=params, upstream=upstream,
-                                          bound=timeout_s or _bound(peers) + 10, app_marker=APP))
+        served = Served(*simcells.serve_app(ctx, app, peers=peers, params=params, upstream=upstream,
+                                            bound=timeout_s or _bound(peers) + 10, app_marker=APP))
+        ctx.peers_seen.update(served.peers)
+        return served
     roles, to_app = [], []
     for r in peers:
         r = dict(r)
@@ -787,6 +794,7 @@ def serve_app(ctx: CellContext, app: str, *, peers=(), params: dict | None = Non
             if out is None:
                 proc.interrupt()
                 out = proc.result(10)
+    ctx.peers_seen.update(res)
     return Served(out, res)
 
 
@@ -801,6 +809,7 @@ def run_program(ctx: CellContext, *, peers=(), linger_s: float = 0.0,
             peers=peers, linger_s=linger_s, bound=max_s or _bound(peers)))
         if CRASH_KEY in ran.app:     # as a cell process's failed program is on real sockets
             raise RuntimeError(f"app side: {ran.app[CRASH_KEY]}")
+        ctx.peers_seen.update(ran.peers)
         return ran
     roles = [dict(r) for r in peers]
     bound = max_s or _bound(roles)
@@ -817,4 +826,5 @@ def run_program(ctx: CellContext, *, peers=(), linger_s: float = 0.0,
             stopped = proc.wait("stopped", bound + 10)["at"]
             out = proc.result(linger_s + 10)
         res = pp.results()
+    ctx.peers_seen.update(res)
     return Ran(out, res, stopped)

@@ -154,9 +154,9 @@ def run_cell(cell: Cell, trace_path: str | None = None) -> dict:
                 result["errors"].append(f"{type(exc).__name__}: {exc}")
                 continue
             sim_s = ctx.sim.world.now if sim else None
-            ctx_notes, ctx_params = ctx.notes, ctx.params
+            ctx_notes, ctx_params, seen = ctx.notes, ctx.params, ctx.peers_seen
             del ctx                   # the world goes with it, inside cell_heap
-        metrics, verdicts, problems = sc.judge(ctx_params, out.metrics, out.verdicts)
+        metrics, verdicts, problems = sc.judge(ctx_params, out.metrics, out.verdicts, seen)
         result["errors"] += [e for e in problems if e not in result["errors"]]
         metrics["cell_wall_s"] = round(time.monotonic() - t0, 3)
         if sim:

@@ -12,7 +12,7 @@ import gc
 import time
 
 from bench import peers
-from bench.scenario import APP, Metric, run_program, serve_app
+from bench.scenario import APP, Metric, Minimum, run_program, serve_app
 from bench.zoo.plumbing import (_CAP, KiB, MiB, SOCKBUF, _by_style, _callback, _notes, _open,
                                 _open_task, _presets, _rss, _stream, _task)
 from bench.zoo.registry import Entry, Flip, _add
@@ -29,12 +29,18 @@ def _run_pipelining(ctx):
                                                     sockbuf=SOCKBUF, max_s=p["hold_s"] + 5)])
     handled = served.app["counters"].get("requests_handled_count", 0)
     m = {"requests_handled_count": handled, "rss_growth_bytes": served.app.get("rss_growth_bytes"),
-         "peak_user_buffer_bytes": served.app["probe"].get("peak_user_buffer_bytes")}
+         "peak_user_buffer_bytes": served.app["probe"].get("peak_user_buffer_bytes"),
+         "requests_sent_count": served.peers["client"].get("requests_sent", 0)}
     return m, {"bug_shown": handled >= p["count"] // 2}, []
 
 
 _add(Entry(
     id="twisted-8868", aliases=("twisted-4891", "C1"), catalog="S5",
+    decided_by=("requests_handled_count",),
+    # Every request sent and one answered: a starved server answers none, which
+    # would otherwise read as "not shown".
+    minimum=(Minimum("requests_sent_count", lambda p: p["count"], "the client sent every request"),
+             Minimum("requests_handled_count", 1, "the server answered at least one request")),
     title="pipelined requests answered into an unbounded write buffer",
     link="https://github.com/twisted/twisted/issues/8868",
     mechanism="A client pipelines many small requests for large responses and never reads. "
@@ -48,9 +54,10 @@ _add(Entry(
     styles=("callback", "stream", "task"),
     show_on=("callback", "hybrid", "asyncio-protocol")),
     _run_pipelining,
-    [Metric("requests_handled_count", "lower", "requests answered"),
+    [Metric("requests_handled_count", "lower", "requests answered", ceiling=lambda p: p["count"]),
      Metric("rss_growth_bytes", None, "RSS growth"),
-     Metric("peak_user_buffer_bytes", "lower", "user buffer peak")],
+     Metric("peak_user_buffer_bytes", "lower", "user buffer peak"),
+     Metric("requests_sent_count", None, "requests sent")],
     _presets({"count": 100, "response_bytes": 64 * KiB, "hold_s": 0.8},
              {"count": 300, "response_bytes": 64 * KiB, "hold_s": 1.0}))
 
@@ -72,13 +79,15 @@ def _run_push(ctx):
     backlog = max(served.app["probe"].get("peak_user_buffer_bytes") or 0,
                   c.get("app_queue_peak_bytes", 0))
     m = {"backlog_peak_bytes": backlog, "rss_growth_bytes": served.app.get("rss_growth_bytes"),
-         "dropped_count": c.get("dropped_count", 0)}
+         "dropped_count": c.get("dropped_count", 0), "broadcasts_count": c.get("broadcasts_count", 0)}
     bound = 4 * 16 * p["message_bytes"]      # 4 x what the bounded policy may queue
     return m, {"bug_shown": backlog > bound}, [f"served with the push app's {app_variant!r} policy"]
 
 
 _add(Entry(
     id="aiohttp-1367", aliases=("websockets-10", "C4"), catalog="S6",
+    decided_by=("backlog_peak_bytes",),
+    minimum=(Minimum("broadcasts_count", 4, "the server pushed a few messages"),),
     title="push to a subscriber that never reads: the backlog grows without bound",
     link="https://github.com/aio-libs/aiohttp/issues/1367",
     mechanism="A server pushes messages to every subscriber with a write that never blocks. "
@@ -97,7 +106,7 @@ _add(Entry(
     _run_push,
     [Metric("backlog_peak_bytes", "lower", "backlog peak"),
      Metric("rss_growth_bytes", None, "RSS growth"),
-     Metric("dropped_count", None, "dropped")],
+     Metric("dropped_count", None, "dropped"), Metric("broadcasts_count", None, "broadcasts")],
     _presets({"message_bytes": 10_000, "interval_s": 0.005, "duration_s": 1.5},
              {"message_bytes": 10_000, "interval_s": 0.005, "duration_s": 2.0}))
 
@@ -217,6 +226,7 @@ def _run_readahead(ctx):
 
 _add(Entry(
     id="aiohttp-1368", aliases=("C3",),
+    decided_by=("app_queue_peak_bytes",),
     title="the parser reads ahead while the handler is busy: the receive side is unbounded",
     link="https://github.com/aio-libs/aiohttp/issues/1368",
     mechanism="The protocol feeds every chunk that arrives into a queue for the handler and "
@@ -313,6 +323,7 @@ _FLOOD_METRICS = [Metric("peak_buffer_bytes", "lower", "write buffer peak"),
 
 _add(Entry(
     id="cpython-116279", aliases=("C14",), catalog="S1",
+    decided_by=("peak_buffer_bytes",),
     title="a write loop with sleep(0) but no drain(): memory climbs",
     link="https://github.com/python/cpython/issues/116279",
     mechanism="`await asyncio.sleep(0)` lets other tasks run but waits for nothing, so a loop "
@@ -330,6 +341,7 @@ _add(Entry(
 
 _add(Entry(
     id="cpython-127655", aliases=("GHSA-fw89-6wjj-8j95", "C12"),
+    decided_by=("peak_buffer_bytes",),
     title="writelines() skipped the flow-control check",
     link="https://github.com/python/cpython/issues/127655",
     mechanism="On 3.12 and 3.13 the selector transport's writelines() appended to the buffer "
@@ -415,6 +427,7 @@ def _run_limits(ctx):
 
 _add(Entry(
     id="asyncio-140", aliases=("C20",),
+    decided_by=("went_ahead",),
     title="lowering the write-buffer limits below the current size did not pause",
     link="https://github.com/python/asyncio/issues/140",
     mechanism="set_write_buffer_limits() stored the new marks but did not re-check the buffer "
@@ -492,6 +505,7 @@ def _run_cost(ctx):
 
 _add(Entry(
     id="cpython-146507", aliases=("C15",),
+    decided_by=("cost_ratio_fraction",),
     title="get_write_buffer_size() summed a deque on every write: O(n^2) under pressure",
     link="https://github.com/python/cpython/issues/146507",
     mechanism="The selector transport's write buffer became a deque of chunks, and "
@@ -567,6 +581,7 @@ def _run_memory(ctx):
 
 _add(Entry(
     id="uvloop-548", aliases=("C16",),
+    decided_by=("rss_kept_bytes",),
     title="transport buffer memory not released after connection_lost",
     link="https://github.com/MagicStack/uvloop/issues/548",
     mechanism="A protocol floods transport.write() to a client that stops reading; the client "
@@ -659,6 +674,7 @@ def _run_queue(ctx):
 
 _add(Entry(
     id="starlette-1012",
+    decided_by=("app_queue_peak_bytes",),
     title="an unbounded queue between producer and socket: a slow client grows memory",
     link="https://github.com/encode/starlette/issues/1012",
     mechanism="A streaming response put every chunk the producer made into an unbounded "

@@ -208,6 +208,12 @@ def _by_style(cb=None, st=None, tk=None) -> dict:
     return {k: v for k, v in (("callback", cb), ("stream", st), ("task", tk)) if v}
 
 
+def _unless_cut(reader: dict, shown: bool) -> bool | None:
+    """``shown``, unless the peer ended on its own deadline: then what it missed is no
+    evidence of a loss (a loaded machine starved the cell) and the verdict is None."""
+    return None if reader.get("ended") == "timeout" else shown
+
+
 def _notes(app: dict) -> list:
     return [f"program: {app[CRASH_KEY]}"] if app.get(CRASH_KEY) else []
 

@@ -46,6 +46,10 @@ class Entry:
     affects: dict = field(default_factory=dict)   # library -> (first affected, first fixed|None)
     show_on: tuple = ()            # runtimes where the tests expect naive=shown, fixed=not
     real_only: str = ""            # why it cannot run on the simulated network ("": it can)
+    # The evidence bug_shown needs (bench.scenario.Scenario.judge): the metrics that decide
+    # it (each must be measured) and the least activity the cell must show.
+    decided_by: tuple = ()
+    minimum: tuple = ()
 
     def names(self) -> tuple:
         return (self.id,) + tuple(self.aliases)
@@ -78,7 +82,8 @@ def register_in_order(order) -> None:
         e.scenario = register(Scenario(
             id=e.id, title=e.title, run=_noted_on_sim(e, run), summary=e.mechanism, variants=("naive", "fixed"),
             presets=presets, programs=programs_ or {}, styles=e.styles, verdicts=VERDICT,
-            metrics=tuple(metrics)))
+            metrics=tuple(metrics), minimum=e.minimum,
+            decided_by={"bug_shown": e.decided_by} if e.decided_by else {}))
         e.scenario.origin = "bench.zoo"
         ENTRIES[e.id] = e
         for name in e.names():
