@@ -399,6 +399,7 @@ S5 = Scenario(
              Metric("peak_user_buffer_bytes", "lower", "user buffer peak"),
              Metric("requests_sent_count", None, "requests sent"), _CONNECTED),
     verdicts={"bounded": "fewer than half the requests were answered into a full socket"},
+    decided_by={"bounded": ("requests_handled_count",)},
     # Every request sent, and at least one answered: a bounded server answers until
     # the socket is full (one 64 KiB response at least), a starved one none at all.
     minimum=(Minimum("requests_sent_count", lambda p: p["count"], "the client sent every request"),
@@ -467,6 +468,8 @@ S6 = Scenario(
              _CONNECTED),
     verdicts={"healthy_served": "the healthy client got at least half of what was offered",
               "bounded": "the stalled client's backlog stays under 1 MB (RSS under 2 MB)"},
+    decided_by={"healthy_served": ("healthy_share_fraction",),
+                "bounded": ("peak_user_buffer_bytes", "app_queue_peak_bytes")},
     # A few broadcasts made: even the "block" policy
     # pushes until the stalled client's socket and queue are full (~30 messages).
     minimum=(Minimum("broadcasts_count", 4, "the server pushed a few messages"),),

@@ -60,6 +60,7 @@ from bench.errors import UsageError
 __all__ = ["VERSION", "SCHEMA", "environment", "new_document", "new_cell", "cell_id",
            "write_json", "write_text", "write_csv", "check_output", "check_document", "load_json",
            "validate", "shard", "shard_info", "merge", "machine", "summarize", "spread", "quantile",
+           "verdict_word",
            "lib_version"]
 
 SCHEMA = 2
@@ -224,6 +225,11 @@ def new_cell(scenario: str, runtime: str, variant: str, params: dict | None = No
         cell["spread"] = spreads
     cell.update(extra)
     return cell
+
+
+def verdict_word(value) -> str:
+    """How a report writes a verdict: yes (holds), NO (fails), not measured (None)."""
+    return "not measured" if value is None else "yes" if value else "NO"
 
 
 def new_run_id() -> str:

@@ -250,6 +250,7 @@ class Scenario:
     # each verdict the metrics that decide it (each must be measured).
     minimum: tuple = ()
     decided_by: Mapping[str, tuple] = field(default_factory=dict)
+    symptoms: tuple = ()      # verdicts whose True is the bug showing (the zoo's bug_shown)
 
     def __post_init__(self):
         self.metrics = tuple(self.metrics)
@@ -323,6 +324,8 @@ class Scenario:
                 out.append(f"decided_by names {v!r}, which is not a declared verdict")
             out += [f"verdict {v!r} decided by {m!r}, which is not a declared metric"
                     for m in ms if m not in names]
+        out += [f"symptom {v!r} is not a declared verdict" for v in self.symptoms
+                if v not in self.verdicts]
         return out
 
     def judge(self, params: dict, metrics: dict, verdicts: dict,
@@ -378,7 +381,8 @@ class Scenario:
                 "metrics": {m.name: m.describe() for m in self.metrics},
                 "verdicts": dict(self.verdicts), "columns": list(self.columns),
                 "decided_by": {v: list(self.decided_by.get(v, ())) for v in self.verdicts},
-                "minimum": [{"metric": m.metric, "what": m.what} for m in self.minimum]}
+                "minimum": [{"metric": m.metric, "what": m.what} for m in self.minimum],
+                "symptoms": list(self.symptoms)}
 
 
 # ---------------------------------------------------------------------------

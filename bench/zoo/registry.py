@@ -82,7 +82,7 @@ def register_in_order(order) -> None:
         e.scenario = register(Scenario(
             id=e.id, title=e.title, run=_noted_on_sim(e, run), summary=e.mechanism, variants=("naive", "fixed"),
             presets=presets, programs=programs_ or {}, styles=e.styles, verdicts=VERDICT,
-            metrics=tuple(metrics), minimum=e.minimum,
+            metrics=tuple(metrics), minimum=e.minimum, symptoms=tuple(VERDICT),
             decided_by={"bug_shown": e.decided_by} if e.decided_by else {}))
         e.scenario.origin = "bench.zoo"
         ENTRIES[e.id] = e
