@@ -149,3 +149,33 @@ def test_more_jobs_than_cores_never_passes_on_no_data(tmp_path):
         else:
             assert c["metrics"]["delivered_bytes"] >= 1_000_000 * 1.0 / 8, c
             assert c["metrics"]["in_flight_at_end_bytes"] is not None
+
+
+ERROR_KEY_SCENARIO = '''
+from bench.scenario import Metric, Scenario
+
+
+def program(job):
+    return {"error": "a field of the program's own", "done_count": 1}
+
+
+def run(ctx):
+    from bench.scenario import run_program
+    ran = run_program(ctx, max_s=10)
+    return ({"done_count": ran.app["done_count"]}, {"ok": ran.app["error"].startswith("a field")}, [])
+
+
+SCENARIO = Scenario(id="T-errkey", title="t", summary="s", run=run, programs={"*": program},
+                    metrics=[Metric("done_count", None)], verdicts={"ok": "the key came back"},
+                    presets={"tiny": {}})
+'''
+
+
+@pytest.mark.timeout(120)
+def test_a_program_result_key_named_error_is_data_not_a_crash(tmp_path):
+    path = tmp_path / "errkey.py"
+    path.write_text(ERROR_KEY_SCENARIO)
+    scmod.load_scenario_file(str(path))
+    [cell] = scenarios.plan("T-errkey", "coro", None, "tiny")
+    result = scenarios.run_cell(cell)
+    assert result["errors"] == [] and result["verdicts"] == {"ok": True}, result
