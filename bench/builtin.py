@@ -66,8 +66,8 @@ def _in_flight(sent, received, shift_s=0.0):
     return out
 
 
-# The sink listens before the app process starts, so its clock runs while the app
-# imports its runtime: ~0.3 s on an idle machine, over 1 s on a loaded one. Without
+# The sink listens before the app process starts, so on real sockets its clock runs
+# while the app imports its runtime: ~0.3 s on an idle machine, over 1 s on a loaded one. Without
 # this allowance a loaded machine cut the sink, hence the proxy, hence the source,
 # before the run's end (the cell then had no steady state: "not measured").
 _APP_STARTUP_S = 2.0
@@ -77,10 +77,11 @@ def _s1_measure(ctx):
     p = ctx.params
     dur = p["duration_s"]
     bound = dur + p["grace_s"]
+    startup = 0.0 if ctx.sim is not None else _APP_STARTUP_S    # a sim app starts in no virtual time
     served = serve_app(
         ctx, "proxy", upstream="sink", params={"sockbuf": p["sockbuf"]}, timeout_s=dur + 20,
         peers=[peers.sink(rate_Bps=p["sink_Bps"], recv_bytes=64 * KiB, frame_bytes=p["frame_bytes"],
-                          sockbuf=p["sockbuf"], max_s=bound + _APP_STARTUP_S, warmup_s=p["warmup_s"]),
+                          sockbuf=p["sockbuf"], max_s=bound + startup, warmup_s=p["warmup_s"]),
                peers.source(connect=APP, rate_Bps=p["source_Bps"], frame_bytes=p["frame_bytes"],
                             duration_s=dur, sockbuf=p["sockbuf"], finish="close", max_s=bound,
                             warmup_s=p["warmup_s"])])
