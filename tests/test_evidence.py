@@ -179,3 +179,13 @@ def test_a_program_result_key_named_error_is_data_not_a_crash(tmp_path):
     [cell] = scenarios.plan("T-errkey", "coro", None, "tiny")
     result = scenarios.run_cell(cell)
     assert result["errors"] == [] and result["verdicts"] == {"ok": True}, result
+
+
+def test_compare_says_not_measured_rather_than_a_fix_or_regression():
+    from bench import compare
+    old = results.new_document([results.new_cell("S1", "coro", "naive", verdicts={"bounded": True})],
+                               run_id="a", env={})
+    new = results.new_document([results.new_cell("S1", "coro", "naive", verdicts={"bounded": None})],
+                               run_id="b", env={})
+    [row] = compare.verdict_changes(old, new)
+    assert row["status"] == "not-measured"
