@@ -180,7 +180,8 @@ def plot_s1(cells, out_dir, plt, order_key) -> list[str]:
         top.set_title(f"{style} style: bytes in flight (MB)", fontsize=10)
         bottom.set_title(f"{style} style: latency of frames arriving at the sink (s)", fontsize=10)
         bottom.set_xlabel("time since the source connected (s)")
-        top.legend(fontsize=7)
+        if top.get_legend_handles_labels()[0]:      # cells not measured draw no line
+            top.legend(fontsize=7)
     fig.suptitle("S1 one-way proxy, fast source -> slow sink: in flight = source sent - sink "
                  "received (user + kernel buffers); * = our kernel", fontsize=10)
     fig.tight_layout()
