@@ -189,3 +189,28 @@ def test_compare_says_not_measured_rather_than_a_fix_or_regression():
                                run_id="b", env={})
     [row] = compare.verdict_changes(old, new)
     assert row["status"] == "not-measured"
+
+
+def test_the_report_questions_read_declarations_not_verdict_names():
+    """A latency verdict named ``*_bounded`` is not a buffer that grew; a byte-metric
+    verdict with any name is, and a not-measured one answers neither way."""
+    import re
+    from bench import html
+    sc = {"title": "t", "variants": ["naive"], "columns": [], "verdicts": {"latency_bounded": "x",
+                                                                           "kept_small": "y"},
+          "metrics": {"worst_s": {"unit": "seconds", "direction": "lower"},
+                      "backlog_bytes": {"unit": "bytes", "direction": "lower"}},
+          "decided_by": {"latency_bounded": ["worst_s"], "kept_small": ["backlog_bytes"]}}
+
+    def cell(rt, verdicts):
+        return results.new_cell("U9", rt, "naive", metrics={"worst_s": 1.0, "backlog_bytes": 9e6},
+                                verdicts=verdicts, style="task", preset="tiny")
+    doc = results.new_document([cell("coro", {"latency_bounded": False, "kept_small": True}),
+                                cell("trio", {"latency_bounded": True, "kept_small": False}),
+                                cell("curio", {"latency_bounded": True, "kept_small": None})],
+                               run_id="q", env={}, scenarios={"U9": sc})
+    text = html.render_html(doc)
+    answers = re.search(r'<div class="answers">(.*?)</div>', text, re.S).group(1)
+    grow = answers.split("grow without bound?")[1].split("Which lose data")[0]
+    failing = grow.split("somewhere:")[1].split(".")[0]
+    assert "trio" in failing and "coro" not in failing and "curio" not in failing, grow
