@@ -13,7 +13,8 @@ import argparse
 import sys
 
 import kernels
-from bench import benchverb, faults, fidelity
+from bench import faults, fidelity
+from bench.verbs import benchmark as bench_verbs
 from bench.errors import ExitCode, Unavailable, UsageError
 from bench.results import VERSION
 from bench.verbs import results as results_verbs
@@ -23,7 +24,7 @@ from bench.verbs import serve as serve_verbs
 
 kernels.check_ours(kernels)
 
-VERB_MODULES = (run_verbs, serve_verbs, benchverb, fidelity, faults, repro_verbs, results_verbs)
+VERB_MODULES = (run_verbs, serve_verbs, bench_verbs, fidelity, faults, repro_verbs, results_verbs)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,7 +2,7 @@
 ``--replay FILE`` and ``--seeds N``.
 
 ``bench.simcells`` runs one cell in one world; this module sits above
-``bench.scenarios`` and decides which worlds to run:
+``bench.run`` and decides which worlds to run:
 
 * ``cells_for(args, planned)``: the planned cells on the chosen network (``--net
   both``: each cell twice, ``net`` a cell param), or the cells a ``--replay``
@@ -31,9 +31,9 @@ WALL_CLOCK = ("cell_wall_s", "cell_cpu_s")
 
 
 def cell_from_universe(u: dict):
-    """The ``bench.scenarios.Cell`` that ``universe()``'s dict describes (its
+    """The ``bench.run.Cell`` that ``universe()``'s dict describes (its
     world pinned); ValueError if it is not one."""
-    from bench.scenarios import Cell
+    from bench.run.plan import Cell
     if not isinstance(u, dict) or u.get("model") != UNIVERSE_MODEL:
         raise ValueError("not a looplab cell universe (no model 'looplab.simcell')")
     if u.get("version") != 1:
@@ -69,7 +69,7 @@ def with_ready_order(runtime_spec: str, seed: int) -> str:
 def seed_cell(cell, seed: int, faults: int = 0, net: dict | None = None):
     """``cell`` in universe ``seed``: the world's seed, ``faults`` random faults
     drawn from it, the exploration network, and the coro ready-order seed."""
-    from bench.scenarios import Cell
+    from bench.run.plan import Cell
     params = {**EXPLORE_NET, **(net or {}), "random_faults": faults}
     if faults:
         params.setdefault("fault_horizon_s", _horizon(cell))
@@ -126,7 +126,7 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
     universe for which ``failing(result)`` is true, shrunk to its smallest fault
     schedule, and check that it replays to the same result. Numeric metrics get
     min / median / max."""
-    from bench import scenarios
+    from bench import run as matrix
     counts: dict[str, int] = {}
     first_fail = None
     values: dict[str, list] = {}
@@ -136,7 +136,7 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
     for s in range(first_seed, first_seed + seeds):
         c = seed_cell(cell, s, faults, net)
         t = time.perf_counter()
-        r = scenarios.run_cell(c)
+        r = matrix.run_cell(c)
         wall += time.perf_counter() - t
         sim += r["metrics"].get("sim_s") or 0.0
         cpu += r["metrics"].get("cell_cpu_s") or 0.0
@@ -160,9 +160,9 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
         want = outcome_of(r)
 
         def still_fails(u):
-            return outcome_of(scenarios.run_cell(cell_from_universe(u))) == want
+            return outcome_of(matrix.run_cell(cell_from_universe(u))) == want
         shrunk, runs = shrink(cell, r["universe"], still_fails)
-        replay = scenarios.run_cell(cell_from_universe(shrunk))
+        replay = matrix.run_cell(cell_from_universe(shrunk))
         out["failing"] = {"seed": seed, "outcome": want, "universe": r["universe"],
                           "faults_before": len(r["universe"]["net"]["faults"]),
                           "shrunk_universe": shrunk,
@@ -202,7 +202,7 @@ def cells_for(args, planned: list) -> list:
 
 
 def _with_net(cell, net):
-    from bench.scenarios import Cell
+    from bench.run.plan import Cell
     return Cell(cell.scenario, cell.runtime, cell.variant, cell.preset,
                 {**cell.params, "net": net}, cell.repeats, world=cell.world)
 
@@ -245,34 +245,54 @@ def explore_command(cells: list, args, out_dir: str, failing=failed) -> int:
     import sys
     from bench import results as resmod
     from bench.errors import ExitCode
+    from bench.run.runner import signals_interrupt
     os.makedirs(out_dir, exist_ok=True)
     done = []
-    for cell in cells:
-        if cell.params.get("net") != "sim":
-            continue
-        from protocols import runtimes as rtmod
-        why = sim_capable(rtmod.parse(cell.runtime))
-        if why:
-            print(f"{cell.id}: skipped: {why}", file=sys.stderr)
-            continue
-        ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing)
-        done.append(ex)
-        print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall, "
-              f"{ex['cpu_s']:.2f} s CPU ({ex['sim_s']:.1f} s simulated)")
-        for outcome, n in sorted(ex["outcomes"].items(), key=lambda kv: -kv[1]):
-            print(f"    {n:6d}  {100 * n / args.seeds:5.1f} %  {outcome}")
-        lost = ex["metrics"].get("lost_bytes")
-        if lost:
-            print(f"    lost_bytes min {lost['min']}, median {lost['median']}, max {lost['max']}")
-        f = ex.get("failing")
-        if f:
-            name = "failing-" + cell.id.replace("/", "_").replace(":", "_") + ".json"
-            path = os.path.join(out_dir, name)
-            resmod.write_json(f["shrunk_universe"], path)
-            f["file"] = path
-            print(f"    first failing seed {f['seed']}: faults {f['faults_before']} -> "
-                  f"{f['faults_after']} after shrinking; replayed: {f['replayed_outcome']}; "
-                  f"universe: {path}")
-    resmod.write_json({"explorations": done}, os.path.join(out_dir, "explore.json"))
-    print(f"exploration: {os.path.join(out_dir, 'explore.json')}")
+    explored = [c for c in cells if c.params.get("net") == "sim"]
+    interrupted = False
+    try:
+        with signals_interrupt():      # SIGTERM stops it as SIGINT does: what finished is kept
+            for cell in explored:
+                _explore_one(cell, args, out_dir, failing, done)
+    except KeyboardInterrupt:
+        interrupted = True
+    path = os.path.join(out_dir, "explore.json")
+    doc = {"explorations": done}
+    if interrupted:
+        doc["incomplete"] = {"finished": len(done), "planned": len(explored), "reason": "interrupted"}
+    resmod.write_json(doc, path)
+    if interrupted:
+        print(f"looplab: interrupted: {len(done)} of {len(explored)} explorations finished, "
+              f"kept in {path}", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    print(f"exploration: {path}")
     return ExitCode.OK
+
+
+def _explore_one(cell, args, out_dir, failing, done) -> None:
+    """Explore one cell, print its outcomes, write its failing universe, append its summary."""
+    import os
+    import sys
+    from bench import results as resmod
+    why = sim_capable(cell.rt)
+    if why:
+        print(f"{cell.id}: skipped: {why}", file=sys.stderr)
+        return
+    ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing)
+    done.append(ex)
+    print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall, "
+          f"{ex['cpu_s']:.2f} s CPU ({ex['sim_s']:.1f} s simulated)")
+    for outcome, n in sorted(ex["outcomes"].items(), key=lambda kv: -kv[1]):
+        print(f"    {n:6d}  {100 * n / args.seeds:5.1f} %  {outcome}")
+    lost = ex["metrics"].get("lost_bytes")
+    if lost:
+        print(f"    lost_bytes min {lost['min']}, median {lost['median']}, max {lost['max']}")
+    f = ex.get("failing")
+    if f:
+        name = "failing-" + cell.id.replace("/", "_").replace(":", "_") + ".json"
+        path = os.path.join(out_dir, name)
+        resmod.write_json(f["shrunk_universe"], path)
+        f["file"] = path
+        print(f"    first failing seed {f['seed']}: faults {f['faults_before']} -> "
+              f"{f['faults_after']} after shrinking; replayed: {f['replayed_outcome']}; "
+              f"universe: {path}")

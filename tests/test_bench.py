@@ -21,7 +21,9 @@ import tomllib
 
 import pytest
 
-from bench import benchverb, echo, goals, loadgen, machine, micro, results
+from bench import results
+from bench.perf import echo, goals, loadgen, machine, micro
+from bench.verbs import benchmark as benchverb
 from bench import cli as looplab_cli
 from bench.errors import ExitCode, UsageError
 from protocols import runtimes

@@ -25,7 +25,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from bench import html as report_html
+from bench.report import html as report_html
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)

@@ -18,7 +18,7 @@ import pytest
 
 from bench import results as resmod
 from bench import scenario as scmod
-from bench import scenarios
+from bench import run as matrix
 from bench.cli import main as looplab
 from protocols import runtimes as rtmod
 
@@ -59,8 +59,8 @@ def _outcomes(eid: str) -> dict:
     e = zoo.ENTRIES[eid]
     cells = []
     for spec, variant, _ in _checks(e):
-        cells += scenarios.plan(e.id, spec, variant, "tiny")
-    done, interrupted = scenarios.run_matrix(cells, jobs=2)
+        cells += matrix.plan(e.id, spec, variant, "tiny")
+    done, interrupted = matrix.run_matrix(cells, jobs=2)
     assert not interrupted
     return {(r["scenario"], rtmod.parse(r["runtime"]).spec, r["variant"]): r for r in done}
 

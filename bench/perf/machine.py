@@ -30,7 +30,7 @@ __all__ = ["ROOT", "MeasureError", "Interrupted", "run_interruptibly", "stop_on_
 
 # The folder holding the `bench` package: worker processes start here, so
 # `python -m bench...` finds the same code as this process.
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A run is "noisy" when, during its counted window, other processes used more than this
 # much CPU (in CPUs) or the hypervisor stole more than this fraction of all CPU time.

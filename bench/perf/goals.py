@@ -13,9 +13,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from bench.echo import KiB, echo_units, paired, run_echo_matrix
-from bench.machine import Interrupted, progress, split_available
-from bench.micro import run_micro_matrix
+from bench.perf.echo import KiB, echo_units, paired, run_echo_matrix
+from bench.perf.machine import Interrupted, progress, split_available
+from bench.perf.micro import run_micro_matrix
 from bench.tables import MISSING, format_table
 from protocols import runtimes
 

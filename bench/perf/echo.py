@@ -6,7 +6,7 @@ How a measurement keeps itself honest:
 
 * **The server is alone on its CPU.** Every measurement starts a fresh server process
   (``python -m bench serve echo --runtime R --variant naive``) pinned to the first CPU, and
-  the load client pinned to the second (``bench.machine``, ``bench.loadgen``).
+  the load client pinned to the second (``bench.perf.machine``, ``bench.perf.loadgen``).
 * **Noise is measured, not assumed away.** Runtimes are interleaved in rounds whose order
   rotates so nobody always goes first; each run has an uncounted warm-up; during the
   counted window /proc says how much CPU other processes used and how much the hypervisor
@@ -26,8 +26,8 @@ import subprocess
 import time
 
 from bench import results
-from bench.loadgen import ServerProcess, client_command, load_client
-from bench.machine import (CLIENT_SATURATED, NOISY_OTHER_CPU, NOISY_STEAL, ROOT, Interrupted,
+from bench.perf.loadgen import ServerProcess, client_command, load_client
+from bench.perf.machine import (CLIENT_SATURATED, NOISY_OTHER_CPU, NOISY_STEAL, ROOT, Interrupted,
                            MeasureError, Window, bench_runtime, check_stop, cpu_plan, pin,
                            progress, read_line, rss_bytes, run_interruptibly, stop_process)
 from bench.tables import MISSING, fmt_bytes, fmt_rate, fmt_seconds, format_table

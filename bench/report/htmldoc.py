@@ -50,27 +50,23 @@ def scenario_order(sid: str):
 
 
 class Runtimes:
-    """Style, ours-ness and primary reference of each runtime spec in the document."""
+    """Style, ours-ness and primary reference of each runtime spec in the document
+    (its ``runtimes`` section; the cells' own ``style`` and ``ours`` otherwise)."""
 
-    def __init__(self, cells):
+    def __init__(self, cells, described: dict | None = None):
+        self._described = described or {}
         self._info = {}
         for c in sorted(cells, key=lambda c: c.get("id", "")):
             spec = c.get("runtime", "?")
             if spec not in self._info:
                 self._info[spec] = self._lookup(spec, c)
 
-    @staticmethod
-    def _lookup(spec, cell):
+    def _lookup(self, spec, cell):
         ident = spec.split(":", 1)[0]
-        style, ours, compared = cell.get("style"), cell.get("ours"), ()
-        try:
-            from protocols import runtimes as rtmod
-            rt = rtmod.parse(spec)
-            style = style or rt.style
-            ours = rt.ours if ours is None else ours
-            compared = tuple(getattr(rt.info, "compared_with", ()) or ())
-        except Exception:  # an unknown plugin runtime, or no protocols package
-            pass
+        d = self._described.get(spec) or {}
+        style = cell.get("style") or d.get("style")
+        ours = cell.get("ours") if cell.get("ours") is not None else d.get("ours")
+        compared = tuple(d.get("compared_with") or ())
         style = style or _STYLE_FALLBACK.get(ident, "other")
         if ours is None:
             ours = ident in _PRIMARY_FALLBACK
@@ -103,32 +99,11 @@ class Runtimes:
         return out
 
 
-def _registry_scenario(sid: str) -> dict:
-    try:
-        from bench import scenario as api
-        sc = api.scenarios().get(sid)
-        if sc is not None:
-            return sc.describe()
-    except Exception:  # the public scenario API is not there (yet), or it failed
-        pass
-    try:
-        from bench.scenarios import SCENARIOS
-        sc = SCENARIOS.get(sid)
-    except Exception:
-        sc = None
-    if sc is None:
-        return {}
-    return {"title": getattr(sc, "title", ""), "summary": getattr(sc, "summary", ""),
-            "variants": list(getattr(sc, "variants", ()) or ()),
-            "styles": list(getattr(sc, "styles", ()) or ())}
-
-
 def scenario_info(doc: dict, sid: str, cells: list) -> dict:
     given = (doc.get("scenarios") or {}).get(sid) or {}
-    reg = _registry_scenario(sid)
 
     def pick(key, default):
-        return given.get(key) or reg.get(key) or default
+        return given.get(key) or default
     metrics = pick("metrics", {})
     timing = {m for m, d in metrics.items() if isinstance(d, dict) and d.get("timing")}
     timing.update(_TIMING_METRICS)
@@ -217,21 +192,17 @@ def net_rank(cell: dict) -> int:
     return NETS.index(net) if net in NETS else len(NETS)
 
 
-def sim_note(cells) -> str | None:
+def sim_note(cells, real_only: dict | None = None) -> str | None:
     """What a report says when some of its cells ran on the simulated network: what
     that means, and which runtimes run only on the real network -- uvloop first, as
-    it polls real file descriptors in C. Plain text (the caller escapes it)."""
+    it polls real file descriptors in C. Plain text (the caller escapes it).
+    ``real_only``: runtime id -> why it runs only on the real network (the
+    document's ``real_network_only``)."""
     if not any(cell_net(c) == "sim" for c in cells):
         return None
     by_reason: dict = {}
-    try:
-        from protocols import runtimes as rtmod
-        for info in rtmod.RUNTIMES.values():
-            if info.real_network_only is not None:
-                by_reason.setdefault(info.real_network_only, []).append(info.id)
-    except Exception:   # no registry here (a document read elsewhere): say what is known
-        by_reason = {"it polls real file descriptors in C (libuv)": ["uvloop-protocol",
-                                                                     "uvloop-streams"]}
+    for rid, reason in (real_only or {}).items():
+        by_reason.setdefault(reason, []).append(rid)
     text = ("Rows whose net is sim ran on the simulated network (--net sim): the same program "
             "or app and the same peers in one process, on a virtual clock; a sim row's times "
             "are virtual.")

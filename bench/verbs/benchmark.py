@@ -20,16 +20,17 @@ import math
 import os
 import sys
 
-from bench import html, results
-from bench.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, curve_table,
+from bench import results
+from bench.report import html
+from bench.perf.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, curve_table,
                         echo_tables, echo_units, idle_table, measure_idle, run_echo_matrix)
 from bench.errors import ExitCode, UsageError
-from bench.goals import GOAL_ECHO_RUNTIMES, evaluate_goals, goals_table, run_goals
-from bench.loadgen import CLIENT_KINDS, load_client
-from bench.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
+from bench.perf.goals import GOAL_ECHO_RUNTIMES, evaluate_goals, goals_table, run_goals
+from bench.perf.loadgen import CLIENT_KINDS, load_client
+from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
                            environment, progress, raise_nofile, run_interruptibly,
                            split_available, stop_on_signals)
-from bench.micro import MICRO_NOTES, MICRO_OPS, micro_supported, micro_table, run_micro_matrix
+from bench.perf.micro import MICRO_NOTES, MICRO_OPS, micro_supported, micro_table, run_micro_matrix
 from protocols import runtimes
 
 __all__ = ["add_parser", "PRESETS", "parse_int_list", "check_output_file",

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 
-from bench import echo as echomod
-from bench import goals as goalsmod
-from bench.htmldoc import e, fmt_value, html_table, natural, rt_label, slug
-from bench.svg import OURS_SHADES, PALETTE, bar_chart, line_chart
+from bench.perf import echo as echomod
+from bench.perf import goals as goalsmod
+from bench.report.htmldoc import e, fmt_value, html_table, natural, rt_label, slug
+from bench.report.svg import OURS_SHADES, PALETTE, bar_chart, line_chart
 
 
 class BenchmarkSections:

@@ -11,7 +11,7 @@ spread over ``connections`` sockets, and reports
 so start-up, imports and connection set-up cancel out. A developer tool, not a
 benchmark verb::
 
-    python -m bench.icount RUNTIME... [--conns 10] [--size 1024] [--small 2000] [--large 10000]
+    python -m bench.perf.icount RUNTIME... [--conns 10] [--size 1024] [--small 2000] [--large 10000]
                                       [--pause 0.005] [--cache-sim]
 
 Needs valgrind on PATH. Every process it starts is stopped before it returns.
@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _round_trips(socks, size, requests, pause=0.0):
@@ -101,7 +101,7 @@ def instructions(runtime, conns, size, requests, out_dir, extra=(), pause=0.0):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.icount")
+    ap = argparse.ArgumentParser(prog="python -m bench.perf.icount")
     ap.add_argument("runtimes", nargs="+")
     ap.add_argument("--conns", type=int, default=10)
     ap.add_argument("--size", type=int, default=1024)

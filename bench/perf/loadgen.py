@@ -9,7 +9,7 @@ when the counted window opens, then one JSON line with the same keys.
 
 This module is also the Python client's entry point::
 
-    python -m bench.loadgen client HOST PORT CONNS MESSAGE_BYTES WARMUP_S DURATION_S [--procs P]
+    python -m bench.perf.loadgen client HOST PORT CONNS MESSAGE_BYTES WARMUP_S DURATION_S [--procs P]
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import time
 from importlib import resources
 
 from bench.errors import UsageError
-from bench.machine import ROOT, MeasureError, pin, read_line, stop_process, tail
+from bench.perf.machine import ROOT, MeasureError, pin, read_line, stop_process, tail
 
 __all__ = ["ROOT", "CLIENT_KINDS", "ServerProcess", "client_source", "load_client",
            "client_command", "py_client_main"]
@@ -200,7 +200,7 @@ def client_command(client, host: str, port: int, connections: int, message_bytes
     prefix = client[0]
     args = [host, str(port), str(connections), str(message_bytes), repr(warmup), repr(duration)]
     if prefix is None:
-        return [sys.executable, "-m", "bench.loadgen", "client", *args]
+        return [sys.executable, "-m", "bench.perf.loadgen", "client", *args]
     return [*prefix, *args]
 
 
@@ -327,8 +327,8 @@ def py_client_main(host: str, port: int, conns: int, size: int, warmup: float,
 
 
 def main(argv=None) -> int:
-    """``python -m bench.loadgen client ...``: the Python client as its own process."""
-    p = argparse.ArgumentParser(prog="python -m bench.loadgen")
+    """``python -m bench.perf.loadgen client ...``: the Python client as its own process."""
+    p = argparse.ArgumentParser(prog="python -m bench.perf.loadgen")
     sub = p.add_subparsers(dest="what", required=True)
     c = sub.add_parser("client", help="the Python echo load client")
     c.add_argument("host")

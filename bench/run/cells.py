@@ -1,0 +1,105 @@
+"""Running one cell: its repeats on its network, folded into one result.
+
+A *cell* (``bench.run.plan``) is one scenario x runtime x variant x preset. Running a cell means calling
+its scenario's ``run`` once per repeat (``bench.scenario``: peers in one process, the
+runtime under test alone in another) and folding the repeats into one result:
+numeric metrics are medians (raw samples kept), and each verdict is true only if it
+held in every repeat, with its frequency alongside (``<verdict>_fraction``). A cell
+that crashes or hangs is a result with ``errors``, never the end of the matrix.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+from bench import scenario as scmod
+from bench.run.net import network_of
+
+__all__ = ["run_cell", "new_result"]
+
+
+def _typical(values):
+    """The median of numbers; for booleans and strings, the most common value."""
+    nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if nums:
+        return statistics.median(nums)
+    present = [v for v in values if v is not None]
+    return max(present, key=present.count) if present else None
+
+
+def _outcome(sc, got) -> scmod.Outcome:
+    """A run function's return value, checked against what the scenario declares."""
+    if isinstance(got, scmod.Outcome):
+        out = got
+    elif isinstance(got, tuple) and len(got) == 3:
+        out = scmod.Outcome(dict(got[0]), dict(got[1]), list(got[2] or []))
+    else:
+        raise TypeError(f"{sc.id}.run returned {type(got).__name__}; expected "
+                        "(metrics, verdicts, notes) or an Outcome")
+    declared = {m.name for m in sc.metrics}
+    extra = [k for k in out.metrics if k not in declared]
+    if extra:
+        raise ValueError(f"{sc.id}.run returned undeclared metrics {', '.join(extra)} "
+                         "(declare them in metrics=)")
+    missing = [v for v in sc.verdicts if v not in out.verdicts]
+    unknown = [v for v in out.verdicts if v not in sc.verdicts]
+    if missing or unknown:
+        raise ValueError(f"{sc.id}.run returned verdicts {sorted(out.verdicts)}; "
+                         f"it declares {sorted(sc.verdicts)}")
+    return out
+
+
+def new_result(cell, **extra) -> dict:
+    """The result of ``cell`` before anything ran (``skipped=WHY`` makes a skipped one)."""
+    rt = cell.rt
+    result = {"id": cell.id, "scenario": cell.scenario, "runtime": cell.runtime,
+              "style": rt.style, "ours": rt.ours, "variant": cell.variant, "preset": cell.preset,
+              "params": cell.params, "repeats": cell.repeats, "metrics": {}, "verdicts": {},
+              "samples": {}, "errors": [], "notes": []}
+    result.update(extra)
+    return result
+
+
+def run_cell(cell, trace_path: str | None = None) -> dict:
+    """Run one cell (all its repeats) on its network and return its result dict.
+    Never raises for a failing cell: crashes and timeouts are recorded in ``errors``."""
+    rt, sc, net = cell.rt, cell.sc, network_of(cell)
+    result = new_result(cell)
+    reason = net.unable(cell)
+    if reason:
+        result["skipped"] = reason
+        return result
+    runs = []
+    for rep_i in range(cell.repeats):
+        t0, c0 = time.monotonic(), time.thread_time()
+        ctx = scmod.CellContext(sc, rt, cell.variant, cell.preset, dict(cell.params), trace_path)
+        with net.repeat(cell, rep_i, result, ctx) as seen:
+            try:
+                out = _outcome(sc, sc.run(ctx))
+            except Exception as exc:  # a crashing cell is a result, not the end of the matrix
+                result["errors"].append(f"{type(exc).__name__}: {exc}")
+                out = None
+        if out is None:
+            continue
+        metrics = dict(out.metrics)
+        metrics["cell_wall_s"] = round(time.monotonic() - t0, 3)
+        metrics.update(net.metrics(seen, c0))
+        if out.series and "series" not in result:
+            result["series"] = out.series          # time series: first repeat
+        runs.append((metrics, out.verdicts))
+        for n in list(out.notes) + ctx.notes:
+            if n not in result["notes"]:
+                result["notes"].append(n)
+    if not runs:
+        return result
+    names = list(dict.fromkeys(n for m, _ in runs for n in m))
+    for name in names:
+        values = [m.get(name) for m, _ in runs]
+        result["samples"][name] = values
+        result["metrics"][name] = _typical(values)
+    for name in sc.verdicts:
+        held = [bool(v.get(name)) for _, v in runs]
+        result["verdicts"][name] = all(held)
+        if len(runs) > 1:
+            result["metrics"][f"{name}_fraction"] = sum(held) / len(held)
+    return result
