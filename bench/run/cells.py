@@ -72,13 +72,17 @@ def run_cell(cell, trace_path: str | None = None) -> dict:
     runs = []
     for rep_i in range(cell.repeats):
         t0, c0 = time.monotonic(), time.thread_time()
-        ctx = scmod.CellContext(sc, rt, cell.variant, cell.preset, dict(cell.params), trace_path)
-        with net.repeat(cell, rep_i, result, ctx) as seen:
+        def make_ctx():
+            return scmod.CellContext(sc, rt, cell.variant, cell.preset, dict(cell.params),
+                                     trace_path)
+        with net.repeat(cell, rep_i, result, make_ctx) as (ctx, seen):
             try:
                 out = _outcome(sc, sc.run(ctx))
             except Exception as exc:  # a crashing cell is a result, not the end of the matrix
                 result["errors"].append(f"{type(exc).__name__}: {exc}")
                 out = None
+            ctx_notes = ctx.notes
+            del ctx                   # inside the network's repeat (a sim cell's heap)
         if out is None:
             continue
         metrics = dict(out.metrics)
@@ -87,7 +91,7 @@ def run_cell(cell, trace_path: str | None = None) -> dict:
         if out.series and "series" not in result:
             result["series"] = out.series          # time series: first repeat
         runs.append((metrics, out.verdicts))
-        for n in list(out.notes) + ctx.notes:
+        for n in list(out.notes) + ctx_notes:
             if n not in result["notes"]:
                 result["notes"].append(n)
     if not runs:

@@ -14,7 +14,7 @@ from bench import results as resmod
 from bench import scenario as scmod
 from protocols import runtimes as rtmod
 
-__all__ = ["describe_scenario", "describe_runtime", "describe", "build", "complete"]
+__all__ = ["describe_scenario", "describe_runtime", "describe", "builder", "build", "complete"]
 
 
 def _import_name(fn) -> str | None:
@@ -57,16 +57,28 @@ def describe(cells) -> tuple[dict, dict]:
     return scenarios, runtimes
 
 
-def build(results: list, cells, *, run_id=None, env=None, incomplete=None, **extra) -> dict:
-    """The results document of ``results`` (finished cells) of the planned ``cells``."""
+def builder(cells, **extra):
+    """``document(results, incomplete)`` for a run of the planned ``cells``: the
+    descriptions are made once, here, not at every flush (a run's main thread
+    builds a document per finished cell while the next cell runs)."""
     scenarios, runtimes = describe(cells)
-    doc = resmod.new_document(results, run_id=run_id, env=env, scenarios=scenarios,
-                              runtimes=runtimes, **extra)
-    if any(c.net == "sim" for c in cells):
-        doc["real_network_only"] = _real_network_only()
-    if incomplete:
-        doc["incomplete"] = incomplete
-    return doc
+    real_only = _real_network_only() if any(c.net == "sim" for c in cells) else None
+    extra.setdefault("run_id", resmod.new_run_id())
+    extra.setdefault("env", resmod.environment())
+
+    def document(results, incomplete=None):
+        doc = resmod.new_document(results, scenarios=scenarios, runtimes=runtimes, **extra)
+        if real_only is not None:
+            doc["real_network_only"] = real_only
+        if incomplete:
+            doc["incomplete"] = incomplete
+        return doc
+    return document
+
+
+def build(results: list, cells, *, incomplete=None, **extra) -> dict:
+    """The results document of ``results`` (finished cells) of the planned ``cells``."""
+    return builder(cells, **extra)(results, incomplete)
 
 
 def _real_network_only() -> dict:

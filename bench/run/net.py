@@ -25,10 +25,11 @@ class Network:
         return cell.rt.unavailable_reason()
 
     @contextlib.contextmanager
-    def repeat(self, cell, rep_i: int, result: dict, ctx):
-        """Around one repeat: put on ``ctx`` what the scenario's run needs here.
-        Yields a dict the network fills with what it saw (for ``metrics``)."""
-        yield {}
+    def repeat(self, cell, rep_i: int, result: dict, make_ctx):
+        """Around one repeat: the scenario's context (``make_ctx()``) with what its
+        run needs on this network. Yields (context, a dict the network fills with
+        what it saw, for ``metrics``); the caller drops the context inside."""
+        yield make_ctx(), {}
 
     def metrics(self, seen: dict, cpu_start: float) -> dict:
         """What one finished repeat measured about its network and machine."""
@@ -54,16 +55,19 @@ class SimNetwork(Network):
         return simcells.sim_capable(cell.rt)
 
     @contextlib.contextmanager
-    def repeat(self, cell, rep_i, result, ctx):
+    def repeat(self, cell, rep_i, result, make_ctx):
         from bench import simcells
+        # The context is made inside the cell's heap and dropped inside it, so the
+        # world's garbage is collected with this cell and not in a later one.
         with simcells.cell_heap():
+            ctx = make_ctx()
             ctx.sim = simcells.cell_world(cell, rep_i, result)
             seen: dict = {}
             try:
-                yield seen
+                yield ctx, seen
             finally:
                 seen["sim_s"] = ctx.sim.world.now
-                ctx.sim = None        # the world goes with it, inside the cell's heap
+                del ctx
 
     def metrics(self, seen, cpu_start):
         # CPU time, which holds on a loaded machine where wall time does not. Only

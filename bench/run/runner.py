@@ -63,10 +63,11 @@ def check_outputs(out_dir: str | None = None, json_path: str | None = None) -> N
 
 
 def progress_printer(stream=None):
+    # bound now: a simulated cell's program captures sys.stderr while it runs
+    out = stream or sys.stderr
     start = time.monotonic()
 
     def show(i, n, result):
-        out = stream or sys.stderr
         status = "skipped" if result.get("skipped") else (
             "ERROR" if result["errors"] and not result["verdicts"] else "ok")
         out.write(f"[{i}/{n}] {time.monotonic() - start:5.1f}s {result['id']:<60} {status}\n")

@@ -344,10 +344,12 @@ def cmd_repro(args) -> int:
     print(f"looplab repro: {len(cells) + len(skipped)} cells ({cells[0].preset if cells else args.preset} "
           f"preset)", file=sys.stderr)
 
+    base, versions = docmod.builder(planned), zoo.installed_versions()
+
     def document(results, incomplete):
-        return docmod.build(results, planned, incomplete=incomplete, zoo={
-            "versions": zoo.installed_versions(),
-            "bugs": [summarize(zoo, e, results) for e in entries]})
+        doc = base(results, incomplete)
+        doc["zoo"] = {"versions": versions, "bugs": [summarize(zoo, e, results) for e in entries]}
+        return doc
 
     runner = matrix.Runner(cells, document, out_dir=out_dir, jobs=args.jobs, extra_results=skipped)
     doc = runner.run()

@@ -124,13 +124,7 @@ def run_and_report(cells, out_dir: str, json_path: str | None = None, jobs: int 
 
     ``fail_on="verdict"``: exit 1 when a verdict fails -- with a ``baseline``
     document, only when a verdict that held there fails now (a regression)."""
-    run_id, env = resmod.new_run_id(), resmod.environment()
-
-    def document(results, incomplete):
-        return docmod.build(results, cells, run_id=run_id, env=env, incomplete=incomplete,
-                            **(extra or {}))
-
-    runner = matrix.Runner(cells, document, out_dir=out_dir, jobs=jobs)
+    runner = matrix.Runner(cells, docmod.builder(cells, **(extra or {})), out_dir=out_dir, jobs=jobs)
     doc = runner.run()
     paths = report.write_report(doc, out_dir)
     if json_path:
