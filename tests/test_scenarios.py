@@ -324,6 +324,7 @@ def test_run_fail_on_verdict_exits_1_on_a_planted_verdict_regression(tmp_path):
 
 def test_report_rows_naive_first_marker_on_errors_and_no_question_marks():
     from bench import report
+    from bench.run import document as docmod
 
     def cell(rt, variant, ours, **kw):
         base = {"id": f"S3/{rt}/{variant}/tiny", "scenario": "S3", "runtime": rt, "variant": variant,
@@ -338,6 +339,7 @@ def test_report_rows_naive_first_marker_on_errors_and_no_question_marks():
                                      errors=["RuntimeError: boom"]),
                                 cell("asyncio-protocol", "naive", False),
                                 cell("callback", "naive", True)], run_id="r", env={})
+    doc = docmod.complete(doc)      # a document without descriptions: as `looplab report` reads it
     [(title, header, rows)] = report.table_rows(doc)
     assert [r[1] for r in rows] == ["naive", "naive", "fixed", "fixed"]     # declared order
     error_row = next(r for r in rows if r[-1].startswith("ERROR"))
