@@ -351,7 +351,15 @@ def load_json(path: str) -> dict:
         doc = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path} is not a looplab results file (not JSON: {exc})") from None
-    return check_document(doc, path)
+    doc = check_document(doc, path)
+    try:
+        problems = validate(doc)
+    except ImportError:     # jsonschema missing: the checks above are all there is
+        problems = []
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UsageError(f"{path} is not a valid looplab results file: {problems[0]}{more}")
+    return doc
 
 
 CSV_COLUMNS = ("run_id", "cell", "scenario", "runtime", "variant", "params", "metric", "value")

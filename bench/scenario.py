@@ -212,6 +212,7 @@ class Scenario:
     traceable: bool = False
     default_repeats: int = 1
     origin: str = ""
+    real_network_only: str = ""     # why it cannot run on the simulated network ("": it can)
 
     def __post_init__(self):
         self.metrics = tuple(self.metrics)

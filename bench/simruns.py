@@ -230,10 +230,18 @@ def replay_cells(path: str) -> list:
     if not found:
         raise UsageError(f"--replay {path}: no simulated universe in it (give a results file "
                          "of a --net sim run, or a universe --seeds wrote)")
+    from bench.run.plan import check_cell
+    from bench.simcells import new_world
     try:
-        return [cell_from_universe(u) for u in found]
-    except (ValueError, KeyError, TypeError) as exc:
+        cells = [check_cell(cell_from_universe(u)) for u in found]
+        for c in cells:     # the world it describes can be built (and is thrown away)
+            w = dict(c.world or {})
+            new_world(w.get("seed", 0), w.get("faults"), **dict(w.get("params") or {}))
+    except UsageError as exc:
         raise UsageError(f"--replay {path}: {exc}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(f"--replay {path}: {exc}") from None
+    return cells
 
 
 def explore_command(cells: list, args, out_dir: str, failing=failed) -> int:

@@ -75,14 +75,16 @@ def run_cell(cell, trace_path: str | None = None) -> dict:
         def make_ctx():
             return scmod.CellContext(sc, rt, cell.variant, cell.preset, dict(cell.params),
                                      trace_path)
-        with net.repeat(cell, rep_i, result, make_ctx) as (ctx, seen):
-            try:
-                out = _outcome(sc, sc.run(ctx))
-            except Exception as exc:  # a crashing cell is a result, not the end of the matrix
-                result["errors"].append(f"{type(exc).__name__}: {exc}")
-                out = None
-            ctx_notes = ctx.notes
-            del ctx                   # inside the network's repeat (a sim cell's heap)
+        out, ctx_notes = None, []
+        try:
+            with net.repeat(cell, rep_i, result, make_ctx) as (ctx, seen):
+                try:
+                    out = _outcome(sc, sc.run(ctx))
+                finally:
+                    ctx_notes = ctx.notes
+                    del ctx           # inside the network's repeat (a sim cell's heap)
+        except Exception as exc:      # a crashing cell is a result, not the end of the matrix
+            result["errors"].append(f"{type(exc).__name__}: {exc}")
         if out is None:
             continue
         metrics = dict(out.metrics)

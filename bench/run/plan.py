@@ -15,7 +15,7 @@ from bench import scenario as scmod
 from bench.errors import UsageError
 from protocols import runtimes as rtmod
 
-__all__ = ["Cell", "plan", "split", "with_net"]
+__all__ = ["Cell", "plan", "split", "with_net", "check_cell"]
 
 
 @dataclass
@@ -62,6 +62,33 @@ def with_net(cell: Cell, net: str) -> Cell:
     return Cell(cell.scenario, cell.runtime, cell.variant, cell.preset,
                 {**cell.params, "net": net}, cell.repeats, world=cell.world,
                 _sc=cell._sc, _rt=cell._rt)
+
+
+def check_cell(cell: Cell) -> Cell:
+    """A cell read from a file (a replayed universe): its scenario, runtime, preset
+    and variant exist, and its params have the types its preset's have. A problem
+    is a one-line UsageError."""
+    sc, _ = cell.sc, cell.rt            # UsageError naming the valid ones
+    if cell.preset not in sc.presets:
+        raise UsageError(f"scenario {sc.id} has no preset {cell.preset!r}; its presets: "
+                         f"{', '.join(sc.presets)}")
+    if cell.variant not in sc.variants:
+        raise UsageError(f"scenario {sc.id} has no variant {cell.variant!r}; its variants: "
+                         f"{', '.join(sc.variants)}")
+    if not isinstance(cell.params, dict):
+        raise UsageError(f"params must be an object, got {type(cell.params).__name__}")
+    for key, want in sc.presets[cell.preset].items():
+        got = cell.params.get(key, want)
+        number = (int, float)
+        same = (isinstance(got, number) and not isinstance(got, bool)) if \
+            (isinstance(want, number) and not isinstance(want, bool)) else \
+            (want is None or got is None or isinstance(got, type(want)))
+        if not same:
+            raise UsageError(f"param {key}={got!r} is not a {type(want).__name__} like the "
+                             f"{cell.preset} preset's {want!r}")
+    if cell.world is not None and not isinstance(cell.world, dict):
+        raise UsageError(f"its network must be an object, got {type(cell.world).__name__}")
+    return cell
 
 
 def split(text: str | None) -> list[str] | None:
