@@ -74,6 +74,18 @@ def _status(s: dict, target: float) -> str:
     return status
 
 
+NOT_JUDGED = "not judged (interrupted run)"
+
+
+def unjudged_if_interrupted(rows: list[dict], interrupted: bool) -> list[dict]:
+    """An interrupted run's rounds were cut short and its machine was busy being
+    stopped: a goal it did not reach is not judged from it (one it met stays met)."""
+    if not interrupted:
+        return rows
+    return [{**r, "status": NOT_JUDGED} if str(r.get("status", "")).startswith("not met") else r
+            for r in rows]
+
+
 def evaluate_goals(cells: list[dict]) -> list[dict]:
     """One row per goal::
 

@@ -29,6 +29,7 @@ import os
 
 from bench.report.htmlbench import BenchmarkSections
 from bench.report.htmldoc import (BENCH_KINDS, DASH, MID, NO, STAR, STATUSES, YES, Anchors, Runtimes,
+                                  incomplete_line,
                            cell_net, cell_status, cell_series, e, fmt_value, html_table, is_number,
                            machine_rows, metric_label, net_rank, rt_label, scenario_info,
                            scenario_order, series_metric, sim_note, variant_index, verdict_text,
@@ -623,6 +624,8 @@ class _Page(BenchmarkSections):
                     f'{", " + str(len(self.bench)) + " benchmark cells" if self.bench else ""} on '
                     f'{len({c.get("runtime") for c in self.cells})} runtimes.</p>'
                     f'<nav>{MID.join(nav)}</nav></header>')
+        if incomplete_line(self.doc):
+            body.append(f'<p class="no" id="incomplete"><strong>{e(incomplete_line(self.doc))}</strong></p>')
         if self.scen:
             body.append('<section><h2 id="verdicts">Verdicts</h2>' + self.grid() + "</section>")
             body.append(self.answers())

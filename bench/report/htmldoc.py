@@ -192,6 +192,16 @@ def net_rank(cell: dict) -> int:
     return NETS.index(net) if net in NETS else len(NETS)
 
 
+def incomplete_line(doc: dict) -> str | None:
+    """One sentence when the run behind ``doc`` stopped before every cell ran."""
+    inc = doc.get("incomplete")
+    if not inc:
+        return None
+    of = f" of {inc['planned']}" if inc.get("planned") is not None else ""
+    return (f"INCOMPLETE: this run was {inc.get('reason', 'interrupted')} after "
+            f"{inc.get('finished', '?')}{of} cells; the rest were not run.")
+
+
 def sim_note(cells, real_only: dict | None = None) -> str | None:
     """What a report says when some of its cells ran on the simulated network: what
     that means, and which runtimes run only on the real network -- uvloop first, as

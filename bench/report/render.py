@@ -20,7 +20,7 @@ import os
 from bench import results as resmod
 from bench import tables
 from bench.report import html as htmlmod
-from bench.report.htmldoc import cell_net, net_rank, sim_note
+from bench.report.htmldoc import cell_net, incomplete_line, net_rank, sim_note
 from bench.tables import MISSING, fmt, format_table
 
 STYLE_ORDER = ("callback", "stream", "task")
@@ -52,15 +52,6 @@ def _imported(name):
     except Exception:   # the scenario's code is not on this machine: the unit's formatter
         return None
     return obj if callable(obj) else None
-
-
-def incomplete_line(doc: dict) -> str | None:
-    """One sentence when the run behind ``doc`` stopped before every cell ran."""
-    inc = doc.get("incomplete")
-    if not inc:
-        return None
-    return (f"INCOMPLETE: this run was {inc.get('reason', 'interrupted')} after "
-            f"{inc.get('finished', '?')} of {inc.get('planned', '?')} cells; the rest were not run.")
 
 
 def _order_key(cat: dict):
