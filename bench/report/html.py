@@ -28,14 +28,14 @@ import json
 import os
 
 from bench.report.htmlbench import BenchmarkSections
-from bench.report.htmldoc import (BENCH_KINDS, DASH, MID, NO, STAR, STATUSES, YES, Anchors, Runtimes,
-                                  incomplete_line,
-                           cell_net, cell_status, cell_series, e, fmt_value, html_table, is_number,
-                           machine_rows, metric_label, net_rank, rt_label, scenario_info,
-                           scenario_order, series_metric, sim_note, variant_index, verdict_text,
-                           worst_status)
-from bench.results import write_text
+from bench.report.htmldoc import (BENCH_KINDS, DASH, MID, NO, STAR, STATUSES, YES, Anchors,
+                                  Runtimes, cell_net, cell_series, cell_status, e, fmt_value,
+                                  html_table, incomplete_line, is_number, machine_rows,
+                                  metric_label, net_rank, rt_label, scenario_info, scenario_order,
+                                  series_metric, sim_note, variant_index, verdict_text,
+                                  worst_status)
 from bench.report.svg import OURS_COLOUR, PALETTE, bar_chart, line_chart
+from bench.results import write_text
 from bench.tables import fmt
 
 __all__ = ["write_html", "render_html", "cell_status", "STATUSES", "BENCH_KINDS"]
