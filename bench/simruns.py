@@ -286,7 +286,10 @@ def _explore_one(cell, args, out_dir, failing, done) -> None:
     if why:
         print(f"{cell.id}: skipped: {why}", file=sys.stderr)
         return
-    ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing)
+    from bench.run.runner import check_stop
+    # between seeds: a sim cell may have swallowed the interrupt as its own server stop
+    ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing,
+                 progress=lambda seed, outcome: check_stop())
     done.append(ex)
     print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall, "
           f"{ex['cpu_s']:.2f} s CPU ({ex['sim_s']:.1f} s simulated)")
