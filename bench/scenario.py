@@ -94,13 +94,13 @@ import os
 import queue
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from bench import procs
 from bench.errors import UsageError
 from bench.peers import PeerProcess
 from protocols import apps
@@ -539,9 +539,11 @@ class AppProcess:
 
     def __init__(self, spec: dict):
         spec = {**spec, "plugins": plugin_spec()}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.cell", json.dumps(spec)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The one place a cell's process is launched: its interpreter is the cell's
+        # own ("python" in its spec) or this one.
+        self.proc = procs.spawn(procs.python_command("bench.cell", json.dumps(spec),
+                                                     python=spec.get("python")),
+                                text=True, cwd=None, env=os.environ.copy())
         self.events: queue.Queue = queue.Queue()
         self.stderr_lines: list[str] = []
         self._threads = [threading.Thread(target=self._read_stdout, daemon=True),
@@ -605,13 +607,7 @@ class AppProcess:
     def __exit__(self, *exc):
         with _RUNNING_LOCK:
             _RUNNING.discard(self)
-        if self.proc.poll() is None:
-            self.interrupt()
-            try:
-                self.proc.wait(3)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        procs.stop(self.proc, first=signal.SIGINT, grace_s=3, close_pipes=False)
         for t in self._threads:
             t.join(2)
         self.proc.stdout.close()

@@ -22,12 +22,11 @@ import io
 import json
 import math
 import socket
-import subprocess
 import time
 
-from bench import results
+from bench import procs, results
 from bench.perf.loadgen import ServerProcess, client_command, load_client
-from bench.perf.machine import (CLIENT_SATURATED, NOISY_OTHER_CPU, NOISY_STEAL, ROOT, Interrupted,
+from bench.perf.machine import (CLIENT_SATURATED, NOISY_OTHER_CPU, NOISY_STEAL, Interrupted,
                            MeasureError, Window, bench_runtime, check_stop, cpu_plan, pin,
                            progress, read_line, rss_bytes, run_interruptibly, stop_process)
 from bench.tables import MISSING, fmt_bytes, fmt_rate, fmt_seconds, format_table
@@ -93,8 +92,7 @@ def measure_echo(rt, message_bytes: int, connections: int, duration: float = 2.0
     try:
         host, port = server.address
         cmd = client_command(client, host, port, connections, message_bytes, warmup, duration)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, cwd=ROOT)
+        proc = procs.spawn(cmd)
         pin(proc.pid, client_cpu)
         buf = bytearray()
         budget = 30.0 + connections * 0.02

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import procs
 
 
 def _round_trips(socks, size, requests, pause=0.0):
@@ -74,12 +74,11 @@ def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):
 
 def instructions(runtime, conns, size, requests, out_dir, extra=(), pause=0.0):
     out = os.path.join(out_dir, f"cg.{runtime.replace(':', '_')}.c{conns}.{requests}.out")
-    env = dict(os.environ, PYTHONHASHSEED="0")
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
            f"--callgrind-out-file={out}", *extra,
-           sys.executable, "-m", "bench", "serve", "echo", "--runtime", runtime]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+           *procs.python_command("bench", "serve", "echo", "--runtime", runtime)]
+    proc = procs.spawn(cmd, env=procs.child_env({"PYTHONHASHSEED": "0"}),
+                       stderr=subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline()
         m = re.match(r"listening on ([\d.]+):(\d+)", line)

@@ -26,6 +26,7 @@ import tempfile
 import time
 from importlib import resources
 
+from bench import procs
 from bench.errors import UsageError
 from bench.perf.machine import ROOT, MeasureError, pin, read_line, stop_process, tail
 
@@ -60,17 +61,15 @@ class ServerProcess:
         self._stderr = None
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "bench", "serve", self.app, "--runtime", self.spec,
-               "--listen", "127.0.0.1:0", "--variant", self.variant]
+        cmd = procs.python_command("bench", "serve", self.app, "--runtime", self.spec,
+                                   "--listen", "127.0.0.1:0", "--variant", self.variant)
         if self.sockbuf:
             cmd += ["--sockbuf", str(self.sockbuf)]
         return cmd
 
     def start(self) -> "ServerProcess":
         self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=self._stderr,
-                                     stdin=subprocess.DEVNULL, cwd=ROOT,
-                                     preexec_fn=_default_sigint)
+        self.proc = procs.spawn(self.command(), stderr=self._stderr, preexec_fn=_default_sigint)
         try:
             pin(self.proc.pid, self.cpu)
             deadline = time.monotonic() + self.start_timeout_s
@@ -200,7 +199,7 @@ def client_command(client, host: str, port: int, connections: int, message_bytes
     prefix = client[0]
     args = [host, str(port), str(connections), str(message_bytes), repr(warmup), repr(duration)]
     if prefix is None:
-        return [sys.executable, "-m", "bench.perf.loadgen", "client", *args]
+        return procs.python_command("bench.perf.loadgen", "client", *args)
     return [*prefix, *args]
 
 

@@ -22,8 +22,8 @@ import subprocess
 import sys
 import time
 
-from bench import results
-from bench.perf.machine import (ROOT, Interrupted, MeasureError, bench_runtime, check_stop,
+from bench import procs, results
+from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop,
                            cpu_plan, pin, progress, run_interruptibly)
 from bench.tables import fmt_rate, format_table
 from protocols import runtimes
@@ -485,10 +485,9 @@ def _worker_main(argv) -> int:
 
 def _micro_in_worker(op: str, rt, min_time: float, cpu: int | None,
                      timeout_s: float = 180.0) -> dict:
-    cmd = [sys.executable, "-m", "bench.perf.micro", "worker", "--op", op, "--runtime",
-           bench_runtime(rt).spec, "--min-time", repr(min_time)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, cwd=ROOT)
+    cmd = procs.python_command("bench.perf.micro", "worker", "--op", op, "--runtime",
+                               bench_runtime(rt).spec, "--min-time", repr(min_time))
+    proc = procs.spawn(cmd)
     pin(proc.pid, cpu)
     try:
         out, err = proc.communicate(timeout=timeout_s)
