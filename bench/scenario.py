@@ -539,10 +539,10 @@ class AppProcess:
 
     def __init__(self, spec: dict):
         spec = {**spec, "plugins": plugin_spec()}
-        # The one place a cell's process is launched: its interpreter is the cell's
-        # own ("python" in its spec) or this one.
+        from bench import envs      # the interpreter axis: the runtime's @INTERPRETER
+        # The one place a cell's process is launched, on its runtime's interpreter.
         self.proc = procs.spawn(procs.python_command("bench.cell", json.dumps(spec),
-                                                     python=spec.get("python")),
+                                                     python=envs.interpreter_for(spec["runtime"])),
                                 text=True, cwd=None, env=os.environ.copy())
         self.events: queue.Queue = queue.Queue()
         self.stderr_lines: list[str] = []
@@ -633,11 +633,15 @@ class _Peers(PeerProcess):
 
 
 def abort_running() -> None:
-    """Kill every cell and peer process still running (an interrupted matrix)."""
+    """Kill every cell and peer process still running, and stop every simulated
+    cell's world (an interrupted matrix)."""
     with _RUNNING_LOCK:
         live = list(_RUNNING)
     for p in live:
         p.kill()
+    simcells = sys.modules.get("bench.simcells")     # no simulated cell without it
+    if simcells is not None:
+        simcells.stop_all("interrupted")
 
 
 # ---------------------------------------------------------------------------

@@ -48,13 +48,14 @@ from __future__ import annotations
 import copy
 import socket as _socket
 import threading
+import weakref
 
 from bench.simroles import SimRole, make_role, simnet_bucket  # noqa: F401 -- re-exported
 from kernels import simnet
 
 __all__ = ["SimCell", "SimRole", "sim_capable", "NET_DEFAULTS", "new_world", "cell_heap",
            "keep_freed_memory", "cell_world", "serve_app", "run_program", "universe",
-           "UNIVERSE_MODEL", "make_role"]
+           "UNIVERSE_MODEL", "make_role", "WATCHDOG_S", "stop_all"]
 
 UNIVERSE_MODEL = "looplab.simcell"
 #: The network a cell runs on unless its universe says otherwise: loopback as
@@ -69,6 +70,23 @@ NET_DEFAULTS: dict = {"sockbuf_scale": 2, "accounting": "linux", "latency_s": 2e
 # is CPU-bound anyway (``--jobs`` buys nothing under one GIL).
 _ONE_AT_A_TIME = threading.Lock()
 _SERVER_GRACE_S = 10.0
+
+#: A sim cell's wall-clock watchdog: a cell still running after this long (a
+#: program spinning on the world, a livelock the event budget cannot see) ends
+#: as an error (``SimStopped``), its universe kept in its result for --replay.
+#: Every built-in cell at every preset takes seconds; this is a hang detector.
+WATCHDOG_S = 300.0
+_LIVE: "weakref.WeakSet[simnet.World]" = weakref.WeakSet()   # worlds of cells now running
+
+
+def stop_all(reason: str) -> int:
+    """Stop every sim cell's world now running (SIGINT/SIGTERM: the matrix's
+    ``abort_running``, the exploration's handler): each ends at its next step
+    with ``SimStopped(reason)``. Returns how many."""
+    live = list(_LIVE)
+    for world in live:
+        world.stop(reason)
+    return len(live)
 
 
 def sim_capable(runtime) -> str | None:
@@ -304,6 +322,8 @@ def cell_world(cell, repeat: int, result: dict) -> SimCell:
     if repeat:
         seed = seed + repeat if isinstance(seed, int) else f"{seed}+{repeat}"
     world = new_world(seed, spec.get("faults"), **dict(spec.get("params") or {}))
+    world.watchdog(WATCHDOG_S)
+    _LIVE.add(world)
     u = universe(cell, world)
     if repeat == 0:
         result["net"] = "sim"

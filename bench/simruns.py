@@ -121,11 +121,12 @@ def shrink(cell, universe_: dict, still_fails) -> tuple[dict, int]:
 
 
 def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_seed: int = 0,
-            progress=None, failing=failed) -> dict:
+            progress=None, failing=failed, stop=None) -> dict:
     """Run ``cell`` in ``seeds`` universes; count each outcome; keep the first
     universe for which ``failing(result)`` is true, shrunk to its smallest fault
     schedule, and check that it replays to the same result. Numeric metrics get
-    min / median / max."""
+    min / median / max. ``stop()`` true (a signal arrived) abandons the cell
+    with KeyboardInterrupt."""
     from bench import run as matrix
     counts: dict[str, int] = {}
     first_fail = None
@@ -133,7 +134,11 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
     wall = 0.0
     cpu = 0.0
     sim = 0.0
+    def check_stop():
+        if stop is not None and stop():
+            raise KeyboardInterrupt
     for s in range(first_seed, first_seed + seeds):
+        check_stop()
         c = seed_cell(cell, s, faults, net)
         t = time.perf_counter()
         r = matrix.run_cell(c)
@@ -160,8 +165,10 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
         want = outcome_of(r)
 
         def still_fails(u):
+            check_stop()
             return outcome_of(matrix.run_cell(cell_from_universe(u))) == want
         shrunk, runs = shrink(cell, r["universe"], still_fails)
+        check_stop()
         replay = matrix.run_cell(cell_from_universe(shrunk))
         out["failing"] = {"seed": seed, "outcome": want, "universe": r["universe"],
                           "faults_before": len(r["universe"]["net"]["faults"]),
@@ -189,6 +196,14 @@ def cells_for(args, planned: list) -> list:
     if getattr(args, "seeds", None) and (net != "sim" or getattr(args, "replay", None)):
         raise UsageError("--seeds explores simulated universes: give it with --net sim "
                          "(and without --replay)")
+    if (getattr(args, "repeat", None) or 1) > 1 and (net != "real" or getattr(args, "replay", None)):
+        # A sim cell's network has no randomness of its own (no jitter, no drawn
+        # CPU time, FIFO ready order), so a repeat would run the identical
+        # universe and its "frequency" would be 1 of 1 however racy the cell.
+        # Varying universes, counting outcomes and shrinking a failing one is
+        # what --seeds does; one way to ask for it keeps results honest.
+        raise UsageError("--repeat does not vary a simulated cell (every repeat is the same "
+                         "universe): under --net sim/both or --replay use --seeds N")
     if getattr(args, "replay", None):
         return replay_cells(args.replay)
     if net == "real":
@@ -248,62 +263,91 @@ def explore_command(cells: list, args, out_dir: str, failing=failed) -> int:
     """``--net sim --seeds N``: explore every cell; print each outcome's
     frequency; write ``OUT/explore.json`` and, per cell with a universe for
     which ``failing(result)`` holds, its shrunk universe as
-    ``OUT/failing-*.json`` (replay it with ``--replay``)."""
+    ``OUT/failing-*.json`` (replay it with ``--replay``). SIGINT or SIGTERM
+    stops the running universe (``simcells.stop_all``), keeps the cells
+    explored so far and exits 130, as an interrupted ``run`` does."""
     import os
     import sys
     from bench import results as resmod
     from bench.errors import ExitCode
-    from bench.run.runner import signals_interrupt
     os.makedirs(out_dir, exist_ok=True)
-    done = []
-    explored = [c for c in cells if c.params.get("net") == "sim"]
-    interrupted = False
-    try:
-        with signals_interrupt():      # SIGTERM stops it as SIGINT does: what finished is kept
-            for cell in explored:
-                _explore_one(cell, args, out_dir, failing, done)
-    except KeyboardInterrupt:
-        interrupted = True
+    done: list = []
+    signals: list = []
+    with _stopping_on_signals(signals):
+        try:
+            _explore_cells(cells, args, out_dir, failing, done, lambda: bool(signals))
+        except KeyboardInterrupt:
+            signals.append("SIGINT")
     path = os.path.join(out_dir, "explore.json")
+    planned = sum(c.params.get("net") == "sim" for c in cells)
     doc = {"explorations": done}
-    if interrupted:
-        doc["incomplete"] = {"finished": len(done), "planned": len(explored), "reason": "interrupted"}
+    if signals:
+        doc.update(interrupted=True, incomplete={"finished": len(done), "planned": planned,
+                                                 "reason": f"interrupted ({signals[0]})"})
     resmod.write_json(doc, path)
-    if interrupted:
-        print(f"looplab: interrupted: {len(done)} of {len(explored)} explorations finished, "
-              f"kept in {path}", file=sys.stderr)
+    if signals:
+        print(f"looplab: interrupted ({signals[0]}): {len(done)} of {planned} cells finished "
+              f"exploring, kept in {path}", file=sys.stderr)
         return ExitCode.INTERRUPTED
     print(f"exploration: {path}")
     return ExitCode.OK
 
 
-def _explore_one(cell, args, out_dir, failing, done) -> None:
-    """Explore one cell, print its outcomes, write its failing universe, append its summary."""
+class _stopping_on_signals:
+    """While active (in the main thread), SIGINT and SIGTERM stop the running
+    simulated cell (``simcells.stop_all``) and append their name to ``signals``
+    instead of raising inside it: a KeyboardInterrupt thrown into trio's or
+    asyncio's loop would land wherever they happen to be."""
+
+    def __init__(self, signals: list):
+        self.signals = signals
+        self.old: dict = {}
+
+    def _on(self, signum, frame):
+        import signal
+        from bench import simcells
+        self.signals.append(signal.Signals(signum).name)
+        simcells.stop_all(f"interrupted by {signal.Signals(signum).name}")
+
+    def __enter__(self):
+        import signal
+        import threading
+        if threading.current_thread() is threading.main_thread():
+            self.old = {s: signal.signal(s, self._on) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        for s, handler in self.old.items():
+            signal.signal(s, handler)
+
+
+def _explore_cells(cells, args, out_dir, failing, done, stop) -> None:
     import os
     import sys
     from bench import results as resmod
-    why = sim_capable(cell.rt)
-    if why:
-        print(f"{cell.id}: skipped: {why}", file=sys.stderr)
-        return
-    from bench.run.runner import check_stop
-    # between seeds: a sim cell may have swallowed the interrupt as its own server stop
-    ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing,
-                 progress=lambda seed, outcome: check_stop())
-    done.append(ex)
-    print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall, "
-          f"{ex['cpu_s']:.2f} s CPU ({ex['sim_s']:.1f} s simulated)")
-    for outcome, n in sorted(ex["outcomes"].items(), key=lambda kv: -kv[1]):
-        print(f"    {n:6d}  {100 * n / args.seeds:5.1f} %  {outcome}")
-    lost = ex["metrics"].get("lost_bytes")
-    if lost:
-        print(f"    lost_bytes min {lost['min']}, median {lost['median']}, max {lost['max']}")
-    f = ex.get("failing")
-    if f:
-        name = "failing-" + cell.id.replace("/", "_").replace(":", "_") + ".json"
-        path = os.path.join(out_dir, name)
-        resmod.write_json(f["shrunk_universe"], path)
-        f["file"] = path
-        print(f"    first failing seed {f['seed']}: faults {f['faults_before']} -> "
-              f"{f['faults_after']} after shrinking; replayed: {f['replayed_outcome']}; "
-              f"universe: {path}")
+    for cell in cells:
+        if cell.params.get("net") != "sim":
+            continue
+        why = sim_capable(cell.rt)
+        if why:
+            print(f"{cell.id}: skipped: {why}", file=sys.stderr)
+            continue
+        ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing, stop=stop)
+        done.append(ex)
+        print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall, "
+              f"{ex['cpu_s']:.2f} s CPU ({ex['sim_s']:.1f} s simulated)")
+        for outcome, n in sorted(ex["outcomes"].items(), key=lambda kv: -kv[1]):
+            print(f"    {n:6d}  {100 * n / args.seeds:5.1f} %  {outcome}")
+        lost = ex["metrics"].get("lost_bytes")
+        if lost:
+            print(f"    lost_bytes min {lost['min']}, median {lost['median']}, max {lost['max']}")
+        f = ex.get("failing")
+        if f:
+            name = "failing-" + cell.id.replace("/", "_").replace(":", "_") + ".json"
+            path = os.path.join(out_dir, name)
+            resmod.write_json(f["shrunk_universe"], path)
+            f["file"] = path
+            print(f"    first failing seed {f['seed']}: faults {f['faults_before']} -> "
+                  f"{f['faults_after']} after shrinking; replayed: {f['replayed_outcome']}; "
+                  f"universe: {path}")

@@ -1,4 +1,12 @@
-"""The asyncio and uvloop ports: reference runtimes measured through public APIs only.
+"""The asyncio ports, on any asyncio loop: reference runtimes measured through public APIs only.
+
+Which loop runs them is the ``loop`` option: a name in ``LOOPS`` (asyncio's selector
+loop by default, uvloop, rloop, looplab's own) or ``MODULE:FACTORY``, anything
+importable in the cell's interpreter that returns an asyncio event loop when called
+with the ``loop.NAME=VALUE`` options as keyword arguments. ``eager=true`` installs
+``asyncio.eager_task_factory`` (Python 3.12+). A loop that cannot carry the port
+(it does not import, refuses the keywords, lacks a method the port calls) makes the
+runtime unavailable with that reason, so its cells are skipped, never crashed.
 
 A proxy transport (or stream writer) reads ``get_write_buffer_size()`` after every
 write, so the user-space buffer peak is exact, not sampled. A tracking loop
@@ -11,13 +19,89 @@ are left out, for benchmarks.
 from __future__ import annotations
 
 import functools
+import importlib
+import sys
 import weakref
 
 from protocols import simports
 from protocols.ports import (STREAM_NAMES, CallbackPortBase, StreamPortBase, client_socket,
                              main_until_signal)
 
-__all__ = ["AsyncioCallbackPort", "UvloopCallbackPort", "AsyncioStreamPort", "UvloopStreamPort"]
+__all__ = ["AsyncioCallbackPort", "UvloopCallbackPort", "AsyncioStreamPort", "UvloopStreamPort",
+           "LOOPS", "UNOBTAINABLE", "resolve_loop", "loop_identity"]
+
+#: ``loop=NAME`` -> what it imports (``MODULE:ATTR``, a loop class or a factory).
+#: ``looplab`` is our callback kernel's asyncio loop, where that kernel provides one.
+LOOPS = {
+    "asyncio": "asyncio:SelectorEventLoop",
+    "uvloop": "uvloop:Loop",
+    "rloop": "rloop:new_event_loop",
+    "looplab": "kernels.callback:new_event_loop",
+}
+#: asyncio loops looplab knows of that it cannot get on every machine, and why.
+UNOBTAINABLE = {
+    "zuvloop": "needs Python >= 3.14 (no release for older interpreters)",
+    "rsloop": "builds only with a nightly Rust toolchain (no wheels on the package registry)",
+}
+#: What each port calls on its loop; a loop without one of them cannot carry the port.
+_NEEDS = ("create_server", "create_connection", "sock_connect", "call_soon", "create_task")
+
+
+def resolve_loop(name: str):
+    """``loop=NAME`` -> the loop class or factory it names. Raises ImportError or
+    AttributeError (with the reason) when it is not there."""
+    target = LOOPS.get(name, name)
+    module, _, attr = target.partition(":")
+    if not attr:
+        raise ImportError(f"loop {name!r} is neither a known loop ({', '.join(LOOPS)}) "
+                          "nor MODULE:FACTORY")
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AttributeError(f"{module} has no {attr}") from None
+    return obj
+
+
+def loop_identity(name: str) -> dict:
+    """{"name", "target", "version"} of a loop: the version of the distribution that
+    holds it (Python's own for asyncio's loop), or None when none is recorded."""
+    target = LOOPS.get(name, name)
+    top = target.partition(":")[0].split(".")[0]
+    version = None
+    if top == "asyncio":
+        version = sys.version.split()[0]
+    else:
+        from importlib import metadata
+        try:
+            dists = metadata.packages_distributions().get(top) or [top]
+            version = metadata.version(dists[0])
+        except Exception:
+            version = getattr(sys.modules.get(top), "__version__", None)
+    return {"name": name, "target": target, "version": version}
+
+
+def _check_loop(name: str, kwargs: dict, eager: bool) -> str | None:
+    """None if the loop ``name`` can carry an asyncio port here, else why not."""
+    if eager and sys.version_info < (3, 12):
+        return (f"eager=true needs Python 3.12+ (asyncio.eager_task_factory); this is "
+                f"{sys.version.split()[0]}")
+    try:
+        factory = resolve_loop(name)
+    except Exception as exc:
+        return f"loop {name} is not importable here ({type(exc).__name__}: {exc})"
+    try:
+        loop = factory(**kwargs)
+    except Exception as exc:
+        return f"loop {name} cannot be made with {kwargs or 'no arguments'} ({type(exc).__name__}: {exc})"
+    try:
+        missing = [m for m in _NEEDS if not callable(getattr(loop, m, None))]
+        if missing:
+            return f"loop {name} cannot carry asyncio's ports: it has no {', '.join(missing)}"
+    finally:
+        loop.close()
+    return None
 
 
 class _MeasuredTransport:
@@ -116,39 +200,94 @@ class _Tracked:
         self.inner.connection_made(transport)
 
 
-def _tracking_loop_factory(port, uv: bool):
-    """A loop class whose close() first settles the transports asyncio would forget:
+def _tracking_loop_factory(port, name: str, kwargs: dict, eager: bool):
+    """A loop whose close() first settles the transports asyncio would forget:
     their buffered bytes are what a process exit loses (S3), and their sockets must
-    not leak. Returns a zero-argument factory for asyncio.Runner. Opened on a
+    not leak. Returns a zero-argument factory for asyncio.Runner. A loop class is
+    subclassed; a factory's loop gets the wrapper on the instance. Opened on a
     simulated network, the loop is asyncio's selector loop over it
-    (``protocols.simports.SimSelectorEventLoop``)."""
+    (``protocols.simports.SimSelectorEventLoop``; other loops are refused there by
+    ``real_network_only``)."""
     import asyncio
-    io = None if uv else simports.sim_io()     # uvloop never runs on it (Runtime.open refuses)
-    if uv:
-        import uvloop
-        base = uvloop.Loop
-    elif io is not None:
-        base = simports.SimSelectorEventLoop
+    io = simports.sim_io() if name == "asyncio" else None
+    made = simports.SimSelectorEventLoop if io is not None else resolve_loop(name)
+
+    def settle_then(close):
+        def closing(loop):
+            if not loop.is_closed() and not loop.is_running():
+                port._settle_transports(loop)
+            close(loop)
+        return closing
+
+    if isinstance(made, type):
+        cls = type("TrackingLoop", (made,), {"close": settle_then(made.close)})
+        make = functools.partial(cls, io, **kwargs) if io is not None else functools.partial(cls, **kwargs)
     else:
-        base = asyncio.SelectorEventLoop
+        def make():
+            loop = made(**kwargs)
+            loop.close = functools.partial(settle_then(type(loop).close), loop)
+            return loop
 
-    def close(loop):
-        if not loop.is_closed() and not loop.is_running():
-            port._settle_transports(loop)
-        base.close(loop)
+    if not eager:
+        return make
 
-    cls = type("TrackingLoop", (base,), {"close": close})
-    return cls if io is None else functools.partial(cls, io)
+    def make_eager():
+        loop = make()
+        loop.set_task_factory(asyncio.eager_task_factory)
+        return loop
+    return make_eager
+
+
+class _Transports:
+    """transport -> ConnStats | None, held weakly where the loop's transports allow it.
+    rloop's (Rust) transports cannot be weakly referenced: those are held until the
+    port closes, which a cell's bounded connection count makes harmless."""
+
+    def __init__(self):
+        self._weak = weakref.WeakKeyDictionary()
+        self._strong: dict = {}
+
+    def __setitem__(self, transport, stats):
+        try:
+            self._weak[transport] = stats
+        except TypeError:
+            self._strong[id(transport)] = (transport, stats)
+
+    def items(self):
+        return list(self._weak.items()) + list(self._strong.values())
 
 
 class _AsyncioMixin:
     """Shared by the asyncio/uvloop ports: transport tracking and the exit account."""
 
-    def _init_tracking(self, opts, uv):
+    #: The loop this port runs on when its runtime has no ``loop`` option.
+    fixed_loop = None
+
+    @classmethod
+    def _loop_of(cls, opts) -> str:
+        return cls.fixed_loop or opts.get("loop", "asyncio")
+
+    @classmethod
+    def unavailable(cls, opts, loop_options) -> str | None:
+        """Why this configuration cannot run here (``Runtime.unavailable_reason``)."""
+        return _check_loop(cls._loop_of(opts), loop_options, opts.get("eager", False))
+
+    @classmethod
+    def real_network_only(cls, opts) -> str | None:
+        name = cls._loop_of(opts)
+        if name == "asyncio" or cls.fixed_loop:
+            return None       # a fixed loop (uvloop) declares it on its RuntimeInfo
+        return (f"loop {name} is not asyncio's selector loop, the only loop the simulated "
+                "network reaches (protocols.simports.SimSelectorEventLoop)")
+
+    def _init_tracking(self, runtime, opts):
         self._instrument = opts.get("instrument", True)
-        self._transports = weakref.WeakKeyDictionary()  # transport -> ConnStats | None
-        self._uv = uv
-        self.loop_factory = _tracking_loop_factory(self, uv)
+        self._transports = _Transports()      # transport -> ConnStats | None
+        self.loop_name = self._loop_of(opts)
+        self._uv = self.loop_name == "uvloop"
+        self.loop_factory = _tracking_loop_factory(
+            self, self.loop_name, dict(getattr(runtime, "loop_options", None) or {}),
+            opts.get("eager", False))
 
     def _settle_transports(self, loop):
         unsent, open_count, closing = 0, 0, 0
@@ -176,9 +315,9 @@ class _AsyncioMixin:
 class AsyncioCallbackPort(_AsyncioMixin, CallbackPortBase):
     unseen = ("loop_iterations_count", "callbacks_run_count", "ready_max_count",
               "task_switches_count", "spawns_count")
-    def __init__(self, runtime, opts, uv=False):
+    def __init__(self, runtime, opts):
         super().__init__(runtime)
-        self._init_tracking(opts, uv)
+        self._init_tracking(runtime, opts)
         self.loop = self.loop_factory()
 
     def _wrap(self, factory):
@@ -251,6 +390,15 @@ class _MeasuredWriter:
         self._w.writelines(seq)
         self._mt._account(sum(len(d) for d in seq))
 
+    async def wait_closed(self):
+        # The probe's `closed` is true once the socket is closed; asyncio closes it a
+        # loop pass after close(), and wait_closed() returning is when a program sees it.
+        try:
+            await self._w.wait_closed()
+        finally:
+            if self._w.transport.is_closing():
+                self._mt.stats.closed = True
+
     @property
     def transport(self):
         return self._mt
@@ -263,11 +411,11 @@ class AsyncioStreamPort(_AsyncioMixin, StreamPortBase):
     # The stream protocol's pause_writing() is internal to asyncio.
     unseen = ("pause_writing_count", "written_while_paused_bytes", "loop_iterations_count",
               "task_switches_count", "callbacks_run_count", "ready_max_count")
-    def __init__(self, runtime, opts, uv=False):
+    def __init__(self, runtime, opts):
         super().__init__(runtime)
         import asyncio
         self._aio = asyncio
-        self._init_tracking(opts, uv)
+        self._init_tracking(runtime, opts)
         for name in STREAM_NAMES:
             setattr(self, name, getattr(asyncio, name))
         self.timeout = asyncio.timeout
@@ -346,14 +494,10 @@ class AsyncioStreamPort(_AsyncioMixin, StreamPortBase):
 
 
 class UvloopCallbackPort(AsyncioCallbackPort):
-    """asyncio's Protocol/Transport API on uvloop's loop."""
-
-    def __init__(self, runtime, opts):
-        super().__init__(runtime, opts, uv=True)
+    """asyncio's Protocol/Transport API on uvloop's loop (``asyncio-protocol:loop=uvloop``)."""
+    fixed_loop = "uvloop"
 
 
 class UvloopStreamPort(AsyncioStreamPort):
-    """asyncio's streams on uvloop's loop."""
-
-    def __init__(self, runtime, opts):
-        super().__init__(runtime, opts, uv=True)
+    """asyncio's streams on uvloop's loop (``asyncio-streams:loop=uvloop``)."""
+    fixed_loop = "uvloop"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import socket
 import threading
 
@@ -159,13 +160,23 @@ def _signals_as_loop_events(loop, on_signal):
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     sigs = (signal.SIGINT, signal.SIGTERM)
+    before = {sig: signal.getsignal(sig) for sig in sigs}
     for sig in sigs:
         loop.add_signal_handler(sig, on_signal)
 
     def undo():
         if not loop.is_closed():
             for sig in sigs:
-                loop.remove_signal_handler(sig)
+                try:
+                    loop.remove_signal_handler(sig)
+                except Exception as exc:
+                    # A loop whose remove_signal_handler is broken (rloop 0.5.0 calls a
+                    # method it never defines): put the handler back ourselves and say so,
+                    # so the cell measures the loop's I/O rather than dying on its exit path.
+                    signal.signal(sig, before[sig])
+                    print(f"looplab: {type(loop).__module__}.{type(loop).__name__}."
+                          f"remove_signal_handler({sig.name}) raised {type(exc).__name__}: {exc}; "
+                          "restored the handler with signal.signal", file=sys.stderr)
     return undo
 
 

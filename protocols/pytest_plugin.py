@@ -62,6 +62,11 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    # pytest-benchmark (a looplab dependency) makes ./.benchmarks at every start, even
+    # when nothing is benchmarked; remember whether it was there, so that a run which
+    # left it empty (the conformance command in a user's folder) takes it away again.
+    import os
+    config._looplab_benchmarks_dir = None if os.path.exists(".benchmarks") else os.path.abspath(".benchmarks")
     config.addinivalue_line(
         "markers", "looplab_style(*styles): run looplab_runtime only over runtimes of these "
                    "port styles (callback, stream, task)")
@@ -75,6 +80,13 @@ def pytest_configure(config):
         runtimes.parse_list(text)
     except runtimes.UsageError as exc:
         raise pytest.UsageError(f"looplab: {exc}") from None
+
+
+def pytest_unconfigure(config):
+    import os
+    path = getattr(config, "_looplab_benchmarks_dir", None)
+    if path and os.path.isdir(path) and not os.listdir(path):
+        os.rmdir(path)
 
 
 def selected_specs(config, styles=None) -> list[str]:

@@ -10,7 +10,13 @@ its style's port contract, and whether it can run on the simulated network
 (``real_network_only``: None, or why not). ``register(info)`` adds one; the nine built-in
 runtimes (``protocols.builtin``) are registered exactly that way.
 
-A *runtime spec* is ``ID[:OPT=VALUE,OPT=VALUE...]``, e.g. ``coro:ready_order=random-7``.
+A *runtime spec* is ``ID[@INTERPRETER][:OPT=VALUE,OPT=VALUE...]``, e.g.
+``coro:ready_order=random-7``, ``asyncio-streams@3.12:loop=uvloop,eager=true`` or
+``trio@/opt/py/bin/python3.13``. ``@INTERPRETER`` (a version ``X.Y[.Z]`` or a path,
+without ``:`` or ``,``) names the Python its cells run in (``bench.envs`` finds it and
+builds an environment); without it they run in looplab's own interpreter. An option
+``loop.NAME=VALUE`` is a keyword argument for the runtime's loop factory (asyncio's
+ports, ``loop=...``); it lands in ``Runtime.loop_options``. See docs/axes.md.
 ``parse(spec)`` turns it into a ``Runtime`` (the info plus full option values);
 ``Runtime.open()`` constructs a fresh port as ``PortClass(runtime, options)``.
 Every user mistake -- an unknown id, an unknown option, a bad value -- is one
@@ -43,14 +49,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Mapping, NamedTuple
 
-from kernels.options import OptionError, Schema
+from kernels.options import OptionError, Schema, show
 from protocols.errors import Unavailable, UsageError
 from protocols.fingerprint import Fingerprint
 
 __all__ = ["RuntimeInfo", "Difference", "Runtime", "RUNTIMES", "STYLES", "UsageError",
            "Unavailable", "register", "unregister", "get", "parse", "parse_list",
            "available_runtimes", "load_plugins", "plugin_modules", "plugin_errors",
-           "bind_listener", "ENTRY_POINT_GROUP", "ENV_VAR"]
+           "bind_listener", "ENTRY_POINT_GROUP", "ENV_VAR", "register_loop_alias",
+           "set_interpreter_check"]
 
 STYLES = ("callback", "stream", "task")
 ENTRY_POINT_GROUP = "looplab.runtimes"
@@ -218,12 +225,69 @@ def _unavailable_reason(info: RuntimeInfo) -> str | None:
 
 
 # ---------------------------------------------------------------------------
+# The two axes a spec adds to a runtime: the interpreter (``@``) and, for ports
+# that take a ``loop`` option, the loop factory's keyword arguments (``loop.NAME=``).
+
+#: (runtime id, loop option value) -> the id of a runtime that *is* that pair, so
+#: one configuration has one spec: ``asyncio-streams:loop=uvloop`` is ``uvloop-streams``.
+_LOOP_ALIASES: dict[tuple[str, str], str] = {}
+#: Set by ``bench.envs``: judges a runtime bound to another interpreter (``@``)
+#: from here -- None when it can run, else why not. None when unset, or inside
+#: that interpreter's environment, where the ordinary checks apply.
+_interpreter_check = None
+
+
+def register_loop_alias(runtime_id: str, loop: str, alias_id: str) -> None:
+    """Make ``RUNTIME_ID:loop=LOOP`` parse as the runtime ``alias_id`` (whose own
+    schema has no ``loop`` option: it is that loop)."""
+    _LOOP_ALIASES[(runtime_id, loop)] = alias_id
+
+
+def set_interpreter_check(check) -> None:
+    """``check(runtime) -> str | None`` for runtimes with an ``@INTERPRETER``."""
+    global _interpreter_check
+    _interpreter_check = check
+
+
+def _loop_value(text: str):
+    """``loop.NAME=VALUE``: true/false, integers and decimals become Python values."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _interpreter_token(ident: str, token: str) -> str:
+    token = token.strip()
+    if not token:
+        raise UsageError(f"runtime {ident}: '@' needs an interpreter: a version like "
+                         f"{ident}@3.12 or a path like {ident}@/usr/bin/python3.12")
+    if "/" in token or token.startswith("~"):
+        return os.path.abspath(os.path.expanduser(token))
+    parts = token.split(".")
+    if not (2 <= len(parts) <= 3 and all(p.isdigit() for p in parts)):
+        raise UsageError(f"runtime {ident}: bad interpreter {token!r}; give a version X.Y or "
+                         "X.Y.Z (e.g. 3.12) or a path to a python executable")
+    return token
+
+
+# ---------------------------------------------------------------------------
 # A parsed runtime: info plus option values.
 
 @dataclass
 class Runtime:
     info: RuntimeInfo
     options: dict = field(default_factory=dict)
+    #: ``@VERSION`` or ``@PATH`` from the spec (a path made absolute), or None:
+    #: the interpreter looplab itself runs in.
+    interpreter: str | None = None
+    #: ``loop.NAME=VALUE`` options: keyword arguments for the loop factory.
+    loop_options: dict = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -241,13 +305,18 @@ class Runtime:
     def spec(self) -> str:
         """Canonical spec: the id plus the options that differ from their defaults."""
         changed = self.info.options.changed(self.options)
-        return self.id + (":" + ",".join(changed) if changed else "")
+        changed += [f"loop.{k}={show(v)}" for k, v in sorted(self.loop_options.items())]
+        at = f"@{self.interpreter}" if self.interpreter else ""
+        return self.id + at + (":" + ",".join(changed) if changed else "")
 
     @property
     def primary_reference(self) -> str | None:
         """The reference this runtime reproduces *as configured*: the info's
-        primary reference with default options, None once an option is flipped."""
-        return self.info.primary_reference if self.spec == self.id else None
+        primary reference with default options, None once an option is flipped.
+        The interpreter is not an option: a kernel on 3.12 is compared with its
+        reference on 3.12."""
+        changed = self.info.options.changed(self.options) or self.loop_options
+        return None if changed else self.info.primary_reference
 
     def declared_fingerprint(self) -> tuple[dict, list[str]]:
         """(declared S4 row with this runtime's option flips applied, problems)."""
@@ -257,7 +326,16 @@ class Runtime:
         return fp.declared(self.options, self.info.options.defaults())
 
     def unavailable_reason(self) -> str | None:
-        return _unavailable_reason(self.info)
+        if self.interpreter is not None and _interpreter_check is not None:
+            return _interpreter_check(self)
+        reason = _unavailable_reason(self.info)
+        if reason is None:
+            # A port may refuse a configuration here (a loop that does not import,
+            # eager tasks before 3.12): ``PortClass.unavailable(options, loop_options)``.
+            check = getattr(_port_class(self.info), "unavailable", None)
+            if check is not None:
+                reason = check(self.options, self.loop_options)
+        return reason
 
     def available(self) -> bool:
         return self.unavailable_reason() is None
@@ -266,7 +344,13 @@ class Runtime:
         """None if this runtime can run on the simulated network, else one line:
         "ID runs only on the real network: REASON"."""
         why = self.info.real_network_only
-        return None if why is None else f"{self.id} runs only on the real network: {why}"
+        if why is None and self.interpreter is not None:
+            why = ("a simulated cell runs inside looplab's own process, so it cannot "
+                   "change interpreter (@)")
+        if why is None:
+            check = getattr(_port_class(self.info), "real_network_only", None)
+            why = check(self.options) if check is not None else None
+        return None if why is None else f"{self.spec} runs only on the real network: {why}"
 
     def open(self, **overrides):
         """A fresh port (a new loop or kernel). The caller must ``close()`` it."""
@@ -298,17 +382,42 @@ def _usage_from(info: RuntimeInfo, exc: OptionError) -> UsageError:
 
 
 def parse(spec: str) -> Runtime:
-    """``ID[:OPT=VALUE,...]`` -> Runtime. Unknown ids, unknown options and bad
-    values raise one UsageError naming the runtime and the valid choices."""
+    """``ID[@INTERPRETER][:OPT=VALUE,...]`` -> Runtime. Unknown ids, unknown options,
+    bad values and a malformed interpreter raise one UsageError naming the runtime
+    and the valid choices. ``loop.NAME=VALUE`` options go to ``loop_options``."""
     if not isinstance(spec, str):
         raise UsageError(f"a runtime spec is text like 'coro:spawn=eager', not {type(spec).__name__}")
-    ident, _, rest = spec.strip().partition(":")
+    head, _, rest = spec.strip().partition(":")
+    ident, at, interp = head.partition("@")
     info = get(ident)
+    interpreter = _interpreter_token(ident, interp) if at else None
+    plain, loop_options = [], {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        name, eq, value = item.partition("=")
+        if name.strip().startswith("loop."):
+            key = name.strip()[len("loop."):]
+            if not (eq and key.isidentifier()):
+                raise UsageError(f"runtime {ident}: a loop option is written loop.NAME=VALUE, "
+                                 f"not {item!r}")
+            loop_options[key] = _loop_value(value.strip())
+        else:
+            plain.append(item)
     try:
-        options = info.options.parse(rest)
+        options = info.options.parse(",".join(plain))
     except OptionError as exc:
         raise _usage_from(info, exc) from None
-    return Runtime(info, options)
+    alias = _LOOP_ALIASES.get((info.id, str(options.get("loop"))))
+    if alias is not None:
+        info = get(alias)
+        rest_items = [p for p in plain if p.partition("=")[0].strip() != "loop"]
+        try:
+            options = info.options.parse(",".join(rest_items))
+        except OptionError as exc:
+            raise _usage_from(info, exc) from None
+    if loop_options and "loop" not in info.options.names() and alias is None:
+        raise UsageError(f"runtime {ident} takes no loop, so no loop.NAME options "
+                         "(asyncio's runtimes do: loop=NAME or loop=MODULE:FACTORY)")
+    return Runtime(info, options, interpreter, loop_options)
 
 
 def parse_list(text: str | None, default: list[str] | None = None) -> list[Runtime]:
@@ -319,7 +428,7 @@ def parse_list(text: str | None, default: list[str] | None = None) -> list[Runti
         return [parse(s) for s in (default or list(RUNTIMES))]
     specs: list[str] = []
     for token in (t.strip() for t in text.split(",") if t.strip()):
-        head = token.partition(":")[0]
+        head = token.partition(":")[0].partition("@")[0]
         if token == "all":
             specs.extend(RUNTIMES)
         elif token == "ours":

@@ -10,12 +10,16 @@ and, if so, builds what it needs from here, explicitly:
   over ``SimSelector``, so its real transports, flow control and streams run.
   Three private CPython hooks (``_make_self_pipe``, ``_close_self_pipe``,
   ``_write_to_self``) swap the self-pipe for a ``SimWaker``; ``time()`` reads the
-  virtual clock. Checked on CPython 3.11.
+  virtual clock. ``create_server``/``create_connection`` given a host and port
+  (so ``asyncio.start_server`` and ``open_connection`` of an unmodified app)
+  make their sockets on the world and hand them to asyncio's own code as
+  ``sock=``; ``getaddrinfo`` is the world's. Checked on CPython 3.11.
 * **trio** -- ``run_trio(io, ...)`` calls ``trio.run`` with ``clock=SimClock``, a
   public ``trio.abc.Clock`` that runs the world whenever every task is blocked,
   and sets trio's per-run socket factory and hostname resolver to the world's;
   ``trio_socket(sock)`` turns a socket into a trio socket, a ``SimTrioSocket``
-  (a ``trio.socket.SocketType``) when it is simulated. Public hooks only.
+  (a ``trio.socket.SocketType``) when it is simulated. Public hooks, and one
+  private generator seeded for the run (trio's batch order, ``_trio_batch_order``).
 * **curio** -- ``curio_kernel(io, ...)``: a ``curio.Kernel`` with
   ``selector=SimSelector``. curio's kernel reads ``time.monotonic`` and calls
   ``socket.socketpair()`` through its module's globals and takes neither as a
@@ -110,6 +114,65 @@ def _asyncio_loop_class():
         def time(self):
             return self._sim_io.time()
 
+        # asyncio makes the sockets of create_server and create_connection
+        # itself, from the socket module, when given a host and port; here they
+        # come from the world, and asyncio's own code takes them as ``sock=``.
+        # Names resolve through the world too (asyncio would ask the real
+        # resolver in a thread, which the virtual clock never waits for).
+
+        async def getaddrinfo(self, host, port, *, family=0, type=0, proto=0, flags=0):
+            return self._sim_io.getaddrinfo(host, port, family, type, proto, flags)
+
+        async def getnameinfo(self, sockaddr, flags=0):
+            raise OSError(errno.ENOSYS, "the simulated network has no names")
+
+        async def create_server(self, protocol_factory, host=None, port=None, *,
+                                family=_socket.AF_UNSPEC, flags=_socket.AI_PASSIVE, sock=None,
+                                backlog=100, reuse_address=None, reuse_port=None, **kw):
+            if sock is None and (host is not None or port is not None):
+                hosts = [host] if host is None or isinstance(host, str) else list(host)
+                if len(hosts) != 1:
+                    raise OSError(errno.EINVAL, "a simulated server listens on one host")
+                info = self._sim_io.getaddrinfo(hosts[0], port, family, _socket.SOCK_STREAM,
+                                                0, flags)[0]
+                sock = self._sim_io.socket(info[0], info[1], info[2])
+                try:
+                    sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+                    sock.bind(info[4])
+                except BaseException:
+                    sock.close()
+                    raise
+            return await super().create_server(protocol_factory, sock=sock, backlog=backlog,
+                                               **kw)
+
+        async def create_connection(self, protocol_factory, host=None, port=None, *,
+                                    family=0, proto=0, flags=0, sock=None, local_addr=None,
+                                    happy_eyeballs_delay=None, interleave=None, **kw):
+            if sock is None and (host is not None or port is not None):
+                sock = await self._sim_connect(host, port, family, proto, flags, local_addr)
+                if kw.get("ssl") and kw.get("server_hostname") is None:
+                    kw["server_hostname"] = host      # what asyncio infers from host
+            return await super().create_connection(protocol_factory, sock=sock, **kw)
+
+        async def _sim_connect(self, host, port, family, proto, flags, local_addr):
+            error = None
+            for fam, typ, pro, _, addr in self._sim_io.getaddrinfo(
+                    host, port, family, _socket.SOCK_STREAM, proto, flags):
+                sock = self._sim_io.socket(fam, typ, pro)
+                sock.setblocking(False)
+                try:
+                    if local_addr is not None:
+                        sock.bind(local_addr)
+                    await self.sock_connect(sock, addr)
+                    return sock
+                except OSError as exc:
+                    sock.close()
+                    error = exc
+                except BaseException:
+                    sock.close()
+                    raise
+            raise error or OSError(f"getaddrinfo({host!r}) returned nothing")
+
     return _named(SimSelectorEventLoop)
 
 
@@ -149,11 +212,57 @@ def run_trio(io, main, *args, **kw):
         if scopes:
             scopes[0].cancel()
             clock.kicked = True
+    clock.on_failure = on_sigint
     ports.sim_sigint().append(on_sigint)
     try:
-        return trio.run(cancellable, clock=clock, **kw)
+        with _trio_batch_order(trio, io.world):
+            out = trio.run(cancellable, clock=clock, **kw)
+    except trio.TrioInternalError as exc:
+        # What the clock raised inside trio's scheduler, when cancelling the run
+        # did not end it: trio wraps it; the world's own error is the answer.
+        cause = exc.__cause__
+        if isinstance(cause, RuntimeError) and str(cause).startswith("simnet:"):
+            raise cause from None
+        raise
     finally:
         ports.sim_sigint().remove(on_sigint)
+    if clock.failure is not None:
+        raise clock.failure
+    return out
+
+
+class _trio_batch_order:
+    """trio runs each batch of runnable tasks in an order drawn from one
+    module-level ``random.Random`` (``trio._core._run._r``: reversed or not,
+    with probability 1/2), unseeded, so the same universe ran its tasks in
+    different orders in different processes. While a simulated run lasts, that
+    generator is seeded from the world's seed; afterwards its state is put
+    back, so trio outside a simulated cell draws as if nothing had happened.
+    Only the generator's state changes -- no attribute of trio is replaced. It
+    is private to trio (checked on 0.35): if it is missing, the order stays
+    unseeded and ``seeded`` says so. trio's supported way to a deterministic
+    order is its Hypothesis plugin, which also only seeds this generator."""
+
+    def __init__(self, trio, world):
+        core = sys.modules.get("trio._core._run")
+        rng = getattr(core, "_r", None)
+        self.rng = rng if hasattr(rng, "getstate") and hasattr(rng, "seed") else None
+        self.seed = f"{world.seed}:trio"
+        self.saved = None
+
+    @property
+    def seeded(self) -> bool:
+        return self.rng is not None
+
+    def __enter__(self):
+        if self.rng is not None:
+            self.saved = self.rng.getstate()
+            self.rng.seed(self.seed)
+        return self
+
+    def __exit__(self, *exc):
+        if self.rng is not None:
+            self.rng.setstate(self.saved)
 
 
 def trio_socket(sock):
@@ -181,6 +290,13 @@ def _trio_clock_class():
             self.waiters: dict = {}       # task -> (SimSocket, mask)
             self.idle = 0
             self.kicked = False           # something outside the waiters woke a task
+            # The world's error (a deadlock, a livelock, a stop, the watchdog) is
+            # not raised inside trio's scheduler, which would abandon every task
+            # (TrioInternalError, and trio's complaints on stderr): the run is
+            # cancelled (on_failure) and unwinds without the world, and
+            # run_trio raises the error once trio.run has returned.
+            self.failure = None
+            self.on_failure = None
 
         def start_clock(self):
             pass
@@ -191,14 +307,33 @@ def _trio_clock_class():
         def _wake_ready(self):
             woke = False
             for task, (sock, mask) in list(self.waiters.items()):
-                ev = sock._events()
-                if ev & mask or ev & simnet._ERR or sock._app_closed:
+                ev = sock.readiness()
+                if ev & mask or ev & simnet.ERR or sock.closed:
                     del self.waiters[task]
                     trio.lowlevel.reschedule(task)
                     woke = True
             return woke
 
         def deadline_to_sleep_time(self, deadline):
+            if self.failure is not None:
+                # unwinding after the world's error: tasks only finish now; one
+                # that keeps waiting for ever (a shielded wait) ends the run the
+                # hard way
+                self.idle += 1
+                if self.idle > 10_000:
+                    raise self.failure
+                return 0
+            try:
+                return self._advance(deadline)
+            except RuntimeError as exc:
+                if not str(exc).startswith("simnet:") or self.on_failure is None:
+                    raise
+                self.failure = exc
+                self.idle = 0
+                self.on_failure()
+                return 0
+
+        def _advance(self, deadline):
             world = self.world
             while True:
                 world._run_due()
@@ -265,7 +400,7 @@ def _trio_socket_class():
 
         def getsockopt(self, level, option, *a):
             if level == _socket.SOL_SOCKET and option == _socket.SO_ACCEPTCONN:
-                return int(self._sock._state == simnet._LISTENING)
+                return int(self._sock.listening)
             return self._sock.getsockopt(level, option, *a)
 
         def shutdown(self, how):
@@ -277,7 +412,7 @@ def _trio_socket_class():
             self._sock.close()
 
         def is_readable(self):
-            return bool(self._sock._events() & (simnet.READ | simnet._ERR))
+            return bool(self._sock.readiness() & (simnet.READ | simnet.ERR))
 
         async def bind(self, address):
             await trio.lowlevel.checkpoint()

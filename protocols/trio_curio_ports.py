@@ -47,6 +47,12 @@ class _MeasuredStream:
         stats.accepted_bytes += len(data)
         stats.sent_bytes += len(data)
 
+    async def aclose(self):
+        try:
+            await self._s.aclose()
+        finally:
+            self.stats.closed = True
+
     def __getattr__(self, name):
         return getattr(self._s, name)
 

@@ -225,3 +225,34 @@ def test_the_index_links_every_page():
     for page in PAGES:
         if page != "README.md":
             assert f"({page})" in index, f"docs/README.md does not link {page}"
+
+
+README = os.path.join(ROOT, "README.md")
+
+
+def test_the_readme_is_short_and_leads_with_the_three_jobs():
+    text = open(README, encoding="utf-8").read()
+    words = len(_prose(README).split()) + sum(len(b["code"].split()) for b in blocks(README))
+    assert words <= 1500, f"README.md has {words} words; the rest belongs in docs/"
+    # The first screen (about 40 lines): what looplab is, then the three jobs with a command each.
+    first_screen = "\n".join(text.splitlines()[:40])
+    for verb in ("looplab run --scenarios", "looplab repro ", "callback:write=defer"):
+        assert verb in first_screen, f"the first screen of README.md lacks {verb!r}"
+
+
+def test_the_readme_links_resolve():
+    for m in re.finditer(r"\]\(([^)#\s]+)(#[^)]*)?\)", _prose(README)):
+        target = m.group(1)
+        if "://" in target:
+            continue
+        assert os.path.exists(os.path.join(ROOT, target)), f"README.md: broken link {target}"
+
+
+def test_ci_runs_the_readmes_test_command():
+    """.ci/run must do the README's set-up and then run exactly its test command."""
+    readme = open(README, encoding="utf-8").read()
+    ci = open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8").read()
+    tests = [b["code"].strip() for b in blocks(README) if "pytest" in b["code"]]
+    assert len(tests) == 1, "README.md should have exactly one test command"
+    assert tests[0] in ci, ".ci/run does not run the README's test command"
+    assert "set -e" in ci

@@ -57,7 +57,8 @@ def _cells_in(path) -> int:
 
 
 def _interrupted_line(stderr: str) -> re.Match:
-    m = re.search(r"interrupted: (\d+) of (\d+) \w+ finished, kept in (\S+)", stderr)
+    m = re.search(r"interrupted(?: \(\w+\))?: (\d+) of (\d+) \w+ finished(?: exploring)?, "
+                  r"kept in (\S+)", stderr)
     assert m, stderr
     return m
 

@@ -98,6 +98,8 @@ def test_conformance_suite_runs_on_a_third_party_runtime_with_one_command(pytest
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     assert outcomes.get("xfailed") == 2 and outcomes.get("passed", 0) >= 10, outcomes
     assert "failed" not in outcomes
+    # pytest-benchmark's empty storage folder does not stay behind in the user's folder
+    assert not (pytester.path / ".benchmarks").exists()
     result.stdout.fnmatch_lines([
         "*looplab: declared contract differences*",
         "*test_task_peer_reset[[]mykernel-send[]]*resets surface as the OS error (as in coro)*",

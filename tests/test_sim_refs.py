@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import pathlib
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -267,3 +270,108 @@ def test_curio_verdicts_under_sim_equal_its_verdicts_on_real_sockets(sid):
         twin = real[cell.id.rsplit("/", 1)[0]]
         assert not twin["errors"], (cell.id, twin["errors"])
         assert sim["verdicts"] == twin["verdicts"], (cell.id, sim["verdicts"], twin["verdicts"])
+
+
+# ---------------------------------------------------------------------------
+# trio: the world's errors, and a seeded task order (issue 23)
+
+def test_a_trio_deadlock_on_the_world_is_the_worlds_deadlock_error():
+    """trio wraps what its clock raises in TrioInternalError; run_trio hands
+    back the world's own error."""
+    trio = pytest.importorskip("trio")
+    from kernels.simnet import SimDeadlock
+    world = World(0, log=False)
+
+    async def main():
+        await trio.sleep_forever()
+
+    with pytest.raises(SimDeadlock):
+        simports.run_trio(world.io(), main)
+
+
+def _trio_order(seed):
+    trio = pytest.importorskip("trio")
+    world = World(seed, log=False)
+    order = []
+
+    async def main():
+        async def task(i):
+            await trio.sleep(0)
+            order.append(i)
+        async with trio.open_nursery() as n:
+            for i in range(6):
+                n.start_soon(task, i)
+    simports.run_trio(world.io(), main)
+    return order
+
+
+def test_trios_task_order_on_the_world_is_a_function_of_the_seed():
+    """Before, trio's batch order came from an unseeded generator: the same seed
+    gave [0..5] in some runs and [5..0] in others, in one process or across
+    processes. Seeded from the world, every run of a seed agrees, and trio's
+    generator is left as it was."""
+    pytest.importorskip("trio")
+    import trio._core._run as trio_run
+    before = trio_run._r.getstate()
+    orders = [_trio_order(7) for _ in range(8)]
+    assert all(o == orders[0] for o in orders), orders
+    assert sorted(orders[0]) == list(range(6))
+    assert trio_run._r.getstate() == before
+    code = ("import json, sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']; "
+            "import test_sim_refs as t; print(json.dumps(t._trio_order(7)))")
+    root = str(pathlib.Path(__file__).resolve().parent.parent)
+    other = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True,
+                           timeout=60, check=True)
+    assert json.loads(other.stdout.strip().splitlines()[-1]) == orders[0]
+
+
+# ---------------------------------------------------------------------------
+# asyncio: an unmodified app with host and port (issue 23)
+
+def test_an_unmodified_asyncio_streams_app_with_host_and_port_runs_on_the_world():
+    """``asyncio.start_server(handler, host, 0)`` and ``open_connection(host,
+    port)`` -- no ``sock=`` -- make their sockets on the world, not on the real
+    network (which failed at once with EBADF)."""
+    import asyncio
+    world = World(0, log=False)
+    loop = simports.SimSelectorEventLoop(world.io())
+
+    async def handle(reader, writer):                  # an echo server, as written for asyncio
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    async def main():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("localhost", port)
+        writer.write(b"echo" * 50_000)
+        await writer.drain()
+        writer.write_eof()
+        got = bytearray()
+        while data := await reader.read(65536):
+            got += data
+        writer.close()
+        await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+        return bytes(got), asyncio.get_running_loop().time()
+
+    try:
+        got, now = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert got == b"echo" * 50_000
+    assert now == world.now and 0 < now < 1.0          # virtual time: a few round trips
+    with pytest.raises(ConnectionRefusedError):
+        loop2 = simports.SimSelectorEventLoop(world.io())
+        try:
+            loop2.run_until_complete(asyncio.open_connection("127.0.0.1", port_nobody_listens_on()))
+        finally:
+            loop2.close()
+
+
+def port_nobody_listens_on():
+    return 9

@@ -220,3 +220,71 @@ def test_coro_seeds_vary_the_ready_order_and_others_keep_their_spec():
     assert simruns.with_ready_order("coro", 7) == "coro:ready_order=random-7"
     assert simruns.with_ready_order("coro:ready_order=random-3", 7) == "coro:ready_order=random-3"
     assert simruns.with_ready_order("callback", 7) == "callback"
+
+
+# ---------------------------------------------------------------------------
+# Stopping a simulated run, and --repeat (issue 23)
+
+def test_repeat_under_sim_is_refused_with_a_pointer_to_seeds(tmp_path, capsys):
+    """Every repeat of a sim cell is the same universe, so --repeat is refused
+    under sim (one line, exit 2, before anything runs) and --seeds named."""
+    for net in ("sim", "both"):
+        assert _cli("run", "--net", net, "--repeat", "3", "--scenarios", "S3", "--runtimes",
+                    "callback", "--variants", "naive", "--preset", "tiny",
+                    "--out", str(tmp_path / net)) == 2
+        err = capsys.readouterr().err
+        assert "--seeds" in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / net / "results.json").exists()
+
+
+def test_the_watchdog_ends_a_sim_cell_as_an_error_that_keeps_its_universe(monkeypatch):
+    monkeypatch.setattr(simcells, "WATCHDOG_S", 0.0)
+    r = matrix.run_cell(sim_cells("S1", "callback", "naive")[0])
+    assert any("SimStopped" in e and "watchdog" in e for e in r["errors"]), r["errors"]
+    again = simruns.cell_from_universe(r["universe"])        # what --replay reruns
+    monkeypatch.setattr(simcells, "WATCHDOG_S", 300.0)
+    assert not matrix.run_cell(again)["errors"]
+
+
+def test_an_interrupted_matrix_stops_the_simulated_cells_it_runs():
+    """``abort_running`` (the matrix's answer to SIGINT/SIGTERM) stops every
+    live world, so a spinning sim cell cannot hold the run open."""
+    from bench import scenario as scmod
+    from kernels.simnet import SimStopped
+    cell = simcells.cell_world(sim_cells("S1", "callback", "naive")[0], 0, {})
+
+    def tick():
+        cell.world.call_later(1e-3, tick)
+    cell.world.call_later(0, tick)
+    scmod.abort_running()
+    with pytest.raises(SimStopped, match="interrupted"):
+        cell.world.run()
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_stops_a_seeds_exploration_and_keeps_what_finished(tmp_path, sig):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "ex"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "run", "--net", "sim", "--seeds", "100000", "--scenarios",
+         "S1", "--variants", "naive", "--runtimes", "trio", "--preset", "tiny",
+         "--out", str(out)], cwd=root, env={**os.environ, "PYTHONPATH": root},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4.0)
+        proc.send_signal(getattr(signal, sig))
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (proc.returncode, stderr[-2000:])
+    assert "interrupted" in stderr and "explore.json" in stderr, stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-2000:]
+    doc = json.loads((out / "explore.json").read_text())
+    assert doc["interrupted"] is True

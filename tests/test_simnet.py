@@ -19,7 +19,7 @@ from collections import deque
 import pytest
 
 from kernels.simnet import (
-    FD_BASE, READ, WRITE, DelayedReader, PipeliningClient, ResettingPeer, SimDeadlock,
+    FD_BASE, READ, WRITE, DelayedReader, PipeliningClient, ResettingPeer, SimDeadlock, SimStopped,
     SimSelector, Sink, Source, StalledReader, World, queue_delays,
 )
 
@@ -290,7 +290,8 @@ def test_close_with_unread_data_resets_and_peer_recv_raises():
         c.send(b"x")
 
 
-def test_send_after_peer_reset_raises_reset_then_broken_pipe():
+def test_send_after_the_closed_peer_resets_raises_broken_pipe():
+    """The RST comes after the peer's FIN (CLOSE_WAIT): EPIPE, as Linux gives."""
     world = World(0)
     c, s = pair(world)
     s.close()                     # nothing unread: a FIN
@@ -298,7 +299,7 @@ def test_send_after_peer_reset_raises_reset_then_broken_pipe():
     assert c.recv(10) == b""
     assert c.send(b"late") == 4   # the closed peer answers this data with an RST
     settle(world)
-    with pytest.raises(ConnectionResetError):
+    with pytest.raises(BrokenPipeError):
         c.send(b"x")
     with pytest.raises(BrokenPipeError):
         c.send(b"x")
@@ -573,8 +574,8 @@ def test_queue_delays_need_no_framing():
 
 
 def test_a_participant_spinning_at_one_instant_is_an_error_not_a_hang(monkeypatch):
-    import kernels.simnet as simnet
-    monkeypatch.setattr(simnet, "MAX_EVENTS_AT_ONE_TIME", 1000)
+    from kernels.simnet import constants
+    monkeypatch.setattr(constants, "MAX_EVENTS_AT_ONE_TIME", 1000)
     world = World(0)
 
     def spin():
@@ -585,8 +586,8 @@ def test_a_participant_spinning_at_one_instant_is_an_error_not_a_hang(monkeypatc
 
 
 def test_polling_an_always_ready_fd_forever_is_an_error_not_a_hang(monkeypatch):
-    import kernels.simnet as simnet
-    monkeypatch.setattr(simnet, "MAX_EVENTS_AT_ONE_TIME", 1000)
+    from kernels.simnet import constants
+    monkeypatch.setattr(constants, "MAX_EVENTS_AT_ONE_TIME", 1000)
     world = World(0)
     a, b = world.io().socketpair()
     poller = world.io().poller()
@@ -993,3 +994,82 @@ def test_accounting_is_checked_and_recorded_in_the_universe():
     u = lx_world().universe()
     assert u["params"]["accounting"] == "linux" and u["params"]["skb_overhead"] == OVER
     assert World.from_universe(u).params == u["params"]
+
+
+# -- faults and endings that must agree with poll (issue 23) -------------------
+
+@pytest.mark.parametrize("gate", [
+    {"kind": "stall", "duration_s": 5.0},
+    {"kind": "slow", "duration_s": 5.0, "rate_Bps": 16384},
+])
+def test_an_rst_during_a_stall_or_slow_fault_is_reported_by_recv_as_poll_reports_it(gate):
+    """poll says error as soon as the RST lands; recv must then raise the error
+    (Linux reports a pending error before anything else), not "try again" --
+    a reader that trusts poll would otherwise spin for ever."""
+    world = World(0, faults=[{"at": 0.01, "conn": 0, "side": "server", **gate},
+                             {"at": 0.02, "kind": "reset", "conn": 0, "side": "server"}])
+    c, s = pair(world)
+    c.send(b"x" * 1000)
+    settle(world, 0.05)
+    poller = world.io().poller()
+    poller.register(s.fileno(), READ)
+    assert poller.wait(0) == [(s.fileno(), READ | WRITE)]      # error or hang-up
+    if gate["kind"] == "slow":
+        s.recv(65536)                     # a slowed reader still gets its first slice
+    with pytest.raises(ConnectionResetError):
+        while True:
+            s.recv(65536)                 # what had arrived, then the error; never EAGAIN
+
+
+def test_an_rst_after_the_peers_fin_is_epipe_as_on_linux():
+    """Linux (tcp_reset): an RST that reaches a socket in CLOSE_WAIT -- the peer's
+    FIN already arrived -- is EPIPE, not ECONNRESET: recv returns EOF, send and
+    SO_ERROR report EPIPE (checked on loopback, Linux 6.18)."""
+    world = World(0)
+    c, s = pair(world)
+    s.shutdown(socket.SHUT_WR)
+    settle(world)
+    assert c.peer_eof
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+    settle(world)
+    assert c.peer_reset
+    assert c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.EPIPE
+    c2, s2 = pair(World(1))
+    s2.shutdown(socket.SHUT_WR)
+    settle(s2._world)
+    s2.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s2.close()
+    settle(s2._world)
+    assert c2.recv(10) == b""
+    with pytest.raises(BrokenPipeError):
+        c2.send(b"x")
+    with pytest.raises(BrokenPipeError):
+        c2.send(b"x")
+
+
+def test_a_stopped_world_raises_at_its_next_step_and_every_one_after():
+    world = World(0)
+
+    def tick():
+        world.call_later(0.001, tick)     # time moves: no livelock, just never done
+    world.call_later(0, tick)
+    world.call_later(0.5, world.stop, "a signal")
+    with pytest.raises(SimStopped, match="a signal"):
+        world.run()
+    assert 0.5 <= world.now < 0.51
+    with pytest.raises(SimStopped):
+        world.io().poller().wait(0.1)
+
+
+def test_the_watchdog_ends_a_world_that_runs_too_long_in_wall_time():
+    world = World(0)
+    world.watchdog(0.2)
+
+    def tick():
+        world.call_later(1e-6, tick)
+    world.call_later(0, tick)
+    t = time.monotonic()
+    with pytest.raises(SimStopped, match="watchdog"):
+        world.run()
+    assert time.monotonic() - t < 5.0

@@ -15,7 +15,8 @@ import warnings
 
 import pytest
 
-from bench import programs, scenarios, simruns
+from bench import programs, simruns
+from bench import run as matrix
 from kernels import simnet
 from kernels.simnet import READ, WRITE, World
 
@@ -97,7 +98,7 @@ def test_a_waker_wakes_a_poller_that_saw_nothing():
     assert poller.wait(0.1) == []
 
 
-def test_a_peer_socket_keeps_its_watcher_and_is_looked_at_every_time():
+def test_a_peer_socket_keeps_its_watcher_and_the_poller_still_sees_it():
     world = World(seed=1)
     sink = simnet.Sink(world).listen(("127.0.0.1", 9001))
     io = world.io()

@@ -69,6 +69,9 @@ def run_cell(cell, trace_path: str | None = None) -> dict:
     if reason:
         result["skipped"] = reason
         return result
+    environment = net.environment(cell)
+    if environment is not None:
+        result["environment"] = environment
     runs = []
     for rep_i in range(cell.repeats):
         t0, c0 = time.monotonic(), time.thread_time()

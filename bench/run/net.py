@@ -35,9 +35,17 @@ class Network:
         """What one finished repeat measured about its network and machine."""
         return {}
 
+    def environment(self, cell) -> dict | None:
+        """What the cell's own interpreter runs it with, for its result (or None)."""
+        return None
+
 
 class RealNetwork(Network):
     name = "real"
+
+    def environment(self, cell):
+        from bench import envs     # the cell's process runs on the runtime's interpreter
+        return {k: v for k, v in envs.describe(cell.rt).items() if k != "unavailable"}
 
 
 class SimNetwork(Network):

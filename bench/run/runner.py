@@ -15,7 +15,6 @@ import contextlib
 import os
 import signal
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
@@ -24,7 +23,7 @@ from bench import scenario as scmod
 from bench.errors import ExitCode, UsageError
 from bench.run.cells import run_cell
 
-__all__ = ["Terminated", "signals_interrupt", "stop_requested", "check_stop", "run_matrix", "Runner", "check_outputs",
+__all__ = ["Terminated", "signals_interrupt", "run_matrix", "Runner", "check_outputs",
            "default_out_dir", "progress_printer", "exit_code", "interrupted_line"]
 
 
@@ -32,51 +31,23 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where SIGINT would be, so both keep the finished cells."""
 
 
-_STOP = threading.Event()
-
-
-def stop_requested() -> bool:
-    """Whether SIGINT or SIGTERM came inside ``signals_interrupt``. A simulated cell
-    ends its server run with a KeyboardInterrupt of its own and may swallow the
-    user's; a loop over cells checks this between them (``check_stop``)."""
-    return _STOP.is_set()
-
-
-def check_stop() -> None:
-    if _STOP.is_set():
-        raise Terminated()
-
-
 def _on_sigterm(signum, frame):
-    _STOP.set()
     raise Terminated()
-
-
-def _on_sigint(signum, frame):
-    _STOP.set()
-    raise KeyboardInterrupt()
 
 
 @contextlib.contextmanager
 def signals_interrupt():
-    """Inside: SIGTERM raises KeyboardInterrupt (``Terminated``) as SIGINT does, and
-    either marks the run stopped (``stop_requested``). Only the main thread may set
-    handlers; elsewhere this changes nothing."""
-    _STOP.clear()
+    """Inside: SIGTERM raises KeyboardInterrupt (``Terminated``) as SIGINT does.
+    Only the main thread may set handlers; elsewhere this changes nothing."""
     try:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:          # not the main thread
         yield
         return
-    previous_int = signal.getsignal(signal.SIGINT)
-    if previous_int is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _on_sigint)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if previous_int is signal.default_int_handler:
-            signal.signal(signal.SIGINT, previous_int)
 
 
 def default_out_dir() -> str:

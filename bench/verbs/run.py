@@ -42,7 +42,7 @@ def check_named_runtimes(text: str | None) -> None:
     for rt in rtmod.parse_list(",".join(named)) if named else []:
         reason = rt.unavailable_reason()
         if reason:
-            raise Unavailable(f"runtime {rt.id} is unavailable here: {reason}")
+            raise Unavailable(f"runtime {rt.spec} is unavailable here: {reason}")
 
 
 # ---------------------------------------------------------------------------
@@ -60,6 +60,7 @@ def cmd_list(args) -> int:
             print(f"{info.id:18} {info.style:8} {info.summary}{ref} -- {status} [from: {origin}]")
             for opt in info.options:
                 print(f"    {opt.describe()}")
+        _list_axes()
         return ExitCode.OK
     if args.what == "scenarios":
         for sc in scmod.scenarios().values():
@@ -81,6 +82,30 @@ def cmd_list(args) -> int:
     return ExitCode.OK
 
 
+def _list_axes() -> None:
+    """The two axes of a spec: interpreters found (``@X.Y``) and asyncio loops (``loop=``)."""
+    import platform
+    from bench import envs
+    from protocols import asyncio_ports
+    print(f"\ninterpreters (RUNTIME@VERSION or RUNTIME@PATH; without @: this one, "
+          f"{platform.python_version()}):")
+    least_text, least = envs._minimum()
+    for it in envs.found():
+        too_old = "" if envs._vtuple(it.version) >= least else f" -- below looplab's minimum ({least_text})"
+        print(f"  {it.version:10} {it.path} [{it.found_by}]{too_old}")
+    print("\nasyncio loops (asyncio-protocol/asyncio-streams:loop=NAME, or loop=MODULE:FACTORY):")
+    for name, target in asyncio_ports.LOOPS.items():
+        reason = asyncio_ports._check_loop(name, {}, False)
+        where = envs.LOOP_DISTS.get(name)
+        status = (f"available here, version {asyncio_ports.loop_identity(name)['version']}"
+                  if reason is None else f"not here: {reason}")
+        extra = f"; an @VERSION environment installs {where}" if where else ""
+        print(f"  {name:9} {target} -- {status}{extra}")
+    newest = envs.found()[0].version if envs.found() else "none"
+    for name, why in asyncio_ports.UNOBTAINABLE.items():
+        print(f"  {name:9} NOT OBTAINABLE on this machine: {why} (newest Python found: {newest})")
+
+
 # ---------------------------------------------------------------------------
 # run
 
@@ -91,6 +116,8 @@ def cmd_run(args) -> int:
     baseline = resmod.load_json(args.baseline) if args.baseline else None
     if args.baseline and args.fail_on != "verdict":
         raise UsageError("--baseline is the reference for --fail-on verdict; give both")
+    from bench import envs    # find the interpreters, build missing environments (progress on stderr)
+    envs.prepare(rtmod.parse_list(args.runtimes))
     check_named_runtimes(args.runtimes)
     cells = matrix.plan(args.scenarios, args.runtimes, args.variants, args.preset, args.repeat)
     # the simulated network (bench.simruns): --net, --replay, --seeds
@@ -251,7 +278,8 @@ def add_parser(sub) -> None:
     rn.add_argument("--preset", default="quick",
                     help="quick (CI-sized), blog (the post's scale), tiny (smoke tests)")
     rn.add_argument("--repeat", type=positive_int, default=1,
-                    help="repeats per cell; racy outcomes become frequencies")
+                    help="repeats per cell; racy outcomes become frequencies (real network: "
+                         "a simulated cell repeats one universe, so use --seeds there)")
     rn.add_argument("--out", default=None, metavar="DIR",
                     help="write report.md, results.json/csv and plots (default: looplab-runs/TIME)")
     rn.add_argument("--json", default=None, metavar="PATH", help="also write the results JSON here")

@@ -89,10 +89,29 @@ code.
 Module map: ``loop`` (Loop, Handle, TimerHandle, OPTIONS, get_running_loop,
 UnsentDataError), ``network`` (Server, create_server/create_connection) and
 ``transports`` (SocketTransport, Protocol). The ``hybrid`` kernel builds
-Futures, Tasks and streams on these very classes.
+Futures, Tasks and streams on these very classes. The same reactor and
+transports are also an asyncio event loop: ``aioloop`` (AioLoop,
+new_event_loop, LOOP_OPTIONS), ``aionet`` (its servers, connections, UDP,
+TLS) and ``aiotransports`` (docs/aioloop.md).
 """
+def new_event_loop(**options):
+    """The callback kernel as an ``asyncio`` event loop (``aioloop.AioLoop``),
+    with this kernel's options: ``asyncio.run(main(),
+    loop_factory=functools.partial(new_event_loop, write="defer"))``. Imported
+    on first use, so the kernel itself never imports asyncio."""
+    from .aioloop import new_event_loop as factory
+    return factory(**options)
+
+
+def __getattr__(name):
+    if name in ("AioLoop", "LOOP_OPTIONS"):
+        from . import aioloop
+        return getattr(aioloop, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 from .loop import OPTIONS, Handle, Loop, Server, TimerHandle, UnsentDataError, get_running_loop
 from .transports import Protocol, SocketTransport
 
 __all__ = ["Loop", "OPTIONS", "Protocol", "Handle", "TimerHandle", "Server", "SocketTransport",
-           "get_running_loop", "UnsentDataError"]
+           "get_running_loop", "UnsentDataError", "new_event_loop", "AioLoop", "LOOP_OPTIONS"]

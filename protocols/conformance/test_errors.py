@@ -12,7 +12,7 @@ import pytest
 from protocols.conformance.contract import check
 from protocols.conformance.harness import (
     BIG, CHUNK, LIMIT_S, MAX_WRITES, SETTLE_S, SMALL, SOCKBUF, Recorder, ResettingPeer,
-    cb_run, cb_session, error_family, random_payload, st_session)
+    cb_run, cb_session, error_family, random_payload, st_session, tk_pair, tk_session)
 # ===========================================================================
 # Every style: the peer resets mid-stream. Where does the error surface?
 
@@ -69,6 +69,14 @@ async def _st_reset_main(port, address):
             after = "returns b''" if not data else "returns data"
         except Exception as e:
             after = f"raises {error_family(e)}"
+        if where is not None:
+            # A write after the error surfaced: uvloop raises RuntimeError here (its
+            # transport is closed), asyncio drops it; a program's error path hits this.
+            try:
+                writer.write(b"after the reset")
+                after += "; write after: no error"
+            except Exception as e:
+                after += f"; write after: {type(e).__name__}"
     finally:
         writer.close()
         try:
@@ -417,3 +425,43 @@ def test_stream_two_drainers_both_wake(looplab_runtime):
 
 # What tests/test_ports.py (and any suite that reuses these tests) collects.
 __all__ = [name for name in dir() if name.startswith("test_")]
+
+
+# ===========================================================================
+# The probe's per-connection `closed` follows a completed close.
+
+async def _st_close_body(port, listener, host, p):
+    reader, writer = await port.open_connection(host, p, sockbuf=SOCKBUF)
+    writer.write(b"x")
+    await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+
+
+@pytest.mark.looplab_style("stream")
+def test_stream_probe_marks_a_closed_connection(looplab_runtime):
+    _, probe = st_session(looplab_runtime, _st_close_body)
+    conns = probe["per_connection"]
+    if not conns or any("closed" not in c for c in conns):
+        pytest.skip(f"{looplab_runtime.id} does not report per-connection closed")
+    assert [c["closed"] for c in conns] == [True]
+
+
+@pytest.mark.looplab_style("task")
+def test_task_probe_marks_a_closed_connection(looplab_runtime):
+    async def body(port, listener, host, p):
+        client, server = await tk_pair(port, listener, host, p, sockbuf=SOCKBUF)
+        await client.send_all(b"x")
+        await client.aclose()
+        await server.aclose()
+
+    seen = {}
+
+    async def main_probe(port, listener, host, p):
+        await body(port, listener, host, p)
+        seen.update(port.probe())
+    tk_session(looplab_runtime, main_probe)
+    conns = seen["per_connection"]
+    if not conns or any("closed" not in c for c in conns):
+        pytest.skip(f"{looplab_runtime.id} does not report per-connection closed")
+    assert [c["closed"] for c in conns] == [True, True]

@@ -188,3 +188,42 @@ def test_task_concurrent_misuse(looplab_runtime, direction):
 
 # What tests/test_ports.py (and any suite that reuses these tests) collects.
 __all__ = [name for name in dir() if name.startswith("test_")]
+
+
+# ===========================================================================
+# A child's error in a nursery: does it cancel its siblings and leave the block?
+
+class _ChildFailed(Exception):
+    pass
+
+
+@pytest.mark.looplab_style("task")
+def test_task_nursery_child_error(looplab_runtime):
+    seen = {"sibling": "running"}
+
+    async def body(port, listener, host, p):
+        async def failing():
+            await port.sleep(0)
+            raise _ChildFailed("child")
+
+        async def sibling():
+            try:
+                await port.sleep(SETTLE_S * 3)
+                seen["sibling"] = "ran to the end"
+            except BaseException:
+                seen["sibling"] = "cancelled"
+                raise
+
+        try:
+            async with port.open_nursery() as n:
+                await n.spawn(sibling)
+                await n.spawn(failing)
+            return "swallowed"
+        except BaseException as exc:        # trio: an ExceptionGroup around it
+            inner = getattr(exc, "exceptions", (exc,))
+            if any(isinstance(e, _ChildFailed) for e in inner):
+                return "propagates"
+            raise
+
+    fate = tk_session(looplab_runtime, body)
+    check(looplab_runtime, "child_error", f"{fate}; sibling {seen['sibling']}")

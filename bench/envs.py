@@ -1,0 +1,464 @@
+"""The interpreter axis: find Pythons, build one environment per (interpreter,
+requirements), and say which Python runs a cell and what it ran with.
+
+A runtime spec's ``@3.12`` or ``@/path/to/python`` (``protocols.runtimes``) names the
+interpreter its cells run in. Nothing is assumed about where Pythons live: an
+interpreter is *found* -- on PATH (``python3.N``, ``python3``, ``python``), in pyenv's
+versions directory, through ``uv python find`` where uv exists, or at the path given
+-- and asked for its exact version. A pyenv shim that is not active fails that
+question and is not an interpreter.
+
+For each (interpreter, requirement set) ``ensure`` builds one environment with
+``venv`` and pip: looplab installed *editable* from the source checkout this module
+belongs to, plus the libraries the runtime needs beyond looplab's own dependencies
+(a loop: uvloop, rloop). Editable, because a copy would go stale the moment the
+source changes and cells would silently measure old code; the environment's key
+includes the source directory, so two checkouts never share one. Environments live
+under ``$XDG_CACHE_HOME/looplab/envs`` (``~/.cache/looplab/envs``), one directory each,
+named by Python version and a hash of what went into it (interpreter path and
+version, source directory, looplab's dependencies, the extra requirements), and are
+reused until ``looplab env clear``. A build goes into a temporary directory that is
+renamed into place only when pip succeeded and the marker file is written, so a cell
+never runs in a half-built environment (and two concurrent builders race harmlessly:
+the loser throws its copy away).
+
+``describe(runtime)`` runs ``python -m bench.envs describe SPEC`` in the runtime's
+interpreter: the exact Python, the loop with its version, and the version of every
+distribution whose modules the opened port had imported. Each cell records it.
+
+Failures are ``UsageError`` (one line, exit 2): no such interpreter (with the ones
+found), a version below looplab's minimum (``requires-python``), an environment that
+fails to build (pip's last line).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from bench.errors import UsageError
+from protocols import runtimes as rtmod
+
+__all__ = ["Interpreter", "Env", "cache_root", "found", "find", "requirements", "ensure",
+           "interpreter_for", "describe", "prepare", "cached", "clear", "SOURCE", "LOOP_DISTS"]
+
+#: The checkout looplab runs from: what every environment installs (editable).
+SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MARKER = "looplab-env.json"
+#: ``loop=NAME`` -> the requirement that brings it. Other loops (a user's
+#: ``MODULE:FACTORY``) must be importable in the environment already, e.g. on PYTHONPATH.
+LOOP_DISTS = {"uvloop": "uvloop>=0.17", "rloop": "rloop>=0.5"}
+
+_lock = threading.RLock()
+_found: list | None = None
+_envs: dict = {}
+_described: dict = {}
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    path: str            # the executable, as the interpreter reports it (sys.executable)
+    version: str         # exact, e.g. "3.12.1"
+    implementation: str  # e.g. "CPython"
+    found_by: str        # "PATH python3.12", "pyenv", "uv", "given path"
+
+    def describe(self) -> str:
+        return f"{self.implementation} {self.version} ({self.path}, {self.found_by})"
+
+
+@dataclass(frozen=True)
+class Env:
+    dir: str
+    interpreter: Interpreter
+    requirements: tuple
+
+    @property
+    def python(self) -> str:
+        return os.path.join(self.dir, "bin", "python")
+
+
+def cache_root() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "looplab", "envs")
+
+
+def _inside_env() -> bool:
+    """True in a Python running from one of our environments (a cell, a describe)."""
+    return os.path.exists(os.path.join(sys.prefix, MARKER))
+
+
+# ---------------------------------------------------------------------------
+# Finding interpreters
+
+_ASK = ("import json, platform, sys; print(json.dumps([sys.executable, "
+        "platform.python_version(), platform.python_implementation()]))")
+
+
+def _ask(exe: str, how: str) -> Interpreter | None:
+    try:
+        out = subprocess.run([exe, "-c", _ASK], capture_output=True, text=True, timeout=20,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None           # e.g. a pyenv shim for a version that is not active
+    try:
+        path, version, impl = json.loads(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    return Interpreter(path or exe, version, impl, how)
+
+
+def _pyenv_root() -> str | None:
+    root = os.environ.get("PYENV_ROOT")
+    if not root and shutil.which("pyenv"):
+        try:
+            root = subprocess.run(["pyenv", "root"], capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            root = None
+    root = root or os.path.join(os.path.expanduser("~"), ".pyenv")
+    return root if os.path.isdir(os.path.join(root, "versions")) else None
+
+
+def _candidates() -> list[tuple[str, str]]:
+    out = []
+    for name in [f"python3.{n}" for n in range(20, 7, -1)] + ["python3", "python"]:
+        exe = shutil.which(name)
+        if exe:
+            out.append((exe, f"PATH {name}"))
+    root = _pyenv_root()
+    if root:
+        versions = os.path.join(root, "versions")
+        for v in sorted(os.listdir(versions)):
+            exe = os.path.join(versions, v, "bin", "python")
+            if os.access(exe, os.X_OK):
+                out.append((exe, "pyenv"))
+    return out
+
+
+def found() -> list[Interpreter]:
+    """Every Python 3 found on PATH and in pyenv, one per executable, newest first."""
+    global _found
+    with _lock:
+        if _found is None:
+            seen: dict[str, Interpreter] = {}
+            for exe, how in _candidates():
+                it = _ask(exe, how)
+                if it is None or not it.version.startswith("3."):
+                    continue
+                key = os.path.realpath(it.path)
+                if key not in seen:
+                    seen[key] = it
+            _found = sorted(seen.values(), key=lambda i: _vtuple(i.version), reverse=True)
+        return list(_found)
+
+
+def _vtuple(version: str) -> tuple:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+def _minimum() -> tuple[str, tuple]:
+    """looplab's requires-python, from the source's pyproject.toml: (text, minimum)."""
+    text = ">=3.11"
+    try:
+        import tomllib
+        with open(os.path.join(SOURCE, "pyproject.toml"), "rb") as f:
+            text = tomllib.load(f)["project"]["requires-python"]
+    except (OSError, KeyError, ImportError, ValueError):
+        pass
+    m = re.search(r">=\s*([\d.]+)", text)
+    return text, _vtuple(m.group(1)) if m else (3,)
+
+
+def find(token: str) -> Interpreter:
+    """The interpreter ``@token`` names (a version X.Y[.Z] or a path). UsageError if
+    there is none, or it is older than looplab supports."""
+    with _lock:
+        if os.sep in token:
+            it = _ask(token, "given path") if os.access(token, os.X_OK) else None
+            if it is None:
+                raise UsageError(f"no Python interpreter at {token} (not an executable that runs)")
+        else:
+            want = _vtuple(token)
+            it = next((i for i in found() if _vtuple(i.version)[:len(want)] == want), None)
+            if it is None and shutil.which("uv"):
+                try:
+                    path = subprocess.run(["uv", "python", "find", token], capture_output=True,
+                                          text=True, timeout=30).stdout.strip()
+                except (OSError, subprocess.SubprocessError):
+                    path = ""
+                it = _ask(path, "uv") if path else None
+            if it is None:
+                have = ", ".join(f"{i.version} ({i.path})" for i in found()) or "none"
+                where = "on PATH, in pyenv" + (" or through uv" if shutil.which("uv") else "")
+                raise UsageError(f"no Python {token} found {where}; found: {have}")
+        text, least = _minimum()
+        if _vtuple(it.version) < least:
+            raise UsageError(f"Python {it.version} ({it.path}) is below looplab's minimum "
+                             f"(requires-python {text})")
+        return it
+
+
+# ---------------------------------------------------------------------------
+# Environments
+
+def _loop_of(rt) -> str | None:
+    try:
+        cls = rtmod._port_class(rt.info)
+    except Exception:
+        return rt.options.get("loop")
+    of = getattr(cls, "_loop_of", None)
+    return of(rt.options) if of else rt.options.get("loop")
+
+
+def requirements(rt) -> tuple:
+    """What an environment for runtime ``rt`` installs beside looplab."""
+    req = LOOP_DISTS.get(_loop_of(rt) or "")
+    return (req,) if req else ()
+
+
+def _deps() -> list:
+    try:
+        import tomllib
+        with open(os.path.join(SOURCE, "pyproject.toml"), "rb") as f:
+            return list(tomllib.load(f)["project"].get("dependencies", []))
+    except (OSError, KeyError, ImportError, ValueError):
+        return []
+
+
+def _name(it: Interpreter, reqs: tuple) -> str:
+    key = json.dumps({"path": os.path.realpath(it.path), "version": it.version, "source": SOURCE,
+                      "deps": _deps(), "requirements": sorted(reqs)}, sort_keys=True)
+    return f"py{it.version}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def _say(text: str) -> None:
+    print(f"looplab env: {text}", file=sys.stderr, flush=True)
+
+
+def _pip_failure(output: str) -> str:
+    lines = [ln.strip() for ln in output.splitlines()
+             if ln.strip() and not ln.lstrip().startswith("WARNING: Location")]
+    return lines[-1] if lines else "no output"
+
+
+def build(it: Interpreter, reqs: tuple) -> Env:
+    """The environment for (it, reqs), built now if it is not in the cache."""
+    root = cache_root()
+    final = os.path.join(root, _name(it, reqs))
+    env = Env(final, it, tuple(reqs))
+    if os.path.exists(os.path.join(final, MARKER)):
+        return env
+    if not os.path.exists(os.path.join(SOURCE, "pyproject.toml")):
+        raise UsageError(f"cannot build an environment: looplab's source (pyproject.toml) is not "
+                         f"at {SOURCE}; run looplab from a source checkout")
+    os.makedirs(root, exist_ok=True)
+    tmp = os.path.join(root, f".building-{os.path.basename(final)}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    t0 = time.monotonic()
+    _say(f"building {os.path.basename(final)}: Python {it.version} ({it.path}) with looplab "
+         f"(editable, {SOURCE}){''.join(', ' + r for r in reqs)}")
+    try:
+        _say("  creating the virtual environment ...")
+        out = subprocess.run([it.path, "-m", "venv", tmp], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL, timeout=300)
+        if out.returncode != 0:
+            raise UsageError(f"the environment for Python {it.version} failed to build: venv: "
+                             f"{_pip_failure(out.stdout + out.stderr)}")
+        _say("  installing with pip (a minute or two the first time) ...")
+        pip = subprocess.Popen([os.path.join(tmp, "bin", "python"), "-m", "pip", "install",
+                                "--disable-pip-version-check", "-e", SOURCE, *reqs],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               stdin=subprocess.DEVNULL)
+        lines = []
+        for line in pip.stdout:
+            lines.append(line)
+            if line.startswith(("Collecting", "Successfully", "ERROR")):
+                _say(f"  pip: {line.strip()}")
+        if pip.wait() != 0:
+            raise UsageError(f"the environment for Python {it.version} failed to build: pip: "
+                             f"{_pip_failure(''.join(lines))}")
+        with open(os.path.join(tmp, MARKER), "w") as f:
+            json.dump({"python": it.version, "interpreter": it.path, "implementation":
+                       it.implementation, "source": SOURCE, "requirements": list(reqs),
+                       "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
+        try:
+            os.rename(tmp, final)
+        except OSError:       # another process finished the same environment first
+            if not os.path.exists(os.path.join(final, MARKER)):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _say(f"  ready in {time.monotonic() - t0:.0f} s: {final}")
+    return env
+
+
+def ensure(rt) -> Env | None:
+    """The built environment runtime ``rt`` runs in; None for no ``@`` (looplab's own)."""
+    if isinstance(rt, str):
+        rt = rtmod.parse(rt)
+    if rt.interpreter is None:
+        return None
+    reqs = requirements(rt)
+    with _lock:
+        key = (rt.interpreter, reqs)
+        if key not in _envs:
+            _envs[key] = build(find(rt.interpreter), reqs)
+        return _envs[key]
+
+
+def interpreter_for(runtime) -> str:
+    """The Python executable a cell of ``runtime`` (a Runtime or spec) runs in."""
+    env = ensure(runtime)
+    return sys.executable if env is None else env.python
+
+
+def prepare(rts) -> None:
+    """Before a run: find every interpreter and build every missing environment,
+    so a failure is one line before anything is measured. Eager tasks before
+    3.12 are refused here too."""
+    for rt in rts:
+        env = ensure(rt)
+        version = env.interpreter.version if env else platform.python_version()
+        if rt.options.get("eager") and _vtuple(version) < (3, 12):
+            raise UsageError(f"runtime {rt.spec}: eager=true needs Python 3.12+ "
+                             f"(asyncio.eager_task_factory); this interpreter is {version}")
+
+
+def describe(rt) -> dict:
+    """What a cell of ``rt`` runs with: {"interpreter", "loop", "libraries"}, plus
+    "unavailable" (why it cannot run, or None). Measured in the cell's interpreter."""
+    if isinstance(rt, str):
+        rt = rtmod.parse(rt)
+    with _lock:
+        if rt.spec not in _described:
+            exe = interpreter_for(rt)
+            cmd = [exe, "-m", "bench.envs", "describe", rt.spec, ",".join(rtmod.plugin_modules())]
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                                 stdin=subprocess.DEVNULL)
+            try:
+                _described[rt.spec] = json.loads(out.stdout.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+                _described[rt.spec] = {"unavailable": f"its interpreter {exe} failed to describe "
+                                                      f"it: {tail}"}
+        return dict(_described[rt.spec])
+
+
+def _check_elsewhere(rt) -> str | None:
+    """``Runtime.unavailable_reason`` for a runtime bound to another interpreter."""
+    try:
+        return describe(rt).get("unavailable")
+    except UsageError as exc:
+        return str(exc)
+
+
+def _describe_here(spec: str) -> dict:
+    """The ``describe`` child: open the port as a cell would, then list what was imported."""
+    from importlib import metadata
+    rt = rtmod.parse(spec)
+    out = {"interpreter": {"version": platform.python_version(),
+                           "implementation": platform.python_implementation(),
+                           "path": sys.executable},
+           "loop": None, "libraries": {}, "unavailable": rt.unavailable_reason()}
+    if out["unavailable"] is None:
+        port = rt.open()
+        try:
+            name = getattr(port, "loop_name", None)
+            if name:
+                from protocols.asyncio_ports import loop_identity
+                out["loop"] = loop_identity(name)
+        finally:
+            port.close()
+    dists = metadata.packages_distributions()
+    if out["loop"] is None and out["unavailable"] is None:
+        # Not an asyncio port: the runtime's own library is its loop (trio, curio),
+        # or looplab's kernel.
+        module = (rt.info.requires or (rt.id,))[0]
+        top = module.split(".")[0]
+        dist = (dists.get(top) or ["looplab"])[0]
+        try:
+            version = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            version = None
+        out["loop"] = {"name": module, "target": rt.info.port, "version": version}
+    tops = {m.split(".")[0] for m in list(sys.modules)} - set(sys.stdlib_module_names)
+    for top in sorted(tops):
+        for dist in dists.get(top, ()):
+            try:
+                out["libraries"][dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                pass
+    try:
+        out["libraries"].setdefault("looplab", metadata.version("looplab"))
+    except metadata.PackageNotFoundError:
+        pass
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The cache, for ``looplab env``
+
+def cached() -> list[dict]:
+    """The built environments: their marker's facts plus "dir" and "name"."""
+    root = cache_root()
+    out = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        try:
+            with open(os.path.join(root, name, MARKER)) as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            continue
+        out.append({**meta, "name": name, "dir": os.path.join(root, name)})
+    return out
+
+
+def clear(names=None) -> list[str]:
+    """Remove the named environments (all when None), and any abandoned half-builds.
+    Returns what was removed."""
+    root = cache_root()
+    gone = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if (names is None and (name.startswith(".building-") or
+                               os.path.exists(os.path.join(root, name, MARKER)))) \
+                or (names is not None and name in names):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            gone.append(name)
+    with _lock:
+        _envs.clear()
+        _described.clear()
+    return gone
+
+
+def env_name(rt) -> str | None:
+    """The cache directory name ``rt``'s environment has (built or not); None without ``@``."""
+    if rt.interpreter is None:
+        return None
+    return _name(find(rt.interpreter), requirements(rt))
+
+
+if not _inside_env():
+    rtmod.set_interpreter_check(_check_elsewhere)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 3 and argv[1] == "describe":
+        if len(argv) > 3 and argv[3]:
+            rtmod.load_plugins(argv[3])
+        print(json.dumps(_describe_here(argv[2])))
+        return 0
+    print("usage: python -m bench.envs describe SPEC [RUNTIME_MODULES]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,366 @@
+"""The world and its clock: the event queue, the address space, the faults, the log.
+
+``World`` is what one seed decides: the virtual clock (``now``), the event
+queue (``call_at``; events run in (time, sequence) order), the simulated file
+descriptors and addresses, the connections in ``connect`` order, the fault
+schedule (planned or drawn from the seed) and the event log whose digest two
+replays compare. It picks the TCP model once (``accounting``) and every socket
+it makes uses that one. Time moves only when a poller waits or ``run`` is
+called (see the package's docstring).
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+import random
+import socket as _socket
+import time
+from collections import deque
+from collections.abc import Mapping
+
+from . import constants as _c
+from .constants import ACCOUNTING, DEFAULTS, FAULT_KINDS, FAULT_SIDES, FD_BASE, SimStopped
+from .linux import LinuxModel
+from .model import ByteModel
+from .poller import SimIO, SimSelector
+from .sockets import SimSocket
+
+# the event queue's hot path: one module lookup each, not two
+_heappush, _heappop = heapq.heappush, heapq.heappop
+
+#: The TCP model behind every socket of a world, by ``accounting``.
+MODELS = {"bytes": ByteModel, "linux": LinuxModel}
+
+
+class World:
+    """A virtual clock, an event queue and everything on the simulated network.
+
+    ``World(seed, **params)``: see ``constants.DEFAULTS`` (and the package's docstring) for
+    the parameters; ``faults`` is a list of fault dicts, or ``None`` to draw
+    ``random_faults`` of them from the seed. ``log=False`` keeps no event log
+    (``digest()`` then hashes nothing).
+    """
+
+    def __init__(self, seed=0, *, faults=None, log=True, **params):
+        if isinstance(seed, bool) or not isinstance(seed, (int, str)):
+            raise ValueError(f"simnet: seed must be an int or a str, got {seed!r}")
+        unknown = sorted(set(params) - set(DEFAULTS))
+        if unknown:
+            raise ValueError(f"simnet: unknown parameter {unknown[0]!r}; valid: "
+                             + ", ".join(sorted(DEFAULTS)))
+        p = dict(DEFAULTS)
+        p.update(params)
+        _check_params(p)
+        self.seed = seed
+        self.params = p
+        self.now = 0.0
+        self._heap = []
+        self._seq = 0
+        self._gen = 0                 # bumped on every readiness-relevant change
+        self._files = {}              # fd -> SimSocket | SimWaker
+        self._next_fd = FD_BASE
+        self._listeners = {}          # (host, port) -> listening SimSocket
+        self._bound = set()
+        self._next_port = 40000
+        self._conns = []              # index -> [client endpoint, server endpoint]
+        self._pollers = []
+        self._pokes = deque()         # sockets whose peer must act before anything else runs
+        self.tcp_model = MODELS[p["accounting"]]   # every socket's buffer, window and ACK rules
+        self._stop_reason = None      # World.stop / the watchdog: every step raises SimStopped
+        self._wall_limit = None       # (monotonic deadline, seconds) of the watchdog
+        self._ticks = _c.WATCH_EVERY
+        self._rng = random.Random(f"{seed}:net")
+        self._cpu_rng = random.Random(f"{seed}:cpu")
+        self.log = [] if log else None
+        if faults is None:
+            faults = _draw_faults(random.Random(f"{seed}:faults"), p)
+        self.faults = [_check_fault(f) for f in faults]
+        for fault in sorted(self.faults, key=lambda f: f["at"]):
+            self.call_at(fault["at"], self._fault, fault)
+
+    # -- replay ---------------------------------------------------------
+
+    def universe(self) -> dict:
+        """Everything that decides this world, as plain JSON values."""
+        return {"model": "looplab.simnet", "version": 1, "seed": self.seed,
+                "params": dict(self.params), "faults": [dict(f) for f in self.faults]}
+
+    @classmethod
+    def from_universe(cls, d, *, log=True) -> "World":
+        if not isinstance(d, Mapping) or d.get("model") != "looplab.simnet":
+            raise ValueError("simnet: not a simnet universe (no model 'looplab.simnet')")
+        if d.get("version") != 1:
+            raise ValueError(f"simnet: universe version {d.get('version')!r} is not 1")
+        return cls(d["seed"], faults=list(d.get("faults", [])), log=log,
+                   **dict(d.get("params", {})))
+
+    def digest(self) -> str:
+        """SHA-256 of the event log: equal digests, equal event sequences."""
+        return hashlib.sha256(repr(self.log).encode()).hexdigest()
+
+    def record(self, kind, conn=None, side=None, value=None):
+        if self.log is not None:
+            self.log.append((self.now, kind, conn, side, value))
+
+    # -- clock and events -------------------------------------------------
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when, fn, *args):
+        """Run ``fn(*args)`` at virtual time ``when`` (never before now).
+        Returns a handle whose ``cancel()`` stops it."""
+        ev = _Event(fn, args)
+        self._seq = seq = self._seq + 1
+        _heappush(self._heap, (when if when > self.now else self.now, seq, ev))
+        return ev
+
+    def call_later(self, delay, fn, *args):
+        return self.call_at(self.now + delay, fn, *args)
+
+    def next_time(self):
+        """When the next event is due (``None``: nothing is scheduled)."""
+        heap = self._heap
+        while heap and heap[0][2].fn is None:
+            _heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _run_due(self):
+        """Run every event due at or before now, in (time, seq) order. A
+        participant that keeps scheduling itself at the same instant would
+        stop time for ever: after ``constants.MAX_EVENTS_AT_ONE_TIME`` it is an error."""
+        self._ticks -= 1
+        if self._ticks <= 0:
+            self._check_stop()
+        heap = self._heap
+        pokes = self._pokes
+        now = self.now
+        limit = budget = _c.MAX_EVENTS_AT_ONE_TIME
+        fn = None
+        while True:
+            # A peer whose socket changed acts right after the event that
+            # changed it (cheaper than a zero-delay event, just as ordered).
+            while pokes:
+                pokes.popleft()._poke()
+                budget -= 1
+            if not (heap and heap[0][0] <= now):
+                break
+            ev = _heappop(heap)[2]
+            fn = ev.fn
+            if fn is not None:
+                ev.fn = None
+                fn(*ev.args)
+                budget -= 1
+            if budget <= 0:
+                raise RuntimeError(f"simnet: livelock: {limit} events at "
+                                   f"t={now:.6f}s without time moving (last: {fn!r})")
+
+    # -- stopping from outside: signals and the wall-clock watchdog ----------
+
+    def stop(self, reason: str) -> None:
+        """Make the next step of this world (and every one after it) raise
+        ``SimStopped(reason)``. Safe from another thread or a signal handler:
+        it only sets two attributes. Every wait of a program and every world
+        run steps through ``_run_due``, so a program spinning on the world --
+        however it spins -- ends within a few steps."""
+        self._stop_reason = reason
+        self._ticks = 0
+
+    def watchdog(self, wall_s: float) -> None:
+        """Stop this world (``SimStopped``) once it has run ``wall_s`` seconds of
+        wall-clock time from now. Looked at every ``WATCH_EVERY`` steps; it
+        decides nothing else, so results do not depend on it."""
+        self._wall_limit = (time.monotonic() + wall_s, wall_s)
+
+    def _check_stop(self):
+        self._ticks = _c.WATCH_EVERY
+        if self._stop_reason is None and self._wall_limit is not None \
+                and time.monotonic() > self._wall_limit[0]:
+            self._stop_reason = (f"watchdog: {self._wall_limit[1]:g} s of wall-clock time ran "
+                                 f"out at t={self.now:.6f}s simulated")
+        if self._stop_reason is not None:
+            self._ticks = 0
+            raise SimStopped(f"simnet: stopped: {self._stop_reason}")
+
+    def run(self, until=None, max_events=None) -> None:
+        """Advance through events up to virtual time ``until`` (``None``: until
+        none are left), for worlds driven by peers alone."""
+        count = 0
+        while True:
+            self._run_due()
+            t = self.next_time()
+            if t is None or (until is not None and t > until):
+                break
+            self.now = t
+            count += 1
+            if max_events is not None and count > max_events:
+                raise RuntimeError(f"simnet: more than {max_events} event steps")
+        if until is not None and until > self.now:
+            self.now = until
+
+    # -- file descriptors and addresses -------------------------------------
+
+    def _new_fd(self, obj) -> int:
+        fd = self._next_fd
+        self._next_fd += 1
+        self._files[fd] = obj
+        return fd
+
+    def _release_fd(self, fd) -> None:
+        self._files.pop(fd, None)
+        for poller in self._pollers:
+            poller.forget(fd)
+        self._gen += 1
+
+    def _ephemeral(self, host) -> tuple:
+        while True:
+            port = self._next_port
+            self._next_port = 40000 + (self._next_port - 40000 + 1) % 20000
+            if (host, port) not in self._bound:
+                return (host, port)
+
+    # -- the seam's objects -------------------------------------------------
+
+    def io(self, owner="app") -> SimIO:
+        """The seam for one program; every socket it opens (and every socket
+        accepted from those) belongs to ``owner`` (see ``exit_process``)."""
+        return SimIO(self, owner)
+
+    def exit_process(self, owner="app") -> int:
+        """What the OS does when a process exits: close every socket of
+        ``owner`` still open (in fd order), each as ``close()`` would -- a FIN
+        behind its unsent bytes, or an RST if it holds unread data. Returns how
+        many were closed."""
+        socks = [f for fd, f in sorted(self._files.items())
+                 if isinstance(f, SimSocket) and f.owner == owner]
+        for sock in socks:
+            sock.close()
+        return len(socks)
+
+    def selector(self) -> SimSelector:
+        return SimSelector(self)
+
+    def socket(self, family=_socket.AF_INET, type=_socket.SOCK_STREAM, proto=0) -> SimSocket:
+        return SimSocket(self, family, type, proto)
+
+    def connection(self, index):
+        """``(client, server)`` endpoints of connection ``index``."""
+        return tuple(self._conns[index])
+
+    # -- faults -----------------------------------------------------------
+
+    def _fault(self, fault):
+        i = fault["conn"]
+        if i >= len(self._conns):
+            self.record("fault-missed", i, fault["side"], fault["kind"])
+            return
+        client, server = self._conns[i]
+        side = fault["side"]
+        targets = (client, server) if side == "both" else (client if side == "client" else server,)
+        kind = fault["kind"]
+        self.record("fault", i, side, kind)
+        for ep in targets:
+            if kind == "stall":
+                ep.fault_stall(fault["duration_s"])
+            elif kind == "slow":
+                ep.fault_slow(fault["rate_Bps"], fault["duration_s"])
+            elif kind == "reset":
+                ep.fault_reset()
+            elif kind == "vanish":
+                ep.fault_vanish()
+
+
+class _Event:
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, args):
+        self.fn = fn
+        self.args = args
+
+    def cancel(self):
+        self.fn = None
+
+
+def _check_params(p):
+    def num(name, low, allow_none=False, integer=False, strict=False):
+        v = p[name]
+        if v is None and allow_none:
+            return
+        ok = (not isinstance(v, bool) and isinstance(v, int if integer else (int, float))
+              and math.isfinite(v) and (v > low if strict else v >= low))
+        if not ok:
+            kind = "an int" if integer else "a number"
+            bound = f"> {low}" if strict else f">= {low}"
+            extra = " or None" if allow_none else ""
+            raise ValueError(f"simnet: bad value {v!r} for {name}: must be {kind} {bound}{extra}")
+    num("latency_s", 0)
+    num("bandwidth_Bps", 0, allow_none=True, strict=True)
+    num("jitter_s", 0)
+    num("sndbuf", 1, integer=True)
+    num("rcvbuf", 1, integer=True)
+    num("mss", 1, integer=True)
+    num("syn_retry_s", 0, strict=True)
+    num("syn_retries", 0, integer=True)
+    num("random_faults", 0, integer=True)
+    num("fault_horizon_s", 0, strict=True)
+    num("fault_connections", 1, integer=True)
+    num("cpu_per_wait_s", 0)
+    num("sockbuf_scale", 1, integer=True)
+    if p["accounting"] not in ACCOUNTING:
+        raise ValueError(f"simnet: bad value {p['accounting']!r} for accounting: must be one of "
+                         + ", ".join(ACCOUNTING))
+    num("skb_overhead", 0, integer=True)
+    num("wake_s", 0)
+
+
+def _check_fault(f) -> dict:
+    if not isinstance(f, Mapping):
+        raise ValueError(f"simnet: a fault must be a dict, got {f!r}")
+    kind = f.get("kind")
+    if kind not in FAULT_KINDS:
+        raise ValueError(f"simnet: bad fault kind {kind!r}; valid: {', '.join(FAULT_KINDS)}")
+    out = {"at": f.get("at"), "kind": kind, "conn": f.get("conn", 0),
+           "side": f.get("side", "both" if kind == "reset" else "server")}
+    if isinstance(out["at"], bool) or not isinstance(out["at"], (int, float)) \
+            or not math.isfinite(out["at"]) or out["at"] < 0:
+        raise ValueError(f"simnet: fault 'at' must be a time >= 0, got {out['at']!r}")
+    if isinstance(out["conn"], bool) or not isinstance(out["conn"], int) or out["conn"] < 0:
+        raise ValueError(f"simnet: fault 'conn' must be an index >= 0, got {out['conn']!r}")
+    if out["side"] not in FAULT_SIDES:
+        raise ValueError(f"simnet: bad fault side {out['side']!r}; valid: {', '.join(FAULT_SIDES)}")
+    if kind in ("stall", "slow"):
+        d = f.get("duration_s")
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not (0 < d < math.inf):
+            raise ValueError(f"simnet: a {kind} fault needs duration_s > 0, got {d!r}")
+        out["duration_s"] = d
+    if kind == "slow":
+        r = f.get("rate_Bps")
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0 < r < math.inf):
+            raise ValueError(f"simnet: a slow fault needs rate_Bps > 0, got {r!r}")
+        out["rate_Bps"] = r
+    extra = set(f) - set(out) - {"duration_s", "rate_Bps"}
+    if extra:
+        raise ValueError(f"simnet: unknown fault field {sorted(extra)[0]!r}")
+    return out
+
+
+def _draw_faults(rng, p) -> list:
+    faults = []
+    for _ in range(p["random_faults"]):
+        kind = rng.choice(FAULT_KINDS)
+        f = {"at": round(rng.uniform(0, p["fault_horizon_s"]), 6), "kind": kind,
+             "conn": rng.randrange(p["fault_connections"]),
+             "side": rng.choice(FAULT_SIDES if kind == "reset" else FAULT_SIDES[:2])}
+        if kind in ("stall", "slow"):
+            f["duration_s"] = round(rng.uniform(0.05, 0.2 * p["fault_horizon_s"]), 6)
+        if kind == "slow":
+            f["rate_Bps"] = float(rng.choice((16384, 65536, 262144)))
+        faults.append(f)
+    faults.sort(key=lambda f: f["at"])
+    return faults
+
+
+# ---------------------------------------------------------------------------
+# Simulated TCP sockets
+

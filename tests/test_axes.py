@@ -1,0 +1,279 @@
+"""The two axes of a runtime spec: the interpreter (``@3.12``, ``@/path``) and the
+asyncio loop (``loop=NAME``, ``loop=MODULE:FACTORY``, ``loop.NAME=VALUE``, ``eager``).
+
+The grammar tests are in-process and fast. A user's loop is a ``SelectorEventLoop``
+subclass written here, imported through PYTHONPATH by ``looplab run``. Building an
+environment takes ~20 s, so one session-scoped fixture builds at most one (for an
+interpreter other than this one, in a temporary cache) and every environment test
+reuses it; it skips with the reason when no other interpreter is found.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bench import envs
+from protocols import runtimes
+from protocols.runtimes import UsageError
+
+REPO = Path(__file__).resolve().parent.parent
+RUN_S = 240
+
+USER_LOOP = '''
+import asyncio, os
+
+class MarkingLoop(asyncio.SelectorEventLoop):
+    """A user's loop: asyncio's selector loop that notes each time it is made."""
+
+def new_loop(mark=None, tag="none"):
+    if mark:
+        with open(mark, "a") as f:
+            f.write(f"{os.getpid()} {tag}\\n")
+    return MarkingLoop()
+
+def not_a_loop():
+    return object.__new__(type("Half", (), {"close": lambda self: None}))
+'''
+
+
+def _looplab(args, env=None, timeout=RUN_S):
+    return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=env)
+
+
+@pytest.fixture
+def user_loop(tmp_path, monkeypatch):
+    (tmp_path / "userloop_mod.py").write_text(USER_LOOP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("userloop_mod", None)
+
+
+# ---------------------------------------------------------------------------
+# The grammar
+
+@pytest.mark.parametrize("spec, canonical, interp, loop_opts", [
+    ("asyncio-streams@3.12", "asyncio-streams@3.12", "3.12", {}),
+    ("trio@3.12:instrument=false", "trio@3.12:instrument=false", "3.12", {}),
+    ("coro@3.13.0:spawn=eager", "coro@3.13.0:spawn=eager", "3.13.0", {}),
+    ("asyncio-protocol:loop=rloop", "asyncio-protocol:loop=rloop", None, {}),
+    ("asyncio-streams:loop=pkg.mod:make,loop.size=3,loop.debug=true",
+     "asyncio-streams:loop=pkg.mod:make,loop.debug=true,loop.size=3", None, {"size": 3, "debug": True}),
+    ("asyncio-streams@/usr/bin/python3:eager=true", "asyncio-streams@/usr/bin/python3:eager=true",
+     "/usr/bin/python3", {}),
+])
+def test_spec_grammar_round_trips(spec, canonical, interp, loop_opts):
+    rt = runtimes.parse(spec)
+    assert (rt.spec, rt.interpreter, rt.loop_options) == (canonical, interp, loop_opts)
+    assert runtimes.parse(rt.spec).spec == rt.spec
+
+
+def test_uvloop_runtimes_are_the_loop_option():
+    assert runtimes.parse("asyncio-streams:loop=uvloop").spec == "uvloop-streams"
+    assert runtimes.parse("asyncio-protocol@3.12:loop=uvloop,instrument=false").spec == \
+        "uvloop-protocol@3.12:instrument=false"
+
+
+def test_list_splits_runtimes_with_interpreters_and_loop_factories():
+    text = "asyncio-streams@3.11,trio@3.12:instrument=false,asyncio-streams:loop=m:f,loop.a=b,coro"
+    assert [rt.spec for rt in runtimes.parse_list(text)] == [
+        "asyncio-streams@3.11", "trio@3.12:instrument=false", "asyncio-streams:loop=m:f,loop.a=b", "coro"]
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("trio@", "needs an interpreter"),
+    ("trio@3", "bad interpreter"),
+    ("trio:loop=uvloop", "unknown option 'loop'"),
+    ("coro:loop.x=1", "takes no loop"),
+    ("asyncio-streams:loop=not a loop", "MODULE:FACTORY"),
+    ("asyncio-streams:loop.=1", "loop.NAME=VALUE"),
+])
+def test_bad_specs_are_one_line(spec, words):
+    with pytest.raises(UsageError) as info:
+        runtimes.parse(spec)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------------------
+# Loops
+
+def test_a_loop_that_cannot_carry_the_port_is_unavailable_with_the_reason(user_loop):
+    assert runtimes.parse("asyncio-streams:loop=userloop_mod:new_loop").unavailable_reason() is None
+    half = runtimes.parse("asyncio-streams:loop=userloop_mod:not_a_loop").unavailable_reason()
+    assert "cannot carry asyncio's ports" in half and "create_server" in half
+    bad_kw = runtimes.parse("asyncio-streams:loop=userloop_mod:new_loop,loop.nope=1").unavailable_reason()
+    assert "nope" in bad_kw
+    missing = runtimes.parse("asyncio-protocol:loop=no_such_loop_mod:make").unavailable_reason()
+    assert "no_such_loop_mod" in missing
+
+
+def test_a_non_selector_loop_is_declared_real_network_only(user_loop):
+    assert runtimes.parse("asyncio-streams").real_network_only() is None
+    why = runtimes.parse("asyncio-streams:loop=userloop_mod:new_loop").real_network_only()
+    assert "simulated network" in why
+    assert "cannot change interpreter" in runtimes.parse("asyncio-streams@3.12").real_network_only()
+
+
+def test_eager_tasks_run_before_create_task_returns_or_are_refused():
+    rt = runtimes.parse("asyncio-streams:eager=true")
+    if sys.version_info < (3, 12):
+        assert "3.12" in rt.unavailable_reason()
+        with pytest.raises(UsageError, match="eager=true needs Python 3.12"):
+            envs.prepare([rt])
+        return
+    port = rt.open()
+    ran = []
+
+    async def main():
+        import asyncio
+
+        async def child():
+            ran.append("child")
+        task = asyncio.get_running_loop().create_task(child())
+        ran.append("returned")
+        await task
+    port.run(main)
+    assert ran == ["child", "returned"]
+
+
+def test_a_users_loop_runs_through_run_with_its_keywords(tmp_path):
+    (tmp_path / "userloop_mod.py").write_text(USER_LOOP)
+    mark = tmp_path / "made.txt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    spec = f"asyncio-streams:loop=userloop_mod:new_loop,loop.mark={mark},loop.tag=t7"
+    out = tmp_path / "out"
+    r = _looplab(["run", "--scenarios", "S1", "--variants", "naive", "--runtimes", spec,
+                  "--preset", "tiny", "--out", str(out)], env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (cell,) = json.loads((out / "results.json").read_text())["cells"]
+    assert cell["runtime"] == spec and not cell["errors"]
+    assert cell["environment"]["loop"]["name"] == "userloop_mod:new_loop"
+    assert cell["environment"]["interpreter"]["version"] == ".".join(map(str, sys.version_info[:3]))
+    made = mark.read_text().split()
+    # made by the describe process and by the cell process, each with the keyword
+    assert made.count("t7") >= 2 and len(set(made[::2])) >= 2
+
+
+# ---------------------------------------------------------------------------
+# Interpreters
+
+def test_no_such_interpreter_lists_the_ones_found():
+    with pytest.raises(UsageError) as info:
+        envs.find("2.1")
+    msg = str(info.value)
+    assert msg.startswith("no Python 2.1 found") and "found:" in msg
+    for it in envs.found():
+        assert it.version in msg
+    with pytest.raises(UsageError, match="no Python interpreter at"):
+        envs.find("/no/such/python")
+
+
+def test_an_interpreter_below_the_minimum_is_refused():
+    text, least = envs._minimum()
+    old = [it for it in envs.found() if envs._vtuple(it.version) < least]
+    if not old:
+        pytest.skip(f"no interpreter older than looplab's minimum ({text}) on this machine")
+    with pytest.raises(UsageError, match="below looplab's minimum"):
+        envs.find(old[0].path)
+
+
+def test_found_interpreters_answer_with_their_own_version():
+    here = ".".join(map(str, sys.version_info[:3]))
+    assert any(it.version == here for it in envs.found()) or \
+        envs.find(sys.executable).version == here
+
+
+# ---------------------------------------------------------------------------
+# Environments (one build per session, in a temporary cache)
+
+def _other_interpreter():
+    here = sys.version_info[:2]
+    least = envs._minimum()[1]
+    for it in envs.found():
+        v = envs._vtuple(it.version)
+        if v[:2] != here and v >= least:
+            return it
+    return None
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """(runtime, env) for asyncio-streams on another interpreter, built once."""
+    other = _other_interpreter()
+    if other is None:
+        pytest.skip("no interpreter other than this one (>= looplab's minimum) was found")
+    cache = tmp_path_factory.mktemp("cache")
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    try:
+        rt = runtimes.parse(f"asyncio-streams@{other.version}")
+        yield rt, envs.ensure(rt), cache
+    finally:
+        envs.clear()
+        if saved is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = saved
+
+
+def test_an_environment_is_built_complete_and_reused(built):
+    rt, env, cache = built
+    assert os.path.isfile(os.path.join(env.dir, envs.MARKER))
+    root = envs.cache_root()
+    assert root.startswith(str(cache))
+    assert not [n for n in os.listdir(root) if n.startswith(".building-")]
+    envs._envs.clear()                       # a fresh lookup finds it on disk, builds nothing
+    again = envs.ensure(rt)
+    assert again.dir == env.dir
+    assert envs.interpreter_for(rt) == env.python
+    assert [e["name"] for e in envs.cached()] == [os.path.basename(env.dir)]
+
+
+def test_a_cell_records_its_interpreter_and_loop(built, tmp_path):
+    rt, env, cache = built
+    envv = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    out = tmp_path / "out"
+    r = _looplab(["run", "--scenarios", "S1", "--variants", "naive", "--runtimes", rt.spec,
+                  "--preset", "tiny", "--out", str(out)], env=envv)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "building" not in r.stderr            # reused, not rebuilt
+    (cell,) = json.loads((out / "results.json").read_text())["cells"]
+    assert cell["runtime"] == rt.spec and not cell["errors"]
+    got = cell["environment"]
+    assert got["interpreter"]["version"] == env.interpreter.version
+    assert got["interpreter"]["path"] == env.python
+    assert got["loop"] == {"name": "asyncio", "target": "asyncio:SelectorEventLoop",
+                           "version": env.interpreter.version}
+    assert "looplab" in got["libraries"]
+
+
+def test_a_failing_build_is_one_line_and_leaves_nothing(built, tmp_path):
+    rt, env, cache = built
+    empty = tmp_path / "not-a-project"
+    empty.mkdir()
+    with pytest.raises(UsageError) as info:
+        envs.build(env.interpreter, (str(empty),))
+    assert "failed to build: pip:" in str(info.value) and "\n" not in str(info.value)
+    assert [e["name"] for e in envs.cached()] == [os.path.basename(env.dir)]
+    assert not [n for n in os.listdir(envs.cache_root()) if n.startswith(".building-")]
+
+
+def test_env_verb_lists_and_clears(built, tmp_path):
+    rt, env, cache = built
+    envv = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    r = _looplab(["env", "list"], env=envv, timeout=60)
+    assert r.returncode == 0 and os.path.basename(env.dir) in r.stdout
+    assert env.interpreter.version in r.stdout
+    fake = Path(envs.cache_root()) / "py0.0-fake"
+    fake.mkdir()
+    (fake / envs.MARKER).write_text(json.dumps({"python": "0.0", "interpreter": "x"}))
+    assert envs.clear(["py0.0-fake"]) == ["py0.0-fake"] and not fake.exists()
+    assert os.path.isdir(env.dir)
+    r = _looplab(["env", "build"], env=envv, timeout=60)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
