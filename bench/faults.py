@@ -2,7 +2,7 @@
 
 Point it at any server (``looplab faults 127.0.0.1:9000 --app echo``), the user's own
 included, or let it start ``looplab serve`` itself (``--serve RUNTIME``). After each
-fault (bench/faultpeers.py) a healthy client of the app must be served correctly
+fault (bench/peers/faults.py) a healthy client of the app must be served correctly
 within a few seconds; with ``--pid`` (implied by ``--serve``) the server's open file
 descriptors and RSS are read from /proc before and after, so a fault that leaks
 shows as fd growth. One table row per fault; exit 1 when a fault was not survived.
@@ -26,7 +26,8 @@ import sys
 import tempfile
 import time
 
-from bench import faultpeers, procs
+from bench import procs
+from bench.peers import faults as faultpeers  # the faulty peers themselves
 from bench.errors import ExitCode, Unavailable, UsageError
 from bench.tables import fmt, fmt_bytes, format_table
 

@@ -84,6 +84,13 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _runtime_libraries() -> list[str]:
+    """The distributions the registered runtimes declare (``RuntimeInfo.library``)."""
+    from protocols import runtimes
+    libs = [runtimes.get(r).library for r in runtimes.ordered()]
+    return list(dict.fromkeys(lib for lib in libs if lib and lib != "python"))
+
+
 def lib_version(dist: str) -> str | None:
     try:
         from importlib.metadata import version
@@ -141,7 +148,7 @@ def environment() -> dict:
         "cpu_count": os.cpu_count(),
         "cpu_affinity_count": affinity,
         "libraries": {name: lib_version(name) for name in
-                      ("looplab", "trio", "curio", "uvloop", "pytest-benchmark")},
+                      ("looplab", *_runtime_libraries(), "pytest-benchmark")},
         # The allocator trap (docs/benchmarking.md): glibc's mmap threshold changed asyncio's
         # ping-pong 3.3x, so every result says what the allocator was told.
         "allocator_env": {k: v for k, v in os.environ.items()

@@ -13,10 +13,11 @@ process and one deterministic sequence of events in a ``kernels.simnet.World``:
   ``SimSelector``, trio with a clock and sockets of the world, curio with a
   kernel on it). A runtime that declares it runs only on the real network
   (uvloop) has its cells skipped with the reason (``sim_capable``);
-* the **peers** are in-world participants (``SimRole``, ``bench.simroles``) that take the very
-  role specs ``bench.peers`` takes (sink, source, reader, pipeline_client,
-  push_client, reset_peer) and report results in the same vocabulary, with
-  virtual times where the real ones report ``time.monotonic()``;
+* the **peers** are in-world participants (``SimPeer``, ``bench.peers.sim``): the very
+  role cores the peer process runs (``bench.peers``: sink, source, reader,
+  pipeline_client, push_client, echo_client, reset_peer and any registered
+  role), on the world's sockets, with virtual times where the real ones
+  report ``time.monotonic()``;
 * the **scenario's own ``run`` function** is unchanged: ``serve_app`` and
   ``run_program`` (``bench.scenario``) hand over to ``serve_app`` and
   ``run_program`` here when the ``CellContext`` carries a world, so metrics and
@@ -50,7 +51,7 @@ import socket as _socket
 import threading
 import weakref
 
-from bench.simroles import SimRole, make_role, simnet_bucket  # noqa: F401 -- re-exported
+from bench.peers.sim import SimPeer, SimRole, make_role  # noqa: F401 -- re-exported
 from kernels import simnet
 
 __all__ = ["SimCell", "SimRole", "sim_capable", "NET_DEFAULTS", "new_world", "cell_heap",
@@ -146,13 +147,12 @@ def new_world(seed=0, faults=None, **params) -> simnet.World:
 # The cell's world and its bookkeeping
 
 class SimCell:
-    """What a ``CellContext`` carries under ``--net sim``: the world, the roles
-    living in it, and the source frames (for the sinks' latencies)."""
+    """What a ``CellContext`` carries under ``--net sim``: the world and the roles
+    living in it."""
 
     def __init__(self, world: simnet.World):
         self.world = world
-        self.roles: dict[str, SimRole] = {}
-        self.frames = None            # the first source's (offsets, times)
+        self.roles: dict[str, SimPeer] = {}
         self._on_all_ended = None
         self._next_port = 9000
 

@@ -19,14 +19,17 @@ side in Perfetto. What each library lets an outsider see:
   starts its arrow in the parent's step. The task that runs ``main`` exists
   before the factory is installed, so its steps are not seen.
 
-Protocol/Transport runtimes (asyncio-protocol, uvloop-protocol) run their code in
-plain callbacks that no public hook reports, and curio's activations are fixed
-when its kernel is made: those are refused with one line.
+How a runtime is traced is declared on it (``RuntimeInfo.tracing``): a port option
+that turns its own trace on (our kernels: ``trace=true``), a traced twin of its port
+(the classes here, for trio and asyncio/uvloop streams), or why it cannot be (asyncio's
+and uvloop's Protocol/Transport code runs in plain callbacks that no public hook
+reports; curio's activations are fixed when its kernel is made): refused with one
+line. A runtime registered from outside declares its own the same way.
 
-Mechanism: importing this module registers one extra runtime per traceable
-reference, ``ID+trace`` (e.g. ``trio+trace``), whose port is the reference port
-with the hooks attached and a ``trace()`` method; ``looplab trace`` loads this
-module as a runtime module, so the cell process sees the same runtimes.
+Mechanism: importing this module registers one extra runtime per runtime with a
+traced twin, ``ID+trace`` (e.g. ``trio+trace``), whose port is the twin (with a
+``trace()`` method); ``looplab trace`` loads this module as a runtime module, so the
+cell process sees the same runtimes.
 """
 from __future__ import annotations
 
@@ -36,51 +39,68 @@ from dataclasses import replace
 from kernels.probe import Trace
 from protocols import runtimes as rtmod
 from protocols.asyncio_ports import AsyncioStreamPort, UvloopStreamPort
+from protocols.errors import UsageError
 from protocols.trio_curio_ports import TrioPort
 
-__all__ = ["SUFFIX", "TRACEABLE", "traced_spec", "refusal", "TracedTrioPort",
-           "TracedAsyncioStreamPort", "TracedUvloopStreamPort"]
+__all__ = ["SUFFIX", "traceable", "plan", "traced_spec", "refusal", "register_twins",
+           "TracedTrioPort", "TracedAsyncioStreamPort", "TracedUvloopStreamPort"]
 
 SUFFIX = "+trace"
 LOOP_TID = 0          # the run loop / plain loop callbacks; tasks get 1, 2, ...
 
-# Reference runtime id -> (traced port class, the hook it uses).
-TRACEABLE = {
-    "trio": ("TracedTrioPort", "trio.abc.Instrument"),
-    "asyncio-streams": ("TracedAsyncioStreamPort", "a task factory"),
-    "uvloop-streams": ("TracedUvloopStreamPort", "a task factory"),
-}
 
-_WHY_NOT = {
-    "callback": "its code runs in Protocol callbacks, which no public asyncio hook reports",
-    "task": "its public hooks (curio's Activation) are fixed when the port makes its kernel",
-}
+def _how(info):
+    t = info.tracing
+    return t if t is not None and (t.option or t.port) else None
+
+
+def traceable() -> list[str]:
+    """The listed runtimes ``looplab trace`` can trace."""
+    return [rid for rid in rtmod.ordered() if _how(rtmod.get(rid))]
 
 
 def refusal(runtime) -> str | None:
-    """Why ``looplab trace`` cannot trace this (non-ours) runtime, or None if it can."""
-    if runtime.id in TRACEABLE:
+    """Why ``looplab trace`` cannot trace this runtime, or None if it can."""
+    if _how(runtime.info):
         return None
-    why = _WHY_NOT.get(runtime.style, "no public hook reports its task steps")
-    return (f"cannot trace {runtime.id}: {why}; traceable: our kernels (callback, hybrid, "
-            f"coro) and, through public hooks, {', '.join(TRACEABLE)}")
+    t = runtime.info.tracing
+    why = t.refused if t is not None and t.refused else \
+        "it declares no way to be traced (RuntimeInfo.tracing)"
+    return f"cannot trace {runtime.id}: {why}; traceable: {', '.join(traceable())}"
 
 
 def traced_spec(runtime) -> str:
-    """The spec of the traced twin of a traceable reference runtime, same options."""
+    """The spec to run traced, same options: the runtime with its trace option on,
+    or its traced twin ``ID+trace``."""
+    how = _how(runtime.info)
+    if how is None:
+        raise UsageError(refusal(runtime))
     spec = runtime.spec
+    if how.option:
+        return spec + ("," if ":" in spec else ":") + how.option
     head, sep, rest = spec.partition(":")
     return head + SUFFIX + sep + rest
 
 
-def _register() -> None:
-    for rid, (cls, hook) in TRACEABLE.items():
-        info = rtmod.RUNTIMES.get(rid)
-        if info is None or rid + SUFFIX in rtmod.RUNTIMES:
+def plan(runtime) -> tuple[str, list[str]]:
+    """(spec to run, runtime modules the cell process must load for it)."""
+    spec = traced_spec(runtime)
+    if runtime.info.tracing.option:
+        return spec, []
+    register_twins()
+    return spec, [__name__]
+
+
+def register_twins() -> None:
+    """Register ``ID+trace`` for every runtime whose tracing is a traced twin port."""
+    for info in list(rtmod.RUNTIMES.values()):
+        how = _how(info)
+        if how is None or not how.port or info.id + SUFFIX in rtmod.RUNTIMES:
             continue
-        rtmod.register(replace(info, id=rid + SUFFIX, port=f"{__name__}:{cls}",
-                               compared_with=(), fingerprint=None, differences={}, origin="",
-                               summary=f"{info.summary}, traced through {hook} (looplab trace)"))
+        rtmod.register(replace(info, id=info.id + SUFFIX, port=how.port, compared_with=(),
+                               fingerprint=None, differences={}, probe_differences={},
+                               probe_flips={}, tracing=None, variant_of=info.id, origin="",
+                               summary=f"{info.summary}, traced through {how.hook} (looplab trace)"))
 
 
 # ---------------------------------------------------------------------------
@@ -288,4 +308,4 @@ class TracedUvloopStreamPort(_TracedStreams, UvloopStreamPort):
         self._setup_trace()
 
 
-_register()
+register_twins()

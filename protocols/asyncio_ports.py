@@ -87,6 +87,20 @@ def _check_loop(name: str, kwargs: dict, eager: bool) -> str | None:
     if eager and sys.version_info < (3, 12):
         return (f"eager=true needs Python 3.12+ (asyncio.eager_task_factory); this is "
                 f"{sys.version.split()[0]}")
+    if name == "asyncio" and not kwargs:
+        # asyncio's own loop carries its ports by definition; making one to check would
+        # open a real self-pipe, which a simulated cell must never do.
+        return None
+    key = (name, tuple(sorted(kwargs.items())))
+    if key not in _LOOP_CHECKS:
+        _LOOP_CHECKS[key] = _try_loop(name, kwargs)
+    return _LOOP_CHECKS[key]
+
+
+_LOOP_CHECKS: dict = {}
+
+
+def _try_loop(name: str, kwargs: dict) -> str | None:
     try:
         factory = resolve_loop(name)
     except Exception as exc:

@@ -4,19 +4,26 @@ Three are looplab's own kernels (callback, hybrid, coro), each driven through
 the port of the style it implements; six are the reference libraries they are
 compared with, driven through ports that measure them from public APIs only.
 Every fact about a runtime is here, in its one ``RuntimeInfo``: options, the
-reference its defaults reproduce, its declared S4 fingerprint (measured on the
-reference libraries: Python 3.11, uvloop 0.23, trio 0.35, curio 1.6, Linux
-loopback) and where it deliberately differs from its style's port contract.
+references its defaults reproduce, the library it needs, its declared S4
+fingerprint (measured on the reference libraries: Python 3.11, uvloop 0.23, trio
+0.35, curio 1.6, Linux loopback), where it deliberately differs from its style's
+port contract and from its primary reference at the fidelity probes (with the
+value it shows there), the adapter the fidelity probes reach it through, how it is
+traced and whether it runs on the simulated network. This is the one module that
+spells runtime ids (tests/test_structure.py checks it); everything else asks the
+registry. Importing the package ``protocols`` imports this module.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 
 import kernels.callback
 import kernels.coro
 import kernels.hybrid
 from kernels.options import Option, Schema, boolean
 from protocols.fingerprint import NONBLOCKING_SENDS, Between, Fingerprint, Near, Positive
-from protocols.runtimes import Difference, RuntimeInfo, register, register_loop_alias
+from protocols.runtimes import (Difference, PerformanceGoal, ProbeDifference, RuntimeInfo, Tracing,
+                                register, register_loop_alias)
 
 # ---------------------------------------------------------------------------
 # Option schemas: each of our kernels declares its own, once (``kernels.X.OPTIONS``);
@@ -90,28 +97,74 @@ _TRIO = {
 
 # Version- and design-dependent options whose flip no S4 metric can see: their S4 flip
 # is declared empty (the row must stay the same), and the edge probe that does see it
-# is declared in EDGE_FLIPS. The default follows the installed reference (wait_for:
+# is declared in the runtime's probe_flips. The default follows the installed reference (wait_for:
 # a new Task on Python 3.11, inline from 3.12), so the flip is the other value.
 _WAIT_FOR_FLIP = ("wait_for=inline" if kernels.hybrid.OPTIONS.defaults()["wait_for"] == "task"
                   else "wait_for=task")
 
-#: runtime -> {option flip: {edge probe (bench.edges): {observation key: value when flipped}}}.
-#: tests/test_fingerprints.py runs each probe with and without the flip and checks that
-#: exactly these keys take these values only when flipped.
-EDGE_FLIPS = {
-    "hybrid": {
-        _WAIT_FOR_FLIP: {"tk_wait_for_runs_in_new_task": {
-            "same_task": _WAIT_FOR_FLIP == "wait_for=inline"}},
-    },
-    "coro": {
-        "cancel_base=exception": {
-            "co_timeout_except_exception": {"caught_by_except_Exception": True,
-                                            "block_ended": "normally"},
-            "co_timeout_exception_bases": {"at_await": "Exception", "out_of_block": "Exception"},
-            "co_cancel_exception_base": {"base": "Exception"},
-        },
+# {option flip: {fidelity probe: {observation key: value when flipped}}} (probe_flips).
+# tests/test_fingerprints.py runs each probe with and without the flip and checks that
+# exactly these keys take these values only when flipped.
+_HYBRID_FLIPS = {
+    _WAIT_FOR_FLIP: {"tk_wait_for_runs_in_new_task": {
+        "same_task": _WAIT_FOR_FLIP == "wait_for=inline"}},
+}
+_CORO_FLIPS = {
+    "cancel_base=exception": {
+        "co_timeout_except_exception": {"caught_by_except_Exception": True,
+                                        "block_ended": "normally"},
+        "co_timeout_exception_bases": {"at_await": "Exception", "out_of_block": "Exception"},
+        "co_cancel_exception_base": {"base": "Exception"},
     },
 }
+
+# ---------------------------------------------------------------------------
+# Declared fidelity differences from the primary reference (bench.fidelity's probes),
+# each with what our kernel shows there: a change on the probe is caught again.
+
+_CALLBACK_PROBE_DIFFERENCES = {
+    "cb_write_after_completed_buffered_close": ProbeDifference(
+        {"raised": None},
+        "asyncio bug: after a buffered close completes, write() calls send() on the dropped "
+        "socket (None) and raises AttributeError; ours drops the write as after any close"),
+}
+_CORO_PROBE_DIFFERENCES = {
+    "co_event_wake_order": ProbeDifference(
+        {"fifo": True},
+        "arbitrary order in curio: its Event keeps waiters in a set (curio/sched.py "
+        "SchedBarrier), so set() wakes them in hash order, which varies from run to run; "
+        "ours wakes them FIFO, as asyncio's Event does"),
+    "co_send_after_close": ProbeDifference(
+        {"recv": "ClosedResourceError", "send": "ClosedResourceError"},
+        "curio's Socket has no closed state: after close() a call reaches the closed "
+        "stdlib socket and fails with OSError (EBADF); ours raises ClosedResourceError, "
+        "as trio does (the same difference is declared in curio's port conformance)"),
+}
+
+# ---------------------------------------------------------------------------
+# Performance goals (``looplab bench goals``): echo goals against uvloop are judged on
+# server CPU per request, the rest on rates (see bench.goals).
+
+_ECHO, _RATE, _CPU, _OPS = "echo 1 KiB x 10 conns", "req/s", "server CPU/req", "ops/s"
+_CALLBACK_GOALS = (PerformanceGoal("echo", "uvloop-protocol", 0.9, _ECHO, _CPU),
+                   PerformanceGoal("echo", "asyncio-protocol", 1.1, _ECHO, _RATE))
+_HYBRID_GOALS = (PerformanceGoal("echo", "uvloop-streams", 1.2, _ECHO, _CPU),
+                 PerformanceGoal("echo", "asyncio-streams", 1.0, _ECHO, _RATE))
+_CORO_GOALS = (PerformanceGoal("echo", "uvloop-streams", 1.2, _ECHO, _CPU),
+               PerformanceGoal("echo", "curio", 1.25, _ECHO, _CPU),
+               PerformanceGoal("echo", "trio", 2.0, _ECHO, _CPU),
+               PerformanceGoal("spawn_join", "curio", 10.0, "spawn+join/s", _OPS),
+               PerformanceGoal("yield", "curio", 2.0, "yields/s", _OPS),
+               PerformanceGoal("pingpong", "curio", 1.1, "ping-pong round trips/s", _OPS))
+
+# ---------------------------------------------------------------------------
+# The fidelity probes' adapters (one per runtime) and how ``looplab trace`` sees each.
+
+_SIDES = "bench.fidelity"
+_OWN_TRACE = Tracing(option="trace=true")
+_TASK_FACTORY = "a task factory"
+_NO_CALLBACK_HOOK = Tracing(refused="its code runs in Protocol callbacks, which no public "
+                                    "asyncio hook reports")
 
 # Options declared to touch no S4 metric, whatever their value.
 # The edge options that bring back one version's bug from the zoo (bench/zoo/) act
@@ -169,6 +222,7 @@ _UVLOOP_REAL_ONLY = dict(real_network_only="uvloop polls real file descriptors i
                                            "where no Python object can stand in for them")
 
 _P = "protocols.ports"
+_TR = "bench.tracing"
 _AIO = "protocols.asyncio_ports"
 _TC = "protocols.trio_curio_ports"
 
@@ -177,6 +231,8 @@ for _info in (
                 ours=True, requires=("kernels.callback",),
                 compared_with=("asyncio-protocol", "uvloop-protocol"),
                 fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, {}, _NEUTRAL),
+                probe_side=f"{_SIDES}.callback:OurCallbackSide", tracing=_OWN_TRACE,
+                probe_differences=_CALLBACK_PROBE_DIFFERENCES, goals=_CALLBACK_GOALS,
                 summary="our reactor, Protocol/Transport", **SIM),
     RuntimeInfo("hybrid", "stream", f"{_P}:HybridPort", kernels.hybrid.OPTIONS,
                 ours=True, requires=("kernels.hybrid",),
@@ -185,8 +241,10 @@ for _info in (
                     "spawn=eager": {"child_ran_before_spawn_returned": True},
                     "drain=empty": {},
                     "write=defer": {},
-                    _WAIT_FOR_FLIP: {},                     # seen by EDGE_FLIPS instead
+                    _WAIT_FOR_FLIP: {},                     # seen by probe_flips instead
                 }, _NEUTRAL),
+                probe_side=f"{_SIDES}.streams:HybridSide", tracing=_OWN_TRACE,
+                probe_flips=_HYBRID_FLIPS, goals=_HYBRID_GOALS,
                 summary="our Futures/Tasks/streams on the reactor", **SIM),
     RuntimeInfo("coro", "task", f"{_P}:CoroPort", kernels.coro.OPTIONS,
                 ours=True, requires=("kernels.coro",),
@@ -197,22 +255,31 @@ for _info in (
                     "ready_order=random-*": {"child_first_after_yield_fraction": Between(0.2, 0.8)},
                     "cancel=level": {"cancel_semantics": "level"},
                     "spawn=eager": {"child_ran_before_spawn_returned": True},
-                    "cancel_base=exception": {},            # seen by EDGE_FLIPS instead
+                    "cancel_base=exception": {},            # seen by probe_flips instead
                 }, _NEUTRAL),
                 differences=_RESET_IS_OS_ERROR,
+                probe_side=f"{_SIDES}.coro:CoroSide", tracing=_OWN_TRACE,
+                probe_differences=_CORO_PROBE_DIFFERENCES, probe_flips=_CORO_FLIPS,
+                goals=_CORO_GOALS,
                 summary="our trap kernel, send_all blocks", **SIM),
     RuntimeInfo("asyncio-protocol", "callback", f"{_AIO}:AsyncioCallbackPort",
                 asyncio_options("asyncio-protocol"), requires=("asyncio",),
                 fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, **_REFERENCE),
+                library="python", probe_side=f"{_SIDES}.callback:AsyncioCallbackSide",
+                tracing=_NO_CALLBACK_HOOK,
                 summary="stdlib asyncio, Protocol/Transport", **SIM),
     RuntimeInfo("asyncio-streams", "stream", f"{_AIO}:AsyncioStreamPort",
                 asyncio_options("asyncio-streams"), requires=("asyncio",),
                 fingerprint=Fingerprint(_ASYNCIO_STREAMS, **_REFERENCE),
+                library="python", probe_side=f"{_SIDES}.streams:AsyncioStreamSide",
+                tracing=Tracing(port=f"{_TR}:TracedAsyncioStreamPort", hook=_TASK_FACTORY),
                 summary="stdlib asyncio, StreamReader/StreamWriter", **SIM),
     # uvloop is not in the published S4 table: its rows were measured here and agree with asyncio's.
     RuntimeInfo("uvloop-protocol", "callback", f"{_AIO}:UvloopCallbackPort",
                 asyncio_options("uvloop-protocol", loop=False), requires=("uvloop",),
                 fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, **_REFERENCE),
+                library="uvloop", probe_side=f"{_SIDES}.callback:UvloopCallbackSide",
+                tracing=_NO_CALLBACK_HOOK,
                 summary="uvloop, Protocol/Transport", **_UVLOOP_REAL_ONLY),
     RuntimeInfo("uvloop-streams", "stream", f"{_AIO}:UvloopStreamPort",
                 asyncio_options("uvloop-streams", loop=False), requires=("uvloop",),
@@ -222,16 +289,23 @@ for _info in (
                     "write after: RuntimeError",
                     "uvloop's transport is closed once the reset surfaces, and its write() "
                     "raises RuntimeError where asyncio drops the bytes (uvloop 0.23)")},
+                library="uvloop", probe_side=f"{_SIDES}.streams:UvloopStreamSide",
+                tracing=Tracing(port=f"{_TR}:TracedUvloopStreamPort", hook=_TASK_FACTORY),
                 summary="uvloop, asyncio streams", **_UVLOOP_REAL_ONLY),
     RuntimeInfo("curio", "task", f"{_TC}:CurioPort", reference_options("curio"),
                 requires=("curio",), fingerprint=Fingerprint(_CURIO, **_REFERENCE),
                 differences=_CURIO_DIFFERENCES,
+                library="curio", probe_side=f"{_SIDES}.coro:CurioSide",
+                tracing=Tracing(refused="its public hooks (curio's Activation) are fixed when "
+                                        "the port makes its kernel"),
                 summary="curio, recv/sendall through a thin Stream shim", **SIM),
     RuntimeInfo("trio", "task", f"{_TC}:TrioPort", reference_options("trio"),
                 requires=("trio",), fingerprint=Fingerprint(_TRIO, **_REFERENCE),
+                library="trio", probe_side=f"{_SIDES}.coro:TrioSide",
+                tracing=Tracing(port=f"{_TR}:TracedTrioPort", hook="trio.abc.Instrument"),
                 summary="trio, SocketStream", **SIM),
 ):
-    register(_info)
+    register(replace(_info, origin="builtin"))
 
 # uvloop's two runtimes are asyncio's ports on uvloop's loop, kept under their own ids
 # so one configuration has one spec (and earlier results keep their keys).

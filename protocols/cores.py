@@ -11,7 +11,7 @@ a core needs it, arrives as the float argument ``now``. That buys three things:
   the protocol logic;
 * a core is tested exhaustively without I/O (hypothesis feeds it any chunking of
   any bytes, a simulated clock replaces sleeping);
-* the peers (``bench/peers.py``, blocking sockets in another process) use the
+* the peers (``bench/peers/``, blocking sockets in another process) use the
   same framing code to check what the kernel under test delivered.
 
 The contract every core keeps, in the style of h11:

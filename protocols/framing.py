@@ -5,7 +5,7 @@ loss measurements. ``encode_frame`` builds one, ``FrameDecoder`` takes a byte
 stream apart (any chunking gives the same frames), ``FrameStats`` counts what
 arrived. Like the cores that use them (``protocols/cores.py``) they decide and
 never act: no socket, no clock -- the time arrives as the argument ``now`` --
-no kernel. The peers (``bench/peers.py``, blocking sockets in another process)
+no kernel. The peers (``bench/peers/``, blocking sockets in another process)
 use the same code to check what the kernel under test delivered.
 
 Bad peer input raises ``ProtocolError`` (a ValueError) that says what was wrong

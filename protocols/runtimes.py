@@ -5,10 +5,15 @@ its id and port style, where its port class lives (``"package.module:Class"``,
 imported only when the runtime is opened or checked, so a missing library makes
 the runtime *unavailable with a reason*, never an import-time crash), its
 option schema, the reference libraries it is compared with (primary first), the
-modules it needs, its declared S4 fingerprint, its declared differences from
-its style's port contract, and whether it can run on the simulated network
-(``real_network_only``: None, or why not). ``register(info)`` adds one; the nine built-in
-runtimes (``protocols.builtin``) are registered exactly that way.
+modules it needs and the library whose version decides its behaviour, its
+declared S4 fingerprint, its declared differences from its style's port contract
+and from its primary reference at the fidelity probes' edges (each with the value
+expected), how the fidelity probes reach it (its port, or one declared adapter),
+how ``looplab trace`` traces it, and whether it can run on the simulated network
+(``real_network_only``: None, or why not). ``register(info)`` adds one; the nine
+built-in runtimes (``protocols.builtin``) are registered exactly that way.
+Registration points one way: ``protocols.builtin`` imports this module, never the
+reverse; the package ``protocols`` imports the built-ins, then discovers plugins.
 
 A *runtime spec* is ``ID[@INTERPRETER][:OPT=VALUE,OPT=VALUE...]``, e.g.
 ``coro:ready_order=random-7``, ``asyncio-streams@3.12:loop=uvloop,eager=true`` or
@@ -31,10 +36,11 @@ import a module (or call a function) that calls ``register``:
 * the ``LOOPLAB_RUNTIME_MODULES`` environment variable, a comma list of modules;
 * ``load_plugins(modules)``, which the CLI's ``--runtime-module`` calls.
 
-Entry points and the environment variable are read once, when this module is
-first imported; a plugin that fails to load there is recorded
-(``plugin_errors()``) and named in "unknown runtime" messages instead of
-crashing every command. ``plugin_modules()`` lists the modules loaded so far,
+Entry points and the environment variable are read once, by ``discover()``, which
+the package ``protocols`` calls after registering the built-ins; a plugin that
+fails to load there is recorded (``plugin_errors()``) and named in "unknown
+runtime" messages instead of crashing every command. ``plugin_modules()`` lists
+the modules loaded so far,
 so a parent can hand them to a fresh process, which calls
 ``load_plugins(that_list)`` before looking anything up. Each RuntimeInfo
 records its ``origin``: ``builtin``, ``entry point NAME (DIST)`` or ``module PKG.MOD``.
@@ -53,7 +59,8 @@ from kernels.options import OptionError, Schema, show
 from protocols.errors import Unavailable, UsageError
 from protocols.fingerprint import Fingerprint
 
-__all__ = ["RuntimeInfo", "Difference", "Runtime", "RUNTIMES", "STYLES", "UsageError",
+__all__ = ["RuntimeInfo", "Difference", "ProbeDifference", "PerformanceGoal", "Tracing",
+           "Runtime", "ordered", "discover", "load_object", "RUNTIMES", "STYLES", "UsageError",
            "Unavailable", "register", "unregister", "get", "parse", "parse_list",
            "available_runtimes", "load_plugins", "plugin_modules", "plugin_errors",
            "bind_listener", "ENTRY_POINT_GROUP", "ENV_VAR", "register_loop_alias",
@@ -69,6 +76,38 @@ class Difference(NamedTuple):
     ``outcome`` the conformance suite sees on this runtime, and why."""
     outcome: str
     reason: str
+
+
+class ProbeDifference(NamedTuple):
+    """A declared, accepted difference from the primary reference at one fidelity
+    probe (``looplab fidelity``): ``expected`` is what this runtime shows -- for a
+    dict observation, the keys that differ from the reference with their values
+    here; otherwise the whole observation -- and ``reason`` says why. A probe whose
+    observation no longer matches ``expected`` is an undeclared difference again."""
+    expected: object
+    reason: str
+
+
+class PerformanceGoal(NamedTuple):
+    """A performance goal of this runtime against a reference (``looplab bench goals``):
+    ``kind`` is "echo" or a micro-benchmark op; the median paired ratio, judged on
+    ``judged_on`` ("req/s", "server CPU/req" or "ops/s"), should reach ``target``."""
+    kind: str
+    reference: str
+    target: float
+    what: str
+    judged_on: str
+
+
+class Tracing(NamedTuple):
+    """How ``looplab trace`` traces a runtime. ``option``: a port option that turns
+    its own trace on (``"trace=true"``): the port then has ``trace()``. ``port``: a
+    traced twin of its port (``"module:Class"``, with ``trace()``) that sees the
+    library through ``hook``. Neither: ``refused`` says why it cannot be traced."""
+    option: str = ""
+    port: str = ""
+    hook: str = ""
+    refused: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,6 +141,25 @@ class RuntimeInfo:
     #: line, shown when its simulated cells are skipped). A port has to be written
     #: for it, so a runtime that does not say is real-network only.
     real_network_only: str | None = "its port does not declare that it can run on the simulated network"
+    #: the distribution whose installed version decides this runtime's behaviour
+    #: (``"python"`` for the standard library), recorded beside results and zoo rows
+    library: str | None = None
+    #: how the fidelity probes reach it: None through its port (a stream-style port
+    #: with asyncio's names runs the stream probes as is), else ``"module:Class"`` of
+    #: one adapter (a probe side, see ``bench.fidelity``) made as ``Class(options)``
+    probe_side: str | None = None
+    #: fidelity probe name -> ``ProbeDifference`` (or ``(expected, reason)``): accepted
+    #: differences from the primary reference, each with the value it must keep
+    probe_differences: Mapping[str, ProbeDifference] = field(default_factory=dict)
+    #: option flip -> {fidelity probe: {observation key: value when flipped}}: the
+    #: probes that see a flip no S4 metric can (tests/test_fingerprints.py checks them)
+    probe_flips: Mapping[str, Mapping] = field(default_factory=dict)
+    #: its performance goals against references (``PerformanceGoal``), in order
+    goals: tuple = ()
+    #: how ``looplab trace`` traces it (None: it declares no way)
+    tracing: Tracing | None = None
+    #: the runtime this one is a variant of (a traced twin): not listed in tables
+    variant_of: str | None = None
 
     @property
     def primary_reference(self) -> str | None:
@@ -111,6 +169,10 @@ class RuntimeInfo:
     def difference(self, key: str) -> Difference | None:
         d = self.differences.get(key)
         return None if d is None else Difference(*d)
+
+    def probe_difference(self, probe: str) -> ProbeDifference | None:
+        d = self.probe_differences.get(probe)
+        return None if d is None else ProbeDifference(*d)
 
 
 # The registry, in registration order (built-ins first). Read it freely; add to
@@ -148,6 +210,14 @@ def _check_info(info: RuntimeInfo) -> None:
     if info.real_network_only is not None and not (isinstance(info.real_network_only, str)
                                                    and info.real_network_only.strip()):
         problems.append("real_network_only must be None or the reason, as text")
+    tracing_port = ""
+    if isinstance(info.tracing, Tracing):
+        tracing_port = info.tracing.port
+    elif info.tracing is not None:
+        problems.append("tracing must be a protocols.runtimes.Tracing or None")
+    for what, ref in (("probe_side", info.probe_side), ("tracing port", tracing_port)):
+        if ref and not all(str(ref).partition(":")[::2]):
+            problems.append(f"{what} {ref!r} must be 'package.module:Class'")
     if problems:
         raise UsageError(f"cannot register runtime {info.id!r}: " + "; ".join(problems))
 
@@ -200,12 +270,17 @@ def _import_reason(module: str) -> str | None:
     return None
 
 
-def _port_class(info: RuntimeInfo):
-    module, _, name = info.port.partition(":")
+def load_object(ref: str):
+    """``"package.module:Name"`` -> the object (imported now)."""
+    module, _, name = ref.partition(":")
     obj = importlib.import_module(module)
     for part in name.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def _port_class(info: RuntimeInfo):
+    return load_object(info.port)
 
 
 def _unavailable_reason(info: RuntimeInfo) -> str | None:
@@ -440,6 +515,19 @@ def parse_list(text: str | None, default: list[str] | None = None) -> list[Runti
     return [parse(s) for s in specs]
 
 
+def ordered() -> list[str]:
+    """Every listed runtime id, each runtime that names references followed by them
+    (``callback, asyncio-protocol, uvloop-protocol, hybrid, ...``), then the rest in
+    registration order: the column order of comparison tables. Variants (a traced
+    twin) are left out."""
+    out: list[str] = []
+    for info in RUNTIMES.values():
+        if info.variant_of is None and info.compared_with:
+            out += [r for r in (info.id, *info.compared_with) if r in RUNTIMES and r not in out]
+    return out + [rid for rid, info in RUNTIMES.items()
+                  if info.variant_of is None and rid not in out]
+
+
 def available_runtimes(runtimes: list[Runtime] | None = None) -> tuple[list[Runtime], dict[str, str]]:
     """Split into (available, {spec: reason unavailable})."""
     ok, missing = [], {}
@@ -560,8 +648,15 @@ def bind_listener(host: str = "127.0.0.1", port: int = 0, sockbuf: int | None = 
     return sock
 
 
-# The built-ins first, so a plugin cannot take their ids; then the plugins.
-with _origin("builtin"):
-    importlib.import_module("protocols.builtin")
-_load_entry_points()
-_load_env()
+_discovered = False
+
+
+def discover() -> None:
+    """Load the entry points and the environment variable's modules, once. The
+    package ``protocols`` calls it after registering the built-ins, so a plugin
+    cannot take their ids."""
+    global _discovered
+    if not _discovered:
+        _discovered = True
+        _load_entry_points()
+        _load_env()

@@ -324,6 +324,28 @@ def test_conformance_suite_passes_apart_from_declared_differences(sk):
 
 
 @pytest.mark.timeout(SUBPROCESS_S + 30)
+def test_repro_runs_a_zoo_entry_on_it_and_the_zoo_table_has_its_column(sk, tmp_path):
+    """`looplab repro` takes the runtime registered from outside like a built-in one:
+    its cells run, and the zoo table (one column per runtime) shows it."""
+    from bench.verbs import repro
+    assert RID in repro.columns()
+    env = _child_env()
+    env[runtimes.ENV_VAR] = MODULE
+    out = tmp_path / "zoo.json"
+    cmd = [sys.executable, "-m", "bench", "repro", "cpython-32391", "--runtimes",
+           f"{RID},asyncio-streams", "--preset", "tiny", "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=SUBPROCESS_S)
+    tail = proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, tail
+    cells = [c for c in json.loads(out.read_text())["cells"] if c["runtime"] == RID]
+    assert {c["variant"] for c in cells} == {"naive", "fixed"}, tail
+    assert all(not c["errors"] for c in cells), cells
+    # exit=flush: write; close; return loses nothing here, unlike asyncio
+    assert f"not shown on: {RID}" in proc.stdout, tail
+
+
+@pytest.mark.timeout(SUBPROCESS_S + 30)
 def test_cli_runs_s1_s3_and_s4_on_it_with_the_module_from_the_environment(sk, tmp_path):
     out = tmp_path / "results.json"
     env = _child_env()

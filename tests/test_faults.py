@@ -1,7 +1,7 @@
 """The fault matrix: every app on every runtime against every faulty peer.
 
 Each case starts one ``looplab serve APP --runtime R`` through the ``looplab faults``
-verb (``--serve``), runs every fault of bench/faultpeers.py against that one server,
+verb (``--serve``), runs every fault of bench/peers/faults.py against that one server,
 and requires: a healthy client served correctly after each fault, the server's fds
 back where they were, SIGTERM -> exit 0, no traceback on stderr.
 

@@ -8,28 +8,37 @@ passes, the xfail turns into a failure, and the entry must be removed.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import sys
 
 import pytest
 
-from bench import fidelity
-from bench.edges import PROBES, STYLE_OF
+from bench import cli, fidelity
 from bench.errors import ExitCode
+from bench.fidelity import PROBES
+from protocols import runtimes as rtmod
 
 pytestmark = pytest.mark.timeout(120)
 
-PRIMARY = {ours: refs[0] for ours, refs in fidelity.PAIRINGS.items()}
-_LIB = {"curio": "curio", "trio": "trio", "uvloop-protocol": "uvloop", "uvloop-streams": "uvloop"}
+BUILTIN = [rid for rid in rtmod.ordered() if rtmod.get(rid).origin == "builtin"]
+PRIMARY = {ours: refs[0] for ours, refs in fidelity.pairings().items() if ours in BUILTIN}
 
 
 def _available(rid):
-    return rid not in _LIB or importlib.util.find_spec(_LIB[rid]) is not None
+    return rtmod.parse(rid).available()
 
 
-RUNTIMES = [r for r in STYLE_OF if _available(r)]
+def _style(rid):
+    return rtmod.get(rid).style
+
+
+RUNTIMES = [r for r in BUILTIN if _available(r)]
+
+
+def _main(argv):
+    """``looplab fidelity ARGV`` through the CLI, as a user runs it."""
+    return cli.main(["fidelity", *argv])
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +77,7 @@ def test_every_runnable_pairing_compares_its_probes(rows):
         if not _available(ref):
             continue
         c = counts[f"{ours} vs {ref}"]
-        style_probes = sum(p.style == STYLE_OF[ours] for p in PROBES.values())
+        style_probes = sum(p.style == _style(ours) for p in PROBES.values())
         assert c["compared"] == style_probes
     assert sum(c["compared"] for c in counts.values() if c["primary"]) >= 60
 
@@ -146,10 +155,10 @@ def test_lowering_high_water_after_close_pauses_on_asyncio(runs):
 # ---------------------------------------------------------------------------
 # Ours must agree. Open gaps, one table: remove an entry when its kernel fix lands.
 
-KNOWN_GAPS: set = set()     # none open: every difference is fixed or in fidelity.DECLARED
+KNOWN_GAPS: set = set()     # none open: every difference is fixed or declared on its runtime
 
 _PRIMARY_CASES = sorted((ours, n) for ours in PRIMARY for n, p in PROBES.items()
-                        if p.style == STYLE_OF[ours])
+                        if p.style == _style(ours))
 
 
 def _case(ours, n):
@@ -171,19 +180,33 @@ def test_ours_agrees_with_primary_reference(rows, ours, probe):
 
 def test_known_gaps_name_real_probes():
     for ours, n in KNOWN_GAPS:
-        assert n in PROBES and PROBES[n].style == STYLE_OF[ours]
+        assert n in PROBES and PROBES[n].style == _style(ours)
 
 
-def test_declared_differences_name_real_probes_and_have_reasons():
-    for (n, ref), reason in fidelity.DECLARED.items():
-        assert n in PROBES and ref in STYLE_OF and len(reason) > 20
+def test_declared_differences_name_real_probes_and_have_reasons_and_values():
+    assert fidelity.declared()
+    for subject in fidelity.pairings():
+        info = rtmod.get(subject)
+        for n in info.probe_differences:
+            d = info.probe_difference(n)
+            assert n in PROBES and PROBES[n].style == info.style
+            assert len(d.reason) > 20 and d.expected is not None
 
 
 # ---------------------------------------------------------------------------
 # Verdict mechanics on made-up observations
 
-def _fake(ours_obs, ref_obs, probe="cb_write_after_close_empty", ref="asyncio-protocol"):
-    return {"callback": {probe: ours_obs}, ref: {probe: ref_obs}}
+def _fake(ours_obs, ref_obs, probe="cb_write_after_close_empty", ref="asyncio-protocol",
+          subject="callback"):
+    return {subject: {probe: ours_obs}, ref: {probe: ref_obs}}
+
+
+def _a_declared():
+    """(subject, primary reference, probe, declared difference) of one declaration."""
+    subject, refs = next((s, r) for s, r in fidelity.pairings().items()
+                         if rtmod.get(s).probe_differences)
+    n = next(iter(rtmod.get(subject).probe_differences))
+    return subject, refs[0], n, rtmod.get(subject).probe_difference(n)
 
 
 def test_compare_verdicts():
@@ -200,10 +223,23 @@ def test_compare_verdicts():
 
 
 def test_declared_difference_is_not_a_gap():
-    n, ref = next(iter(fidelity.DECLARED))
-    rows = fidelity.compare(_fake({"obs": {"a": 1}}, {"obs": {"a": 2}}, n, ref), [n])
-    assert rows[0]["verdict"] == "declared" and rows[0]["reason"]
+    subject, ref, n, d = _a_declared()
+    other = {k: ["something else"] for k in d.expected}
+    rows = fidelity.compare(_fake({"obs": dict(d.expected)}, {"obs": other}, n, ref, subject), [n])
+    assert rows[0]["verdict"] == "declared" and rows[0]["reason"] == d.reason
     assert fidelity.undeclared(rows) == []
+
+
+def test_a_declared_probe_whose_value_changes_is_a_gap_again():
+    """Issue 23: a declared probe counts as declared only while the subject still
+    shows the declared value; a change (or a new differing key) fails --fail."""
+    subject, ref, n, d = _a_declared()
+    other = {k: ["something else"] for k in d.expected}
+    changed = {k: ["changed"] for k in d.expected}
+    for ours in (changed, dict(d.expected, extra_key=1)):
+        rows = fidelity.compare(_fake({"obs": ours}, {"obs": other}, n, ref, subject), [n])
+        assert rows[0]["verdict"] == "differ" and "not as declared" in rows[0]["reason"]
+        assert fidelity.undeclared(rows) == rows
 
 
 def test_secondary_difference_is_information():
@@ -243,23 +279,23 @@ def test_document_has_one_cell_per_probe_and_runtime(runs, rows):
 
 def test_verb_exit_code_follows_undeclared_gaps(tmp_path, capsys):
     out = tmp_path / "fid.json"
-    rc = fidelity.main(["--probes", "co_*,cb_default*", "--json", str(out), "--fail"])
+    rc = _main(["--probes", "co_*,cb_default*", "--json", str(out), "--fail"])
     doc = json.loads(out.read_text())
     gaps = [k for k, v in doc["fidelity"].items() if v["primary"] and (v["differ"] or v["error"])]
     assert rc == (ExitCode.FAILED if gaps else ExitCode.OK)
-    assert fidelity.main(["--probes", "co_*,cb_default*"]) == ExitCode.OK
+    assert _main(["--probes", "co_*,cb_default*"]) == ExitCode.OK
     printed = capsys.readouterr().out
     assert "coro vs curio:" in printed and "agree" in printed
 
 
 def test_declared_difference_does_not_fail(capsys):
-    n = next(iter(fidelity.DECLARED))[0]
-    assert fidelity.main(["--runtimes", "callback", "--probes", n, "--fail"]) == ExitCode.OK
+    subject, _, n, _ = _a_declared()
+    assert _main(["--runtimes", subject, "--probes", n, "--fail"]) == ExitCode.OK
 
 
 def test_out_dir_gets_valid_json_and_the_report_section(tmp_path):
     from bench import results as res
-    assert fidelity.main(["--probes", "cb_default*,co_event*", "--out", str(tmp_path / "o")]) == 0
+    assert _main(["--probes", "cb_default*,co_event*", "--out", str(tmp_path / "o")]) == 0
     doc = json.loads((tmp_path / "o" / "fidelity.json").read_text())
     assert doc["cells"] and res.validate(doc) == []
     block = doc["fidelity_probes"]
@@ -288,7 +324,7 @@ def test_probes_block_counts_and_differences():
     (d,) = block["differences"]
     assert d["probe"] == "co_event_wake_order" and d["verdict"] == "declared"
     assert d["reference_obs"] == '{"fifo":false}' and d["ours_obs"] == '{"fifo":true}'
-    assert d["reason"] == fidelity.DECLARED[("co_event_wake_order", "curio")]
+    assert d["reason"] == fidelity.declared()[("co_event_wake_order", "curio")]
     assert block["skipped"] == ["trio"] and block["elapsed_s"] == 1.2
     json.dumps(block)
 
@@ -329,7 +365,7 @@ def test_main_job_runs_the_probes_and_hands_them_to_the_report(monkeypatch, tmp_
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle):
     try:
-        rc = fidelity.main(argv)
+        rc = _main(argv)
     except SystemExit as exc:
         rc = exc.code
     assert rc == ExitCode.USAGE
@@ -338,17 +374,29 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle):
 
 
 def test_json_to_a_directory_is_a_usage_error(tmp_path, capsys):
-    assert fidelity.main(["--probes", "cb_default*", "--json", str(tmp_path)]) == ExitCode.USAGE
+    assert _main(["--probes", "cb_default*", "--json", str(tmp_path)]) == ExitCode.USAGE
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
-def test_add_parser_registers_the_verb():
-    import argparse
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="verb")
-    fidelity.add_parser(sub)
-    args = p.parse_args(["fidelity", "--probes", "cb_*", "--fail"])
-    assert args.func is fidelity.run and args.fail and args.probes == "cb_*"
+@pytest.mark.parametrize("option,name", [("--json", "fid.json"), ("--out", "dir")])
+def test_unwritable_output_is_one_line_before_any_probe(tmp_path, capsys, monkeypatch, option, name):
+    """Issue 23: an output that cannot be written is refused before anything runs."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    ran = []
+    monkeypatch.setattr(fidelity, "measure", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(fidelity, "collect", lambda *a, **k: ran.append(1))
+    rc = _main(["--probes", "cb_default*", option, str(blocker / name)])
+    err = capsys.readouterr().err
+    assert rc == ExitCode.USAGE and ran == []
+    assert len(err.strip().splitlines()) == 1 and option in err and "Traceback" not in err
+
+
+def test_the_verb_goes_through_the_cli():
+    from bench.verbs import fidelity as verb
+    args = cli.build_parser().parse_args(["fidelity", "--probes", "cb_*", "--fail"])
+    assert args.func is verb.run and args.fail and args.probes == "cb_*"
+    assert not hasattr(fidelity, "main") and not hasattr(verb, "main")
 
 
 def test_a_runtime_process_that_overruns_is_killed_and_reported():
@@ -356,3 +404,23 @@ def test_a_runtime_process_that_overruns_is_killed_and_reported():
     out = fidelity.collect(["callback"], names, timeout=0.0)
     assert set(out["callback"]) == set(names)
     assert all("timed out" in rec.get("error", "") for rec in out["callback"].values())
+
+
+# ---------------------------------------------------------------------------
+# A runtime registered from outside is a subject like our kernels
+
+def test_an_outside_runtime_is_a_subject_with_its_declared_references():
+    """examples/selectkernel, loaded with --runtime-module, runs the stream probes
+    through its own port and is compared with the reference it declares (in a fresh
+    process: this one keeps seeing only the built-in runtimes)."""
+    import os
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "fidelity", "--runtime-module", "examples.selectkernel",
+         "--runtimes", "selectkernel", "--fail",
+         "--probes", "tk_sleep0_round_robin,tk_event_wake_order,tk_lazy_spawn_order"],
+        cwd=root, capture_output=True, text=True, timeout=100)
+    assert proc.returncode == ExitCode.OK, proc.stdout[-2000:] + proc.stderr
+    # the reference is the one its RuntimeInfo declares (compared_with)
+    assert "selectkernel vs asyncio-streams: 3/3 agree" in proc.stdout, proc.stdout

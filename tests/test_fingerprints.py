@@ -65,9 +65,9 @@ def test_flip_changes_exactly_the_declared_metric(flip):
 
 
 def _edge_obs(spec: str, probe: str) -> dict:
-    """One edge probe (bench.edges) on ``spec`` in its own process."""
+    """One fidelity probe (bench.fidelity) on ``spec`` in its own process."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, "-m", "bench.edges", spec, probe], cwd=root,
+    proc = subprocess.run([sys.executable, "-m", "bench.fidelity.worker", spec, probe], cwd=root,
                           capture_output=True, text=True, timeout=60)
     rec = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "obs" in rec, (spec, rec)
@@ -75,9 +75,9 @@ def _edge_obs(spec: str, probe: str) -> dict:
 
 
 def _edge_flips() -> list:
-    from protocols.builtin import EDGE_FLIPS
-    return [(f"{rid}:{flip}", probe, change) for rid, flips in EDGE_FLIPS.items()
-            for flip, probes in flips.items() for probe, change in probes.items()]
+    """(flipped spec, probe, change) for every RuntimeInfo.probe_flips declaration."""
+    return [(f"{info.id}:{flip}", probe, change) for info in runtimes.RUNTIMES.values()
+            for flip, probes in info.probe_flips.items() for probe, change in probes.items()]
 
 
 @pytest.mark.parametrize("spec,probe,change", _edge_flips(),
@@ -96,16 +96,15 @@ def test_edge_flip_changes_exactly_its_declared_observations(spec, probe, change
 
 
 def test_every_edge_flip_has_an_s4_declaration_and_names_a_real_probe():
-    from bench.edges import PROBES, STYLE_OF
-    from protocols.builtin import EDGE_FLIPS
-    for rid, flips in EDGE_FLIPS.items():
-        info = runtimes.get(rid)
-        for flip, probes in flips.items():
+    from bench.fidelity import PROBES
+    assert _edge_flips()
+    for info in runtimes.RUNTIMES.values():
+        for flip, probes in info.probe_flips.items():
             name, _, value = flip.partition("=")
             assert info.fingerprint.flip(name, value) is not None, flip
             assert value != str(info.options.defaults()[name]).lower(), flip
             for probe in probes:
-                assert PROBES[probe].style == STYLE_OF[rid], probe
+                assert PROBES[probe].style == info.style, probe
 
 
 def test_every_choice_of_our_kernels_options_is_declared_or_neutral():

@@ -81,6 +81,9 @@ def test_a_clash_with_an_existing_id_is_one_usage_error(registered):
     (dict(style="push"), "style 'push'"),
     (dict(port="protocols.ports.CoroPort"), "package.module:Class"),
     (dict(options={"spawn": "lazy"}), "Schema"),
+    (dict(probe_side="bench.fidelity.coro.CoroSide"), "probe_side"),
+    (dict(tracing="trace=true"), "tracing must be"),
+    (dict(tracing=runtimes.Tracing(port="nocolon")), "tracing port"),
 ])
 def test_register_refuses_a_malformed_runtime(kw, words):
     fields = dict(id="bad", style="task", port="protocols.ports:CoroPort",
@@ -247,3 +250,20 @@ def test_no_runtime_id_dispatch_outside_the_runtime_definitions():
             if pattern.search(line):
                 hits.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
     assert hits == []
+
+
+def test_registration_points_one_way():
+    """protocols.runtimes never imports protocols.builtin: the package imports the
+    built-ins, which register through the registry like a plugin does."""
+    import ast
+    import pathlib
+    source = pathlib.Path(runtimes.__file__).read_text()
+    assert "protocols.builtin" not in {
+        getattr(n, "module", None) for n in ast.walk(ast.parse(source))} | {
+        c.value for c in ast.walk(ast.parse(source)) if isinstance(c, ast.Constant)}
+    assert runtimes.get("coro").origin == "builtin"
+    # comparison tables put each runtime that names references right before them
+    order = runtimes.ordered()
+    first = runtimes.get(order[0])
+    assert order[1:1 + len(first.compared_with)] == list(first.compared_with)
+    assert sorted(order) == sorted(r for r, i in runtimes.RUNTIMES.items() if i.variant_of is None)

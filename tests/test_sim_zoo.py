@@ -115,13 +115,14 @@ def test_oracle_both_ways_on_the_simulated_network(eid):
 @pytest.mark.parametrize("eid", REAL_ONLY)
 def test_a_real_only_entry_is_a_skipped_cell_under_repro_and_a_note_under_run(eid, capsys):
     e = zoo.ENTRIES[eid]
-    rc, out, err = run(["repro", eid, "--net", "sim", "--runtimes", "callback"], capsys)
+    spec = {"callback": "callback", "stream": "hybrid", "task": "coro"}[e.styles[0]]
+    rc, out, err = run(["repro", eid, "--net", "sim", "--runtimes", spec], capsys)
     assert rc == 0, err
     assert f"verdict: not run: {e.sim_skip()}" in out
-    assert f"{eid}/callback/naive/tiny/sim: skipped: {eid} runs only on the real network" in err
+    assert f"{eid}/{spec}/naive/tiny/sim: skipped: {eid} runs only on the real network" in err
     # looplab run knows nothing of the zoo: the cell runs, and its note says why its
     # numbers are not part of the universe there
-    r = matrix.run_cell(sim_cell(eid, "callback", "fixed"))
+    r = matrix.run_cell(sim_cell(eid, spec, "fixed"))
     assert not r["errors"] and any("not part of its universe" in n for n in r["notes"]), r["notes"]
 
 

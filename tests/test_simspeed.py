@@ -2,7 +2,7 @@
 
 The poller asks an fd for its readiness only when something marked it
 (``SimPoller._look``), roles skip a poke when nothing changed since their last
-turn (``SimRole._poked``), a sim cell's garbage collector walks only the
+turn (``SimPeer._poked``), a sim cell's garbage collector walks only the
 cell's own objects (``programs.own_garbage``) and the programs share one zero
 payload. Each shortcut rests on an invariant; these tests check the
 invariants, not the speed (no wall-clock assertions anywhere).
@@ -115,9 +115,9 @@ def test_a_peer_socket_keeps_its_watcher_and_the_poller_still_sees_it():
 
 
 def test_roles_skipping_idle_pokes_give_the_same_results_as_acting_on_each():
-    """``SimRole._poked`` skips a poke when nothing changed since the role's
+    """``SimPeer._poked`` skips a poke when nothing changed since the role's
     last turn; acting on every poke instead must change nothing."""
-    from bench import simroles
+    from bench.peers import sim as simpeers
     cells = _sim_cells("S1,S3,S5,S6", "callback")
 
     def results():
@@ -130,24 +130,25 @@ def test_roles_skipping_idle_pokes_give_the_same_results_as_acting_on_each():
             out.append(json.dumps(r, sort_keys=True))
         return out
     skipping = results()
-    always = simroles.SimRole._poked
+    always = simpeers.SimPeer._poked
 
     def act_every_time(self):
         self._act()
-    simroles.SimRole._poked = act_every_time
+    simpeers.SimPeer._poked = act_every_time
     try:
         acting = results()
     finally:
-        simroles.SimRole._poked = always
+        simpeers.SimPeer._poked = always
     assert skipping == acting
 
 
 def _reader_world(act_every_poke: bool, **sink):
     """A simnet Source at 3 MB/s into a sink role with ``sink`` fields, to the end."""
-    from bench import peers, peerspec, simcells, simroles
+    from bench import peers, simcells
+    from bench.peers import sim as simpeers
     cell = simcells.SimCell(simcells.new_world(3, jitter_s=3e-5))
-    cfg = peerspec.check_role({**peers.sink(**sink), "deferred": True}, 10.0)
-    role = simroles.make_role(cell, cfg)
+    cfg = peers.check_role({**peers.sink(**sink), "deferred": True}, 10.0)
+    role = simpeers.make_role(cell, cfg)
     role.listen(cell.address())
     simnet.Source(cell.world, rate_Bps=3_000_000, frame_bytes=32768, duration_s=2.0,
                   finish="close").connect(role.address())
@@ -164,7 +165,7 @@ def _reader_world(act_every_poke: bool, **sink):
 ])
 def test_a_resting_reader_gives_what_a_reader_acting_on_every_poke_gives(sink):
     """Rate buckets, a stall and a late start: the pokes a resting role skips
-    (``SimRole._rest_until``) would have changed nothing, timers included."""
+    (``SimPeer._rest_until``) would have changed nothing, timers included."""
     assert _reader_world(False, **sink) == _reader_world(True, **sink)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
@@ -118,10 +119,128 @@ def test_layers_point_down():
             assert dep != "bench.cli" or mod == "bench.__main__", (mod, dep)
 
 
+def _git_grep(pattern: str) -> list[str]:
+    """Lines of bench/, protocols/ and kernels/ matching ``pattern`` (git grep -E).
+    git grep exits 1 when nothing matches; anything else is an error, never a pass."""
+    out = subprocess.run(["git", "grep", "-nE", pattern, "--", "bench", "protocols", "kernels"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode in (0, 1), f"git grep failed ({out.returncode}): {out.stderr.strip()}"
+    return out.stdout.splitlines()
+
+
 @pytest.mark.parametrize("pattern", [r"rid ==", r"runtime\.id ==", r"rt\.id ==", r"\.id in \("])
 def test_no_dispatch_on_runtime_ids(pattern):
     """Behaviour that depends on a runtime lives on its RuntimeInfo, not in if-chains."""
-    out = subprocess.run(["git", "grep", "-nE", pattern, "--", "bench", "protocols", "kernels"],
-                         cwd=ROOT, capture_output=True, text=True)
-    hits = [line for line in out.stdout.splitlines() if "protocols/runtimes.py" not in line]
+    hits = [line for line in _git_grep(pattern) if "protocols/runtimes.py" not in line]
     assert not hits, "\n".join(hits)
+
+
+def test_git_grep_failure_is_not_a_pass():
+    with pytest.raises(AssertionError, match="git grep failed"):
+        _git_grep("(")          # an invalid regular expression: git grep exits 128
+
+
+# ---------------------------------------------------------------------------
+# Runtime ids are spelled in protocols/builtin.py only.
+
+#: calls whose first argument is a module or distribution name ("trio" the library,
+#: not the runtime): importing it, its logger, its installed version
+_MODULE_CALLS = {"import_module", "_library", "getLogger", "find_spec", "version", "lib_version"}
+#: A bug zoo entry (bench/zoo/) is a bug report: the runtimes its bug shows on
+#: (``show_on=``) and the option flips that turn its mechanism on or off on our
+#: kernels (``Flip(SPEC, ...)``) are facts about the bug, named as the report names them.
+#: ``not_on=`` (where it was measured not to show) and ``stand_in=`` (the option flip that
+#: plays an uninstalled version) are the same kind of fact.
+_BUG_REPORT_CALL, _BUG_REPORT_KEYWORDS = "Flip", ("show_on", "not_on", "stand_in")
+
+
+def _builtin_ids() -> tuple[set, set]:
+    """(runtime ids a literal must not equal, every built-in id for spec prefixes).
+    A style name that is also a runtime id ("callback") names the style when alone."""
+    from protocols import runtimes
+    ids = {rid for rid, info in runtimes.RUNTIMES.items() if info.origin == "builtin"}
+    return ids - set(runtimes.STYLES), ids
+
+
+def runtime_literals(source: str, filename: str = "<string>", own: str | None = None) -> list:
+    """(line, text) of every string literal in ``source`` that is a runtime id or a
+    runtime spec (``ID:OPTIONS``, ``ID+...``). Docstrings and module names handed
+    to import or metadata calls do not count; ``own`` is a name the file may use
+    (a kernel package naming itself)."""
+    bare, every = _builtin_ids()
+    tree = ast.parse(source, filename)
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                skip.add(id(body[0].value))
+        elif isinstance(node, ast.Call) and node.args:
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name in _MODULE_CALLS or name == _BUG_REPORT_CALL:
+                skip.add(id(node.args[0]))
+        if isinstance(node, ast.Call):
+            for kw in node.keywords:
+                if kw.arg in _BUG_REPORT_KEYWORDS:
+                    skip.update(id(n) for n in ast.walk(kw.value))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in skip:
+            continue
+        text = node.value
+        if own and (text == own or text.startswith(own + ":")):
+            continue
+        if text in bare or any(text.startswith(rid + sep) for rid in every for sep in ":+"):
+            found.append((node.lineno, text))
+    return found
+
+
+def _checked_files():
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel == "protocols/builtin.py":
+                continue
+            # a kernel package may name itself (its option schema's owner, say)
+            own = path.relative_to(ROOT).parts[1] if pkg == "kernels" and len(
+                path.relative_to(ROOT).parts) > 2 else None
+            yield rel, path, own
+
+
+def test_no_runtime_id_literals_outside_builtin():
+    """Every fact about a runtime hangs off its RuntimeInfo: code asks the registry
+    (references, libraries, probe sides, tracing, goals), so a runtime registered from
+    outside takes part like a built-in one."""
+    hits = []
+    for rel, path, own in _checked_files():
+        for line, text in runtime_literals(path.read_text(), rel, own):
+            hits.append(f"{rel}:{line}: {text!r}")
+    assert not hits, "runtime ids spelled outside protocols/builtin.py:\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("planted, caught", [
+    ('PAIRS = {"coro": ("curio", "trio")}', ["coro", "curio", "trio"]),
+    ('SPEC = "hybrid:exit=wait"', ["hybrid:exit=wait"]),
+    ('TWIN = "trio+trace"', ["trio+trace"]),
+    ('SIDES = {"callback": 1, "uvloop-streams": 2}', ["uvloop-streams"]),
+    ('import logging\nlogging.getLogger("curio")', []),
+    ('Entry(show_on=("coro", "trio"), flips=(Flip("coro:spawn=eager", True),))', []),
+    ('Entry(affects={"trio": 1}, flips=(Flip("x", True, "coro:spawn=eager"),))',
+     ["trio", "coro:spawn=eager"]),
+    ('def f():\n    """The coro kernel."""\n    return "task"', []),
+])
+def test_runtime_literal_checker_catches_planted_ids(planted, caught):
+    assert [t for _, t in runtime_literals(planted)] == caught
+
+
+def test_runtime_literal_checker_fails_on_a_planted_file(tmp_path, monkeypatch):
+    """A copy of a checked module with one planted id makes the whole check fail."""
+    rel = "bench/verbs/repro.py"
+    copy = tmp_path / rel
+    copy.parent.mkdir(parents=True)
+    copy.write_text((ROOT / rel).read_text() + '\nPLANTED = ("asyncio-streams",)\n')
+    monkeypatch.setattr(sys.modules[__name__], "_checked_files",
+                        lambda: iter([(rel, copy, None)]), raising=True)
+    with pytest.raises(AssertionError, match="asyncio-streams"):
+        test_no_runtime_id_literals_outside_builtin()

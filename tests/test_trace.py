@@ -318,3 +318,20 @@ def test_a_reference_runtime_whose_library_is_missing_exits_3(tmp_path):
     assert r.returncode == 3, r.stderr
     assert "no_such_library_for_looplab" in r.stderr and "Traceback" not in r.stderr
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------------
+# A runtime registered from outside, traced the way it declares
+
+def test_an_outside_runtime_traces_through_the_twin_it_declares(tmp_path):
+    """examples/selectkernel declares a traced twin of its port on its RuntimeInfo;
+    `looplab trace` runs it with no edit of looplab."""
+    r, out = _trace(tmp_path, "S1", "--runtime-module", "examples.selectkernel",
+                    "--runtime", "selectkernel", "--preset", "tiny")
+    assert r.returncode == 0, r.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    steps = [e for e in events if e["ph"] == "B" and e["name"] == "step"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert len({e["tid"] for e in steps}) >= 2 and {e["tid"] for e in steps} <= set(names)
+    assert unbound_flows(events) == [] and misnested(events) == []
+    assert flow_report(events)["arrows"] >= 1

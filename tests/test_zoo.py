@@ -7,7 +7,9 @@ checked for what it claims instead: not shown on its reference runtime, and it n
 the option it needs. Each entry's cells run in one matrix (two at a time) when its test runs,
 each in its own process with its peers in another; every program is bounded.
 Every option flip that shows a bug is checked both ways: with its value the bug
-shows, and on the same kernel at its defaults it does not.
+shows, and on the same kernel at its defaults it does not; a runtime an entry names in
+``not_on`` is measured not to show it. The TLS entries make their certificate at run
+time and are skipped, with the reason, where no certificate can be made.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import json
 import os
 
 import pytest
+from packaging.requirements import Requirement
 
 from bench import results as resmod
 from bench import scenario as scmod
@@ -24,6 +27,7 @@ from protocols import runtimes as rtmod
 
 scmod.load_plugins(modules=("bench.zoo",))
 from bench import zoo  # noqa: E402 -- loaded as a scenario module first, as the verb does
+from bench.zoo import cancel, tls  # noqa: E402
 
 IDS = list(zoo.ENTRIES)
 # Where an entry that cannot show on this machine is measured not to show.
@@ -40,9 +44,15 @@ def _checks(e) -> list[tuple[str, str, bool]]:
     if e.show_on:
         rt = e.show_on[0]
         out += [(rt, "naive", True), (rt, "fixed", False)]
+        # and on the first runtime named for each other port style it claims
+        for style in e.styles:
+            other = next((s for s in e.show_on if rtmod.parse(s).style == style), None)
+            if other and other != rt:
+                out += [(other, "naive", True), (other, "fixed", False)]
     else:
         rt = _reference(e)
         out += [(rt, "naive", False), (rt, "fixed", False)]
+    out += [(rt, "naive", False) for rt in e.not_on]
     out += [(f.spec, "naive", f.shows) for f in e.flips if f.spec != (e.show_on or ("",))[0]]
     # A flip that shows the bug: the kernel at its defaults (the option's other value,
     # the installed reference's) does not.
@@ -80,18 +90,65 @@ def test_the_zoo_has_twenty_complete_entries():
         assert e.show_on or e.needs, e.id
         for name in e.names():
             assert zoo.entry(name.upper()) is e
+        # How the card was checked, and what a pinned run would install.
+        assert len(e.verified) > 40, e.id
+        for req in e.affected_versions + e.fixed_versions:
+            assert Requirement(req).specifier, (e.id, req)
+        assert e.runs_on().startswith("stand-in: " if e.stand_in else "real: "), e.id
+
+
+def test_the_zoo_page_lists_every_card():
+    """docs/zoo.md's Cards table is the entries' own card fields, entry by entry."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", "zoo.md")) as f:
+        page = f.read()
+    for e in zoo.ENTRIES.values():
+        row = next((line for line in page.splitlines() if line.startswith(f"| `{e.id}` | stand-in")
+                    or line.startswith(f"| `{e.id}` | real")), None)
+        assert row is not None, e.id
+        assert e.runs_on().replace("|", "\\|") in row and e.verified.replace("|", "\\|") in row, e.id
+
+
+def test_tls_and_cancellation_entries_are_registered():
+    def module_of(e):
+        program = e.scenario.programs.get("stream")
+        return getattr(program, "__module__", None)
+    tls_ids = [e.id for e in zoo.ENTRIES.values() if module_of(e) == tls.__name__]
+    cancel_ids = [e.id for e in zoo.ENTRIES.values() if module_of(e) == cancel.__name__]
+    assert len(tls_ids) >= 2 and len(cancel_ids) >= 5, (tls_ids, cancel_ids)
+    for i in tls_ids:       # the simulated network has no TLS: each says so
+        assert zoo.ENTRIES[i].real_only and zoo.ENTRIES[i].sim_skip()
+    for i in cancel_ids:    # each declares the least activity its oracle needs
+        assert zoo.ENTRIES[i].minimum, i
 
 
 @pytest.mark.timeout(360)
 @pytest.mark.parametrize("eid", IDS)
 def test_oracle_both_outcomes(eid):
     e = zoo.ENTRIES[eid]
+    if getattr(e.scenario.programs.get("stream"), "__module__", None) == tls.__name__:
+        why = tls.certificate()
+        if isinstance(why, str):
+            pytest.skip(why)
     outcomes = _outcomes(eid)
     for spec, variant, expected in _checks(e):
         cell = outcomes[(eid, rtmod.parse(spec).spec, variant)]
         assert not cell["errors"], (spec, variant, cell["errors"])
         got = cell["verdicts"]["bug_shown"]
         assert got is expected, (spec, variant, cell["metrics"], cell["notes"])
+
+
+@pytest.mark.timeout(120)
+def test_tls_entry_on_a_kernel_without_tls_is_not_measured():
+    """Our kernels have no TLS: the cell says so and measures nothing, rather than
+    reporting the bug as absent from a program that never ran."""
+    [cell] = matrix.plan("cpython-118950", "hybrid", "naive", "tiny")
+    done, interrupted = matrix.run_matrix([cell], jobs=1)
+    assert not interrupted
+    [r] = done
+    assert r["metrics"]["iterations_after_reset_count"] is None
+    assert any("not measured: our kernels have no TLS" in n for n in r["notes"]), r["notes"]
+    assert r["verdicts"]["bug_shown"] is not True
 
 
 def test_versions_are_read_from_the_installed_libraries():

@@ -30,8 +30,9 @@ from bench.perf.machine import (CLIENT_SATURATED, NOISY_OTHER_CPU, NOISY_STEAL, 
                            MeasureError, Window, bench_runtime, check_stop, cpu_plan, pin,
                            progress, read_line, rss_bytes, run_interruptibly, stop_process)
 from bench.tables import MISSING, fmt_bytes, fmt_rate, fmt_seconds, format_table
+from protocols import runtimes
 
-__all__ = ["KiB", "ECHO_METRICS", "CURVE_CONNECTIONS", "measure_echo", "run_echo_matrix",
+__all__ = ["default_baseline", "KiB", "ECHO_METRICS", "CURVE_CONNECTIONS", "measure_echo", "run_echo_matrix",
            "echo_units", "size_label", "param_label", "paired", "ratio_table", "echo_tables",
            "curve_table", "curve_png", "measure_idle", "idle_table", "METHOD_NOTES"]
 
@@ -221,6 +222,16 @@ def run_echo_matrix(units, duration: float, warmup: float, repeat: int, client=N
 
 # ---------------------------------------------------------------------------
 # Paired ratios
+
+def default_baseline() -> str:
+    """The runtime echo ratios are taken against by default: the primary reference of
+    the first of our kernels (asyncio's Protocol/Transport for the built-ins)."""
+    for rid in runtimes.ordered():
+        info = runtimes.get(rid)
+        if info.ours and info.primary_reference:
+            return info.primary_reference
+    return runtimes.ordered()[0]
+
 
 def paired(cell: dict, base: dict, metric: str) -> list[float]:
     """Per-round ratios cell/base, pairing samples measured in the same round."""

@@ -1,5 +1,6 @@
 """The performance goals: what each kernel should reach against which reference, and
-how a run of ``looplab bench goals`` judges them.
+how a run of ``looplab bench goals`` judges them. Each goal is declared on its
+runtime (``RuntimeInfo.goals``, ``protocols.builtin`` for ours).
 
 Goals are benchmarks, not tests. Each is judged on the median of per-round *paired*
 ratios (subject and reference measured in the same round), and reported with the range
@@ -39,23 +40,26 @@ class Goal:
         return f"{self.subject} {self.what} >= {self.target:g}x {self.reference}"
 
 
-_ECHO = "echo 1 KiB x 10 conns"
-GOALS = [
-    Goal("echo", "callback", "uvloop-protocol", 0.9, _ECHO, CPU),
-    Goal("echo", "hybrid", "uvloop-streams", 1.2, _ECHO, CPU),
-    Goal("echo", "coro", "uvloop-streams", 1.2, _ECHO, CPU),
-    Goal("echo", "coro", "curio", 1.25, _ECHO, CPU),
-    Goal("echo", "coro", "trio", 2.0, _ECHO, CPU),
-    Goal("echo", "callback", "asyncio-protocol", 1.1, _ECHO, RATE),
-    Goal("echo", "hybrid", "asyncio-streams", 1.0, _ECHO, RATE),
-    Goal("spawn_join", "coro", "curio", 10.0, "spawn+join/s", "ops/s"),
-    Goal("yield", "coro", "curio", 2.0, "yields/s", "ops/s"),
-    Goal("pingpong", "coro", "curio", 1.1, "ping-pong round trips/s", "ops/s"),
-]
-GOAL_ECHO_RUNTIMES = ["callback", "uvloop-protocol", "asyncio-protocol", "hybrid", "coro",
-                      "uvloop-streams", "asyncio-streams", "curio", "trio"]
+def declared_goals() -> list[Goal]:
+    """Every registered runtime's goals (``RuntimeInfo.goals``), in registry order."""
+    return [Goal(g.kind, info.id, g.reference, g.target, g.what, g.judged_on)
+            for info in runtimes.RUNTIMES.values() for g in info.goals]
+
+
+def _runtimes_of(goals, echo: bool) -> list[str]:
+    out: list[str] = []
+    for g in goals:
+        if (g.kind == "echo") == echo:
+            out += [r for r in (g.subject, g.reference) if r not in out]
+    return out
+
+
+# The goals and the runtimes they measure, as registered when this module was
+# imported (built-ins and plugins loaded by then).
+GOALS = declared_goals()
+GOAL_ECHO_RUNTIMES = _runtimes_of(GOALS, echo=True)
 GOAL_MICRO_OPS = ["yield", "spawn_join", "pingpong"]
-GOAL_MICRO_RUNTIMES = ["coro", "curio"]
+GOAL_MICRO_RUNTIMES = _runtimes_of(GOALS, echo=False)
 
 
 def _summary(ratios: list[float]) -> dict:

@@ -60,8 +60,9 @@ class BenchmarkSections:
     def echo(self, cells) -> str:
         cfg = self.doc.get("config") or {}
         specs = self.rts.ordered(c["runtime"] for c in cells)
+        default = echomod.default_baseline()
         baseline = cfg.get("baseline") if cfg.get("baseline") in specs else (
-            "asyncio-protocol" if "asyncio-protocol" in specs else specs[0])
+            default if default in specs else specs[0])
         label = echomod.param_label
         measured = [c for c in cells if (c.get("metrics") or {}).get("requests_per_s")]
         ratios = echomod.ratio_table(measured, baseline) if measured else None

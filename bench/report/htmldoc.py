@@ -13,12 +13,6 @@ from bench.tables import fmt
 
 BENCH_KINDS = ("echo", "micro", "idle")
 STYLE_ORDER = ("callback", "stream", "task")
-# The library each of our kernels' defaults reproduce, when the runtime registry cannot
-# be asked (a document read on a machine without looplab's protocols package).
-_PRIMARY_FALLBACK = {"callback": "asyncio-protocol", "hybrid": "asyncio-streams", "coro": "curio"}
-_STYLE_FALLBACK = {"callback": "callback", "asyncio-protocol": "callback", "uvloop-protocol": "callback",
-                   "hybrid": "stream", "asyncio-streams": "stream", "uvloop-streams": "stream",
-                   "coro": "task", "curio": "task", "trio": "task"}
 _TIMING_METRICS = ("cell_wall_s", "cell_cpu_s")
 
 # status -> (label, symbol, background, text colour); the symbol keeps the grid readable
@@ -67,11 +61,9 @@ class Runtimes:
         style = cell.get("style") or d.get("style")
         ours = cell.get("ours") if cell.get("ours") is not None else d.get("ours")
         compared = tuple(d.get("compared_with") or ())
-        style = style or _STYLE_FALLBACK.get(ident, "other")
-        if ours is None:
-            ours = ident in _PRIMARY_FALLBACK
-        if ours and not compared and ident in _PRIMARY_FALLBACK:
-            compared = (_PRIMARY_FALLBACK[ident],)
+        # a runtime the document does not describe (a file from before it did):
+        # what its cell says, and no reference
+        style = style or "other"
         return {"id": ident, "style": style, "ours": bool(ours), "compared": compared,
                 # options flipped: no single library is the one it reproduces
                 "primary": compared[0] if ours and compared and spec == ident else None}
@@ -204,21 +196,24 @@ def incomplete_line(doc: dict) -> str | None:
 
 def sim_note(cells, real_only: dict | None = None) -> str | None:
     """What a report says when some of its cells ran on the simulated network: what
-    that means, and which runtimes run only on the real network -- uvloop first, as
-    it polls real file descriptors in C. Plain text (the caller escapes it).
-    ``real_only``: runtime id -> why it runs only on the real network (the
-    document's ``real_network_only``)."""
+    that means, and which runtimes run only on the real network (each named by its
+    library when they share one), in registry order. Plain text (the caller escapes it).
+    ``real_only``: the document's ``real_network_only`` (runtime id -> its reason and
+    library)."""
     if not any(cell_net(c) == "sim" for c in cells):
         return None
     by_reason: dict = {}
-    for rid, reason in (real_only or {}).items():
+    libraries: dict = {}
+    for rid, d in (real_only or {}).items():
+        reason, library = (d, rid) if isinstance(d, str) else (d.get("reason"), d.get("library"))
         by_reason.setdefault(reason, []).append(rid)
+        libraries.setdefault(reason, set()).add(library or rid)
     text = ("Rows whose net is sim ran on the simulated network (--net sim): the same program "
             "or app and the same peers in one process, on a virtual clock; a sim row's times "
             "are virtual.")
-    # uvloop first: the one reference library that cannot be put on the simulated network
-    for reason, ids in sorted(by_reason.items(), key=lambda kv: not any("uvloop" in i for i in kv[1])):
-        who = "uvloop" if all("uvloop" in i for i in ids) else ", ".join(ids)
+    for reason, ids in by_reason.items():
+        libs = libraries[reason]
+        who = next(iter(libs)) if len(libs) == 1 else ", ".join(ids)
         text += (f" {who} runs only on the real network ({reason.rstrip('.')}), so its "
                  f"cells ({', '.join(ids)}) are skipped there.")
     return text

@@ -82,9 +82,11 @@ def build(results: list, cells, *, incomplete=None, **extra) -> dict:
 
 
 def _real_network_only() -> dict:
-    """Every registered runtime that cannot run on the simulated network, and why."""
-    return {info.id: info.real_network_only for info in rtmod.RUNTIMES.values()
-            if info.real_network_only is not None}
+    """Every registered runtime (not a variant of another) that cannot run on the
+    simulated network: why, and its library."""
+    return {info.id: {"reason": info.real_network_only, "library": info.library or info.id}
+            for info in rtmod.RUNTIMES.values()
+            if info.real_network_only is not None and getattr(info, "variant_of", None) is None}
 
 
 def complete(doc: dict) -> dict:

@@ -21,9 +21,10 @@ import os
 import sys
 
 from bench import results
-from bench.report import html
 from bench.perf.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, curve_table,
-                        echo_tables, echo_units, idle_table, measure_idle, run_echo_matrix)
+                             default_baseline, echo_tables, echo_units, idle_table, measure_idle,
+                             run_echo_matrix)
+from bench.report import html
 from bench.errors import ExitCode, UsageError
 from bench.perf.goals import (GOAL_ECHO_RUNTIMES, evaluate_goals, goals_table, run_goals,
                               unjudged_if_interrupted)
@@ -231,7 +232,7 @@ def _echo_run(args, mode: str, title: str, sizes, concurrency, preset: str | Non
     _at_least(args.sockbuf, 0, "--sockbuf", ">= 0 (0: the system default)")
     shard = _shard(args.shard)
     rts = _runtimes(args.runtimes)
-    baseline = runtimes.parse(args.baseline).spec
+    baseline = runtimes.parse(args.baseline or default_baseline()).spec
     _check_outputs(args)
     rts, skipped = _available(rts)
     if not rts:
@@ -326,12 +327,12 @@ def cmd_goals(args) -> ExitCode:
         "interrupted": interrupted})
     echo = [c for c in cells if c["scenario"] == "echo"]
     micro = [c for c in cells if c["scenario"] == "micro"]
-    print("\n\n".join([goals_table(rows), echo_tables(echo, "asyncio-protocol"),
+    print("\n\n".join([goals_table(rows), echo_tables(echo, default_baseline()),
                        micro_table(micro)]))
     body = "\n\n".join(["### goals (medians of per-round paired ratios, range in brackets; "
                         "server CPU/req ratio: the reference's server CPU per request over "
                         "ours, > 1 is cheaper)", goals_table(rows, True),
-                        echo_tables(echo, "asyncio-protocol", True), micro_table(micro, True)])
+                        echo_tables(echo, default_baseline(), True), micro_table(micro, True)])
     code = _write_outputs(doc, args, _markdown("looplab bench goals", env, body, skipped,
                                                METHOD_NOTES + MICRO_NOTES))
     if code or interrupted:
@@ -472,7 +473,8 @@ def _echo_options(opt, *, repeat, duration) -> None:
     opt("--repeat", type=int, default=repeat,
         help="runs per cell, interleaved in rounds" + (f" (default {repeat})" if repeat else
                                                       " (default: the preset's)"))
-    opt("--baseline", default="asyncio-protocol", help="runtime the ratios are taken against")
+    opt("--baseline", default=None, help="runtime the ratios are taken against (default: the "
+                                          "primary reference of our first kernel, asyncio-protocol)")
     opt("--shard", default=None, metavar="I/N", help="measure only the I-th of N slices of the cells")
     opt("--client", default="auto", choices=CLIENT_KINDS,
         help="load client: auto (C if a compiler works), c, python")

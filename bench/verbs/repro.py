@@ -32,11 +32,20 @@ from protocols import runtimes as rtmod
 
 ZOO_MODULE = "bench.zoo"
 PRESETS = ("tiny", "quick")
-OURS = ("callback", "hybrid", "coro")
 BOTH_NOTE = ("Each cell reads *real / sim*: the naive program's verdict on real sockets, then on "
              "the simulated network (`--net both`); *skipped* where it cannot run there.")
-COLUMNS = ("callback", "asyncio-protocol", "uvloop-protocol", "hybrid", "asyncio-streams",
-           "uvloop-streams", "coro", "curio", "trio")
+
+
+def _ours() -> list[str]:
+    return [rid for rid in rtmod.ordered() if rtmod.get(rid).ours]
+
+
+def columns(summaries=()) -> list[str]:
+    """The zoo table's columns: every listed runtime, each subject beside its
+    references (``protocols.runtimes.ordered``), then any other runtime a summary ran."""
+    cols = rtmod.ordered()
+    return cols + list(dict.fromkeys(r for s in summaries for r in s["rows"]
+                                     if ":" not in r and r not in cols))
 
 
 def _bug_shown(result: dict) -> bool:
@@ -67,9 +76,9 @@ def knob_specs(knobs) -> list[str]:
         name, value = name.strip(), value.strip()
         if not sep or not name or not value:
             raise UsageError(f"bad --knob {knob!r}: expected OPT=VAL, e.g. spawn=eager")
-        owners = [k for k in OURS if name in {o.name for o in rtmod.get(k).options}]
+        owners = [k for k in _ours() if name in {o.name for o in rtmod.get(k).options}]
         if not owners:
-            known = sorted({o.name for k in OURS for o in rtmod.get(k).options})
+            known = sorted({o.name for k in _ours() for o in rtmod.get(k).options})
             raise UsageError(f"unknown --knob {name!r}: our kernels' options are {', '.join(known)}")
         for k in owners:
             specs.append(rtmod.parse(f"{k}:{name}={value}").spec)    # UsageError on a bad value
@@ -196,7 +205,8 @@ def verdict_line(s: dict) -> str:
 def zoo_table(zoo, summaries: list[dict], markdown: bool = False) -> str:
     """One row per bug, one column per runtime: the naive program's verdict ("n/a":
     not that runtime's style); with ``--net both``, "real / sim"."""
-    header = ["bug"] + list(COLUMNS) + ["option flips (naive)", "needs"]
+    cols = columns(summaries)
+    header = ["bug"] + cols + ["option flips (naive)", "needs"]
     rows = []
 
     def word(r, fixed_too=True):
@@ -205,7 +215,7 @@ def zoo_table(zoo, summaries: list[dict], markdown: bool = False) -> str:
     for s in summaries:
         e = zoo.ENTRIES[s["id"]]
         row = [e.id]
-        for col in COLUMNS:
+        for col in cols:
             r = s["rows"].get(col)
             if r is None:
                 row.append("n/a")

@@ -211,18 +211,14 @@ def cmd_trace(args) -> int:
                          f"not {args.scenario!r}")
     path = resmod.check_output(args.out, "--out")
     rt = rtmod.parse(args.runtime)
-    if rt.ours:
-        spec = rt.spec + ("," if ":" in rt.spec else ":") + "trace=true"
-    else:   # a reference runtime: traced through its public hooks (bench/tracing.py)
-        reason = rt.unavailable_reason()
-        if reason:
-            raise Unavailable(f"runtime {rt.id} is unavailable: {reason}")
-        from bench import tracing
-        refused = tracing.refusal(rt)
-        if refused:
-            raise UsageError(refused)
-        scmod.load_runtime_modules(["bench.tracing"])
-        spec = tracing.traced_spec(rt)
+    reason = rt.unavailable_reason()
+    if reason:
+        raise Unavailable(f"runtime {rt.id} is unavailable: {reason}")
+    # how it is traced is declared on the runtime: its own trace option, or a
+    # traced twin of its port (bench/tracing.py), which the cell process loads
+    from bench import tracing
+    spec, modules = tracing.plan(rt)
+    scmod.load_runtime_modules(modules)
     cells = matrix.plan(args.scenario, spec, args.variant, args.preset)
     if not cells:
         raise UsageError(f"no cell for {args.scenario} {rt.id} {args.variant}")
@@ -301,8 +297,8 @@ def add_parser(sub) -> None:
                         "traced through their public hooks. See docs/tracing.md.")
     tr.add_argument("scenario", help="a traceable scenario (looplab list scenarios)")
     tr.add_argument("--runtime", required=True,
-                    help="callback, hybrid or coro (with options), or trio, asyncio-streams, "
-                         "uvloop-streams")
+                    help="a runtime spec: our kernels (with options), trio, asyncio or uvloop "
+                         "streams, or a loaded runtime that declares how it is traced")
     tr.add_argument("--variant", default="naive")
     tr.add_argument("--preset", default="quick")
     tr.add_argument("--out", default="trace.json", help="output path (default trace.json)")

@@ -1,4 +1,5 @@
-"""The bug zoo: famous backpressure and shutdown bugs, one small reproduction each.
+"""The bug zoo: famous backpressure, shutdown, TLS and cancellation bugs, one small
+reproduction each.
 
 Every entry is an ordinary scenario (``bench.scenario.Scenario``) registered through
 the public API -- its programs run on the runtime under test in a cell process, its
@@ -15,28 +16,33 @@ never from the runtime's name. So the same entry says "shown" on a library that
 still has the bug and "not shown" on one that fixed it, and a version that is not
 installed here is represented by one of our kernels with the option that
 reproduces it (``flips``); where no such option exists yet the entry says which
-option it needs (``needs``).
+option it needs (``needs``). Each card also says where it runs (the real library, or
+what stands in for it: an option of ours, or our program in place of a framework's),
+the versions a pinned run would install (``affected_versions``/``fixed_versions``, as
+requirement strings) and how it was checked against its thread (``verified``).
 
 ``looplab repro`` (``bench.verbs.repro``) runs entries and writes the zoo table.
 
 The package: ``registry`` (what an entry is, the table, the version check),
 ``plumbing`` (the program helpers, one per port style) and the entries grouped by
-theme -- ``buffers``, ``shutdown``, ``drain``. Importing ``bench.zoo`` registers every
-entry, in the order below (the order of the zoo table and of ``looplab repro --list``).
+theme -- ``buffers``, ``shutdown``, ``drain``, ``tls``, ``cancel``. Importing ``bench.zoo``
+registers every entry, in the order below (the order of the zoo table and of ``looplab repro --list``).
 """
 from __future__ import annotations
 
-from bench.zoo import buffers, drain, shutdown  # noqa: F401 -- each declares its entries
-from bench.zoo.registry import (ENTRIES, LIB_OF, VERDICT, Entry, Flip, affected_note, entry,
-                                installed_versions, register_in_order)
+from bench.zoo import buffers, cancel, drain, shutdown, tls  # noqa: F401 -- each declares its entries
+from bench.zoo.registry import (ENTRIES, VERDICT, Entry, Flip, affected_note, entry,
+                                installed_versions, lib_of, register_in_order)
 
 __all__ = ["Entry", "Flip", "ENTRIES", "entry", "installed_versions", "affected_note",
-           "VERDICT", "LIB_OF"]
+           "VERDICT", "lib_of"]
 
 ORDER = ("twisted-8868", "aiohttp-1367", "cpython-32391", "asyncio-466", "aiohttp-1368",
-         "asyncio-248", "asyncio-263", "cpython-80982", "cpython-74116", "cpython-116279",
+         "asyncio-248", "asyncio-263", "cpython-118950", "cpython-74116", "cpython-116279",
          "cpython-127655", "asyncio-140", "cpython-146507", "uvloop-548", "trio-412",
          "curio-164", "cpython-113538", "cpython-115514", "uvloop-631", "sanic-2921",
-         "uvicorn-2754", "starlette-1012", "home-assistant-89905", "trio-1626")
+         "uvicorn-336", "starlette-1012", "home-assistant-89905", "trio-1626",
+         "uvloop-471",
+         "cpython-86296", "cpython-102780", "cpython-109321", "redis-py-2624", "httpcore-830")
 
 register_in_order(ORDER)

@@ -1,7 +1,7 @@
 """Zoo entries about buffers that grow without bound, on the write side and the read side.
 
 Twisted 8868 (pipelined requests), aiohttp 1367 (push without drain), aiohttp 1368
-(read-ahead while the handler is busy), the write loops and flow-control limits of
+(pipelined requests read ahead while the handler is busy), the write loops and flow-control limits of
 CPython 116279 / 127655 and asyncio 140, CPython 146507 (an O(n) buffer size), uvloop
 548 (memory kept after connection_lost) and starlette 1012 (an unbounded queue).
 """
@@ -35,18 +35,28 @@ def _run_pipelining(ctx):
 
 _add(Entry(
     id="twisted-8868", aliases=("twisted-4891", "C1"), catalog="S5",
+    stand_in="our server program in place of twisted.web's HTTPChannel",
     title="pipelined requests answered into an unbounded write buffer",
     link="https://github.com/twisted/twisted/issues/8868",
     mechanism="A client pipelines many small requests for large responses and never reads. "
               "A server that answers each request with a non-blocking write builds every "
               "response in its user-space buffer instead of stopping when the socket is full.",
-    reported="Twisted (all versions: a property of transport.write)",
-    fixed_in="not a library fix: the server must stop reading while its transport is paused",
+    reported="Twisted before 17.1 (2016-10-21, njsmith; twisted.web's HTTPChannel read and "
+             "answered every pipelined request; 4891 reported the read side in 2011)",
+    fixed_in="Twisted 17.1.0 (2017-02-04): HTTPChannel exerts backpressure, it stops reading "
+             "requests from a client that does not read its responses (branch "
+             "8868-lukasa-httpchannelproducerconsumer); the same rule for a hand-written server",
+    framing="no HTTP: 8-byte requests for 64 KiB responses from a client that never reads",
     expected="shown on every callback and stream runtime with the naive server; never on "
              "the task port (send_all blocks, so naive and fixed are the same code)",
     oracle="bug shown when at least half of the pipelined requests were answered",
     styles=("callback", "stream", "task"),
-    show_on=("callback", "hybrid", "asyncio-protocol")),
+    show_on=("callback", "hybrid", "asyncio-protocol"),
+    affected_versions=("twisted==16.6.0",), fixed_versions=("twisted==17.1.0",),
+    verified="read the thread (njsmith's report: a client that sends GETs and never reads; "
+             "branch named there) and Twisted's NEWS.rst (Twisted Web 17.1.0: 'now exerts "
+             "backpressure against clients that do not read responses ... (#8868)'; 16.6.0 "
+             "of 2016-11-17 is the release before)"),
     _run_pipelining,
     [Metric("requests_handled_count", "lower", "requests answered"),
      Metric("rss_growth_bytes", None, "RSS growth"),
@@ -79,6 +89,10 @@ def _run_push(ctx):
 
 _add(Entry(
     id="aiohttp-1367", aliases=("websockets-10", "C4"), catalog="S6",
+    stand_in="our push server in place of aiohttp's and websockets' send()",
+    verified="read the thread (njsmith: a websocket server that sends without awaiting grows "
+             "its memory for a client that never reads) and Home Assistant PR 89905, which "
+             "says the fix added drains to aiohttp's websocket writer",
     title="push to a subscriber that never reads: the backlog grows without bound",
     link="https://github.com/aio-libs/aiohttp/issues/1367",
     mechanism="A server pushes messages to every subscriber with a write that never blocks. "
@@ -217,19 +231,30 @@ def _run_readahead(ctx):
 
 _add(Entry(
     id="aiohttp-1368", aliases=("C3",),
-    title="the parser reads ahead while the handler is busy: the receive side is unbounded",
+    stand_in="our reader and handler in place of aiohttp's request handler",
+    title="pipelined requests read ahead while the handler is busy: the receive side is unbounded",
     link="https://github.com/aio-libs/aiohttp/issues/1368",
-    mechanism="The protocol feeds every chunk that arrives into a queue for the handler and "
-              "never pauses reading. A client that sends faster than the handler consumes "
-              "fills the server's memory instead of its own socket.",
-    reported="aiohttp 1.1 (HTTP request bodies)",
-    fixed_in="aiohttp 1.2: the payload parser pauses the transport above a limit",
-    framing="no HTTP: the client sends a raw stream and the handler consumes 64 KiB per tick",
+    mechanism="The server keeps reading and parsing requests that a client pipelines while "
+              "the handler is still busy with an earlier one, and queues them without a bound. "
+              "A client that pipelines faster than the handler answers fills the server's "
+              "memory instead of its own socket (the thread: 'Applying backpressure to "
+              "over-eager pipelining clients').",
+    reported="aiohttp 1.1 (2016-11, njsmith: a client that sends GETs in a loop)",
+    fixed_in="aiohttp PR 12830 (2026-06, backported to the 3.14 and 3.15 branches as PRs "
+             "12854 and 12855): at most 32 parsed requests (MAX_MSG_QUEUE_SIZE) wait behind "
+             "the handler, then the transport is paused; the release is not established here",
+    framing="no HTTP: the client streams raw bytes standing for pipelined requests; the "
+            "handler consumes 64 KiB per tick; the queue between reader and handler plays "
+            "aiohttp's per-connection message queue",
     expected="shown on every runtime with an unbounded queue between reader and handler; a "
              "bounded one (pause_reading, a bounded Queue, not reading) holds the client back",
     oracle="bug shown when the queue between reader and handler peaks above 4 x the limit",
     styles=("callback", "stream", "task"),
-    show_on=("callback", "hybrid", "coro")),
+    show_on=("callback", "hybrid", "coro"),
+    affected_versions=("aiohttp==1.1.0", "aiohttp==3.13.0"), fixed_versions=(),
+    verified="read the thread (njsmith's pipelining client, 'queues up requests "
+             "indefinitely') and PR 12830 with its backports 12854/12855 (the 32-message cap "
+             "and pause); the release carrying it was not found"),
     _run_readahead,
     [Metric("app_queue_peak_bytes", "lower", "read-ahead peak"),
      Metric("consumed_bytes", None, "consumed"), Metric("source_sent_bytes", None, "client sent")],
@@ -313,6 +338,9 @@ _FLOOD_METRICS = [Metric("peak_buffer_bytes", "lower", "write buffer peak"),
 
 _add(Entry(
     id="cpython-116279", aliases=("C14",), catalog="S1",
+    verified="read the thread (2024-03, a feature request: write(); sleep(0) to a slow "
+             "reader fills memory; closed) which points to the flow-control callbacks of "
+             "81162",
     title="a write loop with sleep(0) but no drain(): memory climbs",
     link="https://github.com/python/cpython/issues/116279",
     mechanism="`await asyncio.sleep(0)` lets other tasks run but waits for nothing, so a loop "
@@ -330,6 +358,10 @@ _add(Entry(
 
 _add(Entry(
     id="cpython-127655", aliases=("GHSA-fw89-6wjj-8j95", "C12"),
+    stand_in="callback:writelines=unchecked, hybrid:writelines=unchecked",
+    verified="read PR 127656 (bdraco: the selector transport's writelines, 3.12+ only since "
+             "it exists only from 3.12, did not pause the protocol; a security NEWS entry); "
+             "the 3.12.9/3.13.2 releases are from the advisory, not re-checked",
     title="writelines() skipped the flow-control check",
     link="https://github.com/python/cpython/issues/127655",
     mechanism="On 3.12 and 3.13 the selector transport's writelines() appended to the buffer "
@@ -420,17 +452,25 @@ _add(Entry(
     mechanism="set_write_buffer_limits() stored the new marks but did not re-check the buffer "
               "against them. A writer that lowered its high-water mark below what was already "
               "buffered was not paused until its next write.",
-    reported="asyncio 3.4.0",
-    fixed_in="asyncio 3.4.1 (set_write_buffer_limits calls the pause check)",
+    reported="asyncio (Tulip) 0.3.1, February 2014, before Python 3.4.0 (Guido's remark on "
+             "the list, filed by gjcarneiro)",
+    fixed_in="asyncio 0.4.1 (2014-02-24), so Python 3.4.0 (2014-03-16) shipped the fix: "
+             "set_write_buffer_limits() calls _maybe_pause_protocol()",
     expected="not shown on the installed Python, uvloop or our kernels at their defaults; "
-             "shown with callback:limits_recheck=false and hybrid:limits_recheck=false",
+             "shown with callback:limits_recheck=false and hybrid:limits_recheck=false (our "
+             "kernels without the pause check; no Python release had the bug)",
     oracle="bug shown when, right after lowering the mark below the buffered size, the "
            "program's gate (pause_writing / drain) let it write on",
-    styles=("callback", "stream"), affects={"python": ("3.4.0", "3.4.1")},
+    styles=("callback", "stream"),
     flips=(Flip("callback:limits_recheck=false", True,
-                "set_write_buffer_limits() stores the marks without the pause check (asyncio 3.4.0)"),
-           Flip("hybrid:limits_recheck=false", True, "the same on the stream kernel")),
-    show_on=("callback:limits_recheck=false", "hybrid:limits_recheck=false")),
+                "our callback kernel storing the marks without the pause check (what Tulip "
+                "0.3.1 did)"),
+           Flip("hybrid:limits_recheck=false", True, "the same on our stream kernel")),
+    show_on=("callback:limits_recheck=false", "hybrid:limits_recheck=false"),
+    stand_in="callback:limits_recheck=false, hybrid:limits_recheck=false",
+    affected_versions=("asyncio==0.3.1",), fixed_versions=("asyncio==0.4.1", "python>=3.4.0"),
+    verified="read the thread (the description quotes the bug); read set_write_buffer_limits() "
+             "in the asyncio repository at tags 0.3.1 (no pause check) and 0.4.1 (with it)"),
     _run_limits,
     [Metric("buffer_at_lowering_bytes", None, "buffered when lowered"),
      Metric("went_ahead", None, "writer went ahead", unit="flag")],
@@ -492,6 +532,10 @@ def _run_cost(ctx):
 
 _add(Entry(
     id="cpython-146507", aliases=("C15",),
+    stand_in="callback:write_buffer=deque",
+    verified="read the thread (2026-03: get_write_buffer_size() sums the deque on every "
+             "write, ~90% CPU in an aiohttp WebSocket server) and PR 146518 (a running "
+             "_buffer_size); the deque came with PR 31871 (GH-91166)",
     title="get_write_buffer_size() summed a deque on every write: O(n^2) under pressure",
     link="https://github.com/python/cpython/issues/146507",
     mechanism="The selector transport's write buffer became a deque of chunks, and "
@@ -570,10 +614,11 @@ _add(Entry(
     title="transport buffer memory not released after connection_lost",
     link="https://github.com/MagicStack/uvloop/issues/548",
     mechanism="A protocol floods transport.write() to a client that stops reading; the client "
-              "goes away. uvloop kept the flooded buffer's memory resident after "
-              "connection_lost, where asyncio freed it at once.",
-    reported="uvloop 0.17.0 (Python 3.11.4)",
-    fixed_in="open in the thread; the installed uvloop is measured",
+              "goes away. The reporter saw the process's memory stay resident after "
+              "connection_lost on uvloop, where asyncio freed it at once; the thread never "
+              "found why (uvloop holding the buffer, or the allocator keeping freed memory).",
+    reported="uvloop 0.17.0 (Python 3.11.4), one report, not diagnosed",
+    fixed_in="open in the thread, no diagnosis; the installed uvloop is measured",
     expected="asyncio and our callback kernel release the buffer at once; the installed "
              "uvloop is measured (0.23.0 here: released); callback:buffer_on_loss=keep shows "
              "the reported behaviour; honouring pause_writing never builds the buffer in the "
@@ -582,8 +627,14 @@ _add(Entry(
            "more than half the flooded bytes above its starting RSS",
     styles=("callback",), affects={"uvloop": ("0.17.0", None)},
     flips=(Flip("callback:buffer_on_loss=keep", True,
-                "the lost transport's buffer stays referenced, as uvloop 0.17 was reported to do"),),
+                "our kernel keeping the lost transport's buffer referenced: one possible cause "
+                "of what was reported, not a diagnosis of uvloop"),),
     show_on=("callback:buffer_on_loss=keep",),
+    stand_in="callback:buffer_on_loss=keep (a hypothesis, not uvloop 0.17)",
+    affected_versions=("uvloop==0.17.0",), fixed_versions=(),
+    verified="read the thread (the reporter's malloc-bomb program and observation; no "
+             "maintainer reply, open); aiohttp 6762 shows how resident memory after a flood "
+             "turned out to be fragmentation there",
     real_only="its oracle is the process's resident memory after connection_lost; on the "
               "simulated network the program, the world and its peers share one process, and "
               "memory is not part of a universe"),
@@ -659,13 +710,19 @@ def _run_queue(ctx):
 
 _add(Entry(
     id="starlette-1012",
+    stand_in="our producer, queue and sender in place of starlette's StreamingResponse",
+    verified="read the thread (BaseHTTPMiddleware's unbounded asyncio.Queue, a slow client "
+             "grows it without bound), PR 1018 (maxsize=1, release 0.13.7) and PR 1028 "
+             "(reverted in 0.13.8 because users relied on the full evaluation)",
     title="an unbounded queue between producer and socket: a slow client grows memory",
     link="https://github.com/encode/starlette/issues/1012",
     mechanism="A streaming response put every chunk the producer made into an unbounded "
               "queue and a second task sent them. Backpressure on the socket stops the sender, "
               "not the producer, so a slow client makes the queue grow without bound.",
     reported="starlette 0.13 (StreamingResponse / BaseHTTPMiddleware)",
-    fixed_in="a bounded queue (or no queue): the producer waits when it is full",
+    fixed_in="a bounded queue (or no queue): the producer waits when it is full; starlette "
+             "bounded it in 0.13.7 (PR 1018, maxsize=1) and reverted that in 0.13.8 (PR "
+             "1028); later releases are not checked here",
     framing="no HTTP: a producer task, a sender task and a raw socket",
     expected="shown on every stream and task runtime with the unbounded queue, even though "
              "the sender uses drain() or send_all; a bounded queue holds the producer back",

@@ -1,9 +1,9 @@
 """Zoo entries about drain() and the tasks around it.
 
-asyncio 263 / CPython 80982 (drain on a dead transport), CPython 74116 (two tasks
-draining one writer), curio 164 (spawn order), uvloop 631 (a deferred small write),
-uvicorn 2754 (a task parked in drain), home-assistant 89905 (a drain limit that is too
-strict) and trio 1626 (a send under fail_after(0)).
+asyncio 263 (drain on a dead transport), CPython 74116 (two tasks draining one writer),
+curio 164 (spawn order), uvloop 631 (a deferred small write), uvicorn 336 (a task parked
+in drain), home-assistant 89905 (a drain limit that is too strict) and trio 1626 (a send
+under fail_after(0)).
 """
 from __future__ import annotations
 
@@ -15,46 +15,38 @@ from bench.zoo.registry import Entry, Flip, _add
 
 
 # ---------------------------------------------------------------------------
-# asyncio 263 and CPython 80982: drain() that never yields on a dead transport
+# asyncio 263: drain() that never yields on a dead transport
 
-def _spin_stream(closed_by_us):
-    def program(job):
-        p = job.params
-        fixed = job.variant == "fixed"
+def _spin_stream(job):
+    p = job.params
+    fixed = job.variant == "fixed"
 
-        async def main(port, out):
-            reader, writer = await _open(port, job.peer("reset" if not closed_by_us else "reader"))
-            if closed_by_us:
-                writer.write(b"x" * 100)
-                writer.close()
-            else:
-                await port.sleep(p["settle_s"])      # the peer has reset by now
-            n = after = 0
-            error = None
-            try:
-                while n < p["iterations"]:
-                    if fixed and writer.is_closing():
-                        break
-                    dead = writer.is_closing()
-                    writer.write(b"x" * 1024)
-                    n += 1
-                    after += dead
-                    await writer.drain()
-            except (ConnectionError, RuntimeError) as exc:   # uvloop raises RuntimeError
-                error = type(exc).__name__
-            if not closed_by_us:
-                writer.close()
-            out.update(iterations_count=n, iterations_after_closing_count=after, error_seen=error)
-        return _stream(job, main, p["max_s"])
-    return program
+    async def main(port, out):
+        reader, writer = await _open(port, job.peer("reset"))
+        await port.sleep(p["settle_s"])      # the peer has reset by now
+        n = after = 0
+        error = None
+        try:
+            while n < p["iterations"]:
+                if fixed and writer.is_closing():
+                    break
+                dead = writer.is_closing()
+                writer.write(b"x" * 1024)
+                n += 1
+                after += dead
+                await writer.drain()
+        except (ConnectionError, RuntimeError) as exc:   # uvloop raises RuntimeError
+            error = type(exc).__name__
+        writer.close()
+        out.update(iterations_count=n, iterations_after_closing_count=after, error_seen=error)
+    return _stream(job, main, p["max_s"])
 
 
-def _run_spin(peer):
+def _run_spin():
     def run(ctx):
         p = ctx.params
-        role = (peers.reset_peer(listen="127.0.0.1:0", after_bytes=None, after_s=0.05,
-                                 sockbuf=SOCKBUF, max_s=p["max_s"]) if peer == "reset"
-                else peers.reader(sockbuf=SOCKBUF, max_s=p["max_s"]))
+        role = peers.reset_peer(listen="127.0.0.1:0", after_bytes=None, after_s=0.05,
+                                sockbuf=SOCKBUF, max_s=p["max_s"])
         ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[role])
         after = ran.app.get("iterations_after_closing_count")
         m = {"iterations_after_closing_count": after, "iterations_count": ran.app.get("iterations_count")}
@@ -66,8 +58,9 @@ def _run_spin(peer):
 _SPIN_METRICS = [Metric("iterations_after_closing_count", "lower", "write+drain after closing"),
                  Metric("iterations_count", None, "iterations")]
 _DRAIN_FLIP = Flip("hybrid:drain_on_closing=return", True,
-                   "drain() returns at once on a closing or lost transport without yielding or "
-                   "raising, so a write(); drain() loop never lets connection_lost run")
+                   "our kernel whose drain() returns at once on a closing or lost transport "
+                   "without yielding or raising (asyncio 3.4.3), so a write(); drain() loop "
+                   "never lets connection_lost run")
 
 _add(Entry(
     id="asyncio-263", aliases=("C8",),
@@ -76,36 +69,27 @@ _add(Entry(
     mechanism="After the peer resets, writes are dropped and the transport is never paused, "
               "so drain() returned without yielding. A write(); drain() loop then never gave "
               "the loop a pass to deliver connection_lost, and spun without seeing the error.",
-    reported="asyncio 3.4.3",
-    fixed_in="asyncio 3.5 (drain() yields on a closing transport and raises after the loss)",
+    reported="asyncio 3.4.3 (2015-09, the tag of 2015-02 has no closing check in drain())",
+    fixed_in="asyncio PR 280 (2015-10-19, 'Raise error from drain() when socket is closed'): "
+             "drain() yields once on a closing transport, then raises; first in the December "
+             "2015 releases, Python 3.4.4 and 3.5.1 (3.5.0 of September 2015 predates it)",
     expected="not shown on the installed asyncio and uvloop nor on hybrid (all raise "
-             "ConnectionResetError within a pass); shown with hybrid:drain_on_closing=return",
+             "ConnectionResetError within a pass); shown with hybrid:drain_on_closing=return "
+             "(our kernel's drain() returning at once on a closing transport)",
     oracle="bug shown when more than half of the loop's iterations ran after the transport "
            "was already closing",
-    styles=("stream",), flips=(_DRAIN_FLIP,), affects={"python": ("3.4.0", "3.5.0")},
-    show_on=("hybrid:drain_on_closing=return",)),
-    _run_spin("reset"), _SPIN_METRICS,
+    styles=("stream",), flips=(_DRAIN_FLIP,), affects={"python": ("3.4.0", "3.4.4")},
+    show_on=("hybrid:drain_on_closing=return",),
+    stand_in="hybrid:drain_on_closing=return",
+    affected_versions=("python==3.4.3", "python==3.5.0"),
+    fixed_versions=("python==3.4.4", "python==3.5.1"),
+    verified="read the thread (gvanrossum: the loop must run for the error to be set) and PR "
+             "280; read drain() in the asyncio repository at tag 3.4.3 (no closing check) and "
+             "in the installed 3.6.15 (the check is there); the 3.4.4/3.5.1 release is "
+             "inferred from the dates"),
+    _run_spin(), _SPIN_METRICS,
     _presets({"iterations": 2000, "settle_s": 0.2, "max_s": 6}),
-    {"stream": _spin_stream(False)})
-
-_add(Entry(
-    id="cpython-80982", aliases=("bpo-36801",),
-    title="write(); drain() on a closing transport never sees the error",
-    link="https://github.com/python/cpython/issues/80982",
-    mechanism="After writer.close(), writes are dropped and drain() found nothing to wait for, "
-              "so it returned without yielding. A loop of write(); drain() never let the loop "
-              "run connection_lost and never learned that the stream was gone.",
-    reported="Python 3.7",
-    fixed_in="Python 3.8 (drain() yields once on a closing transport, then raises)",
-    expected="not shown on the installed Python, uvloop or hybrid; the 3.7 behaviour is "
-             "shown with hybrid:drain_on_closing=return",
-    oracle="bug shown when more than half of the iterations completed after close()",
-    styles=("stream",), flips=(_DRAIN_FLIP,), affects={"python": ("3.7.0", "3.8.0")},
-    show_on=("hybrid:drain_on_closing=return",)),
-    _run_spin("reader"), _SPIN_METRICS,
-    _presets({"iterations": 2000, "settle_s": 0.0, "max_s": 6}),
-    {"stream": _spin_stream(True)})
-
+    {"stream": _spin_stream})
 
 # ---------------------------------------------------------------------------
 # CPython 74116: two tasks draining one writer
@@ -166,16 +150,23 @@ _add(Entry(
     mechanism="The stream protocol kept a single drain waiter. When a second task awaited "
               "drain() while the first was still parked, asyncio hit an assertion instead of "
               "parking both.",
-    reported="Python 3.6 to 3.10",
-    fixed_in="2022: a queue of drain waiters (Python 3.11.0, backported to 3.10)",
+    reported="Python 3.6 (bpo-29930, 2017; websockets hit the same assertion on 3.4)",
+    fixed_in="PR 94705 (GH-74116, July 2022): a deque of drain waiters; in 3.11.0 and the 3.10 "
+             "branch (the installed 3.10.13 has it, 3.9.18 does not)",
     expected="not shown on the installed Python 3.11 asyncio and uvloop streams nor on hybrid, "
              "which all keep a list of waiters; shown with hybrid:drain_waiters=one (the "
              "single waiter and its assertion)",
     oracle="bug shown when any drain() raised",
-    styles=("stream",), affects={"python": ("3.6.0", "3.11.0")},
+    styles=("stream",), affects={"python": ("3.4.0", "3.10.6")},
     flips=(Flip("hybrid:drain_waiters=one", True,
-                "one drain waiter per writer; a second drain() asserts (before 3.11)"),),
-    show_on=("hybrid:drain_waiters=one",)),
+                "our kernel with one drain waiter per writer: a second drain() asserts, as "
+                "asyncio's did up to 3.9"),),
+    show_on=("hybrid:drain_waiters=one",),
+    stand_in="hybrid:drain_waiters=one",
+    affected_versions=("python==3.9.18",), fixed_versions=("python==3.10.13", "python>=3.11.0"),
+    verified="read the thread and PR 94705; grepped streams.py of the installed 3.6.15-3.9.18 "
+             "(single waiter) and 3.10.13/3.11.7 (_drain_waiters); the first 3.10 patch with it "
+             "is not established here"),
     _run_twodrain, [Metric("drain_errors_count", "lower", "drain() errors")],
     _presets({"writes": 8, "chunk_bytes": 128 * KiB, "max_s": 8}),
     {"stream": _twodrain_stream})
@@ -243,8 +234,10 @@ _add(Entry(
     mechanism="curio's documentation promised that a spawned task starts running before "
               "spawn() returns, but the kernel only queued it. A parent that relies on the "
               "child having started (an Event set, a listener bound) races ahead of it.",
-    reported="curio 0.8 docs",
-    fixed_in="the docs were corrected; wait for an Event the child sets",
+    reported="curio's documentation in January 2017 (the issue names no version)",
+    fixed_in="not a code change: dabeaz answered that spawn() returns at once and the docs "
+             "were out of date; a parent that needs the child started waits for an Event the "
+             "child sets",
     expected="shown everywhere with the default (lazy) spawn, including trio and asyncio; "
              "coro:spawn=eager and hybrid:spawn=eager run the child inside spawn, as the "
              "docs described",
@@ -253,7 +246,11 @@ _add(Entry(
     styles=("stream", "task"),
     flips=(Flip("coro:spawn=eager", False, "the child's first step runs inside spawn"),
            Flip("hybrid:spawn=eager", False, "the child's first step runs inside create_task")),
-    show_on=("coro", "curio", "hybrid")),
+    show_on=("coro", "curio", "hybrid"),
+    verified="read the thread (the docs quoted: 'Spawn does not return to the caller until the "
+             "new task has been scheduled and executed for at least one cycle'; dabeaz: 'the "
+             "current behavior of Curio is for spawn() to immediately return'); measured on "
+             "the installed curio"),
     _run_spawn, [Metric("child_not_run_fraction", "lower", "child not yet run")],
     _presets({"trials": 20, "max_s": 5}),
     _by_style(None, _spawn_stream, _spawn_task))
@@ -317,24 +314,32 @@ _add(Entry(
     mechanism="uvloop queued a write below the high-water mark and sent it from a later loop "
               "pass, where asyncio tries the send at once. A program that writes and then "
               "blocks (or waits on something outside the loop) never sends the bytes.",
-    reported="uvloop 0.19-0.20",
-    fixed_in="uvloop 0.21 (PR 619: try the send at once when nothing is buffered)",
-    expected="measured on the installed uvloop; not shown on asyncio or on our kernels with "
-             "write=try-send; shown with callback:write=defer and hybrid:write=defer",
+    reported="2024-09 (graingert's socketpair repro: a write then a blocking recv never "
+             "completes on uvloop); every uvloop before 0.23.0, 0.21 and 0.22 included",
+    fixed_in="uvloop 0.23.0: PR 619 (tarasko) tries the send at once when nothing is buffered, "
+             "as asyncio does",
+    expected="not shown on the installed uvloop 0.23.0 (measured), on asyncio or on our kernels "
+             "with write=try-send; shown with callback:write=defer and hybrid:write=defer (our "
+             "kernels with uvloop's write deferral)",
     oracle="bug shown when the reader's first byte arrived only after the program stopped "
            "blocking (the write waited for a loop pass)",
-    styles=("callback", "stream"), affects={"uvloop": ("0.15.0", "0.21.0")},
-    flips=(Flip("callback:write=defer", True, "every write waits for the writable callback "
-                                                "(a later loop pass)"),
-           Flip("hybrid:write=defer", True, "the same on the stream kernel")),
-    show_on=("callback:write=defer", "hybrid:write=defer")),
+    styles=("callback", "stream"), affects={"uvloop": ("0.15.0", "0.23.0")},
+    flips=(Flip("callback:write=defer", True, "our kernel with uvloop's write deferral: every "
+                                                "write waits for a later loop pass"),
+           Flip("hybrid:write=defer", True, "the same on our stream kernel")),
+    show_on=("callback:write=defer", "hybrid:write=defer"),
+    stand_in="callback:write=defer, hybrid:write=defer",
+    affected_versions=("uvloop==0.21.0", "uvloop==0.22.1"), fixed_versions=("uvloop==0.23.0",),
+    verified="read the thread (graingert's repro and diagnosis of stream.pyx) and PR 619's "
+             "description; read _initiate_write() in the installed uvloop 0.23.0's stream.pyx "
+             "(it sends at once when the libuv queue is empty)"),
     _run_deferred, [Metric("first_byte_after_write_s", "lower", "first byte after write")],
     _presets({"write_bytes": 100, "block_s": 0.4, "max_s": 5}),
     _by_style(_deferred_cb, _deferred_stream))
 
 
 # ---------------------------------------------------------------------------
-# uvicorn 2754: a task parked in drain() never released after the disconnect
+# uvicorn 336: a task parked in drain() never released after the disconnect
 
 def _parked_cb(job):
     """uvicorn's FlowControl shape: the writer parks until resume_writing(); the
@@ -406,21 +411,31 @@ def _run_parked(ctx):
 
 
 _add(Entry(
-    id="uvicorn-2754",
+    id="uvicorn-336", aliases=("uvicorn-340",),
+    stand_in="our flow control in place of uvicorn's FlowControl",
     title="a task parked in drain() is never released after the client disconnects",
-    link="https://github.com/Kludex/uvicorn/issues/2754",
+    link="https://github.com/Kludex/uvicorn/issues/336",
     mechanism="uvicorn's own flow control parks a sender until resume_writing() and its "
-              "connection_lost did not wake it. When a client disconnects mid-stream the "
-              "sender stays parked forever, leaking the task and its buffers.",
-    reported="uvicorn 0.38 on Python 3.13",
-    fixed_in="wake the drain waiters in connection_lost (asyncio's own drain() does)",
+              "connection_lost did not wake it. When a client disconnected during "
+              "http.response.body the sender stayed parked forever (the thread: 'Possible "
+              "deadlock when client disconnect during http.response.body'), leaking the task.",
+    reported="uvicorn 0.4-0.6 (2019-03, with uvloop and httptools behind gunicorn)",
+    fixed_in="PR 340 (2019-03-29, 'Finesse write draining behavior when connections are "
+             "dropped'), in uvicorn 0.7.0: connection_lost calls flow.resume_writing(); issue "
+             "2754 (2025, uvicorn 0.38) reports the same symptom but not this mechanism, which "
+             "uvicorn has not had since",
     framing="no HTTP: a raw stream to a client that stops reading and disconnects",
     expected="shown on every callback runtime with the naive protocol (an application bug); "
              "asyncio's, uvloop's and hybrid's drain() are released by the loss",
     oracle="bug shown when the parked writer was still parked bound_s after the connection "
            "was lost",
     styles=("callback", "stream"),
-    show_on=("callback", "asyncio-protocol")),
+    show_on=("callback", "asyncio-protocol"),
+    affected_versions=("uvicorn==0.6.1",), fixed_versions=("uvicorn==0.7.0",),
+    verified="read the thread (the maintainer's suggestion to call resume_writing in "
+             "connection_lost, confirmed to fix the leak) and PR 340; read connection_lost() "
+             "in today's uvicorn (it resumes the flow); 0.7.0 as the release is taken from the "
+             "issue brief, the repository's release notes start later"),
     _run_parked,
     [Metric("released", None, "released", unit="flag"),
      Metric("release_reason", None, "released by", unit="text")],
@@ -429,7 +444,7 @@ _add(Entry(
 
 
 # ---------------------------------------------------------------------------
-# home-assistant 89905 / aiohttp 9572: a drain limit that is too strict
+# home-assistant 89905: a drain limit that is too strict
 
 def _strict_stream(job):
     p = job.params
@@ -468,16 +483,22 @@ def _run_strict(ctx):
 
 
 _add(Entry(
-    id="home-assistant-89905", aliases=("aiohttp-9572",),
+    id="home-assistant-89905",
+    stand_in="our bursty writer in place of aiohttp's websocket writer",
+    verified="read PR 89905's description (the drain after every message added for aiohttp "
+             "1367, the 16 KiB default limit, raising the limit after auth); the entry's "
+             "numbers are ours",
     title="a drain limit that is too strict: latency spikes under load",
     link="https://github.com/home-assistant/core/issues/89905",
-    mechanism="With a 16 KiB high-water mark every burst of messages pauses the writer and "
-              "drain() waits for the buffer to fall to the low-water mark, even though the "
-              "client keeps up on average. Each burst then waits for the slowest moment of "
-              "the socket: latency spikes without any overload.",
-    reported="aiohttp 3.8 websockets in Home Assistant 2023.3",
-    fixed_in="aiohttp raised the writer's limit (aiohttp 9572); the writer must be sized to "
-             "its bursts",
+    mechanism="aiohttp's websocket writer drains after every message (added for aiohttp "
+              "1367) with the default 16 KiB high-water mark, so a burst of messages waits for "
+              "the buffer to fall to the low-water mark even though the client keeps up on "
+              "average. Messages back up in Home Assistant's queue, latency rises and clients "
+              "are disconnected as too slow (the PR: 'Fix websocket back pressure bottleneck').",
+    reported="Home Assistant 2023.3 on aiohttp 3.8 (PR 89905, 2023-03-18, bdraco)",
+    fixed_in="Home Assistant PR 89905: after authentication the websocket's write limit is "
+             "raised, relying on the TCP buffer instead; a pull request, not an issue, and a "
+             "change in Home Assistant, not in aiohttp",
     framing="no websocket framing: bursts of 8 KiB messages to a client reading at 4 MB/s "
             "with small socket buffers",
     expected="shown on every stream runtime with a 16 KiB mark; not with a mark that holds "
@@ -533,6 +554,9 @@ def _run_zero(ctx):
 
 _add(Entry(
     id="trio-1626",
+    verified="read the thread (smurfix: a send to a memory channel that is not full fails "
+             "under fail_after(0); gmacon suggests send_nowait); the entry uses a stream "
+             "send, the same checkpoint rule",
     title="a send under fail_after(0) fails even when it would not block",
     link="https://github.com/python-trio/trio/issues/1626",
     mechanism="In trio every send is a checkpoint, and a checkpoint inside an expired cancel "

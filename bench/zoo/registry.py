@@ -1,7 +1,7 @@
 """What a zoo entry is, the table of entries, and the installed-version check.
 
-The entry modules (``bench.zoo.buffers``, ``.shutdown``, ``.drain``) declare their
-entries with ``_add``; ``bench.zoo`` registers them, in its fixed order, as scenarios.
+The entry modules (``bench.zoo.buffers``, ``.shutdown``, ``.drain``, ``.tls``,
+``.cancel``) declare their entries with ``_add``; ``bench.zoo`` registers them, in its fixed order, as scenarios.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import platform
 from dataclasses import dataclass, field
 
 from bench.scenario import Scenario, register
+from protocols import runtimes
 
 VERDICT = {"bug_shown": "the measurements show the bug's symptom (see the entry's oracle)"}
 
@@ -45,7 +46,38 @@ class Entry:
     framing: str = ""              # how the original (HTTP, TLS, ...) was reduced
     affects: dict = field(default_factory=dict)   # library -> (first affected, first fixed|None)
     show_on: tuple = ()            # runtimes where the tests expect naive=shown, fixed=not
+    not_on: tuple = ()             # runtimes where the naive program is measured not to show it
     real_only: str = ""            # why it cannot run on the simulated network ("": it can)
+    # How the card was checked against its thread: what was read, what was run.
+    verified: str = ""
+    # Requirement strings for a later pinned-version run ("aiohttp==3.8.6",
+    # "python>=3.8,<3.12"): where the bug lives and where it is gone. Nothing
+    # builds environments from them yet; they say what one would pin.
+    affected_versions: tuple = ()
+    fixed_versions: tuple = ()
+    # What plays the buggy version here: "" when the entry shows on a real library
+    # or interpreter installed here (or the bug is the program's own), otherwise
+    # the option of our kernel that stands in for it.
+    stand_in: str = ""
+    # The least activity the oracle needs: (metric, at least, in words) triples.
+    # Below it the verdict is not measured (the oracle also returns None itself).
+    minimum: tuple = ()
+
+    def runs_on(self) -> str:
+        """Where the bug is measured: the real library here, or what stands in for it."""
+        return f"stand-in: {self.stand_in}" if self.stand_in else "real: the installed runtimes"
+
+    def card_fields(self) -> list[tuple[str, str]]:
+        """The card lines that say how far to trust the entry: (label, text) pairs for
+        where it runs, the versions a pinned run would install, and how it was checked
+        against its thread (for ``looplab repro ID`` and the zoo page)."""
+        out = [("runs on", self.runs_on())]
+        if self.affected_versions:
+            out.append(("affected", ", ".join(self.affected_versions)))
+        if self.fixed_versions:
+            out.append(("fixed", ", ".join(self.fixed_versions)))
+        out.append(("verified", self.verified))
+        return out
 
     def names(self) -> tuple:
         return (self.id,) + tuple(self.aliases)
@@ -78,11 +110,20 @@ def register_in_order(order) -> None:
         e.scenario = register(Scenario(
             id=e.id, title=e.title, run=_noted_on_sim(e, run), summary=e.mechanism, variants=("naive", "fixed"),
             presets=presets, programs=programs_ or {}, styles=e.styles, verdicts=VERDICT,
-            metrics=tuple(metrics)))
+            metrics=tuple(metrics), **_evidence(e)))
         e.scenario.origin = "bench.zoo"
         ENTRIES[e.id] = e
         for name in e.names():
             _ALIASES[name.lower()] = e.id
+
+
+def _evidence(e: Entry) -> dict:
+    """The entry's minimum as the scenario's, where scenarios declare one (the
+    evidence rule: a cell below it is "not measured")."""
+    if not e.minimum or "minimum" not in Scenario.__dataclass_fields__:
+        return {}
+    from bench.scenario import Minimum
+    return {"minimum": tuple(Minimum(m, n, what) for m, n, what in e.minimum)}
 
 
 def _noted_on_sim(e: Entry, run):
@@ -109,17 +150,21 @@ def entry(name: str) -> Entry | None:
 # ---------------------------------------------------------------------------
 # Versions: what is installed, and whether it falls in an entry's affected range
 
-_DISTS = {"python": None, "uvloop": "uvloop", "trio": "trio", "curio": "curio"}
-LIB_OF = {"asyncio-protocol": "python", "asyncio-streams": "python", "uvloop-protocol": "uvloop",
-          "uvloop-streams": "uvloop", "trio": "trio", "curio": "curio"}
+def lib_of(runtime_id: str) -> str | None:
+    """The library whose version decides a runtime's behaviour (``RuntimeInfo.library``:
+    a distribution name, or "python" for the standard library), or None."""
+    info = runtimes.RUNTIMES.get(runtime_id)
+    return None if info is None else info.library
 
 
 def installed_versions() -> dict:
+    """"python" and every library a registered runtime declares -> installed version."""
     out = {"python": platform.python_version()}
-    for lib, dist in _DISTS.items():
-        if dist:
+    for info in runtimes.RUNTIMES.values():
+        lib = info.library
+        if lib and lib not in out:
             try:
-                out[lib] = importlib.metadata.version(dist)
+                out[lib] = importlib.metadata.version(lib)
             except importlib.metadata.PackageNotFoundError:
                 out[lib] = None
     return out

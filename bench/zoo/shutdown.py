@@ -36,6 +36,8 @@ def _run_loss(ctx):
 
 _add(Entry(
     id="cpython-32391", aliases=("bpo-32391", "asyncio-141", "C6"), catalog="S3",
+    verified="read the thread (asvetlov, 2017-12: add StreamWriter.wait_closed(), labelled "
+             "3.7) and PR 5281 (merged 2018-01-24)",
     title="close() returns at once: exiting right after it loses the buffered data",
     link="https://bugs.python.org/issue32391",
     mechanism="A stream's close() only asks the transport to flush and close later. A "
@@ -70,6 +72,8 @@ def _run_no_eof(ctx):
 
 _add(Entry(
     id="asyncio-466", aliases=("C7",), catalog="S3",
+    verified="not re-read against its thread in this pass (issue 25 named no drift in this "
+             "card)",
     title="the close completes on a later loop pass: stop the loop first and EOF never comes",
     link="https://github.com/python/asyncio/issues/466",
     mechanism="transport.close() schedules connection_lost for a later pass of the loop. A "
@@ -168,9 +172,11 @@ _add(Entry(
     mechanism="Once the peer has gone, transport.write() drops the data without an error and "
               "drain() has nothing to wait for. A handler that streams a file chunk by chunk "
               "pushes all of it into the dead connection.",
-    reported="asyncio 3.4 (aiohttp static files, aiohttp issue 370)",
-    fixed_in="Python 3.4.4/3.5.0 added transport.is_closing(); later drain() raises once the "
-             "connection is lost",
+    reported="asyncio 3.4.3 (2015-05, asvetlov for aiohttp's static files, aiohttp issue 370)",
+    fixed_in="transport.is_closing() (the issue's 'closing property'), asyncio PR 291, "
+             "committed to CPython's 3.4 and 3.5 branches on 2015-11-16 ('versionadded:: "
+             "3.5.1'): Python 3.4.4 and 3.5.1; from PR 280 (2015-10) drain() also raises once "
+             "the connection is lost",
     expected="shown on asyncio's and our callback port (writes are dropped silently, the "
              "program must ask is_closing()); not on uvloop, whose write() to a closed "
              "transport raises RuntimeError, nor on today's stream ports, whose drain() raises "
@@ -178,7 +184,13 @@ _add(Entry(
     oracle="bug shown when at least a quarter of the file was written after the connection "
            "was already lost",
     styles=("callback", "stream"),
-    show_on=("callback", "asyncio-protocol")),
+    show_on=("callback", "asyncio-protocol"),
+    affected_versions=("python==3.4.3", "python==3.5.0"),
+    fixed_versions=("python==3.4.4", "python==3.5.1"),
+    verified="read the thread (asvetlov's static-file loop and the _closing/_conn_lost "
+             "analysis); the python-checkins mails of 2015-11-16 ('asyncio: Add "
+             "Transport.is_closing()' on the 3.4 branch, versionadded 3.5.1); BaseTransport at "
+             "the asyncio 3.4.3 tag has no is_closing()"),
     _run_deadpush,
     [Metric("written_after_lost_bytes", "lower", "written after loss"),
      Metric("written_bytes", None, "written")],
@@ -258,13 +270,17 @@ def _run_rst(ctx):
 
 _add(Entry(
     id="trio-412", aliases=("C17",),
+    verified="read the thread (aclose() was socket.close() plus a checkpoint; the RFC 7230 "
+             "section 6.6 staged close it quotes: half-close, read until the peer closes, "
+             "then close)",
     title="close with unread inbound data sends RST: the peer loses the response",
     link="https://github.com/python-trio/trio/issues/412",
     mechanism="Closing a TCP socket whose receive queue still holds unread bytes makes the "
               "kernel send RST instead of FIN. A server that answers after the request's head "
               "and closes while the client is still uploading resets the connection, and the "
               "client never gets to read the answer.",
-    reported="trio 0.2 (a property of TCP on Linux, every runtime)",
+    reported="trio in January 2018 (Nikratio: SocketStream.aclose() closed without a "
+             "shutdown first; the issue names no version); a property of TCP, every runtime",
     fixed_in="not a library fix: read the request to its end (or shut down the write side "
              "and drain the input) before closing",
     framing="no HTTP: the client uploads a 1 MiB request, then reads the answer until EOF",
@@ -336,20 +352,27 @@ _add(Entry(
     id="cpython-113538", aliases=("cpython-104344",),
     title="Server.wait_closed() waits for every handler: shutdown hangs on an idle client",
     link="https://github.com/python/cpython/issues/113538",
-    mechanism="From 3.12.1 Server.wait_closed() returns only once every accepted connection "
+    mechanism="From 3.12.0 Server.wait_closed() returns only once every accepted connection "
               "is gone (3.11 returned as soon as the listener closed). A shutdown that closes "
               "the server and awaits wait_closed() hangs while a client sits idle in read().",
-    reported="Python 3.12.1+ (CPython 104344 changed it; 113538 reports the hang)",
-    fixed_in="Python 3.13 added Server.close_clients()/abort_clients(); close the handlers' "
-             "writers first",
+    reported="Python 3.12.0 (104344 saw the hang on 3.12.0a7; 3.12.1 fixed a different corner "
+             "of the same change; 113538 asks for a way to close the clients)",
+    fixed_in="by design; Python 3.13.0 added Server.close_clients()/abort_clients() (PR "
+             "114432); before that, close the handlers' writers first",
     expected="not shown on the installed Python 3.11 (wait_closed returns at once) nor on "
              "hybrid, whose Server follows the running Python; shown with "
              "hybrid:wait_closed=3.12; closing the accepted writers fixes it everywhere",
     oracle="bug shown when wait_closed() did not return within bound_s",
-    styles=("stream",), affects={"python": ("3.12.1", None)},
+    styles=("stream",), affects={"python": ("3.12.0", None)},
     flips=(Flip("hybrid:wait_closed=3.12", True,
-                "Server.wait_closed() also waits for every accepted connection (3.12.1+)"),),
-    show_on=("hybrid:wait_closed=3.12",)),
+                "our kernel whose Server.wait_closed() also waits for every accepted "
+                "connection, as Python's does from 3.12.0"),),
+    show_on=("hybrid:wait_closed=3.12",),
+    stand_in="hybrid:wait_closed=3.12",
+    affected_versions=("python==3.12.1",), fixed_versions=(),
+    verified="read 104344 (the 3.12.0a7 repro) and PR 114432; read Server.wait_closed() in the "
+             "installed 3.11.7, 3.12.1 and 3.13.0 (its docstring: 'In 3.11 and before ... An "
+             "attempted fix in 3.12.0 ...') and found close_clients only in 3.13.0"),
     _run_waitclosed,
     [Metric("wait_closed_s", None, "wait_closed took"), Metric("hung", None, "hung", unit="flag")],
     _presets({"bound_s": 1.0, "max_s": 6}),
@@ -406,6 +429,10 @@ def _run_afterclose(ctx):
 
 _add(Entry(
     id="cpython-115514",
+    stand_in="callback:write_after_close=drop, hybrid:write_after_close=drop",
+    verified="read the thread (spurious 'Exception in callback None()' after upgrading to "
+             "3.12.1) and PR 128037 (writes after close missed since gh-106503, backport "
+             "asked to 3.12 and 3.13); the release numbers are not re-checked",
     title="writes made after close() are dropped while data is still buffered",
     link="https://github.com/python/cpython/issues/115514",
     mechanism="asyncio's transport accepts write() after close() as long as earlier bytes "
@@ -479,6 +506,10 @@ def _run_abort(ctx):
 
 _add(Entry(
     id="sanic-2921", aliases=("sanic-2973",),
+    stand_in="our close-then-abort program in place of sanic (on the real uvloop)",
+    verified="read the thread (ashleysommer: uvloop's close() leaves the connection open "
+             "while data is buffered, so sanic's fallback abort() cut responses) and PR 2973 "
+             "(abort only after the buffer drained or a timeout)",
     title="close() then abort() on a timer truncates a large response",
     link="https://github.com/sanic-org/sanic/issues/2921",
     mechanism="transport.close() with bytes still buffered keeps the connection open until "

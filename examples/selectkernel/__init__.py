@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kernels.options import Option, Schema, choice
 from protocols.fingerprint import Fingerprint, Near, Positive
-from protocols.runtimes import RUNTIMES, Difference, RuntimeInfo, register
+from protocols.runtimes import RUNTIMES, Difference, RuntimeInfo, Tracing, register
 
 __all__ = ["OPTIONS", "INFO", "RUNTIME_ID"]
 
@@ -59,6 +59,10 @@ INFO = RuntimeInfo(
     RUNTIME_ID, "stream", "examples.selectkernel.port:SelectPort", OPTIONS,
     compared_with=("asyncio-streams",), requires=("selectors",),
     fingerprint=FINGERPRINT, differences=DIFFERENCES,
+    # looplab trace: a traced twin of the port (tracing.py); the fidelity probes reach
+    # it through its port (no probe_side), as a stream port has asyncio's names
+    tracing=Tracing(port="examples.selectkernel.tracing:TracedSelectPort",
+                    hook="a Task subclass that records each step"),
     summary="a user's select-loop Future/Task kernel: drain() waits for an empty buffer, "
             "pull-based reads, exit flushes")
 

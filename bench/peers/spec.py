@@ -1,51 +1,28 @@
-"""The measurement peers' spec: the roles, their fields, and the checks both sides run.
+"""The peer registry and the spec checks both sides of the peer process run.
 
-A peer spec is a list of role dicts (``bench/peers.py`` builds them with
-``sink(...)``, ``source(...)``, ...). The parent (``PeerProcess``) checks it
-before it spawns anything, and the child (``bench/peerproc.py``) checks it
-again, with the same code, from here. This module imports nothing of the
-peers, so both sides can.
+``ROLES`` is the one table of roles (name -> ``bench.peers.core.Role``
+subclass): the built-in ones (``bench/peers/roles.py``) and any a user
+registers with ``register_role``. A peer spec is a list of role dicts
+(``bench.peers.sink(...)``, ...). The parent (``PeerProcess``) checks it before
+it spawns anything, and the child (``bench/peers/child.py``) checks it again,
+with the same code, from here.
 """
 from __future__ import annotations
 
 import math
+import sys
 
-__all__ = ["ROLES", "check_role", "check_spec"]
+from bench.peers.core import REQUIRED, Role
+from bench.peers.roles import BUILTIN
+
+__all__ = ["ROLES", "register_role", "role_origin", "check_role", "check_spec"]
 
 _MAX_CHUNK = 64 * 1024 * 1024  # largest recv/chunk size a spec may ask for
 _FRAME_HEADER_BYTES = 24     # protocols.cores.FRAME_HEADER_BYTES, checked without importing it
 _GRACE_S = 3.0               # how much longer than timeout_s the parent waits for results
 
-
-# ---------------------------------------------------------------------------
-# The spec: roles, their fields, and the checks both sides run.
-#
-# One table says which fields a role takes and their defaults; one table says
-# what a field may hold. The parent checks the spec before it spawns anything
-# (a typo is a ValueError in the caller's frame, not a dead child), and the
-# child checks again (``python -m bench.peerproc`` is usable on its own).
-
-_REQUIRED = object()   # marks a field a role cannot run without (may come at start)
-
 _COMMON = {"name": None, "role": None, "listen": None, "connect": None, "sockbuf": None,
            "max_s": None, "deferred": False}
-
-ROLES: dict[str, dict] = {
-    "sink": {"rate_Bps": None, "recv_bytes": 65536, "frame_bytes": None, "verify": False,
-             "start_after_s": 0.0, "stall_at_s": 0.0, "stall_s": 0.0,
-             "pause_at_bytes": None, "pause_s": 0.0, "close_with_reset": False,
-             "warmup_s": 1.0},
-    "source": {"rate_Bps": None, "frame_bytes": 32768, "duration_s": None, "total_bytes": None,
-               "finish": "close", "eof_wait_s": 5.0, "warmup_s": 1.0, "recv_bytes": 65536},
-    "pipeline_client": {"count": _REQUIRED, "hold_s": 1.0},
-    "push_client": {"mode": _REQUIRED, "duration_s": _REQUIRED, "recv_bytes": 65536},
-    "echo_client": {"total_bytes": _REQUIRED, "chunk_bytes": 16384, "recv_bytes": 65536,
-                    "shutdown": True, "eof_wait_s": 0.5},
-    "reset_peer": {"after_bytes": None, "after_s": None, "recv_bytes": 65536},
-    "reader": {"start_after_s": 0.0, "recv_bytes": 65536, "rate_Bps": None, "warmup_s": 1.0},
-}
-"""Role name -> {field: default} (beyond the common fields ``name``, ``role``,
-``listen``, ``connect``, ``sockbuf``, ``max_s``, ``deferred``)."""
 
 
 def _is_int(v) -> bool:
@@ -149,6 +126,58 @@ _FIELD_CHECKS = {
 }
 
 
+# ---------------------------------------------------------------------------
+# The registry
+
+ROLES: dict[str, type[Role]] = {}
+"""Role name -> its Role class (``ROLES[name].fields``: its fields and defaults
+beyond the common ``name``, ``role``, ``listen``, ``connect``, ``sockbuf``,
+``max_s``, ``deferred``)."""
+
+
+def register_role(cls: type[Role]) -> type[Role]:
+    """Add a role (a ``Role`` subclass with ``role`` set); usable as a class
+    decorator. Each of its fields needs a check: a common field name (see
+    docs/peers.md) or an entry in the class's ``checks``. Registering the same
+    class again, or a class of the same name from the same module (a file
+    loaded again), replaces it; another module's role of that name is a
+    ValueError."""
+    if not (isinstance(cls, type) and issubclass(cls, Role)):
+        raise TypeError(f"register_role() takes a Role subclass, got {cls!r}")
+    name = cls.role
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"a role's name (its class attribute 'role') must be an identifier, "
+                         f"got {name!r}")
+    have = ROLES.get(name)
+    if have is not None and (have.__module__, have.__qualname__) != (cls.__module__,
+                                                                     cls.__qualname__):
+        raise ValueError(f"role name {name!r} is taken by {have.__module__}.{have.__qualname__}")
+    common = sorted(set(cls.fields) & set(_COMMON))
+    if common:
+        raise ValueError(f"role {name!r}: {', '.join(common)} are fields every role has; "
+                         "a role cannot declare them again")
+    unchecked = [f for f in cls.fields if f not in cls.checks and f not in _FIELD_CHECKS]
+    if unchecked:
+        raise ValueError(f"role {name!r}: no check for field(s) {', '.join(unchecked)} "
+                         "(add them to the class's 'checks', or use a known field name)")
+    ROLES[name] = cls
+    return cls
+
+
+def role_origin(name: str) -> dict | None:
+    """Where the peer process finds role ``name``: None for a built-in role,
+    else {"module": its module's name, "file": its file or None}."""
+    cls = ROLES[name]
+    if cls in BUILTIN:
+        return None
+    module = sys.modules.get(cls.__module__)
+    return {"module": cls.__module__, "file": getattr(module, "__file__", None)}
+
+
+for _cls in BUILTIN:
+    register_role(_cls)
+
+
 def check_role(cfg, default_max_s: float = 30.0, starting: bool = False) -> dict:
     """Check one role's spec and return it normalized: every field present,
     defaults filled in, addresses as [host, port], seconds as floats.
@@ -163,7 +192,8 @@ def check_role(cfg, default_max_s: float = 30.0, starting: bool = False) -> dict
     role = cfg.get("role")
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; valid roles: {', '.join(ROLES)}")
-    fields = {**_COMMON, **ROLES[role]}
+    cls = ROLES[role]
+    fields = {**_COMMON, **cls.fields}
     unknown = sorted(set(cfg) - set(fields))
     if unknown:
         raise ValueError(f"role {role!r} has no field {', '.join(map(repr, unknown))}; "
@@ -175,10 +205,10 @@ def check_role(cfg, default_max_s: float = 30.0, starting: bool = False) -> dict
             v = role
         if field == "max_s" and v is None:
             v = default_max_s
-        if v is _REQUIRED:
+        if v is REQUIRED:
             out[field] = None
             continue
-        out[field] = _FIELD_CHECKS[field](field, v)
+        out[field] = cls.checks.get(field, _FIELD_CHECKS.get(field))(field, v)
     name = out["name"]
     if out["listen"] is not None and out["connect"] is not None:
         raise ValueError(f"role {name!r}: give either listen or connect, not both")
@@ -187,21 +217,10 @@ def check_role(cfg, default_max_s: float = 30.0, starting: bool = False) -> dict
     # From here on the role is about to run: everything it needs must be there.
     if out["listen"] is None and out["connect"] is None:
         raise ValueError(f"role {name!r} needs listen='HOST:PORT' or connect=(host, port)")
-    missing = [f for f, d in fields.items() if d is _REQUIRED and out[f] is None]
+    missing = [f for f, d in fields.items() if d is REQUIRED and out[f] is None]
     if missing:
         raise ValueError(f"role {name!r} ({role}) needs {', '.join(missing)}")
-    if role == "source":
-        if out["duration_s"] is None and out["total_bytes"] is None:
-            raise ValueError(f"role {name!r}: a source needs duration_s or total_bytes")
-        total, frame = out["total_bytes"], out["frame_bytes"]
-        if frame is None:
-            raise ValueError(f"role {name!r}: a source needs frame_bytes")
-        if total is not None and 0 < total % frame < _FRAME_HEADER_BYTES:
-            raise ValueError(f"role {name!r}: total_bytes={total} would end with a "
-                             f"{total % frame}-byte frame, shorter than the "
-                             f"{_FRAME_HEADER_BYTES}-byte frame header")
-    if out.get("pause_at_bytes") is not None and not out["pause_s"] > 0:
-        raise ValueError(f"role {name!r}: pause_at_bytes needs pause_s > 0")
+    cls.check(out)
     return out
 
 

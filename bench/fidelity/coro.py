@@ -14,7 +14,7 @@ import logging
 import socket
 import time
 
-from bench.edges.registry import MB, Listener, LogCatcher, probe, reset
+from bench.fidelity.registry import MB, Listener, LogCatcher, probe, reset
 
 
 class TaskSide(abc.ABC):
@@ -23,10 +23,6 @@ class TaskSide(abc.ABC):
     ``send_all``/``receive_some``, ``lib.run(fn, side)``); subclasses override what
     their library does differently."""
     style = "task"
-    #: the package whose ``OPTIONS`` schema checks this side's options (ours only)
-    kernel = None
-    #: the logger crash reports may go to
-    logger_name = ""
 
     def __init__(self, options=None):
         self.options = options or {}
@@ -64,13 +60,17 @@ class TaskSide(abc.ABC):
         import io
         self._log, self._err = LogCatcher(), io.StringIO()
         self._log.setLevel(logging.ERROR)
-        logger = logging.getLogger(self.logger_name)
+        # crash reports go to the library's own logger (curio logs them there)
+        # (and not on to this process's stderr)
+        logger = logging.getLogger(self.lib.__name__)
         logger.addHandler(self._log)
+        propagate, logger.propagate = logger.propagate, False
         try:
             with contextlib.redirect_stderr(self._err):
                 return self._run(fn)
         finally:
             logger.removeHandler(self._log)
+            logger.propagate = propagate
 
     def _run(self, fn):
         return self.lib.run(fn, self, **self.options)
@@ -125,8 +125,6 @@ class TaskSide(abc.ABC):
 
 class CoroSide(TaskSide):
     """``kernels.coro``, run with this side's kernel options."""
-    kernel = "kernels.coro"
-    logger_name = "coro"
 
     def load(self):
         import kernels.coro as lib
@@ -141,7 +139,6 @@ class CoroSide(TaskSide):
 class CurioSide(TaskSide):
     """curio: ``ignore_after``, an awaitable ``Event.set``, and socket streams with
     ``sendall``/``recv``/``close``."""
-    logger_name = "curio"
 
     def load(self):
         import curio as lib
@@ -182,7 +179,6 @@ class CurioSide(TaskSide):
 class TrioSide(TaskSide):
     """trio: the probe runs inside a nursery that spawned children join, and the
     timeouts are plain ``with`` blocks."""
-    logger_name = "trio"
 
     def load(self):
         import trio as lib
@@ -371,7 +367,7 @@ async def co_cancel_exception_base(k):
     return seen
 
 
-@probe("task", skip=("trio",))
+@probe("task", unmapped_on=("TrioSide",))
 async def co_join_error(k):
     """join() on a task that raised ValueError: what join raises, and its cause."""
     async def child():
@@ -386,7 +382,7 @@ async def co_join_error(k):
     return out
 
 
-@probe("task", skip=("trio",))
+@probe("task", unmapped_on=("TrioSide",))
 async def co_join_cancelled(k):
     """join() on a task that was cancelled."""
     async def child():
@@ -401,7 +397,7 @@ async def co_join_cancelled(k):
         return {"raised": k.role(exc), "cause": k.role(exc.__cause__)}
 
 
-@probe("task", skip=("trio",))
+@probe("task", unmapped_on=("TrioSide",))
 async def co_cancel_finished_task(k):
     """cancel() on a task that already returned, and join() afterwards."""
     async def child():
@@ -412,7 +408,7 @@ async def co_cancel_finished_task(k):
     return {"cancel_returned": res, "join": await _trap(k, k.join(t))}
 
 
-@probe("task", skip=("trio",))
+@probe("task", unmapped_on=("TrioSide",))
 async def co_event_wake_order(k):
     """Event.set() with 10 waiters: do they resume in FIFO order?"""
     ev = k.Event()
@@ -492,7 +488,7 @@ async def co_timeout_zero(k):
         return {"raised": k.role(exc)}
 
 
-@probe("task", skip=("trio",))
+@probe("task", unmapped_on=("TrioSide",))
 async def co_lazy_spawn_order(k):
     """spawn(): does the child run before the parent's next blocking call?"""
     order = []
@@ -507,7 +503,7 @@ async def co_lazy_spawn_order(k):
     return {"order": order}
 
 
-@probe("task", skip=("trio",))
+@probe("task", unmapped_on=("TrioSide",))
 async def co_sleep0_round_robin(k):
     """Three tasks looping over sleep(0): the interleaving."""
     order = []
@@ -586,7 +582,7 @@ async def co_send_after_peer_reset(k):
     return {"raised": out}
 
 
-@probe("task", skip=("trio",))
+@probe("task", unmapped_on=("TrioSide",))
 async def co_bytes_sent_on_timeout(k):
     """sendall of 8 MB to a peer that does not read, under timeout_after(0.1)."""
     lst, s, peer = await _co_connect(k)
@@ -609,7 +605,7 @@ async def co_bytes_sent_on_timeout(k):
     return out
 
 
-@probe("task", skip=("trio",))
+@probe("task", unmapped_on=("TrioSide",))
 async def co_bytes_sent_on_cancel(k):
     """A task blocked in sendall of 8 MB is cancelled: what it sees, and bytes_sent."""
     lst, s, peer = await _co_connect(k)
@@ -649,7 +645,7 @@ async def co_send_after_close(k):
     return out
 
 
-@probe("task", skip=("trio",))
+@probe("task", unmapped_on=("TrioSide",))
 async def co_child_crash_unjoined(k):
     """A child crashes and nobody joins it: does the parent carry on?"""
     async def child():
@@ -660,7 +656,7 @@ async def co_child_crash_unjoined(k):
             "done": k.task_done(t)}
 
 
-@probe("task", skip=("trio",))
+@probe("task", unmapped_on=("TrioSide",))
 async def co_cancel_then_catch_continue(k):
     """A task that catches its cancellation and returns a value: what join gives."""
     async def child():

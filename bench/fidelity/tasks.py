@@ -2,14 +2,14 @@
 and unretrieved exceptions, on ``kernels.hybrid`` against asyncio and uvloop.
 
 A probe is ``async def probe(a)`` where ``a`` is ``asyncio`` or ``kernels.hybrid``; they
-run on the stream sides (``bench.edges.streams``).
+run on the stream sides (``bench.fidelity.streams``).
 """
 from __future__ import annotations
 
 import contextvars
 import gc
 
-from bench.edges.registry import catch, ename, probe
+from bench.fidelity.registry import catch, ename, probe
 
 
 @probe("stream")

@@ -1,8 +1,9 @@
-"""The measurement peer process: ``python -m bench.peerproc SPEC_JSON``.
+"""The measurement peer process: ``python -m bench.peers SPEC_JSON``.
 
-The child side of ``bench.peers.PeerProcess`` (``python -m bench.peers`` runs
-the same ``main``). It checks the spec (``bench/peerspec.py``), runs each role
-(``bench/peerroles.py``) in a thread of its own, and speaks JSON lines: it
+The child side of ``bench.peers.PeerProcess``. It loads the modules that
+registered the spec's user roles, checks the spec (``bench/peers/spec.py``),
+runs each role on the blocking-socket driver (``bench/peers/real.py``) in a
+thread of its own, and speaks JSON lines: it
 prints ``{"event": "listening", "name", "addr"}``, ``{"event": "result",
 "name", "result"}`` and ``{"event": "done"}`` on stdout, and reads
 ``{"start": name, ...fields}`` lines on stdin to start deferred roles. EOF on
@@ -11,48 +12,40 @@ stdin (the parent is gone) ends it at once; so does its own bound,
 """
 from __future__ import annotations
 
+import hashlib
+import importlib
+import importlib.util
 import json
 import os
 import signal
 import sys
 import threading
 import time
-import traceback
 
-from bench.peerroles import _ROLE_FUNCS, _Ended, _Run
-from bench.peerspec import _GRACE_S, _seconds_check, check_role, check_spec
+from bench.peers.real import play
+from bench.peers.spec import _GRACE_S, _seconds_check, check_role, check_spec
 
-__all__ = ["main"]
+__all__ = ["main", "load_role_modules"]
 
 
-def _play(cfg: dict, emit) -> dict:
-    """Run one role to its end and return its result; never raises."""
-    run = _Run(cfg, emit)
-    res = run.result
-    try:
-        _ROLE_FUNCS[cfg["role"]](run)
-    except _Ended as e:
-        if res["ended"] is None:
-            res["ended"] = e.how
-    except OSError as e:
-        # Expected network conditions (refused, unreachable, address in use):
-        # a result, not a traceback.
-        res["error"] = str(e) if e.strerror is None else f"{e.strerror} [errno {e.errno}]"
-        res["ended"] = "error"
-    except Exception:
-        res["error"] = "internal error in the peer: " + traceback.format_exc()
-        res["ended"] = "error"
-        traceback.print_exc()
-    finally:
-        run.close_all()
-    now = time.monotonic()
-    if run.t0 is not None:
-        run.sample(now, force=True)
-    if res["ended"] is None:
-        res["ended"] = "closed"
-    res.update(sent_bytes=run.sent, received_bytes=run.received, ran_s=now - run.began,
-               series=run.series)
-    return res
+def load_role_modules(origins) -> None:
+    """Import the modules that registered user roles (``spec.role_origin``):
+    by file when the parent knew one (a scenario file, a test), else by name."""
+    for origin in origins or ():
+        name, path = origin.get("module"), origin.get("file")
+        if name in sys.modules and name != "__main__":
+            continue
+        if path:
+            if name == "__main__" or not name:
+                name = "looplab_roles_" + hashlib.sha1(path.encode()).hexdigest()[:12]
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                raise ValueError(f"cannot load the roles of {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        else:
+            importlib.import_module(name)
 
 
 class _Child:
@@ -82,7 +75,7 @@ class _Child:
                          daemon=True).start()
 
     def _role_thread(self, cfg: dict) -> None:
-        result = _play(cfg, self.emit)
+        result = play(cfg, self.emit)
         self.emit({"event": "result", "name": cfg["name"], "result": result})
         with self.cond:
             self.reported.add(cfg["name"])
@@ -139,9 +132,9 @@ class _Child:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.peerproc SPEC_JSON`` (or ``-``: the first stdin line);
-    ``python -m bench.peers`` runs the same. SPEC_JSON is a list of roles or
-    {"timeout_s": T, "roles": [...]}."""
+    """``python -m bench.peers SPEC_JSON`` (or ``-``: the first stdin line).
+    SPEC_JSON is a list of roles or
+    {"timeout_s": T, "roles": [...], "role_modules": [origin, ...]}."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)   # Ctrl-C: die quietly, no traceback
     argv = sys.argv[1:] if argv is None else argv
     child = None
@@ -151,10 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(doc, dict):
             timeout_s = _seconds_check(True, False)("timeout_s", doc.get("timeout_s", 30.0))
             roles = doc.get("roles")
+            load_role_modules(doc.get("role_modules"))
         else:
             timeout_s, roles = 30.0, doc
         child = _Child(check_spec(roles, timeout_s), timeout_s)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, ImportError, OSError) as e:
         line = json.dumps({"event": "error", "error": f"bad peer spec: {e}"})
         sys.stdout.write(line + "\n")
         sys.stdout.flush()

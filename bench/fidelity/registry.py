@@ -2,7 +2,7 @@
 itself, a log catcher, and exception naming.
 
 A probe is a function registered with ``@probe(style)``; it takes the side of its style
-(see ``bench.edges``) and returns a small JSON-able observation.
+(see ``bench.fidelity``) and returns a small JSON-able observation.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ SOCKBUF = 65536
 
 class EdgeProbe:
     """One registered probe: ``name``, ``style``, the function, what it checks, and
-    the runtimes it does not apply to (the API does not map there)."""
+    the sides (adapter class names) it does not apply to (the API does not map there)."""
     __slots__ = ("name", "style", "fn", "doc", "skip")
 
     def __init__(self, name, style, fn, doc, skip):
@@ -26,15 +26,15 @@ class EdgeProbe:
 PROBES: dict[str, EdgeProbe] = {}
 
 
-def probe(style, skip=()):
-    """Register the decorated function as a probe of ``style``; ``skip``: runtime ids
-    whose API does not map onto it."""
+def probe(style, unmapped_on=()):
+    """Register the decorated function as a probe of ``style``; ``unmapped_on``: the
+    names of the side classes whose library's API does not map onto it."""
     def register(fn):
         name = fn.__name__
         if name in PROBES:
             raise ValueError(f"duplicate probe {name}")
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else name
-        PROBES[name] = EdgeProbe(name, style, fn, doc, tuple(skip))
+        PROBES[name] = EdgeProbe(name, style, fn, doc, tuple(unmapped_on))
         return fn
     return register
 

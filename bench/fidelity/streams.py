@@ -3,7 +3,7 @@
 
 A probe is ``async def probe(a)`` where ``a`` is ``asyncio`` or ``kernels.hybrid`` (the
 same names). The task, future and timeout probes of this style are in
-``bench.edges.tasks``; the sides that run both are here.
+``bench.fidelity.tasks``; the sides that run both are here.
 """
 from __future__ import annotations
 
@@ -11,15 +11,13 @@ import abc
 import gc
 import socket
 
-from bench.edges.registry import MB, SOCKBUF, Listener, catch, drain, ename, probe, reset
+from bench.fidelity.registry import MB, SOCKBUF, Listener, catch, drain, ename, probe, reset
 
 
 class StreamSide(abc.ABC):
     """One stream-style runtime: runs ``probe(a)`` to completion on its library.
     Subclasses say which library and which loop."""
     style = "stream"
-    #: the package whose ``OPTIONS`` schema checks this side's options (ours only)
-    kernel = None
 
     def __init__(self, options=None):
         self.options = options or {}
@@ -29,9 +27,23 @@ class StreamSide(abc.ABC):
         """Run the probe ``fn(a)`` to completion on this library; its observation."""
 
 
+class PortStreamSide(StreamSide):
+    """Any stream-style runtime through its own port, for a runtime that declares no
+    adapter (``RuntimeInfo.probe_side``): a stream port has asyncio's names, so a
+    probe runs as ``port.run(probe)`` with the port as ``a``. A name the port lacks
+    is that probe's error, never a skip."""
+
+    def __init__(self, options=None, runtime=None):
+        super().__init__(options)
+        self.runtime = runtime
+
+    def run(self, fn):
+        with self.runtime.open(**self.options) as port:
+            return port.run(fn)
+
+
 class HybridSide(StreamSide):
     """``kernels.hybrid``, run with this side's kernel options."""
-    kernel = "kernels.hybrid"
 
     def run(self, fn):
         import kernels.hybrid as a

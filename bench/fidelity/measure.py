@@ -1,119 +1,114 @@
-"""``looplab fidelity``: do our kernels behave like the libraries they reproduce, at the edges?
+"""Measuring fidelity: run the edge probes on each subject and its references, compare.
 
-Scenario verdicts say the kernels agree on the big picture; users compare designs at
-the edges -- what a write after close does, where a reset surfaces, what a nested
-timeout raises. The probes in ``bench.edges`` poke one edge each. This module runs
-them on every selected runtime, one subprocess per runtime (hard timeout, JSON lines
-on stdout), and compares each of our kernels with its references:
+A *subject* is every registered runtime that names references (``RuntimeInfo.
+compared_with``, primary first): our three kernels, and a kernel registered from
+outside (``--runtime-module``) the same way. Each selected runtime runs the probes of
+its style in its own subprocess (``bench.fidelity.worker``; hard timeout, JSON lines
+on stdout), and each subject is compared with its references.
 
-    callback  vs asyncio-protocol (primary), uvloop-protocol
-    hybrid    vs asyncio-streams  (primary), uvloop-streams
-    coro      vs curio            (primary), trio
-
-A probe *agrees* when its observation on our kernel equals the primary reference's.
-A difference is either listed in ``DECLARED`` with its reason (accepted: the
-reference's own bug, say) or it is undeclared: a gap in our kernel, and ``--fail``
-exits 1 while any remains. Differences from a secondary reference are information.
-
-Usage: ``looplab fidelity [--runtimes ...] [--probes PATTERN,...] [--json FILE]
-[--out DIR] [--fail]`` (``python -m bench.fidelity`` until the verb is wired in).
+A probe *agrees* when its observation on the subject equals the primary reference's.
+A difference is either declared on the subject (``RuntimeInfo.probe_differences``:
+the value the subject shows there, and why) or it is undeclared: a gap, and
+``--fail`` exits 1 while any remains. A declared probe whose observation no longer
+matches its declared value is undeclared again. Differences from a secondary
+reference are information.
 """
 from __future__ import annotations
 
-import argparse
 import fnmatch
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
 
-from bench.errors import ExitCode, Unavailable, UsageError
+from bench.errors import Unavailable, UsageError
 from bench.tables import format_table
+from protocols import runtimes as rtmod
 
-__all__ = ["PAIRINGS", "DECLARED", "add_parser", "run", "collect", "compare", "document",
+__all__ = ["pairings", "declared", "collect", "compare", "counts", "undeclared", "document",
            "select_probes", "select_runtimes", "measure", "probes_block", "markdown_section",
-           "main"]
-
-#: our runtime -> its references, primary first
-PAIRINGS = {
-    "callback": ("asyncio-protocol", "uvloop-protocol"),
-    "hybrid": ("asyncio-streams", "uvloop-streams"),
-    "coro": ("curio", "trio"),
-}
-_REFERENCE_OF = {ref: ours for ours, refs in PAIRINGS.items() for ref in refs}
-_ALL = tuple(r for ours, refs in PAIRINGS.items() for r in (ours,) + refs)
-#: the library a runtime's process needs
-_REQUIRES = {"asyncio-protocol": "asyncio", "asyncio-streams": "asyncio", "uvloop-protocol": "uvloop",
-             "uvloop-streams": "uvloop", "curio": "curio", "trio": "trio"}
-
-#: Known, accepted differences: (probe, reference runtime) -> why ours differs on purpose.
-DECLARED = {
-    ("cb_write_after_completed_buffered_close", "asyncio-protocol"):
-        "asyncio bug: after a buffered close completes, write() calls send() on the dropped "
-        "socket (None) and raises AttributeError; ours drops the write as after any close",
-    ("co_event_wake_order", "curio"):
-        "arbitrary order in curio: its Event keeps waiters in a set (curio/sched.py "
-        "SchedBarrier), so set() wakes them in hash order, which varies from run to run; "
-        "ours wakes them FIFO, as asyncio's Event does",
-    ("co_send_after_close", "curio"):
-        "curio's Socket has no closed state: after close() a call reaches the closed "
-        "stdlib socket and fails with OSError (EBADF); ours raises ClosedResourceError, "
-        "as trio does (the same difference is declared in curio's port conformance)",
-}
+           "table", "summary_line", "COMMAND"]
 
 WORKER_TIMEOUT_S = 50.0
 PARALLEL = 3
 
 
+def pairings() -> dict[str, tuple]:
+    """subject -> its registered references, primary first (registry order)."""
+    out = {}
+    for info in rtmod.RUNTIMES.values():
+        refs = tuple(r for r in info.compared_with if r in rtmod.RUNTIMES)
+        if info.variant_of is None and refs:
+            out[info.id] = refs
+    return out
+
+
+def declared() -> dict[tuple, str]:
+    """(probe, primary reference) -> reason, for every declared difference."""
+    return {(probe, refs[0]): rtmod.get(subject).probe_difference(probe).reason
+            for subject, refs in pairings().items()
+            for probe in rtmod.get(subject).probe_differences}
+
+
+def _members() -> list[str]:
+    pairs = pairings()
+    wanted = {r for s, refs in pairs.items() for r in (s, *refs)}
+    return [rid for rid in rtmod.ordered() if rid in wanted]
+
+
 # ---------------------------------------------------------------------------
 # Selection
 
-def _library_missing(rid) -> str | None:
-    mod = _REQUIRES.get(rid)
-    if mod and importlib.util.find_spec(mod) is None:
-        return f"{rid} needs the '{mod}' library, which is not installed here"
-    return None
+def _missing(rid) -> str | None:
+    reason = rtmod.parse(rid).unavailable_reason()
+    return None if reason is None else f"runtime {rid} is unavailable here: {reason}"
 
 
 def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
-    """The runtimes to run (each pairing's primary reference added to its kernel) and the
-    ones skipped because their library is missing. Explicitly named but missing ->
+    """The runtimes to run (each subject's primary reference added to it) and the
+    ones skipped because they are unavailable. Explicitly named but unavailable ->
     Unavailable."""
+    members, pairs = _members(), pairings()
     if not text:
-        named, explicit = list(_ALL), False
+        named, explicit = list(members), False
     else:
         named = [t.strip() for t in text.split(",") if t.strip()]
-        bad = [t for t in named if t not in _ALL]
+        bad = [t for t in named if t not in members]
         if bad or not named:
             raise UsageError(f"unknown runtime {(bad or [text])[0]!r} for fidelity; "
-                             f"choose from {', '.join(_ALL)}")
+                             f"choose from {', '.join(members)}")
         explicit = True
     wanted = []
     for rid in named:
-        ours = _REFERENCE_OF.get(rid, rid)
-        for r in (ours, PAIRINGS[ours][0], rid):
+        subjects = [rid] if rid in pairs else [s for s, refs in pairs.items() if rid in refs]
+        for r in [x for s in subjects for x in (s, pairs[s][0])] + [rid]:
             if r not in wanted:
                 wanted.append(r)
     skipped = []
     for rid in list(wanted):
-        why = _library_missing(rid)
+        why = _missing(rid)
         if why:
             if explicit and rid in named:
                 raise Unavailable(why)
             wanted.remove(rid)
             skipped.append(rid)
-    return [r for r in _ALL if r in wanted], skipped
+    return [r for r in members if r in wanted], skipped
+
+
+def _probes() -> dict:
+    from bench.fidelity.registry import PROBES
+    from bench.fidelity import worker  # noqa: F401  (imports every probe module)
+    return PROBES
 
 
 def select_probes(text: str | None) -> list[str]:
     """Probe names matching any of the comma-separated shell patterns (all by default)."""
-    from bench.edges import PROBES
+    probes = _probes()
     if not text:
-        return list(PROBES)
+        return list(probes)
     pats = [p.strip() for p in text.split(",") if p.strip()]
-    out = [n for n in PROBES if any(fnmatch.fnmatchcase(n, p) for p in pats)]
+    out = [n for n in probes if any(fnmatch.fnmatchcase(n, p) for p in pats)]
     if not out:
         raise UsageError(f"no probe matches {text!r}; probe names start with cb_ (callback), "
                          "st_/tk_ (streams and tasks) or co_ (coro), e.g. --probes 'co_*'")
@@ -124,17 +119,25 @@ def select_probes(text: str | None) -> list[str]:
 # Running
 
 def _worker_cmd(rid, names):
-    return [sys.executable, "-m", "bench.edges", rid, ",".join(names)]
+    return [sys.executable, "-m", "bench.fidelity.worker", rid, ",".join(names)]
 
 
 def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL) -> dict:
     """Run the probes on each runtime in its own process: {runtime: {probe: record}}.
     A record has ``obs``, ``skip`` or ``error``. A process that dies or overruns keeps the
     probes it finished; the rest get an error record."""
-    from bench.edges import PROBES, STYLE_OF
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    todo = [(rid, [n for n in names if PROBES[n].style == STYLE_OF[rid]]) for rid in runtimes]
+    probes = _probes()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.getcwd(), os.environ.get("PYTHONPATH")) if p))
+    # the worker sees the runtimes this process sees: built-ins, entry points, and
+    # the runtime modules loaded here (--runtime-module)
+    modules = [m for m in os.environ.get(rtmod.ENV_VAR, "").split(",") if m.strip()]
+    modules += [m for m in rtmod.plugin_modules() if m not in modules]
+    if modules:
+        env[rtmod.ENV_VAR] = ",".join(modules)
+    todo = [(rid, [n for n in names if probes[n].style == rtmod.get(rid).style])
+            for rid in runtimes]
     todo = [(rid, ns) for rid, ns in todo if ns]
     results, running, started = {}, [], []
 
@@ -200,31 +203,50 @@ def _show(rec) -> str:
     return json.dumps(rec["obs"], sort_keys=True, separators=(",", ":"))
 
 
+def _as_declared(ref_obs, ours_obs, expected) -> bool:
+    """Does the subject's observation keep its declared difference? For dicts: every
+    key that differs from the reference is declared, and every declared key has its
+    declared value; otherwise the whole observation is the declared one."""
+    if isinstance(ref_obs, dict) and isinstance(ours_obs, dict) and isinstance(expected, dict):
+        differing = _diff(ref_obs, ours_obs)[1]
+        return set(differing) <= set(expected) and all(
+            ours_obs.get(k, "<absent>") == v for k, v in expected.items())
+    return ours_obs == expected
+
+
 def compare(results: dict, names) -> list[dict]:
-    """One row per (our runtime, reference, probe) that ran on both: ``verdict`` is
-    ``agree``, ``declared``, ``differ`` (undeclared), ``error`` or ``n/a``."""
-    from bench.edges import PROBES, STYLE_OF
+    """One row per (subject, reference, probe) that ran on both: ``verdict`` is
+    ``agree``, ``declared``, ``differ`` (undeclared, or no longer as declared),
+    ``error`` or ``n/a``."""
+    probes = _probes()
     rows = []
-    for ours, refs in PAIRINGS.items():
+    for ours, refs in pairings().items():
         if ours not in results:
             continue
+        info = rtmod.get(ours)
         for i, ref in enumerate(refs):
             if ref not in results:
                 continue
             for n in names:
-                if PROBES[n].style != STYLE_OF[ours]:
+                if probes[n].style != info.style:
                     continue
                 a, b = results[ref].get(n), results[ours].get(n)
+                decl = info.probe_difference(n) if i == 0 else None
                 row = {"ours": ours, "reference": ref, "primary": i == 0, "probe": n,
-                       "ref_rec": a, "ours_rec": b, "reason": DECLARED.get((n, ref))}
+                       "ref_rec": a, "ours_rec": b, "reason": decl.reason if decl else None}
                 if a is None or b is None or "skip" in a or "skip" in b:
                     row["verdict"] = "n/a"
                 elif "error" in a or "error" in b:
                     row["verdict"] = "error"
                 elif a["obs"] == b["obs"]:
                     row["verdict"] = "agree"
+                elif decl and _as_declared(a["obs"], b["obs"], decl.expected):
+                    row["verdict"] = "declared"
                 else:
-                    row["verdict"] = "declared" if row["reason"] else "differ"
+                    row["verdict"] = "differ"
+                    if decl:
+                        row["reason"] = (f"not as declared (declared {json.dumps(decl.expected, sort_keys=True)}"
+                                         f"): {decl.reason}")
                 rows.append(row)
     return rows
 
@@ -248,7 +270,7 @@ def undeclared(rows) -> list[dict]:
     return [r for r in rows if r["primary"] and r["verdict"] in ("differ", "error")]
 
 
-def _summary(pair, c) -> str:
+def summary_line(pair, c) -> str:
     if not c["compared"]:
         return f"{pair}: no selected probe maps onto both"
     if not c["primary"]:
@@ -287,7 +309,7 @@ def table(rows, markdown=False) -> str:
             verdict = r["verdict"] if primary or r["verdict"] in ("agree", "n/a") else "differ (info)"
             body.append([r["probe"], ref_txt, ours_txt, verdict, r["reason"] or ""])
         c = counts(rs)[f"{ours} vs {ref}"]
-        title = _summary(f"{ours} vs {ref}", c)
+        title = summary_line(f"{ours} vs {ref}", c)
         if not body:
             parts.append(title)
             continue
@@ -412,92 +434,3 @@ def measure(runtimes_text=None, probes_text=None) -> tuple[dict, list, list, dic
     results = collect(runtimes, names)
     rows = compare(results, names)
     return results, rows, names, probes_block(rows, skipped, time.monotonic() - start)
-
-
-# ---------------------------------------------------------------------------
-# The verb
-
-def _add_arguments(p):
-    p.add_argument("--runtimes", metavar="LIST",
-                   help=f"comma-separated runtimes (default: all available; each kernel brings "
-                        f"its primary reference): {', '.join(_ALL)}")
-    p.add_argument("--probes", metavar="PATTERN,...",
-                   help="only probes whose names match these shell patterns, e.g. 'cb_*,tk_wait*'")
-    p.add_argument("--json", metavar="FILE", help="write the observations as a results document")
-    p.add_argument("--out", metavar="DIR", help="write DIR/fidelity.json and DIR/fidelity.md")
-    p.add_argument("--fail", action="store_true",
-                   help="exit 1 while any undeclared difference from a primary reference remains")
-
-
-def add_parser(subparsers) -> None:
-    """Register ``fidelity`` on the CLI's sub-parsers."""
-    p = subparsers.add_parser("fidelity", help="edge-behaviour probes: our kernels vs their "
-                                               "reference libraries, side by side")
-    _add_arguments(p)
-    p.set_defaults(func=run)
-
-
-def run(args) -> ExitCode:
-    select_probes(args.probes)              # bad input is reported before anything runs
-    _, skipped = select_runtimes(args.runtimes)
-    if args.json and os.path.isdir(args.json):
-        raise UsageError(f"--json {args.json!r} is a directory; give a file name")
-    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise UsageError(f"--out {args.out!r} exists and is not a directory")
-    start = time.monotonic()
-    results, rows, names, block = measure(args.runtimes, args.probes)
-    print(table(rows))
-    gaps = undeclared(rows)
-    c = counts(rows)
-    print()
-    for pair, v in c.items():
-        print(_summary(pair, v))
-    if skipped:
-        print(f"not run (library missing): {', '.join(skipped)}")
-    print(f"{len(gaps)} undeclared difference(s) from a primary reference "
-          f"[{time.monotonic() - start:.1f} s]")
-    doc = None
-    if args.json or args.out:
-        from bench import results as res
-        doc = document(results, rows, names)
-        doc["fidelity_probes"] = block
-        if args.json:
-            res.write_json(doc, args.json)
-        if args.out:
-            os.makedirs(args.out, exist_ok=True)
-            res.write_json(doc, os.path.join(args.out, "fidelity.json"))
-            # the main report's section, then every row of every pairing
-            res.write_text(os.path.join(args.out, "fidelity.md"),
-                           "# Fidelity at the edges\n\n" + markdown_section(block) +
-                           "\n## Every probe\n\n" + table(rows, markdown=True) + "\n")
-    if args.fail and gaps:
-        return ExitCode.FAILED
-    return ExitCode.OK
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message):
-        print(f"looplab fidelity: {message}", file=sys.stderr)
-        raise SystemExit(ExitCode.USAGE)
-
-
-def main(argv=None) -> int:
-    p = _OneLineParser(prog="python -m bench.fidelity",
-                       description="Edge probes: our kernels vs their reference libraries.")
-    _add_arguments(p)
-    args = p.parse_args(argv)
-    try:
-        return int(run(args))
-    except UsageError as exc:
-        print(f"looplab: {exc}", file=sys.stderr)
-        return int(ExitCode.USAGE)
-    except Unavailable as exc:
-        print(f"looplab: {exc}", file=sys.stderr)
-        return int(ExitCode.ENVIRONMENT)
-    except KeyboardInterrupt:
-        print("looplab: interrupted", file=sys.stderr)
-        return int(ExitCode.INTERRUPTED)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,7 @@ import logging
 import socket
 import time
 
-from bench.edges.registry import MB, Listener, LogCatcher, drain, ename, probe, reset
+from bench.fidelity.registry import MB, Listener, LogCatcher, drain, ename, probe, reset
 
 
 class Rec:
@@ -55,8 +55,6 @@ class CallbackSide(abc.ABC):
     loop reports through (its exception handler, and its logger). Subclasses say
     which loop it is and how an accepted socket is handed to it."""
     style = "callback"
-    #: the package whose ``OPTIONS`` schema checks this side's options (ours only)
-    kernel = None
     #: the logger the loop reports on
     logger_name = "asyncio"
 
@@ -141,7 +139,6 @@ class CallbackSide(abc.ABC):
 
 class OurCallbackSide(CallbackSide):
     """``kernels.callback.Loop``, which takes an accepted socket synchronously."""
-    kernel = "kernels.callback"
     logger_name = "kernels.callback"
 
     def new_loop(self, options):
