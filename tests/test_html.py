@@ -154,7 +154,7 @@ def render(doc, tmp_path, **kw):
 
 
 def expected_status(cell):
-    """The grid's colour, worked out here independently of bench.html."""
+    """The grid's colour, worked out here independently of bench.report.html."""
     if cell.get("skipped"):
         return "skipped"
     v = cell.get("verdicts") or {}
