@@ -535,6 +535,8 @@ def merge(docs: list[dict], names: list[str] | None = None,
     origin: dict[str, str] = {}
     envs, runs, inputs = [], [], []
     scenarios: dict = {}
+    runtimes: dict = {}         # what each document recorded (bench.run.document)
+    real_only: dict = {}
     for doc, name in zip(docs, names):
         run = doc.get("run_id", "")
         runs.append(run)
@@ -544,6 +546,9 @@ def merge(docs: list[dict], names: list[str] | None = None,
         envs.extend(env if isinstance(env, list) else [env] if env else [])
         for sid, desc in (doc.get("scenarios") or {}).items():
             scenarios.setdefault(sid, desc)
+        for spec, desc in (doc.get("runtimes") or {}).items():
+            runtimes.setdefault(spec, desc)
+        real_only.update(doc.get("real_network_only") or {})
         for cell in doc["cells"]:
             cid = cell["id"]
             if cid in cells:
@@ -559,4 +564,8 @@ def merge(docs: list[dict], names: list[str] | None = None,
            "merged_from": runs, "inputs": inputs, "cells": list(cells.values())}
     if scenarios:
         out["scenarios"] = scenarios
+    if runtimes:
+        out["runtimes"] = runtimes
+    if real_only:
+        out["real_network_only"] = real_only
     return out
