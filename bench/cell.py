@@ -30,29 +30,10 @@ import threading
 import time
 import traceback
 
-from bench import results, scenario
+from bench import procs, results, scenario
 from protocols import callback, runtimes, stream, task
 
 DRIVERS = {"callback": callback, "stream": stream, "task": task}
-
-
-def _rss_bytes(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def _reset_peak() -> None:
-    try:   # "5" resets VmHWM to the current RSS (Linux >= 4.0)
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
 
 
 def emit(obj) -> None:
@@ -80,8 +61,8 @@ def run_server(spec: dict) -> dict:
     port = rt.open()
     emit({"event": "listening", "addr": list(sock.getsockname()[:2])})
     interrupted = False
-    base = _rss_bytes("VmRSS")
-    _reset_peak()
+    base = procs.rss_bytes("self", "VmRSS")
+    procs.reset_peak_rss()
     timer = _deadline(spec.get("max_s", 60))
     try:
         try:
@@ -92,7 +73,7 @@ def run_server(spec: dict) -> dict:
         # Done either way: a late SIGINT from the orchestrator must not cut the report.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         timer.cancel()
-        peak = _rss_bytes("VmHWM")
+        peak = procs.rss_bytes("self", "VmHWM")
         try:
             port.close()
         except KeyboardInterrupt:   # uvloop re-raises a SIGINT it caught on its next run
@@ -115,8 +96,8 @@ def run_program(spec: dict) -> dict:
     # and not 2-4 MB of imports, and compares across runtimes (the server path opens its
     # port before its baseline for the same reason).
     rt.unavailable_reason()
-    base = _rss_bytes("VmRSS")
-    _reset_peak()
+    base = procs.rss_bytes("self", "VmRSS")
+    procs.reset_peak_rss()
     timer = _deadline(spec.get("max_s", 60))
     try:
         result = fn(job)
@@ -127,7 +108,7 @@ def run_program(spec: dict) -> dict:
     if "event" in result:       # the key of the line it travels on (bench.scenario.CRASH_KEY is the other)
         raise ValueError(f"the program of {spec['scenario']} returned the reserved key 'event'")
     result["loop_stopped_at"] = time.monotonic()
-    peak = _rss_bytes("VmHWM")
+    peak = procs.rss_bytes("self", "VmHWM")
     result["rss_growth_bytes"] = (peak - base) if peak is not None and base is not None else None
     # Stay alive so the peer can tell "the close completed" from "the process exited".
     emit({"event": "stopped", "at": result["loop_stopped_at"]})

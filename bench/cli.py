@@ -13,7 +13,8 @@ import argparse
 import sys
 
 import kernels
-from bench import benchverb, faults
+from bench import faults
+from bench.verbs import benchmark as bench_verbs
 from bench.errors import ExitCode, Unavailable, UsageError
 from bench.results import VERSION
 from bench.verbs import env as env_verbs
@@ -25,8 +26,8 @@ from bench.verbs import serve as serve_verbs
 
 kernels.check_ours(kernels)
 
-VERB_MODULES = (run_verbs, serve_verbs, benchverb, fidelity_verbs, faults, repro_verbs, results_verbs,
-                env_verbs)
+VERB_MODULES = (run_verbs, serve_verbs, bench_verbs, fidelity_verbs, faults, repro_verbs,
+                results_verbs, env_verbs)
 
 
 def build_parser() -> argparse.ArgumentParser:

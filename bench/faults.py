@@ -21,18 +21,17 @@ import json
 import os
 import re
 import resource
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 
+from bench import procs
 from bench.peers import faults as faultpeers  # the faulty peers themselves
 from bench.errors import ExitCode, Unavailable, UsageError
 from bench.tables import fmt, fmt_bytes, format_table
 
-__all__ = ["add_parser", "run", "main", "ServedServer", "proc_fds", "proc_rss_bytes"]
+__all__ = ["add_parser", "run", "ServedServer"]
 
 VERB_APPS = ("echo", "sink", "reqresp", "push", "proxy", "raw")
 SERVE_APPS = ("echo", "sink", "reqresp", "push", "proxy")
@@ -43,32 +42,6 @@ _TRACEBACK = re.compile(rb"Traceback \(most recent call last\)|[Ee]xception in c
 
 # ---------------------------------------------------------------------------
 # /proc
-
-def proc_fds(pid: int) -> int | None:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return None
-
-
-def proc_rss_bytes(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
 
 def _raise_nofile(need: int) -> str:
     """Raise RLIMIT_NOFILE's soft limit (up to the hard one) when ``need`` fds would
@@ -93,19 +66,15 @@ class ServedServer:
 
     def __init__(self, app: str, runtime: str, variant: str | None = None,
                  upstream=None, start_timeout_s: float = 20.0):
-        cmd = [sys.executable, "-m", "bench", "serve", app, "--runtime", runtime,
-               "--listen", "127.0.0.1:0"]
+        cmd = procs.python_command("bench", "serve", app, "--runtime", runtime,
+                                   "--listen", "127.0.0.1:0")
         if variant:
             cmd += ["--variant", variant]
         if app == "proxy":
             cmd += ["--upstream", "%s:%d" % tuple(upstream), "--forever"]
         self.cmd = cmd
         self._err = tempfile.TemporaryFile()
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._err,
-                                     stdin=subprocess.DEVNULL, env=env)
+        self.proc = procs.spawn(cmd, stderr=self._err, cwd=None)
         self.address = None
         deadline = time.monotonic() + start_timeout_s
         line = b""
@@ -140,16 +109,7 @@ class ServedServer:
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM, wait; SIGKILL if it does not end. Returns the exit code from the
         SIGTERM (None when it had to be killed)."""
-        rc = None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                rc = self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        else:
-            rc = self.proc.returncode
+        rc = procs.stop(self.proc, grace_s=timeout_s, close_pipes=False)
         self.proc.stdout.close()
         return rc
 
@@ -174,15 +134,15 @@ class Watch:
         self._err_seen = 0
 
     def fds(self):
-        return None if self.pid is None else proc_fds(self.pid)
+        return None if self.pid is None else procs.fd_count(self.pid)
 
     def rss(self):
-        return None if self.pid is None else proc_rss_bytes(self.pid)
+        return None if self.pid is None else procs.rss_bytes(self.pid)
 
     def alive(self) -> bool | None:
         if self.server is not None:
             return self.server.proc.poll() is None
-        return None if self.pid is None else _alive(self.pid)
+        return None if self.pid is None else procs.alive(self.pid)
 
     def new_traceback(self) -> bool:
         """Did a traceback appear on the server's stderr since the last call?"""
@@ -449,7 +409,7 @@ def _check_args(args) -> dict:
             plan["upstream"] = _parse_addr(args.upstream)
         elif args.upstream:
             raise UsageError("--upstream is only for --app proxy")
-        if args.pid is not None and (args.pid <= 0 or not _alive(args.pid)):
+        if args.pid is not None and (args.pid <= 0 or not procs.alive(args.pid)):
             raise UsageError(f"--pid {args.pid}: no such running process")
         _probe(plan["addr"])
     plan["faults"] = _faults_list(args.faults, args.app)
@@ -641,12 +601,12 @@ def _run_stress(args, plan) -> ExitCode:
             # One client first: a server may open fds lazily on its first connection.
             faultpeers.healthy("echo", addr, faultpeers.Limits())
             time.sleep(0.2)
-            fds0 = proc_fds(pid) if pid else None
-            rss0 = proc_rss_bytes(pid) if pid else None
+            fds0 = procs.fd_count(pid) if pid else None
+            rss0 = procs.rss_bytes(pid) if pid else None
             if log:
                 log(f"stress {name}: {args.connections} connections for {args.duration:g} s")
             res = faultpeers.stress_echo(addr, args.connections, args.duration)
-            rss1 = proc_rss_bytes(pid) if pid else None
+            rss1 = procs.rss_bytes(pid) if pid else None
             w = Watch(pid, server)
             fds1 = w.settle_fds(fds0, args.settle) if pid else None
             growth = None if fds0 is None or fds1 is None else fds1 - fds0
@@ -680,34 +640,3 @@ def _run_stress(args, plan) -> ExitCode:
         _write_json(plan["json"], {"schema": 1, "kind": "stress", "connections": args.connections,
                                    "duration_s": args.duration, "rows": docs, "ok": not failed})
     return ExitCode.FAILED if failed else ExitCode.OK
-
-
-def main(argv=None) -> int:
-    """``python -m bench.faults ...`` until the CLI registers the verb: the same
-    parser, errors mapped the way the CLI maps them."""
-    parser = argparse.ArgumentParser(prog="looplab")
-    sub = parser.add_subparsers(dest="verb", required=True)
-    add_parser(sub)
-
-    def usage_error(message):
-        print(f"looplab: {message}", file=sys.stderr)
-        raise SystemExit(ExitCode.USAGE)
-    parser.error = usage_error
-    for sp in sub.choices.values():
-        sp.error = usage_error
-    args = parser.parse_args(["faults"] + list(sys.argv[1:] if argv is None else argv))
-    try:
-        return int(args.func(args))
-    except UsageError as exc:
-        print(f"looplab: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    except Unavailable as exc:
-        print(f"looplab: {exc}", file=sys.stderr)
-        return ExitCode.ENVIRONMENT
-    except KeyboardInterrupt:
-        print("looplab: interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
-
-
-if __name__ == "__main__":
-    sys.exit(main())

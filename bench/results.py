@@ -372,7 +372,15 @@ def load_json(path: str) -> dict:
         doc = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path} is not a looplab results file (not JSON: {exc})") from None
-    return check_document(doc, path)
+    doc = check_document(doc, path)
+    try:
+        problems = validate(doc)
+    except ImportError:     # jsonschema missing: the checks above are all there is
+        problems = []
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UsageError(f"{path} is not a valid looplab results file: {problems[0]}{more}")
+    return doc
 
 
 CSV_COLUMNS = ("run_id", "cell", "scenario", "runtime", "variant", "params", "metric", "value")
@@ -542,6 +550,8 @@ def merge(docs: list[dict], names: list[str] | None = None,
     origin: dict[str, str] = {}
     envs, runs, inputs = [], [], []
     scenarios: dict = {}
+    runtimes: dict = {}         # what each document recorded (bench.run.document)
+    real_only: dict = {}
     for doc, name in zip(docs, names):
         run = doc.get("run_id", "")
         runs.append(run)
@@ -551,6 +561,9 @@ def merge(docs: list[dict], names: list[str] | None = None,
         envs.extend(env if isinstance(env, list) else [env] if env else [])
         for sid, desc in (doc.get("scenarios") or {}).items():
             scenarios.setdefault(sid, desc)
+        for spec, desc in (doc.get("runtimes") or {}).items():
+            runtimes.setdefault(spec, desc)
+        real_only.update(doc.get("real_network_only") or {})
         for cell in doc["cells"]:
             cid = cell["id"]
             if cid in cells:
@@ -566,4 +579,8 @@ def merge(docs: list[dict], names: list[str] | None = None,
            "merged_from": runs, "inputs": inputs, "cells": list(cells.values())}
     if scenarios:
         out["scenarios"] = scenarios
+    if runtimes:
+        out["runtimes"] = runtimes
+    if real_only:
+        out["real_network_only"] = real_only
     return out

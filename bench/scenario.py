@@ -94,13 +94,13 @@ import os
 import queue
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from bench import procs
 from bench.errors import CRASH_KEY, UsageError
 from bench.peers import PeerProcess
 from protocols import apps
@@ -246,6 +246,7 @@ class Scenario:
     traceable: bool = False
     default_repeats: int = 1
     origin: str = ""
+    real_network_only: str = ""     # why it cannot run on the simulated network ("": it can)
     # The evidence (see ``judge``): the least activity every verdict needs, and for
     # each verdict the metrics that decide it (each must be measured).
     minimum: tuple = ()
@@ -633,9 +634,10 @@ class AppProcess:
     def __init__(self, spec: dict):
         spec = {**spec, "plugins": plugin_spec()}
         from bench import envs      # the interpreter axis: the runtime's @INTERPRETER
-        self.proc = subprocess.Popen(
-            [envs.interpreter_for(spec["runtime"]), "-m", "bench.cell", json.dumps(spec)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The one place a cell's process is launched, on its runtime's interpreter.
+        self.proc = procs.spawn(procs.python_command("bench.cell", json.dumps(spec),
+                                                     python=envs.interpreter_for(spec["runtime"])),
+                                text=True, cwd=None, env=os.environ.copy())
         self.events: queue.Queue = queue.Queue()
         self.stderr_lines: list[str] = []
         self._threads = [threading.Thread(target=self._read_stdout, daemon=True),
@@ -699,13 +701,7 @@ class AppProcess:
     def __exit__(self, *exc):
         with _RUNNING_LOCK:
             _RUNNING.discard(self)
-        if self.proc.poll() is None:
-            self.interrupt()
-            try:
-                self.proc.wait(3)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        procs.stop(self.proc, first=signal.SIGINT, grace_s=3, close_pipes=False)
         for t in self._threads:
             t.join(2)
         self.proc.stdout.close()

@@ -42,7 +42,7 @@ spec (its ``ready_order`` seed included), variant, preset, params and the
 world's universe (seed, every network parameter, the full fault schedule).
 ``bench.simruns.cell_from_universe`` rebuilds the cell, and running it
 replays it exactly; exploration (``--seeds``) and the run verb's options live
-there too, above ``bench.scenarios`` (this module sits below it).
+there too, above ``bench.run`` (this module sits below it).
 """
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def sim_capable(runtime) -> str | None:
 
 
 def cell_heap():
-    """What ``bench.scenarios.run_cell`` runs a sim cell inside: the garbage
+    """What ``bench.run.cells.run_cell`` runs a sim cell inside: the garbage
     collector looks only at the cell's own objects (``programs.own_garbage``).
     An automatic full collection walks the whole heap -- 7 to 9 ms, more than a
     short cell's whole run -- and lands in whichever cell happens to cross its

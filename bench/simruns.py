@@ -2,7 +2,7 @@
 ``--replay FILE`` and ``--seeds N``.
 
 ``bench.simcells`` runs one cell in one world; this module sits above
-``bench.scenarios`` and decides which worlds to run:
+``bench.run`` and decides which worlds to run:
 
 * ``cells_for(args, planned)``: the planned cells on the chosen network (``--net
   both``: each cell twice, ``net`` a cell param), or the cells a ``--replay``
@@ -31,9 +31,9 @@ WALL_CLOCK = ("cell_wall_s", "cell_cpu_s")
 
 
 def cell_from_universe(u: dict):
-    """The ``bench.scenarios.Cell`` that ``universe()``'s dict describes (its
+    """The ``bench.run.Cell`` that ``universe()``'s dict describes (its
     world pinned); ValueError if it is not one."""
-    from bench.scenarios import Cell
+    from bench.run.plan import Cell
     if not isinstance(u, dict) or u.get("model") != UNIVERSE_MODEL:
         raise ValueError("not a looplab cell universe (no model 'looplab.simcell')")
     if u.get("version") != 1:
@@ -69,7 +69,7 @@ def with_ready_order(runtime_spec: str, seed: int) -> str:
 def seed_cell(cell, seed: int, faults: int = 0, net: dict | None = None):
     """``cell`` in universe ``seed``: the world's seed, ``faults`` random faults
     drawn from it, the exploration network, and the coro ready-order seed."""
-    from bench.scenarios import Cell
+    from bench.run.plan import Cell
     params = {**EXPLORE_NET, **(net or {}), "random_faults": faults}
     if faults:
         params.setdefault("fault_horizon_s", _horizon(cell))
@@ -128,7 +128,7 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
     schedule, and check that it replays to the same result. Numeric metrics get
     min / median / max. ``stop()`` true (a signal arrived) abandons the cell
     with KeyboardInterrupt."""
-    from bench import scenarios
+    from bench import run as matrix
     counts: dict[str, int] = {}
     first_fail = None
     values: dict[str, list] = {}
@@ -142,7 +142,7 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
         check_stop()
         c = seed_cell(cell, s, faults, net)
         t = time.perf_counter()
-        r = scenarios.run_cell(c)
+        r = matrix.run_cell(c)
         wall += time.perf_counter() - t
         sim += r["metrics"].get("sim_s") or 0.0
         cpu += r["metrics"].get("cell_cpu_s") or 0.0
@@ -167,10 +167,10 @@ def explore(cell, seeds: int, faults: int = 0, net: dict | None = None, first_se
 
         def still_fails(u):
             check_stop()
-            return outcome_of(scenarios.run_cell(cell_from_universe(u))) == want
+            return outcome_of(matrix.run_cell(cell_from_universe(u))) == want
         shrunk, runs = shrink(cell, r["universe"], still_fails)
         check_stop()
-        replay = scenarios.run_cell(cell_from_universe(shrunk))
+        replay = matrix.run_cell(cell_from_universe(shrunk))
         out["failing"] = {"seed": seed, "outcome": want, "universe": r["universe"],
                           "faults_before": len(r["universe"]["net"]["faults"]),
                           "shrunk_universe": shrunk,
@@ -218,7 +218,7 @@ def cells_for(args, planned: list) -> list:
 
 
 def _with_net(cell, net):
-    from bench.scenarios import Cell
+    from bench.run.plan import Cell
     return Cell(cell.scenario, cell.runtime, cell.variant, cell.preset,
                 {**cell.params, "net": net}, cell.repeats, world=cell.world)
 
@@ -246,10 +246,18 @@ def replay_cells(path: str) -> list:
     if not found:
         raise UsageError(f"--replay {path}: no simulated universe in it (give a results file "
                          "of a --net sim run, or a universe --seeds wrote)")
+    from bench.run.plan import check_cell
+    from bench.simcells import new_world
     try:
-        return [cell_from_universe(u) for u in found]
-    except (ValueError, KeyError, TypeError) as exc:
+        cells = [check_cell(cell_from_universe(u)) for u in found]
+        for c in cells:     # the world it describes can be built (and is thrown away)
+            w = dict(c.world or {})
+            new_world(w.get("seed", 0), w.get("faults"), **dict(w.get("params") or {}))
+    except UsageError as exc:
         raise UsageError(f"--replay {path}: {exc}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(f"--replay {path}: {exc}") from None
+    return cells
 
 
 def explore_command(cells: list, args, out_dir: str, failing=failed) -> int:
@@ -272,11 +280,15 @@ def explore_command(cells: list, args, out_dir: str, failing=failed) -> int:
         except KeyboardInterrupt:
             signals.append("SIGINT")
     path = os.path.join(out_dir, "explore.json")
-    resmod.write_json({"explorations": done, **({"interrupted": True} if signals else {})}, path)
+    planned = sum(c.params.get("net") == "sim" for c in cells)
+    doc = {"explorations": done}
     if signals:
-        print(f"looplab run: interrupted ({signals[0]}): {len(done)} of "
-              f"{sum(c.params.get('net') == 'sim' for c in cells)} cells explored; kept in {path}",
-              file=sys.stderr)
+        doc.update(interrupted=True, incomplete={"finished": len(done), "planned": planned,
+                                                 "reason": f"interrupted ({signals[0]})"})
+    resmod.write_json(doc, path)
+    if signals:
+        print(f"looplab: interrupted ({signals[0]}): {len(done)} of {planned} cells finished "
+              f"exploring, kept in {path}", file=sys.stderr)
         return ExitCode.INTERRUPTED
     print(f"exploration: {path}")
     return ExitCode.OK
@@ -318,8 +330,7 @@ def _explore_cells(cells, args, out_dir, failing, done, stop) -> None:
     for cell in cells:
         if cell.params.get("net") != "sim":
             continue
-        from protocols import runtimes as rtmod
-        why = sim_capable(rtmod.parse(cell.runtime))
+        why = sim_capable(cell.rt)
         if why:
             print(f"{cell.id}: skipped: {why}", file=sys.stderr)
             continue

@@ -15,7 +15,9 @@ import sys
 
 import pytest
 
-from bench import builtin, results, scenarios
+from bench import builtin, results
+from bench import run as scenarios
+from bench.run import cells as _cells
 from bench import scenario as scmod
 
 STARVED_PEER = {"connected": False, "ended": "timeout", "received_bytes": 0, "sent_bytes": 0,
@@ -42,7 +44,7 @@ def _judged(sc, rt="callback", preset=None):
     from protocols import runtimes
     preset = preset or next(iter(sc.presets))
     ctx = scmod.CellContext(sc, runtimes.parse(rt), sc.variants[0], preset, dict(sc.presets[preset]))
-    out = scenarios._outcome(sc, sc.run(ctx))
+    out = _cells._outcome(sc, sc.run(ctx))
     return sc.judge(ctx.params, out.metrics, out.verdicts, ctx.peers_seen)
 
 
@@ -195,7 +197,7 @@ def test_the_report_questions_read_declarations_not_verdict_names():
     """A latency verdict named ``*_bounded`` is not a buffer that grew; a byte-metric
     verdict with any name is, and a not-measured one answers neither way."""
     import re
-    from bench import html
+    from bench.report import html
     sc = {"title": "t", "variants": ["naive"], "columns": [], "verdicts": {"latency_bounded": "x",
                                                                            "kept_small": "y"},
           "metrics": {"worst_s": {"unit": "seconds", "direction": "lower"},

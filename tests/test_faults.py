@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from bench import faults
+from bench import cli, faults
 from protocols import runtimes
 
 RUNTIMES = ["callback", "hybrid", "coro", "asyncio-protocol", "asyncio-streams",
@@ -69,7 +69,7 @@ def _cases():
 
 
 def _verb(argv) -> int:
-    return faults.main([str(a) for a in argv])
+    return cli.main(["faults"] + [str(a) for a in argv])
 
 
 def _failures(doc: dict) -> str:

@@ -25,7 +25,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from bench import html as report_html
+from bench.report import html as report_html
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
@@ -78,8 +78,12 @@ def edge_doc():
         _cell("S1", "asyncio-protocol", "naive", {"peak_user_buffer_bytes": 2_830_000}, {"bounded": True}),
         _cell("MY1", "coro", "naive", {"delivered_bytes": 10}, {}),
     ]
-    return {"schema": 1, "looplab": "0.1.0", "run_id": "merged-1", "env": [_env("alpha"), _env("beta", "3.12.1")],
-            "merged_from": ["r1", "r2"], "cells": cells}
+    # written without its scenarios' and runtimes' descriptions: completed as
+    # `looplab report` completes such a file (bench.run.document.complete)
+    from bench.run import document
+    return document.complete({"schema": 1, "looplab": "0.1.0", "run_id": "merged-1",
+                              "env": [_env("alpha"), _env("beta", "3.12.1")],
+                              "merged_from": ["r1", "r2"], "cells": cells})
 
 
 @pytest.fixture()
@@ -154,7 +158,7 @@ def render(doc, tmp_path, **kw):
 
 
 def expected_status(cell):
-    """The grid's colour, worked out here independently of bench.html."""
+    """The grid's colour, worked out here independently of bench.report.html."""
     if cell.get("skipped"):
         return "skipped"
     v = cell.get("verdicts") or {}

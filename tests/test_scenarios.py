@@ -21,7 +21,8 @@ import time
 
 import pytest
 
-from bench import results, scenarios
+from bench import results
+from bench import run as matrix
 from bench import scenario as scmod
 from bench.errors import UsageError
 
@@ -77,9 +78,9 @@ def test_run_results_are_checked_against_the_declaration():
     sc = scmod.Scenario(id="T-check", title="t", summary="s", run=_noop, presets={"q": {}},
                         metrics=[scmod.Metric("x_count")], verdicts={"ok": "fine"})
     with pytest.raises(ValueError, match="undeclared metrics y_count"):
-        scenarios._outcome(sc, ({"y_count": 1}, {"ok": True}, []))
+        matrix.cells._outcome(sc, ({"y_count": 1}, {"ok": True}, []))
     with pytest.raises(ValueError, match="declares"):
-        scenarios._outcome(sc, ({}, {}, []))
+        matrix.cells._outcome(sc, ({}, {}, []))
 
 
 def _docstring_example() -> str:
@@ -259,9 +260,9 @@ SMALL = {
 
 
 def _run(sid, runtime, variant):
-    [cell] = scenarios.plan(sid, runtime.spec, variant, "quick")
+    [cell] = matrix.plan(sid, runtime.spec, variant, "quick")
     cell.params.update(SMALL.get(sid, {}))
-    result = scenarios.run_cell(cell)
+    result = matrix.run_cell(cell)
     assert not result["errors"], result["errors"]
     return result
 
@@ -323,6 +324,7 @@ def test_run_fail_on_verdict_exits_1_on_a_planted_verdict_regression(tmp_path):
 
 def test_report_rows_naive_first_marker_on_errors_and_no_question_marks():
     from bench import report
+    from bench.run import document as docmod
 
     def cell(rt, variant, ours, **kw):
         base = {"id": f"S3/{rt}/{variant}/tiny", "scenario": "S3", "runtime": rt, "variant": variant,
@@ -337,6 +339,7 @@ def test_report_rows_naive_first_marker_on_errors_and_no_question_marks():
                                      errors=["RuntimeError: boom"]),
                                 cell("asyncio-protocol", "naive", False),
                                 cell("callback", "naive", True)], run_id="r", env={})
+    doc = docmod.complete(doc)      # a document without descriptions: as `looplab report` reads it
     [(title, header, rows)] = report.table_rows(doc)
     assert [r[1] for r in rows] == ["naive", "naive", "fixed", "fixed"]     # declared order
     error_row = next(r for r in rows if r[-1].startswith("ERROR"))

@@ -19,7 +19,8 @@ import sys
 
 import pytest
 
-from bench import scenarios, simcells, simruns
+from bench import run as matrix
+from bench import simcells, simruns
 from kernels.simnet import World
 from protocols import ports, runtimes, simports
 from protocols.errors import Unavailable
@@ -30,7 +31,7 @@ REFERENCES = ("asyncio-protocol", "asyncio-streams", "trio", "curio")
 
 
 def sim_cells(sids, runtime_specs, variants=None, preset="tiny"):
-    cells = scenarios.plan(sids, runtime_specs, variants, preset)
+    cells = matrix.plan(sids, runtime_specs, variants, preset)
     for c in cells:
         c.params["net"] = "sim"
     return cells
@@ -70,7 +71,7 @@ def test_a_sim_cell_of_a_reference_replaces_no_attribute_of_any_module():
     cells = sim_cells("S1,S3", _available(), "naive")
     assert len(cells) >= 4
     for cell in cells:
-        r = scenarios.run_cell(cell)
+        r = matrix.run_cell(cell)
         assert not r["errors"] and not r.get("skipped"), (cell.id, r["errors"], r.get("skipped"))
         assert r["metrics"]["sim_s"] > 0.5, cell.id
     after = _snapshot()
@@ -91,7 +92,7 @@ def test_asyncio_and_curio_sim_cells_open_no_real_socket(monkeypatch):
                       "naive")
     monkeypatch.setattr(socket, "socket", refuse)
     monkeypatch.setattr(socket, "socketpair", refuse)
-    results = [scenarios.run_cell(c) for c in cells]
+    results = [matrix.run_cell(c) for c in cells]
     monkeypatch.undo()
     assert not opened
     for cell, r in zip(cells, results):
@@ -164,7 +165,7 @@ def test_a_runtime_declaring_it_runs_only_on_the_real_network_is_skipped_with_it
     for rid, reason in (("real-only-demo", "it talks to a NIC directly"),
                         ("undeclared-demo", "does not declare")):
         cell = sim_cells("S3", rid, "naive")[0]
-        r = scenarios.run_cell(cell)
+        r = matrix.run_cell(cell)
         assert r["skipped"].startswith(f"{rid} runs only on the real network: ")
         assert reason in r["skipped"] and not r["errors"]
         assert simcells.sim_capable(runtimes.parse(rid)) == r["skipped"]
@@ -240,14 +241,14 @@ def test_curio_stops_when_its_peers_are_done():
     """A serving cell ends by the simulated SIGINT, as the real one ends by
     the orchestrator's: the pipelining client holds 0.8 s."""
     pytest.importorskip("curio")
-    r = scenarios.run_cell(sim_cells("S5", "curio", "naive")[0])
+    r = matrix.run_cell(sim_cells("S5", "curio", "naive")[0])
     assert not r["errors"], r["errors"]
     assert 0.8 <= r["metrics"]["sim_s"] < 1.0
 
 
 def test_a_reference_sim_cell_is_a_function_of_its_universe():
     for cell in sim_cells("S1,S3", _available(), "naive"):
-        a, b = scenarios.run_cell(cell), scenarios.run_cell(cell)
+        a, b = matrix.run_cell(cell), matrix.run_cell(cell)
         assert not a["errors"], a["errors"]
         for r in (a, b):
             for k in simruns.WALL_CLOCK:
@@ -260,11 +261,11 @@ def test_a_reference_sim_cell_is_a_function_of_its_universe():
 @pytest.mark.parametrize("sid", ["S1", "S3"])
 def test_curio_verdicts_under_sim_equal_its_verdicts_on_real_sockets(sid):
     pytest.importorskip("curio")
-    real = {c.id: scenarios.run_cell(c) for c in scenarios.plan(sid, "curio", None, "tiny")}
+    real = {c.id: matrix.run_cell(c) for c in matrix.plan(sid, "curio", None, "tiny")}
     cells = sim_cells(sid, "curio")
     assert len(cells) == len(real) >= 2
     for cell in cells:
-        sim = scenarios.run_cell(cell)
+        sim = matrix.run_cell(cell)
         assert not sim["errors"], (cell.id, sim["errors"])
         twin = real[cell.id.rsplit("/", 1)[0]]
         assert not twin["errors"], (cell.id, twin["errors"])

@@ -13,7 +13,8 @@ import json
 
 import pytest
 
-from bench import scenarios, simcells, simruns
+from bench import run as matrix
+from bench import simcells, simruns
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -22,7 +23,7 @@ WALL = ("cell_wall_s", "cell_cpu_s")
 
 
 def sim_cells(sids, runtimes=OURS, variants=None, preset="tiny", world=None):
-    cells = scenarios.plan(sids, runtimes, variants, preset)
+    cells = matrix.plan(sids, runtimes, variants, preset)
     for c in cells:
         c.params["net"] = "sim"
         c.world = world
@@ -41,7 +42,7 @@ def strip_wall(result: dict) -> dict:
 def test_a_sim_cell_has_its_own_id_records_its_universe_and_sim_time():
     cell = sim_cells("S1", "callback", "naive")[0]
     assert cell.id == "S1/callback/naive/tiny/sim"
-    r = scenarios.run_cell(cell)
+    r = matrix.run_cell(cell)
     assert not r["errors"], r["errors"]
     u = r["universe"]
     assert u["model"] == simcells.UNIVERSE_MODEL and u["runtime"] == "callback"
@@ -54,24 +55,24 @@ def test_a_sim_cell_has_its_own_id_records_its_universe_and_sim_time():
 
 def test_the_same_universe_gives_identical_results():
     for cell in sim_cells("S1,S3", OURS, "naive"):
-        a, b = scenarios.run_cell(cell), scenarios.run_cell(cell)
+        a, b = matrix.run_cell(cell), matrix.run_cell(cell)
         assert not a["errors"], a["errors"]
         assert json.dumps(strip_wall(a), sort_keys=True) == json.dumps(strip_wall(b), sort_keys=True)
 
 
 def test_a_universe_replays_its_cell_exactly():
     cell = sim_cells("S3", "hybrid", "naive", world={"seed": 5, "params": {"jitter_s": 2e-5}})[0]
-    first = scenarios.run_cell(cell)
+    first = matrix.run_cell(cell)
     again = simruns.cell_from_universe(json.loads(json.dumps(first["universe"])))
     assert again.id == cell.id
-    second = scenarios.run_cell(again)
+    second = matrix.run_cell(again)
     assert strip_wall(first) == strip_wall(second)
 
 
 def test_a_runtime_without_a_sim_port_is_skipped_with_the_reason():
     pytest.importorskip("uvloop")
     cell = sim_cells("S1", "uvloop-protocol", "naive")[0]
-    r = scenarios.run_cell(cell)
+    r = matrix.run_cell(cell)
     assert "real network" in r["skipped"] and "uvloop" in r["skipped"]
 
 
@@ -92,9 +93,9 @@ def test_verdicts_under_sim_equal_verdicts_on_real_sockets(sid):
         runtimes += ",trio"
     except ImportError:
         pass
-    real = {c.id: scenarios.run_cell(c) for c in scenarios.plan(sid, runtimes, None, "tiny")}
+    real = {c.id: matrix.run_cell(c) for c in matrix.plan(sid, runtimes, None, "tiny")}
     for cell in sim_cells(sid, runtimes):
-        sim = scenarios.run_cell(cell)
+        sim = matrix.run_cell(cell)
         assert not sim["errors"], (cell.id, sim["errors"])
         twin = real[cell.id.rsplit("/", 1)[0]]
         assert not twin["errors"], (cell.id, twin["errors"])
@@ -160,14 +161,14 @@ def test_run_net_sim_twice_gives_byte_identical_results_apart_from_wall_clock(tm
 
 def test_run_net_both_puts_real_and_sim_side_by_side_and_skips_runtimes_without_a_sim_port(tmp_path):
     pytest.importorskip("uvloop")
-    from bench.scenarios import plan
+    from bench.run.plan import plan
     import argparse
     args = argparse.Namespace(net="both", seeds=None, replay=None)
     cells = simruns.cells_for(args, plan("S3", "callback,uvloop-protocol", "naive", "tiny"))
     assert [c.id for c in cells] == ["S3/callback/naive/tiny", "S3/callback/naive/tiny/sim",
                                      "S3/uvloop-protocol/naive/tiny",
                                      "S3/uvloop-protocol/naive/tiny/sim"]
-    skipped = scenarios.run_cell(cells[3])
+    skipped = matrix.run_cell(cells[3])
     assert skipped.get("skipped"), skipped
     assert "real network" in str(skipped.get("skipped")), skipped
 
@@ -194,7 +195,7 @@ def test_seeds_count_outcomes_and_a_failing_universe_replays(tmp_path, capsys):
         assert f["faults_after"] <= f["faults_before"] <= 2
         assert f["replayed_outcome"] == f["outcome"]
         cell = simruns.cell_from_universe(json.loads(open(f["file"]).read()))
-        assert simruns.outcome_of(scenarios.run_cell(cell)) == f["outcome"]
+        assert simruns.outcome_of(matrix.run_cell(cell)) == f["outcome"]
 
 
 def test_shrinking_keeps_only_the_faults_a_failure_needs():
@@ -210,7 +211,7 @@ def test_shrinking_keeps_only_the_faults_a_failure_needs():
 
 def test_trio_runs_in_virtual_time_and_stops_when_its_peers_are_done():
     pytest.importorskip("trio")
-    r = scenarios.run_cell(sim_cells("S5", "trio", "naive")[0])
+    r = matrix.run_cell(sim_cells("S5", "trio", "naive")[0])
     assert not r["errors"], r["errors"]
     # the pipelining client holds 0.8 s; the server is stopped right after, not at its bound
     assert 0.8 <= r["metrics"]["sim_s"] < 1.0
@@ -239,11 +240,11 @@ def test_repeat_under_sim_is_refused_with_a_pointer_to_seeds(tmp_path, capsys):
 
 def test_the_watchdog_ends_a_sim_cell_as_an_error_that_keeps_its_universe(monkeypatch):
     monkeypatch.setattr(simcells, "WATCHDOG_S", 0.0)
-    r = scenarios.run_cell(sim_cells("S1", "callback", "naive")[0])
+    r = matrix.run_cell(sim_cells("S1", "callback", "naive")[0])
     assert any("SimStopped" in e and "watchdog" in e for e in r["errors"]), r["errors"]
     again = simruns.cell_from_universe(r["universe"])        # what --replay reruns
     monkeypatch.setattr(simcells, "WATCHDOG_S", 300.0)
-    assert not scenarios.run_cell(again)["errors"]
+    assert not matrix.run_cell(again)["errors"]
 
 
 def test_an_interrupted_matrix_stops_the_simulated_cells_it_runs():

@@ -22,12 +22,13 @@ import tempfile
 import pytest
 from test_html import CHROMIUM, _png_summary, _run_browser, check_page, grid_of
 
-from bench import html as report_html
+from bench.report import html as report_html
 from bench import peers
 from bench import report
 from bench import results as resmod
 from bench import scenario as scmod
-from bench import scenarios, simcells, simruns
+from bench import run as matrix
+from bench import simcells, simruns
 from bench.cli import main as looplab
 from protocols import runtimes as rtmod
 
@@ -59,7 +60,7 @@ def expectations(e) -> dict:
 
 
 def sim_cell(eid, spec, variant, world=None):
-    [cell] = scenarios.plan(eid, spec, variant, "tiny")
+    [cell] = matrix.plan(eid, spec, variant, "tiny")
     cell.params["net"] = "sim"
     cell.world = world
     return cell
@@ -100,14 +101,14 @@ def test_oracle_both_ways_on_the_simulated_network(eid):
     e = zoo.ENTRIES[eid]
     want = expectations(e)
     for (spec, variant), expected in want.items():
-        r = scenarios.run_cell(sim_cell(eid, spec, variant))
+        r = matrix.run_cell(sim_cell(eid, spec, variant))
         assert not r.get("skipped") and not r["errors"], (spec, variant, r.get("skipped"), r["errors"])
         assert r["universe"]["scenario"] == eid and r["metrics"]["sim_s"] >= 0
         assert r["verdicts"]["bug_shown"] is expected, (spec, variant, r["metrics"], r["notes"])
     # a pure function of its universe: the showing cell again, byte for byte
     spec = next(s for (s, v), shown in want.items() if shown and v == "naive")
     cell = sim_cell(eid, spec, "naive", world={"seed": 3})
-    assert without_wall(scenarios.run_cell(cell)) == without_wall(scenarios.run_cell(cell))
+    assert without_wall(matrix.run_cell(cell)) == without_wall(matrix.run_cell(cell))
 
 
 @pytest.mark.timeout(60)
@@ -121,7 +122,7 @@ def test_a_real_only_entry_is_a_skipped_cell_under_repro_and_a_note_under_run(ei
     assert f"{eid}/{spec}/naive/tiny/sim: skipped: {eid} runs only on the real network" in err
     # looplab run knows nothing of the zoo: the cell runs, and its note says why its
     # numbers are not part of the universe there
-    r = scenarios.run_cell(sim_cell(eid, spec, "fixed"))
+    r = matrix.run_cell(sim_cell(eid, spec, "fixed"))
     assert not r["errors"] and any("not part of its universe" in n for n in r["notes"]), r["notes"]
 
 

@@ -147,13 +147,14 @@ def _drain_remainder(total, low_water=16384):
 
 @pytest.mark.timeout(600)
 def test_s3_drain_loses_exactly_the_skb_remainder_on_some_seeds_and_coro_never():
-    from bench import scenarios, simruns
+    from bench import run as matrix
+    from bench import simruns
     for rt, seeds in (("callback", 40), ("hybrid", 40), ("coro", 10)):
-        cell = scenarios.plan("S3", rt, "drain", "blog")[0]
+        cell = matrix.plan("S3", rt, "drain", "blog")[0]
         expected = _drain_remainder(cell.params["total_bytes"])
         lost = []
         for seed in range(seeds):
-            r = scenarios.run_cell(simruns.seed_cell(cell, seed, 0, NET))
+            r = matrix.run_cell(simruns.seed_cell(cell, seed, 0, NET))
             assert not r["errors"], r["errors"]
             lost.append(r["metrics"]["lost_bytes"])
         if rt == "coro":

@@ -15,7 +15,8 @@ import warnings
 
 import pytest
 
-from bench import programs, scenarios, simruns
+from bench import programs, simruns
+from bench import run as matrix
 from kernels import simnet
 from kernels.simnet import READ, WRITE, World
 
@@ -31,7 +32,7 @@ def verified_polls(monkeypatch):
 
 
 def _sim_cells(sids, runtimes, preset="tiny"):
-    cells = scenarios.plan(sids, runtimes, None, preset)
+    cells = matrix.plan(sids, runtimes, None, preset)
     for c in cells:
         c.params["net"] = "sim"
     return cells
@@ -43,9 +44,9 @@ def test_the_poller_never_misses_readiness_in_any_scenario(verified_polls):
     that a full scan would have answered differently raises AssertionError,
     which the cell records as an error."""
     cells = _sim_cells("S1,S3,S5,S6,S7,S8", "callback,hybrid,coro,asyncio-protocol")
-    plain = [(c, scenarios.run_cell(c)) for c in cells]
+    plain = [(c, matrix.run_cell(c)) for c in cells]
     assert [(c.id, r["errors"]) for c, r in plain if r["errors"]] == []
-    faulted = [(seed, c, scenarios.run_cell(simruns.seed_cell(c, seed, faults=3)))
+    faulted = [(seed, c, matrix.run_cell(simruns.seed_cell(c, seed, faults=3)))
                for seed in range(2) for c in cells if c.scenario in ("S1", "S3", "S6")]
     assert len(plain) + len(faulted) > 60
     for seed, c, r in faulted:     # a fault may end a cell in an error; a missed fd may not
@@ -122,7 +123,7 @@ def test_roles_skipping_idle_pokes_give_the_same_results_as_acting_on_each():
     def results():
         out = []
         for c in cells:
-            r = scenarios.run_cell(c)
+            r = matrix.run_cell(c)
             for name in WALL:
                 r["metrics"].pop(name)
                 r["samples"].pop(name)
@@ -211,7 +212,7 @@ def test_programs_share_one_zero_payload_per_size():
 
 def test_a_sim_cell_reports_its_cpu_time_and_drops_it_with_the_wall_clock():
     cell = _sim_cells("S3", "coro")[0]
-    r = scenarios.run_cell(cell)
+    r = matrix.run_cell(cell)
     assert not r["errors"], r["errors"]
     cpu = r["samples"]["cell_cpu_s"]
     assert len(cpu) == 1 and cpu[0] >= 0 and r["metrics"]["cell_cpu_s"] == cpu[0]

@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 
 from bench import results as resmod
 from bench import scenario as scmod
-from bench import scenarios
+from bench import run as matrix
 from bench.cli import main as looplab
 from protocols import runtimes as rtmod
 
@@ -69,8 +69,8 @@ def _outcomes(eid: str) -> dict:
     e = zoo.ENTRIES[eid]
     cells = []
     for spec, variant, _ in _checks(e):
-        cells += scenarios.plan(e.id, spec, variant, "tiny")
-    done, interrupted = scenarios.run_matrix(cells, jobs=2)
+        cells += matrix.plan(e.id, spec, variant, "tiny")
+    done, interrupted = matrix.run_matrix(cells, jobs=2)
     assert not interrupted
     return {(r["scenario"], rtmod.parse(r["runtime"]).spec, r["variant"]): r for r in done}
 
@@ -142,8 +142,8 @@ def test_oracle_both_outcomes(eid):
 def test_tls_entry_on_a_kernel_without_tls_is_not_measured():
     """Our kernels have no TLS: the cell says so and measures nothing, rather than
     reporting the bug as absent from a program that never ran."""
-    [cell] = scenarios.plan("cpython-118950", "hybrid", "naive", "tiny")
-    done, interrupted = scenarios.run_matrix([cell], jobs=1)
+    [cell] = matrix.plan("cpython-118950", "hybrid", "naive", "tiny")
+    done, interrupted = matrix.run_matrix([cell], jobs=1)
     assert not interrupted
     [r] = done
     assert r["metrics"]["iterations_after_reset_count"] is None

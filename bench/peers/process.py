@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+from bench import procs
 from bench.peers.spec import _GRACE_S, _seconds_check, check_role, check_spec, role_origin
 
 __all__ = ["PeerProcess", "PeerError", "PeerTimeout"]
@@ -58,7 +59,7 @@ class PeerProcess:
         self.timeout_s = _seconds_check(True, False)("timeout_s", timeout_s)
         self.roles = check_spec(spec, default_max_s=self.timeout_s)
         self._by_name = {r["name"]: r for r in self.roles}
-        self._python = python or sys.executable
+        self._python = procs.interpreter(python)
         self._proc: subprocess.Popen | None = None
         self._pump_thread: threading.Thread | None = None
         self._cond = threading.Condition()
@@ -83,9 +84,6 @@ class PeerProcess:
         """Spawn the child. Called by ``__enter__``; once only."""
         if self._proc is not None:
             raise RuntimeError("PeerProcess.open() called twice")
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         origins = []
         for r in self.roles:
             origin = role_origin(r["role"])
@@ -94,9 +92,8 @@ class PeerProcess:
         doc = json.dumps({"timeout_s": self.timeout_s, "roles": self.roles,
                           "role_modules": origins})
         self._deadline = time.monotonic() + self.timeout_s + _GRACE_S
-        self._proc = subprocess.Popen(
-            [self._python, "-m", "bench.peers", doc], cwd=root, env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._proc = procs.spawn(procs.python_command("bench.peers", doc, python=self._python),
+                                 stdin=subprocess.PIPE)
         self._pump_thread = threading.Thread(target=self._pump, name="peers-reader", daemon=True)
         self._pump_thread.start()
 

@@ -20,10 +20,12 @@ import sys
 
 from bench import report
 from bench import results as resmod
+from bench import run as matrix
 from bench import scenario as scmod
-from bench import scenarios
 from bench import simruns
 from bench.errors import ExitCode, UsageError
+from bench.run import document as docmod
+from bench.run.runner import interrupted_line
 from bench.tables import fmt, format_table
 from bench.verbs.common import add_net_options, positive_int
 from protocols import runtimes as rtmod
@@ -105,7 +107,7 @@ def plan(zoo, entries, runtimes_text, knobs, preset) -> list:
     for e in entries:
         rts = _runtimes_for(e, runtimes_text, knobs)
         if rts:
-            cells += scenarios.plan(e.id, ",".join(r.spec for r in rts), "naive,fixed", preset)
+            cells += matrix.plan(e.id, ",".join(r.spec for r in rts), "naive,fixed", preset)
     return cells
 
 
@@ -281,12 +283,23 @@ def _skip_real_only(zoo, cells: list) -> tuple[list, dict]:
         if why is None:
             run.append(c)
             continue
-        rt = rtmod.parse(c.runtime)
-        skipped[c.id] = {"id": c.id, "scenario": c.scenario, "runtime": c.runtime, "style": rt.style,
-                         "ours": rt.ours, "variant": c.variant, "preset": c.preset,
-                         "params": c.params, "repeats": c.repeats, "metrics": {}, "verdicts": {},
-                         "samples": {}, "errors": [], "notes": [], "skipped": why}
+        skipped[c.id] = matrix.new_result(c, skipped=why)
     return run, skipped
+
+
+def _write_folder(zoo, doc, summaries, out_dir) -> None:
+    """The report folder, with the zoo table before the per-scenario sections."""
+    paths = report.write_report(doc, out_dir)
+    table_md = zoo_table(zoo, summaries, markdown=True)
+    both = any(sm["net"] == "both" for sm in summaries)
+    zoo_md = "# Bug zoo\n\n" + (BOTH_NOTE + "\n\n" if both else "") + table_md + "\n\n" + "\n".join(
+        f"- **{s['id']}**: {verdict_line(s)}" for s in summaries) + "\n"
+    resmod.write_text(os.path.join(out_dir, "zoo.md"), zoo_md)
+    with open(paths["md"]) as f:
+        md = f.read()
+    head, sep, rest = md.partition("\n## ")
+    resmod.write_text(paths["md"], head + "\n" + zoo_md.replace("# Bug zoo", "## Bug zoo", 1)
+                      + sep + rest)
 
 
 # ---------------------------------------------------------------------------
@@ -326,14 +339,12 @@ def cmd_repro(args) -> int:
         cells = simruns.cells_for(args, cells)       # --net real|sim|both; checks --seeds
     out_dir = args.out or ("looplab-zoo" if args.all else None)
     if args.seeds and not out_dir:
-        out_dir = report.default_out_dir()
+        out_dir = matrix.default_out_dir()
         print(f"looplab repro: no --out given; writing the exploration to {out_dir}", file=sys.stderr)
-    if out_dir:
-        resmod.check_output(out_dir, "--out", folder=True)
-    if args.json:
-        resmod.check_output(args.json, "--json")
+    matrix.check_outputs(out_dir, args.json)
     if len(entries) == 1:
         print(card(zoo, entries[0]), flush=True)
+    planned = cells
     cells, skipped = _skip_real_only(zoo, cells)
     for cid, r in skipped.items():
         print(f"{cid}: skipped: {r['skipped']}", file=sys.stderr)
@@ -343,29 +354,27 @@ def cmd_repro(args) -> int:
         return simruns.explore_command(cells, args, out_dir, failing=_bug_shown)
     print(f"looplab repro: {len(cells) + len(skipped)} cells ({cells[0].preset if cells else args.preset} "
           f"preset)", file=sys.stderr)
-    ran, interrupted = scenarios.run_matrix(cells, jobs=args.jobs, progress=report.progress_printer())
-    done = {r["id"]: r for r in ran}
-    done.update(skipped)
-    order = [c.id for c in cells] + list(skipped)
-    results = sorted(done.values(), key=lambda r: order.index(r["id"]))
-    summaries = [summarize(zoo, e, results) for e in entries]
-    doc = resmod.new_document(results, scenarios={e.id: e.scenario.describe() for e in entries},
-                              zoo={"versions": zoo.installed_versions(), "bugs": summaries})
+
+    base, versions = docmod.builder(planned), zoo.installed_versions()
+
+    def document(results, incomplete):
+        doc = base(results, incomplete)
+        doc["zoo"] = {"versions": versions, "bugs": [summarize(zoo, e, results) for e in entries]}
+        return doc
+
+    runner = matrix.Runner(cells, document, out_dir=out_dir, jobs=args.jobs, extra_results=skipped)
+    doc = runner.run()
+    results, summaries = doc["cells"], doc["zoo"]["bugs"]
+    if runner.interrupted and not out_dir:
+        out_dir = matrix.default_out_dir()      # finished work is kept somewhere, and said where
     if out_dir:
-        paths = report.write_report(doc, out_dir)
-        table_md = zoo_table(zoo, summaries, markdown=True)
-        both = any(sm["net"] == "both" for sm in summaries)
-        zoo_md = "# Bug zoo\n\n" + (BOTH_NOTE + "\n\n" if both else "") + table_md + "\n\n" + "\n".join(
-            f"- **{s['id']}**: {verdict_line(s)}" for s in summaries) + "\n"
-        resmod.write_text(os.path.join(out_dir, "zoo.md"), zoo_md)
-        with open(paths["md"]) as f:
-            md = f.read()
-        # The zoo table goes before the per-scenario sections.
-        head, sep, rest = md.partition("\n## ")
-        resmod.write_text(paths["md"], head + "\n" + zoo_md.replace("# Bug zoo", "## Bug zoo", 1)
-                          + sep + rest)
+        _write_folder(zoo, doc, summaries, out_dir)
     if args.json:
         resmod.write_json(doc, args.json)
+    if runner.interrupted:
+        print(interrupted_line(len(results), len(cells) + len(skipped),
+                               os.path.join(out_dir, "report.md")), file=sys.stderr)
+        return ExitCode.INTERRUPTED
     if args.replay:
         for e in entries:
             print()
@@ -383,8 +392,6 @@ def cmd_repro(args) -> int:
         print("verdict: " + verdict_line(summaries[0]))
     if out_dir:
         print(f"\nreport: {os.path.join(out_dir, 'report.md')} (zoo.md, results.json, report.html)")
-    if interrupted:
-        return ExitCode.INTERRUPTED
     errors = [f"{r['id']}: {e}" for r in results for e in r.get("errors", [])]
     for line in errors:
         print(f"error: {line}", file=sys.stderr)

@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import sys
 
+from bench import compare as cmpmod
 from bench import report
 from bench import results as resmod
+from bench import run as matrix
 from bench import scenario as scmod
-from bench import scenarios
 from bench.errors import ExitCode, Unavailable, UsageError
+from bench.run import document as docmod
+from bench.run.runner import interrupted_line
 from bench.verbs.common import add_net_options, add_plugin_options, load_plugins, positive_int
 from protocols import runtimes as rtmod
 
@@ -35,7 +38,7 @@ def _variants_for(app: str) -> tuple[str, ...]:
 
 def check_named_runtimes(text: str | None) -> None:
     """Exit 3 up front when a runtime the user named is missing here."""
-    named = [t for t in scenarios.split(text) or [] if t not in ("all", "ours")]
+    named = [t for t in matrix.split(text) or [] if t not in ("all", "ours")]
     for rt in rtmod.parse_list(",".join(named)) if named else []:
         reason = rt.unavailable_reason()
         if reason:
@@ -68,7 +71,7 @@ def cmd_list(args) -> int:
             print(f"      {sc.summary}")
         return ExitCode.OK
     if args.what == "cells":
-        cells = scenarios.plan(args.scenarios, args.runtimes, args.variants, args.preset)
+        cells = matrix.plan(args.scenarios, args.runtimes, args.variants, args.preset)
         if args.shard:
             cells = resmod.shard(cells, args.shard)
         for cell in cells:
@@ -108,17 +111,15 @@ def _list_axes() -> None:
 
 def cmd_run(args) -> int:
     load_plugins(args)
-    out_dir = args.out or report.default_out_dir()
-    resmod.check_output(out_dir, "--out", folder=True)
-    if args.json:
-        resmod.check_output(args.json, "--json")
+    out_dir = args.out or matrix.default_out_dir()
+    matrix.check_outputs(out_dir, args.json)
     baseline = resmod.load_json(args.baseline) if args.baseline else None
     if args.baseline and args.fail_on != "verdict":
         raise UsageError("--baseline is the reference for --fail-on verdict; give both")
     from bench import envs    # find the interpreters, build missing environments (progress on stderr)
     envs.prepare(rtmod.parse_list(args.runtimes))
     check_named_runtimes(args.runtimes)
-    cells = scenarios.plan(args.scenarios, args.runtimes, args.variants, args.preset, args.repeat)
+    cells = matrix.plan(args.scenarios, args.runtimes, args.variants, args.preset, args.repeat)
     # the simulated network (bench.simruns): --net, --replay, --seeds
     from bench import simruns
     cells = simruns.cells_for(args, cells)
@@ -133,7 +134,47 @@ def cmd_run(args) -> int:
     if not args.out:
         print(f"looplab run: no --out given; writing to {out_dir}", file=sys.stderr)
     print(f"looplab run: {len(cells)} cells", file=sys.stderr)
-    return report.run_and_report(cells, out_dir, args.json, args.jobs, args.fail_on, baseline, extra)
+    return run_and_report(cells, out_dir, args.json, args.jobs, args.fail_on, baseline, extra)
+
+
+def verdict_failures(cells: list[dict]) -> list[str]:
+    return [f"{r['id']}: {k}" for r in cells for k, v in (r.get("verdicts") or {}).items() if v is not True]
+
+
+def run_and_report(cells, out_dir: str, json_path: str | None = None, jobs: int = 1,
+                   fail_on: str | None = None, baseline: dict | None = None,
+                   extra: dict | None = None) -> int:
+    """Run ``cells`` into ``out_dir`` (checked before this runs): each finished cell is
+    flushed to ``out_dir/results.json`` at once, so an interrupt (SIGINT or SIGTERM)
+    keeps it, and the report -- marked incomplete then -- is written at the end
+    either way.
+
+    ``fail_on="verdict"``: exit 1 when a verdict fails -- with a ``baseline``
+    document, only when a verdict that held there fails now (a regression)."""
+    runner = matrix.Runner(cells, docmod.builder(cells, **(extra or {})), out_dir=out_dir, jobs=jobs)
+    doc = runner.run()
+    paths = report.write_report(doc, out_dir)
+    if json_path:
+        resmod.write_json(doc, json_path)
+    if runner.interrupted:
+        print(interrupted_line(len(doc["cells"]), len(cells), paths["md"]), file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    print(report.render_terminal(doc, notes_in=paths["md"]))
+    print(f"\nreport: {paths['html']} (report.md, results.json, results.csv, {len(paths['plots'])} plots)")
+    code = matrix.exit_code(doc)
+    if code != ExitCode.OK:
+        return code
+    if fail_on == "verdict":
+        if baseline is not None:
+            failed = [f"{r['cell']}: {r['metric']}" for r in cmpmod.verdict_changes(baseline, doc)
+                      if r["status"] == "regression"]
+        else:
+            failed = verdict_failures(doc["cells"])
+        if failed:
+            print(f"looplab: {len(failed)} verdict(s) failed: {', '.join(failed[:5])}"
+                  + (" ..." if len(failed) > 5 else ""), file=sys.stderr)
+            return ExitCode.FAILED
+    return ExitCode.OK
 
 
 def cmd_main_job(args) -> int:
@@ -144,7 +185,7 @@ def cmd_main_job(args) -> int:
     available, missing = rtmod.available_runtimes()
     for spec, reason in missing.items():
         print(f"skipping {spec}: {reason}", file=sys.stderr)
-    cells = scenarios.plan(None, ",".join(r.spec for r in available), None, "quick", main_job=True)
+    cells = matrix.plan(None, ",".join(r.spec for r in available), None, "quick", main_job=True)
     # The edge probes first (a few seconds), so no cell is measured while they run;
     # the report shows them beside the scenario verdicts.
     from bench import fidelity
@@ -155,7 +196,7 @@ def cmd_main_job(args) -> int:
             print(f"  {p['pairing']}: {p['agree']}/{p['compared']} agree, {p['declared']} "
                   f"declared, {p['differ']} undeclared", file=sys.stderr)
     print(f"looplab: {len(cells)} cells on {len(available)} runtimes (quick preset)", file=sys.stderr)
-    return report.run_and_report(cells, out_dir, jobs=2, extra={"fidelity_probes": probes})
+    return run_and_report(cells, out_dir, jobs=2, extra={"fidelity_probes": probes})
 
 
 # ---------------------------------------------------------------------------
@@ -178,10 +219,10 @@ def cmd_trace(args) -> int:
     from bench import tracing
     spec, modules = tracing.plan(rt)
     scmod.load_runtime_modules(modules)
-    cells = scenarios.plan(args.scenario, spec, args.variant, args.preset)
+    cells = matrix.plan(args.scenario, spec, args.variant, args.preset)
     if not cells:
         raise UsageError(f"no cell for {args.scenario} {rt.id} {args.variant}")
-    result = scenarios.run_cell(cells[0], trace_path=path)
+    result = matrix.run_cell(cells[0], trace_path=path)
     if result["errors"] or not os.path.exists(path):
         print(f"looplab trace: the cell failed: {'; '.join(result['errors']) or 'no trace written'}",
               file=sys.stderr)
@@ -199,6 +240,7 @@ def cmd_report(args) -> int:
     docs = [resmod.load_json(p) for p in args.files]
     doc = docs[0] if len(docs) == 1 else resmod.merge(
         docs, args.files, allow_mixed_machines=args.allow_mixed_machines)
+    doc = docmod.complete(doc)      # a file from before documents described themselves
     paths = report.render_folder(doc, args.out)
     print(report.render_terminal(doc, notes_in=paths["md"]))
     print(f"\nreport: {paths['html']} (report.md, results.json, results.csv, {len(paths['plots'])} plots)")

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 
+from bench import procs
 from bench.errors import CRASH_KEY
 from protocols import ports
 
@@ -78,11 +79,7 @@ def _quiet_on_sim():
 
 
 def _rss() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return procs.rss_bytes("self") or 0
 
 
 class _P:

@@ -1,9 +1,9 @@
 """Instructions per echo request on asyncio loops: CPython's, looplab's (with
 options), uvloop's and rloop's, for a streams echo and a Protocol echo.
 
-``bench.icount`` measures a runtime's ``looplab serve echo``; this measures an
+``bench.perf.icount`` measures a runtime's ``looplab serve echo``; this measures an
 asyncio echo on any loop factory the same way (the same blocking client,
-``bench.icount._client``, and the same difference of two instrumented runs)::
+``bench.perf.icount._client``, and the same difference of two instrumented runs)::
 
     python examples/aioloop/icount.py streams,asyncio streams,looplab \\
         streams,looplab,write=defer protocol,uvloop protocol,rloop
@@ -76,7 +76,7 @@ def serve(kind, loop, options) -> None:
 
 
 def instructions(args, requests, out_dir, conns=10, size=1024) -> int:
-    from bench import icount
+    from bench.perf import icount
     out = os.path.join(out_dir, "cg.%s.%d.out" % ("_".join(args).replace("=", "-"), requests))
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
            f"--callgrind-out-file={out}", sys.executable, os.path.abspath(__file__),

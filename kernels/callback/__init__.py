@@ -59,7 +59,7 @@ the event loop.
 
 Speed decisions, each with what it measured. Figures are CPU instructions of
 the server process per 1 KiB echo request (callgrind, CPython 3.11, 10
-connections; ``python -m bench.icount RUNTIME``), which unlike wall time do not
+connections; ``python -m bench.perf.icount RUNTIME``), which unlike wall time do not
 move with the machine's load; repeated runs agree within ~2-4 %:
 
 * I/O callbacks are called straight from the poll results, with no Handle per

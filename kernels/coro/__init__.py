@@ -39,7 +39,7 @@ Where the loop is: ``run_loop`` in ``engine.py`` (made by ``build_loop``) is
 the event loop, and ``step`` next to it runs one task until it blocks.
 
 Speed decisions, with what they measured (CPU instructions from callgrind,
-CPython 3.11; ``python -m bench.icount`` for echo, 10 connections, 1 KiB; runs
+CPython 3.11; ``python -m bench.perf.icount`` for echo, 10 connections, 1 KiB; runs
 agree within ~2-4 %):
 
 * An I/O wake-up puts the task itself on the ready deque: no handle, no

@@ -67,7 +67,7 @@ the wake-up; a stream read recycles its waiter Future; the probe and trace
 cost an increment and a ``None`` test when tracing is off.
 
 Measured (server instructions per 1 KiB echo request, callgrind, 10
-connections, ``python -m bench.icount``; runs agree within ~2-4 %): hybrid
+connections, ``python -m bench.perf.icount``; runs agree within ~2-4 %): hybrid
 27.4k, uvloop's streams 30.1k, asyncio's streams 50.0k. Where the 27.4k go:
 the reactor's share is the callback kernel's 11.4k; the rest is the Task step
 (``context.run`` + ``coro.send`` through the handler's frames), one Future

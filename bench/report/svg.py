@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from bench.htmldoc import STAR, e, fmt_value, is_number
+from bench.report.htmldoc import STAR, e, fmt_value, is_number
 
 PALETTE = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f", "#bcbd22", "#e377c2")
 OURS_COLOUR = "#e6550d"

@@ -18,8 +18,8 @@ measurements (run ids, times, load, the command, timing metrics) sits inside ele
 marked ``data-volatile``. So a report from merged shards equals the unsharded one with
 those elements removed.
 
-This module is the page and its sections; ``bench.htmldoc`` reads the document,
-``bench.svg`` draws the charts and ``bench.htmlbench`` holds the benchmarks section.
+This module is the page and its sections; ``bench.report.htmldoc`` reads the document,
+``bench.report.svg`` draws the charts and ``bench.report.htmlbench`` holds the benchmarks section.
 """
 from __future__ import annotations
 
@@ -27,14 +27,15 @@ from __future__ import annotations
 import json
 import os
 
-from bench.htmlbench import BenchmarkSections
-from bench.htmldoc import (BENCH_KINDS, DASH, MID, NO, STAR, STATUSES, YES, Anchors, Runtimes,
-                           cell_net, cell_status, cell_series, e, fmt_value, html_table, is_number,
-                           machine_rows, metric_label, net_rank, rt_label, scenario_info,
-                           scenario_order, series_metric, sim_note, variant_index, verdict_text,
-                           worst_status)
+from bench.report.htmlbench import BenchmarkSections
+from bench.report.htmldoc import (BENCH_KINDS, DASH, MID, NO, STAR, STATUSES, YES, Anchors,
+                                  Runtimes, cell_net, cell_series, cell_status, e, fmt_value,
+                                  html_table, incomplete_line, is_number, machine_rows,
+                                  metric_label, net_rank, rt_label, scenario_info, scenario_order,
+                                  series_metric, sim_note, variant_index, verdict_text,
+                                  worst_status)
+from bench.report.svg import OURS_COLOUR, PALETTE, bar_chart, line_chart
 from bench.results import write_text
-from bench.svg import OURS_COLOUR, PALETTE, bar_chart, line_chart
 from bench.tables import fmt
 
 __all__ = ["write_html", "render_html", "cell_status", "STATUSES", "BENCH_KINDS"]
@@ -47,7 +48,7 @@ class _Page(BenchmarkSections):
         self.cells = sorted(cells, key=lambda c: (scenario_order(c.get("scenario", "")), str(c.get("id", ""))))
         self.bench = [c for c in self.cells if c.get("scenario") in BENCH_KINDS]
         self.scen = [c for c in self.cells if c.get("scenario") not in BENCH_KINDS]
-        self.rts = Runtimes(self.cells)
+        self.rts = Runtimes(self.cells, doc.get("runtimes"))
         self.anchors = Anchors()
         self.sids = sorted({c.get("scenario", "?") for c in self.scen}, key=scenario_order)
         self.info = {sid: scenario_info(doc, sid, [c for c in self.scen if c.get("scenario") == sid])
@@ -125,7 +126,7 @@ class _Page(BenchmarkSections):
                 "scenario's table.</p>" + self.net_note())
 
     def net_note(self) -> str:
-        note = sim_note(self.scen)
+        note = sim_note(self.scen, self.doc.get("real_network_only"))
         return f'<p class="legend simnote" id="simnet">{e(note)}</p>' if note else ""
 
     def grid_cell(self, spec, sid, variant, cells, flip, net=None) -> str:
@@ -541,9 +542,11 @@ class _Page(BenchmarkSections):
                 + "</section>")
 
     def rel(self, path) -> str:
+        """``path`` (absolute, or relative to the working directory as the plots'
+        paths are) as the page, in ``out_dir``, links it."""
         path = str(path)
-        if self.out_dir and os.path.isabs(path):
-            return os.path.relpath(path, self.out_dir)
+        if self.out_dir:
+            return os.path.relpath(os.path.abspath(path), os.path.abspath(self.out_dir))
         return path
 
     def metadata(self) -> str:
@@ -636,6 +639,8 @@ class _Page(BenchmarkSections):
                     f'{", " + str(len(self.bench)) + " benchmark cells" if self.bench else ""} on '
                     f'{len({c.get("runtime") for c in self.cells})} runtimes.</p>'
                     f'<nav>{MID.join(nav)}</nav></header>')
+        if incomplete_line(self.doc):
+            body.append(f'<p class="no" id="incomplete"><strong>{e(incomplete_line(self.doc))}</strong></p>')
         if self.scen:
             body.append('<section><h2 id="verdicts">Verdicts</h2>' + self.grid() + "</section>")
             body.append(self.answers())

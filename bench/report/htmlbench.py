@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 
-from bench import echo as echomod
-from bench import goals as goalsmod
-from bench.htmldoc import e, fmt_value, html_table, natural, rt_label, slug
-from bench.svg import OURS_SHADES, PALETTE, bar_chart, line_chart
+from bench.perf import echo as echomod
+from bench.perf import goals as goalsmod
+from bench.report.htmldoc import e, fmt_value, html_table, natural, rt_label, slug
+from bench.report.svg import OURS_SHADES, PALETTE, bar_chart, line_chart
 
 
 class BenchmarkSections:
@@ -42,10 +42,13 @@ class BenchmarkSections:
                 rows = None
         if not rows:
             return ""
+        interrupted = bool(self.doc.get("incomplete") or (self.doc.get("config") or {}).get("interrupted"))
+        rows = goalsmod.unjudged_if_interrupted(rows, interrupted)
         table = []
         for r in rows:
             st = str(r.get("status", "?"))
-            cls = "ok" if st.startswith("met") else "muted" if st == "not measured" else "no"
+            cls = "ok" if st.startswith("met") else "muted" if st.startswith("not ") and \
+                not st.startswith("not met") else "no"
             rng = "-" if r.get("min") is None else f"{r['min']:.2f}\u2013{r['max']:.2f}"
             table.append([e(str(r.get("goal", "?"))), "-" if r.get("ratio") is None else f"{r['ratio']:.2f}\u00d7",
                           rng, e(str(r.get("n", ""))), f'<span class="{cls}">{e(st)}</span>',

@@ -44,29 +44,25 @@ def scenario_order(sid: str):
 
 
 class Runtimes:
-    """Style, ours-ness and primary reference of each runtime spec in the document."""
+    """Style, ours-ness and primary reference of each runtime spec in the document
+    (its ``runtimes`` section; the cells' own ``style`` and ``ours`` otherwise)."""
 
-    def __init__(self, cells):
+    def __init__(self, cells, described: dict | None = None):
+        self._described = described or {}
         self._info = {}
         for c in sorted(cells, key=lambda c: c.get("id", "")):
             spec = c.get("runtime", "?")
             if spec not in self._info:
                 self._info[spec] = self._lookup(spec, c)
 
-    @staticmethod
-    def _lookup(spec, cell):
+    def _lookup(self, spec, cell):
         ident = spec.split(":", 1)[0]
-        style, ours, compared = cell.get("style"), cell.get("ours"), ()
-        try:
-            from protocols import runtimes as rtmod
-            rt = rtmod.parse(spec)
-            style = style or rt.style
-            ours = rt.ours if ours is None else ours
-            compared = tuple(getattr(rt.info, "compared_with", ()) or ())
-        except Exception:  # an unknown plugin runtime, or no protocols package
-            pass
-        # a runtime this process does not know (a plugin not loaded here): what the
-        # document's cell says, and no reference
+        d = self._described.get(spec) or {}
+        style = cell.get("style") or d.get("style")
+        ours = cell.get("ours") if cell.get("ours") is not None else d.get("ours")
+        compared = tuple(d.get("compared_with") or ())
+        # a runtime the document does not describe (a file from before it did):
+        # what its cell says, and no reference
         style = style or "other"
         return {"id": ident, "style": style, "ours": bool(ours), "compared": compared,
                 # options flipped: no single library is the one it reproduces
@@ -95,32 +91,11 @@ class Runtimes:
         return out
 
 
-def _registry_scenario(sid: str) -> dict:
-    try:
-        from bench import scenario as api
-        sc = api.scenarios().get(sid)
-        if sc is not None:
-            return sc.describe()
-    except Exception:  # the public scenario API is not there (yet), or it failed
-        pass
-    try:
-        from bench.scenarios import SCENARIOS
-        sc = SCENARIOS.get(sid)
-    except Exception:
-        sc = None
-    if sc is None:
-        return {}
-    return {"title": getattr(sc, "title", ""), "summary": getattr(sc, "summary", ""),
-            "variants": list(getattr(sc, "variants", ()) or ()),
-            "styles": list(getattr(sc, "styles", ()) or ())}
-
-
 def scenario_info(doc: dict, sid: str, cells: list) -> dict:
     given = (doc.get("scenarios") or {}).get(sid) or {}
-    reg = _registry_scenario(sid)
 
     def pick(key, default):
-        return given.get(key) or reg.get(key) or default
+        return given.get(key) or default
     metrics = pick("metrics", {})
     timing = {m for m, d in metrics.items() if isinstance(d, dict) and d.get("timing")}
     timing.update(_TIMING_METRICS)
@@ -213,19 +188,30 @@ def net_rank(cell: dict) -> int:
     return NETS.index(net) if net in NETS else len(NETS)
 
 
-def sim_note(cells) -> str | None:
+def incomplete_line(doc: dict) -> str | None:
+    """One sentence when the run behind ``doc`` stopped before every cell ran."""
+    inc = doc.get("incomplete")
+    if not inc:
+        return None
+    of = f" of {inc['planned']}" if inc.get("planned") is not None else ""
+    return (f"INCOMPLETE: this run was {inc.get('reason', 'interrupted')} after "
+            f"{inc.get('finished', '?')}{of} cells; the rest were not run.")
+
+
+def sim_note(cells, real_only: dict | None = None) -> str | None:
     """What a report says when some of its cells ran on the simulated network: what
     that means, and which runtimes run only on the real network (each named by its
-    library when they share one), in registry order. Plain text (the caller escapes it)."""
+    library when they share one), in registry order. Plain text (the caller escapes it).
+    ``real_only``: the document's ``real_network_only`` (runtime id -> its reason and
+    library)."""
     if not any(cell_net(c) == "sim" for c in cells):
         return None
     by_reason: dict = {}
     libraries: dict = {}
-    from protocols import runtimes as rtmod
-    for info in rtmod.RUNTIMES.values():
-        if info.real_network_only is not None and info.variant_of is None:
-            by_reason.setdefault(info.real_network_only, []).append(info.id)
-            libraries.setdefault(info.real_network_only, set()).add(info.library or info.id)
+    for rid, d in (real_only or {}).items():
+        reason, library = (d, rid) if isinstance(d, str) else (d.get("reason"), d.get("library"))
+        by_reason.setdefault(reason, []).append(rid)
+        libraries.setdefault(reason, set()).add(library or rid)
     text = ("Rows whose net is sim ran on the simulated network (--net sim): the same program "
             "or app and the same peers in one process, on a virtual clock; a sim row's times "
             "are virtual.")

@@ -11,7 +11,7 @@ spread over ``connections`` sockets, and reports
 so start-up, imports and connection set-up cancel out. A developer tool, not a
 benchmark verb::
 
-    python -m bench.icount RUNTIME... [--conns 10] [--size 1024] [--small 2000] [--large 10000]
+    python -m bench.perf.icount RUNTIME... [--conns 10] [--size 1024] [--small 2000] [--large 10000]
                                       [--pause 0.005] [--cache-sim]
 
 Needs valgrind on PATH. Every process it starts is stopped before it returns.
@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import procs
 
 
 def _round_trips(socks, size, requests, pause=0.0):
@@ -74,12 +74,11 @@ def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):
 
 def instructions(runtime, conns, size, requests, out_dir, extra=(), pause=0.0):
     out = os.path.join(out_dir, f"cg.{runtime.replace(':', '_')}.c{conns}.{requests}.out")
-    env = dict(os.environ, PYTHONHASHSEED="0")
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
            f"--callgrind-out-file={out}", *extra,
-           sys.executable, "-m", "bench", "serve", "echo", "--runtime", runtime]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+           *procs.python_command("bench", "serve", "echo", "--runtime", runtime)]
+    proc = procs.spawn(cmd, env=procs.child_env({"PYTHONHASHSEED": "0"}),
+                       stderr=subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline()
         m = re.match(r"listening on ([\d.]+):(\d+)", line)
@@ -101,7 +100,7 @@ def instructions(runtime, conns, size, requests, out_dir, extra=(), pause=0.0):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.icount")
+    ap = argparse.ArgumentParser(prog="python -m bench.perf.icount")
     ap.add_argument("runtimes", nargs="+")
     ap.add_argument("--conns", type=int, default=10)
     ap.add_argument("--size", type=int, default=1024)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from bench.echo import KiB, echo_units, paired, run_echo_matrix
-from bench.machine import Interrupted, progress, split_available
-from bench.micro import run_micro_matrix
+from bench.perf.echo import KiB, echo_units, paired, run_echo_matrix
+from bench.perf.machine import Interrupted, progress, split_available
+from bench.perf.micro import run_micro_matrix
 from bench.tables import MISSING, format_table
 from protocols import runtimes
 
@@ -76,6 +76,18 @@ def _status(s: dict, target: float) -> str:
     if s["n"] > 1 and s["min"] < target <= s["max"]:
         status += " (borderline)"
     return status
+
+
+NOT_JUDGED = "not judged (interrupted run)"
+
+
+def unjudged_if_interrupted(rows: list[dict], interrupted: bool) -> list[dict]:
+    """An interrupted run's rounds were cut short and its machine was busy being
+    stopped: a goal it did not reach is not judged from it (one it met stays met)."""
+    if not interrupted:
+        return rows
+    return [{**r, "status": NOT_JUDGED} if str(r.get("status", "")).startswith("not met") else r
+            for r in rows]
 
 
 def evaluate_goals(cells: list[dict]) -> list[dict]:

@@ -6,7 +6,7 @@ How a measurement keeps itself honest:
 
 * **The server is alone on its CPU.** Every measurement starts a fresh server process
   (``python -m bench serve echo --runtime R --variant naive``) pinned to the first CPU, and
-  the load client pinned to the second (``bench.machine``, ``bench.loadgen``).
+  the load client pinned to the second (``bench.perf.machine``, ``bench.perf.loadgen``).
 * **Noise is measured, not assumed away.** Runtimes are interleaved in rounds whose order
   rotates so nobody always goes first; each run has an uncounted warm-up; during the
   counted window /proc says how much CPU other processes used and how much the hypervisor
@@ -22,12 +22,11 @@ import io
 import json
 import math
 import socket
-import subprocess
 import time
 
-from bench import results
-from bench.loadgen import ServerProcess, client_command, load_client
-from bench.machine import (CLIENT_SATURATED, NOISY_OTHER_CPU, NOISY_STEAL, ROOT, Interrupted,
+from bench import procs, results
+from bench.perf.loadgen import ServerProcess, client_command, load_client
+from bench.perf.machine import (CLIENT_SATURATED, NOISY_OTHER_CPU, NOISY_STEAL, Interrupted,
                            MeasureError, Window, bench_runtime, check_stop, cpu_plan, pin,
                            progress, read_line, rss_bytes, run_interruptibly, stop_process)
 from bench.tables import MISSING, fmt_bytes, fmt_rate, fmt_seconds, format_table
@@ -94,8 +93,7 @@ def measure_echo(rt, message_bytes: int, connections: int, duration: float = 2.0
     try:
         host, port = server.address
         cmd = client_command(client, host, port, connections, message_bytes, warmup, duration)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, cwd=ROOT)
+        proc = procs.spawn(cmd)
         pin(proc.pid, client_cpu)
         buf = bytearray()
         budget = 30.0 + connections * 0.02

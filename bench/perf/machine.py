@@ -15,11 +15,10 @@ import os
 import resource
 import select
 import signal
-import subprocess
 import sys
 import time
 
-from bench import results
+from bench import procs, results
 from protocols import runtimes
 
 __all__ = ["ROOT", "MeasureError", "Interrupted", "run_interruptibly", "stop_on_signals",
@@ -30,7 +29,7 @@ __all__ = ["ROOT", "MeasureError", "Interrupted", "run_interruptibly", "stop_on_
 
 # The folder holding the `bench` package: worker processes start here, so
 # `python -m bench...` finds the same code as this process.
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A run is "noisy" when, during its counted window, other processes used more than this
 # much CPU (in CPUs) or the hypervisor stole more than this fraction of all CPU time.
@@ -177,14 +176,7 @@ def machine_ticks() -> tuple[int, int, int] | None:
 
 
 def rss_bytes(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return procs.rss_bytes(pid)
 
 
 def loadavg() -> float | None:
@@ -296,19 +288,7 @@ def read_line(proc, buf: bytearray, deadline: float) -> str | None:
 
 def stop_process(proc, grace_s: float = 5.0) -> int | None:
     """SIGTERM, wait, then SIGKILL: the process is always gone (and reaped) afterwards."""
-    if proc.poll() is None:
-        try:
-            proc.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    for stream in (proc.stdout, proc.stdin, proc.stderr):
-        if stream is not None:
-            stream.close()
+    procs.stop(proc, grace_s=grace_s)
     return proc.returncode
 
 

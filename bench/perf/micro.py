@@ -11,7 +11,7 @@ each as correctness tests.
 
 This module is also the worker's entry point::
 
-    python -m bench.micro worker --op OP --runtime SPEC [--min-time S] [--n N]
+    python -m bench.perf.micro worker --op OP --runtime SPEC [--min-time S] [--n N]
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ import subprocess
 import sys
 import time
 
-from bench import results
-from bench.machine import (ROOT, Interrupted, MeasureError, bench_runtime, check_stop,
+from bench import procs, results
+from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop,
                            cpu_plan, pin, progress, run_interruptibly)
 from bench.tables import fmt_rate, format_table
 from protocols import runtimes
@@ -469,7 +469,7 @@ def micro_calibrated(op: str, runtime, min_time: float = 0.2, n: int | None = No
 # The runner: one fresh pinned worker process per measurement
 
 def _worker_main(argv) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.micro worker")
+    p = argparse.ArgumentParser(prog="python -m bench.perf.micro worker")
     p.add_argument("--op", required=True, choices=MICRO_OPS)
     p.add_argument("--runtime", required=True)
     p.add_argument("--min-time", type=float, default=0.2)
@@ -485,10 +485,9 @@ def _worker_main(argv) -> int:
 
 def _micro_in_worker(op: str, rt, min_time: float, cpu: int | None,
                      timeout_s: float = 180.0) -> dict:
-    cmd = [sys.executable, "-m", "bench.micro", "worker", "--op", op, "--runtime",
-           bench_runtime(rt).spec, "--min-time", repr(min_time)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, cwd=ROOT)
+    cmd = procs.python_command("bench.perf.micro", "worker", "--op", op, "--runtime",
+                               bench_runtime(rt).spec, "--min-time", repr(min_time))
+    proc = procs.spawn(cmd)
     pin(proc.pid, cpu)
     try:
         out, err = proc.communicate(timeout=timeout_s)
@@ -585,7 +584,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "worker":
         return _worker_main(argv[1:])
-    print("usage: python -m bench.micro worker --op OP --runtime SPEC [--min-time S] [--n N] "
+    print("usage: python -m bench.perf.micro worker --op OP --runtime SPEC [--min-time S] [--n N] "
           "(the worker process of `looplab bench micro`)", file=sys.stderr)
     return 2
 

@@ -9,7 +9,7 @@ when the counted window opens, then one JSON line with the same keys.
 
 This module is also the Python client's entry point::
 
-    python -m bench.loadgen client HOST PORT CONNS MESSAGE_BYTES WARMUP_S DURATION_S [--procs P]
+    python -m bench.perf.loadgen client HOST PORT CONNS MESSAGE_BYTES WARMUP_S DURATION_S [--procs P]
 """
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ import tempfile
 import time
 from importlib import resources
 
+from bench import procs
 from bench.errors import UsageError
-from bench.machine import ROOT, MeasureError, pin, read_line, stop_process, tail
+from bench.perf.machine import ROOT, MeasureError, pin, read_line, stop_process, tail
 
 __all__ = ["ROOT", "CLIENT_KINDS", "ServerProcess", "client_source", "load_client",
            "client_command", "py_client_main"]
@@ -60,17 +61,15 @@ class ServerProcess:
         self._stderr = None
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "bench", "serve", self.app, "--runtime", self.spec,
-               "--listen", "127.0.0.1:0", "--variant", self.variant]
+        cmd = procs.python_command("bench", "serve", self.app, "--runtime", self.spec,
+                                   "--listen", "127.0.0.1:0", "--variant", self.variant)
         if self.sockbuf:
             cmd += ["--sockbuf", str(self.sockbuf)]
         return cmd
 
     def start(self) -> "ServerProcess":
         self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=self._stderr,
-                                     stdin=subprocess.DEVNULL, cwd=ROOT,
-                                     preexec_fn=_default_sigint)
+        self.proc = procs.spawn(self.command(), stderr=self._stderr, preexec_fn=_default_sigint)
         try:
             pin(self.proc.pid, self.cpu)
             deadline = time.monotonic() + self.start_timeout_s
@@ -200,7 +199,7 @@ def client_command(client, host: str, port: int, connections: int, message_bytes
     prefix = client[0]
     args = [host, str(port), str(connections), str(message_bytes), repr(warmup), repr(duration)]
     if prefix is None:
-        return [sys.executable, "-m", "bench.loadgen", "client", *args]
+        return procs.python_command("bench.perf.loadgen", "client", *args)
     return [*prefix, *args]
 
 
@@ -327,8 +326,8 @@ def py_client_main(host: str, port: int, conns: int, size: int, warmup: float,
 
 
 def main(argv=None) -> int:
-    """``python -m bench.loadgen client ...``: the Python client as its own process."""
-    p = argparse.ArgumentParser(prog="python -m bench.loadgen")
+    """``python -m bench.perf.loadgen client ...``: the Python client as its own process."""
+    p = argparse.ArgumentParser(prog="python -m bench.perf.loadgen")
     sub = p.add_subparsers(dest="what", required=True)
     c = sub.add_parser("client", help="the Python echo load client")
     c.add_argument("host")

@@ -20,17 +20,20 @@ import math
 import os
 import sys
 
-from bench import html, results
-from bench.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, curve_table,
-                        default_baseline, echo_tables, echo_units, idle_table, measure_idle,
-                        run_echo_matrix)
+from bench import results
+from bench.perf.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, curve_table,
+                             default_baseline, echo_tables, echo_units, idle_table, measure_idle,
+                             run_echo_matrix)
+from bench.report import html
 from bench.errors import ExitCode, UsageError
-from bench.goals import GOAL_ECHO_RUNTIMES, evaluate_goals, goals_table, run_goals
-from bench.loadgen import CLIENT_KINDS, load_client
-from bench.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
+from bench.perf.goals import (GOAL_ECHO_RUNTIMES, evaluate_goals, goals_table, run_goals,
+                              unjudged_if_interrupted)
+from bench.run.runner import default_out_dir
+from bench.perf.loadgen import CLIENT_KINDS, load_client
+from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
                            environment, progress, raise_nofile, run_interruptibly,
                            split_available, stop_on_signals)
-from bench.micro import MICRO_NOTES, MICRO_OPS, micro_supported, micro_table, run_micro_matrix
+from bench.perf.micro import MICRO_NOTES, MICRO_OPS, micro_supported, micro_table, run_micro_matrix
 from protocols import runtimes
 
 __all__ = ["add_parser", "PRESETS", "parse_int_list", "check_output_file",
@@ -111,6 +114,10 @@ def check_output_dir(path: str, option: str = "--out") -> None:
 
 
 def _check_outputs(args) -> None:
+    if hasattr(args, "out") and not args.out and not getattr(args, "json", None):
+        # as `looplab run` does: what is measured is always kept somewhere, and said where
+        args.out = default_out_dir()
+        progress(f"looplab bench: no --out or --json given; writing to {args.out}")
     if getattr(args, "json", None):
         check_output_file(args.json, "--json")
     if getattr(args, "out", None):
@@ -125,7 +132,10 @@ def write_atomic(path: str, data: bytes | str) -> None:
 
 def _write_outputs(doc: dict, args, markdown: str, extra: dict | None = None) -> ExitCode:
     """--json FILE and --out DIR (results.json, results.csv, bench.md, ``extra`` and,
-    last so that its links find them, report.html), each written atomically."""
+    last so that its links find them, report.html), each written atomically. An
+    interrupted run's document says it is incomplete."""
+    if (doc.get("config") or {}).get("interrupted"):
+        doc.setdefault("incomplete", {"reason": "interrupted", "finished": len(doc["cells"])})
     written = []
     try:
         if getattr(args, "json", None):
@@ -304,7 +314,7 @@ def cmd_goals(args) -> ExitCode:
     measured, interrupted = _measure(run_goals, args.repeat, args.duration, args.warmup,
                                      args.min_time, client, pinned)
     if interrupted:
-        cells, rows = measured, evaluate_goals(measured)
+        cells, rows = measured, unjudged_if_interrupted(evaluate_goals(measured), True)
         skipped = split_available(runtimes.parse_list(",".join(GOAL_ECHO_RUNTIMES)))[1]
     else:
         cells, rows, skipped = measured

@@ -1,11 +1,12 @@
-"""Reports: the terminal table, the report folder (report.md, results, plots), the
-fidelity table, and running a matrix into them.
+"""Reports: the terminal table, the report folder (report.md, results.json/csv,
+plots, report.html) and the fidelity table, rendered from a results document.
 
-Everything is rendered from a results document, so a report can be made again from
-any results file, merged or not (``looplab report``). What a scenario shows -- its
-title, columns, metric labels and units, its variants in order -- comes from the
-document's ``scenarios`` section (written by every run), falling back to the
-registered scenario. The terminal table is grouped by scenario, variant and style,
+Everything is rendered from the document alone, so a report made again from a
+results file (``looplab report``, merged or not, on another machine) equals the
+one made at run time. What a scenario shows -- its title, columns, metric labels,
+units and formatters, its variants in order, its plots -- comes from the
+document's ``scenarios`` section, and which runtimes are compared with which from
+its ``runtimes`` section (``bench.run.document`` writes both). The terminal table is grouped by scenario, variant and style,
 our kernel first and its reference libraries beside it, so a row of ours reads
 against the rows it must reproduce. The *fidelity table* asks, for each scenario and
 variant: does our kernel's verdict equal its references'? Mismatches are printed,
@@ -13,20 +14,14 @@ never hidden.
 """
 from __future__ import annotations
 
+import importlib
 import os
-import signal
-import sys
-import time
 
-from bench import compare as cmpmod
-from bench import html as htmlmod
 from bench import results as resmod
-from bench import scenario as scmod
-from bench import scenarios
-from bench.errors import ExitCode
-from bench.htmldoc import cell_net, net_rank, sim_note
+from bench import tables
+from bench.report import html as htmlmod
+from bench.report.htmldoc import cell_net, incomplete_line, net_rank, sim_note
 from bench.tables import MISSING, fmt, format_table
-from protocols import runtimes as rtmod
 
 STYLE_ORDER = ("callback", "stream", "task")
 FIDELITY_HEADER = ["scenario", "variant", "ours", "reference", "primary", "same", "difference"]
@@ -36,17 +31,27 @@ LEGEND = (f"Rows marked `*` are our kernels; the rows beside them are the refere
 
 
 def catalog(doc: dict) -> dict:
-    """Scenario id -> its description (title, variants, metrics, verdicts, columns)
-    for every scenario in ``doc``: from the document, else from the registry."""
+    """Scenario id -> its description (title, variants, metrics, verdicts, columns,
+    plots) for every scenario in ``doc``, as the document records it."""
     out = dict(doc.get("scenarios") or {})
-    registered = scmod.scenarios()
     for cell in doc["cells"]:
-        sid = cell.get("scenario")
-        if sid not in out:
-            sc = registered.get(sid)
-            out[sid] = sc.describe() if sc else {"title": "", "variants": [], "metrics": {},
-                                                 "verdicts": {}, "columns": []}
+        out.setdefault(cell.get("scenario"), {"title": "", "variants": [], "metrics": {},
+                                              "verdicts": {}, "columns": []})
     return out
+
+
+def _imported(name):
+    """The function a document names (``module:qualname``), or None if it is not here."""
+    if not isinstance(name, str) or ":" not in name:
+        return None
+    module, _, qual = name.partition(":")
+    try:
+        obj = importlib.import_module(module)
+        for part in qual.split("."):
+            obj = getattr(obj, part)
+    except Exception:   # the scenario's code is not on this machine: the unit's formatter
+        return None
+    return obj if callable(obj) else None
 
 
 def _order_key(cat: dict):
@@ -59,11 +64,11 @@ def _order_key(cat: dict):
     return key
 
 
-def _format(sid: str, metric: str, value) -> str:
-    sc = scmod.scenarios().get(sid)
-    m = sc.metric(metric) if sc else None
-    if m is not None and m.format is not None and value is not None:
-        return m.format(value)
+def _format(desc: dict, metric: str, value) -> str:
+    named = (desc.get("metrics", {}).get(metric) or {}).get("format")
+    formatter = getattr(tables, named, None) if named and ":" not in named else _imported(named)
+    if formatter is not None and value is not None:
+        return formatter(value)
     return fmt(metric, value)
 
 
@@ -95,23 +100,21 @@ def table_rows(doc: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                 rows.append(head + [MISSING] * len(cols) + ["ERROR: " + r["errors"][0][:60]])
                 continue
             verdicts = " ".join(f"{k}={resmod.verdict_word(v)}" for k, v in r["verdicts"].items())
-            rows.append(head + [_format(sid, c, r["metrics"].get(c)) for c in cols] + [verdicts])
+            rows.append(head + [_format(desc, c, r["metrics"].get(c)) for c in cols] + [verdicts])
         out.append((f"{sid} — {desc.get('title', '')}", header, rows))
     return out
 
 
-def _references(runtime_spec: str) -> tuple[tuple, str | None]:
+def _references(doc: dict, runtime_spec: str) -> tuple[tuple, str | None]:
     """(the runtimes this one is compared with, the primary one its *defaults*
-    reproduce). Any runtime that names references is a subject of the fidelity table:
-    our kernels and a user's kernel alike. With options flipped there is no primary."""
-    try:
-        rt = rtmod.parse(runtime_spec)
-    except Exception:       # a results file from a runtime not registered here
-        return (), None
-    return tuple(rt.info.compared_with), rt.primary_reference
+    reproduce), as the document records them. Any runtime that names references is
+    a subject of the fidelity table: our kernels and a user's kernel alike. With
+    options flipped there is no primary."""
+    d = (doc.get("runtimes") or {}).get(runtime_spec) or {}
+    return tuple(d.get("compared_with") or ()), d.get("primary")
 
 
-def fidelity(cells: list[dict]) -> list[list[str]]:
+def fidelity(cells: list[dict], doc: dict | None = None) -> list[list[str]]:
     """For each scenario x variant x style: a kernel's verdicts vs each reference's.
     Only a mismatch with the primary reference is a fidelity failure; the others show
     how the reference libraries differ among themselves (uvloop vs asyncio, trio vs curio)."""
@@ -125,7 +128,7 @@ def fidelity(cells: list[dict]) -> list[list[str]]:
     for (sid, variant, style, net), group in sorted(by_key.items(), key=lambda kv: tuple(map(str, kv[0]))):
         if net:
             variant = f"{variant} ({net})"
-        refs_of = {r["runtime"]: _references(r["runtime"]) for r in group}
+        refs_of = {r["runtime"]: _references(doc or {}, r["runtime"]) for r in group}
         subjects = [r for r in group if refs_of[r["runtime"]][0]]
         refs = [r for r in group if not refs_of[r["runtime"]][0]]
         for o in subjects:
@@ -149,9 +152,11 @@ def _notes(cells, code="") -> list[str]:
 
 def render_terminal(doc: dict, notes_in: str | None = None) -> str:
     parts = []
+    if incomplete_line(doc):
+        parts.append("\n" + incomplete_line(doc))
     for title, header, rows in table_rows(doc):
         parts.append(f"\n{title}  (* = our kernel)\n" + format_table(header, rows, align="l" * len(header)))
-    fid = fidelity(doc["cells"])
+    fid = fidelity(doc["cells"], doc)
     if fid:
         primary = [r for r in fid if r[4] == "yes"]
         same = sum(1 for r in primary if r[5] == "yes")
@@ -166,7 +171,7 @@ def render_terminal(doc: dict, notes_in: str | None = None) -> str:
         parts.append("\nFidelity probes (edges): " + "; ".join(
             f"{p['pairing']} {p['agree']}/{p['compared']} agree, {p['declared']} declared, "
             f"{p['differ']} undeclared" for p in primary))
-    note = sim_note(doc["cells"])
+    note = sim_note(doc["cells"], doc.get("real_network_only"))
     if note:
         parts.append("\n" + note)
     errors = [f"{r['id']}: {e}" for r in doc["cells"] for e in r.get("errors", [])]
@@ -196,8 +201,10 @@ def render_markdown(doc: dict, plots: list[str]) -> str:
              f"run `{doc.get('run_id', MISSING)}` — looplab {doc.get('looplab')} — {_machines(doc)}", ""]
     if doc.get("merged_from"):
         lines += [f"Merged from {len(doc['merged_from'])} results files.", ""]
+    if incomplete_line(doc):
+        lines += [f"**{incomplete_line(doc)}**", ""]
     lines += [LEGEND, ""]
-    note = sim_note(cells)
+    note = sim_note(cells, doc.get("real_network_only"))
     if note:
         lines += [note.replace("--net sim", "`--net sim`"), ""]
     cat = catalog(doc)
@@ -210,7 +217,7 @@ def render_markdown(doc: dict, plots: list[str]) -> str:
         for p in plots:
             if os.path.basename(p).startswith(sid.lower() + "_"):
                 lines += [f"![{sid}]({os.path.basename(p)})", ""]
-    fid = fidelity(cells)
+    fid = fidelity(cells, doc)
     lines += ["## Fidelity: does our kernel's verdict equal its references'?", "",
               "Only a mismatch with the *primary* reference (the library whose behaviour our "
               "kernel's defaults reproduce) is a fidelity failure; rows against the other "
@@ -229,8 +236,8 @@ def render_markdown(doc: dict, plots: list[str]) -> str:
 
 
 def plot(doc: dict, out_dir: str) -> list[str]:
-    """PNG plots, as each scenario declares them; empty if matplotlib is missing.
-    A plot function declared by a scenario that is not registered here is skipped."""
+    """PNG plots, as the document's scenario descriptions declare them; empty if
+    matplotlib is missing. A plot function that is not importable here is skipped."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -239,36 +246,35 @@ def plot(doc: dict, out_dir: str) -> list[str]:
         return []
     cat = catalog(doc)
     key = _order_key(cat)
-    registered = scmod.scenarios()
     written = []
-    for sid in cat:
+    for sid, desc in cat.items():
         cells = [r for r in doc["cells"] if r["scenario"] == sid and not r.get("skipped")]
-        sc = registered.get(sid)
-        if not cells or sc is None:
+        if not cells:
             continue
-        for p in sc.plots:
-            if isinstance(p, scmod.Bars):
+        for p in desc.get("plots") or ():
+            if "bars" in p:
                 written += _bars(plt, sid, cells, p, out_dir, key)
-            else:
-                written += list(p(cells, out_dir, plt, key) or [])
+            elif _imported(p.get("function")):
+                written += list(_imported(p["function"])(cells, out_dir, plt, key) or [])
     return written
 
 
 def _bars(plt, sid, cells, bars, out_dir, key) -> list[str]:
-    cells = sorted((r for r in cells if isinstance(r["metrics"].get(bars.metric), (int, float))), key=key)
+    metric, scale, ylabel = bars["bars"], bars.get("scale", 1.0), bars.get("ylabel", bars["bars"])
+    cells = sorted((r for r in cells if isinstance(r["metrics"].get(metric), (int, float))), key=key)
     if not cells:
         return []
     labels = [f"{'*' if r.get('ours') else ''}{r['runtime']}\n{r['variant']}"
               + (f" {cell_net(r)}" if cell_net(r) else "") for r in cells]
-    values = [r["metrics"][bars.metric] * bars.scale for r in cells]
+    values = [r["metrics"][metric] * scale for r in cells]
     colors = ["tab:orange" if r.get("ours") else "tab:blue" for r in cells]
     fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(cells)), 4.2))
     ax.bar(range(len(cells)), values, color=colors)
     ax.set_xticks(range(len(cells)), labels, rotation=70, fontsize=7)
-    ax.set_ylabel(bars.ylabel)
-    ax.set_title(f"{sid}: {bars.ylabel} (orange = our kernels)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{sid}: {ylabel} (orange = our kernels)")
     fig.tight_layout()
-    path = os.path.join(out_dir, f"{sid.lower()}_{bars.metric}.png")
+    path = os.path.join(out_dir, f"{sid.lower()}_{metric}.png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return [path]
@@ -287,99 +293,6 @@ def write_report(doc: dict, out_dir: str) -> dict:
     paths["plots"] = plots
     paths["html"] = htmlmod.write_html(doc, out_dir, plots=plots)
     return paths
-
-
-def progress_printer(stream=sys.stderr):
-    start = time.monotonic()
-
-    def show(i, n, result):
-        status = "skipped" if result.get("skipped") else (
-            "ERROR" if result["errors"] and all(v is None for v in result["verdicts"].values())
-            else "ok")
-        stream.write(f"[{i}/{n}] {time.monotonic() - start:5.1f}s {result['id']:<60} {status}\n")
-        stream.flush()
-    return show
-
-
-def default_out_dir() -> str:
-    return os.path.join("looplab-runs", time.strftime("%Y%m%d-%H%M%S", time.localtime()))
-
-
-def verdict_failures(cells: list[dict]) -> list[str]:
-    return [f"{r['id']}: {k}" for r in cells for k, v in (r.get("verdicts") or {}).items() if v is not True]
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where SIGINT would be, so both keep the finished cells."""
-
-
-def _on_sigterm(signum, frame):
-    raise _Terminated()
-
-
-def run_and_report(cells, out_dir: str, json_path: str | None = None, jobs: int = 1,
-                   fail_on: str | None = None, baseline: dict | None = None,
-                   extra: dict | None = None) -> int:
-    """Run ``cells`` into ``out_dir`` (checked by the caller before this runs). Each
-    finished cell is flushed to ``out_dir/results.json`` at once, so an interrupt
-    (SIGINT or SIGTERM) keeps it; the full report is written at the end either way.
-
-    ``fail_on="verdict"``: exit 1 when a verdict fails -- with a ``baseline``
-    document, only when a verdict that held there fails now (a regression)."""
-    run_id = resmod.new_run_id()
-    env = resmod.environment()
-    described = {sid: sc.describe() for sid, sc in scmod.scenarios().items()
-                 if any(c.scenario == sid for c in cells)}
-    finished: list[dict] = []
-
-    def document(cell_list):
-        return resmod.new_document(cell_list, run_id=run_id, env=env, scenarios=described,
-                                   **(extra or {}))
-
-    show = progress_printer()
-
-    def progress(i, n, result):
-        finished.append(result)
-        show(i, n, result)
-        resmod.write_json(document(finished), os.path.join(out_dir, "results.json"))
-
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        results, interrupted = _run(cells, jobs, progress)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    order = {c.id: i for i, c in enumerate(cells)}
-    results = sorted(finished if interrupted else results, key=lambda r: order.get(r["id"], 0))
-    doc = document(results)
-    paths = write_report(doc, out_dir)
-    if json_path:
-        resmod.write_json(doc, json_path)
-    if interrupted:
-        print(f"looplab: interrupted: {len(results)} of {len(cells)} cells finished, kept in "
-              f"{paths['md']}", file=sys.stderr)
-        return ExitCode.INTERRUPTED
-    print(render_terminal(doc, notes_in=paths["md"]))
-    print(f"\nreport: {paths['html']} (report.md, results.json, results.csv, {len(paths['plots'])} plots)")
-    if any(r["errors"] for r in results):
-        return ExitCode.FAILED
-    if fail_on == "verdict":
-        if baseline is not None:
-            failed = [f"{r['cell']}: {r['metric']}" for r in cmpmod.verdict_changes(baseline, doc)
-                      if r["status"] == "regression"]
-        else:
-            failed = verdict_failures(results)
-        if failed:
-            print(f"looplab: {len(failed)} verdict(s) failed: {', '.join(failed[:5])}"
-                  + (" ..." if len(failed) > 5 else ""), file=sys.stderr)
-            return ExitCode.FAILED
-    return ExitCode.OK
-
-
-def _run(cells, jobs, progress):
-    try:
-        return scenarios.run_matrix(cells, jobs=jobs, progress=progress)
-    except KeyboardInterrupt:      # landed outside the matrix's own handler
-        return [], True
 
 
 def render_folder(doc: dict, out_dir: str) -> dict:
