@@ -34,6 +34,7 @@ from __future__ import annotations
 
 # the probe modules, in the order their probes are listed
 from bench.fidelity import callback, coro, streams, tasks  # noqa: F401
+from bench.fidelity import loops  # noqa: F401,I001  (the loop-conformance probes come last)
 from bench.fidelity.measure import (COMMAND, collect, compare, counts, declared, document,
                                     markdown_section, measure, pairings, probes_block,
                                     select_probes, select_runtimes, summary_line, table,

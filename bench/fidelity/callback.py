@@ -13,7 +13,7 @@ import logging
 import socket
 import time
 
-from bench.fidelity.registry import MB, Listener, LogCatcher, drain, ename, probe, reset
+from bench.fidelity.registry import asyncio_loop_factory, MB, Listener, LogCatcher, drain, ename, probe, reset
 
 
 class Rec:
@@ -150,11 +150,11 @@ class OurCallbackSide(CallbackSide):
 
 
 class AsyncioCallbackSide(CallbackSide):
-    """asyncio's default event loop."""
+    """An asyncio event loop: asyncio's own by default, else the one the runtime's
+    ``loop`` option names (uvloop, rloop, ``MODULE:FACTORY``), with its keywords."""
 
     def new_loop(self, options):
-        import asyncio
-        return asyncio.new_event_loop()
+        return asyncio_loop_factory(options)()
 
 
 class UvloopCallbackSide(CallbackSide):
