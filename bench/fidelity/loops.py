@@ -608,7 +608,7 @@ def _closed_loop(a):
 
 @loop_probe(documented=f"{_EL}#asyncio.loop.close")
 async def lp_call_soon_after_close(a):
-    """call_soon(), call_later() and create_task() on a closed loop (of the same class)."""
+    """call_soon(), call_later() and create_future() on a closed loop (of the same class)."""
     loop, out = _closed_loop(a), {}
     for name, call in (("call_soon", lambda: loop.call_soon(print)),
                        ("call_later", lambda: loop.call_later(1, print)),
@@ -767,15 +767,9 @@ async def lp_task_factory_roundtrip(a):
 
 def _recorder(a, events, keep_open):
     class Rec(a.Protocol):
-        def data_received(self, data):
-            events.append("data")
-
-        def eof_received(self):
-            events.append("eof")
-            return keep_open
-
-        def connection_lost(self, exc):
-            events.append("lost")
+        data_received = lambda self, data: events.append("data")  # noqa: E731
+        eof_received = lambda self: events.append("eof") or keep_open  # noqa: E731
+        connection_lost = lambda self, exc: events.append("lost")  # noqa: E731
     return Rec
 
 
@@ -794,9 +788,7 @@ async def lp_pause_reading_around_eof(a):
     paused = list(events)
     t.resume_reading()
     await a.sleep(0.05)
-    t.close()
-    await a.sleep(0.01)
-    peer.close(), lsn.close()
+    t.close(), peer.close(), lsn.close()
     return {"while_paused": paused, "after": events}
 
 
@@ -816,8 +808,7 @@ async def lp_is_reading_after_eof(a):
         out["resume"] = None
     except Exception as exc:
         out["resume"] = type(exc).__name__
-    t.close()
-    peer.close(), lsn.close()
+    t.close(), peer.close(), lsn.close()
     return out
 
 
@@ -894,16 +885,13 @@ async def lp_connect_accepted_socket(a):
     conn, _ = lsn.accept()
     events = []
     try:
-        t, _ = await a.get_running_loop().connect_accepted_socket(
-            _recorder(a, events, None), conn)
+        t, _ = await a.get_running_loop().connect_accepted_socket(_recorder(a, events, None), conn)
         c.sendall(b"x")
         await a.sleep(0.05)
-        t.close()
-        out = {"events": events}
+        out = {"events": events, "closing": t.close()}
     except Exception as exc:
         out = {"raised": type(exc).__name__}
-        conn.close()
-    c.close(), lsn.close()
+    c.close(), conn.close(), lsn.close()
     return out
 
 
