@@ -249,6 +249,7 @@ async def lp_server_close_clients(a):
     """Server.close_clients() (3.13): does the open client see EOF?"""
     async def handler(r, w):
         await r.read()
+        w.close()
     srv = await a.start_server(handler, "127.0.0.1", 0)
     r, w = await a.open_connection(*srv.sockets[0].getsockname())
     await a.sleep(0.02)
@@ -270,6 +271,7 @@ async def lp_server_abort_clients(a):
     async def handler(r, w):
         w.write(b"x" * 4_000_000)
         await r.read()
+        w.close()
     srv = await a.start_server(handler, "127.0.0.1", 0)
     r, w = await a.open_connection(*srv.sockets[0].getsockname())
     await a.sleep(0.05)
@@ -311,6 +313,7 @@ async def lp_serve_forever_cancel_open_client(a):
     """Cancelling serve_forever() with a client connected: does the client see EOF?"""
     async def handler(r, w):
         await r.read()
+        w.close()
     srv = await a.start_server(handler, "127.0.0.1", 0, start_serving=False)
     task = a.create_task(srv.serve_forever())
     await a.sleep(0.02)
