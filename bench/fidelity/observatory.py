@@ -235,6 +235,27 @@ def repro_probe(name: str, quiet: bool = False) -> str | None:
     return twin
 
 
+def runtime_for(probe_name: str, spec: str) -> str:
+    """The canonical spec that runs ``probe_name`` on the loop, interpreter and loop
+    keywords of ``spec``: an asyncio runtime of the probe's style (a loop probe is
+    stream-style, so ``asyncio-protocol:loop=uvloop`` runs it as ``uvloop-streams``)."""
+    rt = rtmod.parse(spec)
+    style = _probes()[probe_name].style
+    if rt.style == style:
+        return rt.spec
+    if "loop" not in rt.info.options.names() and not getattr(
+            rtmod._port_class(rt.info), "fixed_loop", None):
+        raise UsageError(f"runtime {rt.spec} runs no asyncio loop, so it cannot run "
+                         f"{probe_name}; give an asyncio runtime, e.g. asyncio-streams:loop=uvloop")
+    twin = next((i.id for i in rtmod.RUNTIMES.values() if i.style == style and i.variant_of is None
+                 and "loop" in i.options.names()), None)
+    if twin is None:
+        raise UsageError(f"no {style}-style asyncio runtime is registered to run {probe_name}")
+    opts = [f"loop={_loop_of(rt)}"] + [f"loop.{k}={v}" for k, v in sorted(rt.loop_options.items())]
+    at = f"@{rt.interpreter}" if rt.interpreter else ""
+    return rtmod.parse(f"{twin}{at}:{','.join(opts)}").spec
+
+
 def _source(fn) -> str:
     src = textwrap.dedent(inspect.getsource(fn))
     tree = ast.parse(src)

@@ -117,15 +117,18 @@ def _file_part(spec: str) -> str:
 def _repro(args) -> ExitCode:
     """``--repro PROBE --runtime SPEC``: measure the probe on SPEC and on CPython's asyncio
     on the same interpreter, then write the standalone script."""
-    from bench.errors import UsageError
+    from bench.errors import Unavailable, UsageError
+    from protocols import runtimes as rtmod
     if not (args.repro and args.runtime):
         raise UsageError("--repro PROBE and --runtime SPEC go together, e.g. --repro "
                          "lp_call_later_zero_order --runtime asyncio-streams:loop=uvloop")
     target = observatory.repro_probe(args.repro)
-    spec = fidelity.select_runtimes(args.runtime)[0]
-    spec = [s for s in spec if fidelity.grid_reference(s) is not None] or spec
-    rt = spec[-1]
+    rt = observatory.runtime_for(target, args.runtime)
     ref = fidelity.grid_reference(rt)
+    for spec in (rt, ref):
+        why = spec and rtmod.parse(spec).unavailable_reason()
+        if why:
+            raise Unavailable(f"runtime {spec} is unavailable here: {why}")
     if args.out:
         resmod.check_output(args.out, "--out", folder=True)
     meta: dict = {}
