@@ -92,7 +92,8 @@ async def lp_write_buffer_size_after_abort(a):
     return {"buffered": before, "right_after": now, "later": t.get_write_buffer_size()}
 
 
-@loop_probe(documented=f"{_PR}#asyncio.BaseTransport.close")
+@loop_probe(documented=f"{_PR}#asyncio.BaseTransport.close",
+            twin_of=("cb_write_after_close_buffered",))
 async def lp_close_flushes_buffer(a):
     """close() with 1 MB buffered: the peer still receives all of it, then EOF."""
     lsn = socket.create_server(("127.0.0.1", 0))
@@ -310,7 +311,8 @@ async def lp_serve_forever_cancel(a):
 
 @loop_probe()
 async def lp_serve_forever_cancel_open_client(a):
-    """Cancelling serve_forever() with a client connected: does the client see EOF?"""
+    """Cancelling serve_forever() with a client connected: does the task finish while
+    the client stays open (3.12+ waits for it), and does the client see EOF?"""
     async def handler(r, w):
         await r.read()
         w.close()
@@ -320,13 +322,15 @@ async def lp_serve_forever_cancel_open_client(a):
     r, w = await a.open_connection(*srv.sockets[0].getsockname())
     await a.sleep(0.02)
     task.cancel()
-    await a.gather(task, return_exceptions=True)
+    await a.sleep(0.1)
+    out = {"finished_with_client_open": task.done()}
     try:
-        out = repr(await a.wait_for(r.read(), 0.3))
+        out["client_read"] = repr(await a.wait_for(r.read(), 0.2))
     except Exception as exc:
-        out = type(exc).__name__
+        out["client_read"] = type(exc).__name__
     w.close()
-    return {"client_read": out}
+    await a.wait_for(a.gather(task, return_exceptions=True), 1)
+    return out
 
 
 @loop_probe(documented=f"{_EL}#asyncio.Server.serve_forever")
@@ -742,7 +746,11 @@ async def lp_eager_start(a):
         order.append(n)
         if n:
             await a.sleep(0)
-    t0, t1 = loop.create_task(child(0)), loop.create_task(child(1))
+    try:
+        t0, t1 = loop.create_task(child(0)), loop.create_task(child(1))
+    except Exception as exc:
+        loop.set_task_factory(None)
+        return {"create_task": type(exc).__name__}
     order.append("parent")
     done = [t0.done(), t1.done()]
     await a.gather(t0, t1)
@@ -1041,3 +1049,92 @@ async def lp_shutdown_asyncgens(a):
     loop.close()
     del g
     return {"order": order}
+
+
+# --- transports: when connection_lost comes, and with what ---------------------------
+
+def _lost_recorder(a, lost):
+    class Rec(a.Protocol):
+        connection_lost = lambda self, exc: lost.append(type(exc).__name__ if exc else None)  # noqa: E731
+    return Rec
+
+
+@loop_probe(documented=f"{_PR}#asyncio.BaseTransport.close",
+            twin_of=("cb_close_is_deferred", "cb_abort_with_buffer"))
+async def lp_connection_lost_is_deferred(a):
+    """close() and abort(): connection_lost() is called later, never inside the call."""
+    lsn, out = socket.create_server(("127.0.0.1", 0)), {}
+    for how in ("close", "abort"):
+        lost = []
+        t, _ = await a.get_running_loop().create_connection(_lost_recorder(a, lost),
+                                                             *lsn.getsockname())
+        getattr(t, how)()
+        out[how] = {"inside": list(lost)}
+        await a.sleep(0.02)
+        out[how]["later"] = lost
+    lsn.close()
+    return out
+
+
+@loop_probe(documented=f"{_PR}#asyncio.BaseProtocol.connection_lost",
+            twin_of=("cb_peer_reset_while_reading", "cb_peer_reset_while_buffered"))
+async def lp_peer_reset_connection_lost(a):
+    """The peer resets an idle connection: connection_lost() and with which exception."""
+    lsn, lost = socket.create_server(("127.0.0.1", 0)), []
+    t, _ = await a.get_running_loop().create_connection(_lost_recorder(a, lost),
+                                                         *lsn.getsockname())
+    peer, _ = lsn.accept()
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+    peer.close()
+    await a.sleep(0.1)
+    t.close(), lsn.close()
+    return {"lost": lost}
+
+
+@loop_probe(documented=f"{_PR}#asyncio.BaseProtocol.connection_lost")
+async def lp_write_to_closed_peer(a):
+    """Writes to a peer that has closed its socket: connection_lost()'s exception."""
+    lsn, lost = socket.create_server(("127.0.0.1", 0)), []
+    t, _ = await a.get_running_loop().create_connection(_lost_recorder(a, lost),
+                                                         *lsn.getsockname())
+    peer, _ = lsn.accept()
+    peer.close()
+    for _ in range(20):
+        if not t.is_closing():
+            t.write(b"x" * 10_000)
+        await a.sleep(0.01)
+    lsn.close()
+    return {"lost": lost}
+
+
+@loop_probe(documented=f"{_PR}#asyncio.WriteTransport.set_write_buffer_limits",
+            twin_of=("cb_bad_buffer_limits",))
+async def lp_bad_buffer_limits(a):
+    """set_write_buffer_limits(high=10, low=20) and high=-1 (asyncio: ValueError)."""
+    lsn = socket.create_server(("127.0.0.1", 0))
+    t, _ = await a.get_running_loop().create_connection(a.Protocol, *lsn.getsockname())
+    out = []
+    for kw in ({"high": 10, "low": 20}, {"high": -1}):
+        try:
+            t.set_write_buffer_limits(**kw)
+            out.append(None)
+        except Exception as exc:
+            out.append(type(exc).__name__)
+    t.close(), lsn.close()
+    return {"raised": out}
+
+
+@loop_probe(documented=f"{_EL}#asyncio.Handle.cancelled", twin_of=("cb_cancelled_handle",))
+async def lp_cancelled_handle(a):
+    """Handle and TimerHandle: cancel() twice, cancelled(), and they never run."""
+    loop, order = a.get_running_loop(), []
+    hs = [loop.call_soon(order.append, "soon"), loop.call_later(0.001, order.append, "later")]
+    out = {}
+    for name, h in zip(("call_soon", "call_later"), hs):
+        try:
+            h.cancel(), h.cancel()
+            out[name] = h.cancelled()
+        except Exception as exc:
+            out[name] = type(exc).__name__
+    await a.sleep(0.02)
+    return {"cancelled": out, "ran": order}

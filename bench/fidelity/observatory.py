@@ -149,15 +149,22 @@ def markdown_grid(g: dict, level: str = "##") -> str:
               f"promise), {cc['divergent']} divergent on at least one loop.", ""]
     if g["divergences"]:
         lines += [f"{level}# Divergences", "",
-                  "Against CPython's asyncio on the same interpreter; `repro` is what "
-                  "`looplab fidelity --repro PROBE --runtime SPEC` writes a standalone script for.",
-                  ""]
-        body = [[d["probe"], f"{d['loop']} {d['loop_version'] or ''} on {d['python']}",
-                 _md(d["asyncio"]), _md(d["loop_shows"]),
-                 "de-facto" if d["class"] == "de-facto" else f"[documented]({d['class']})",
-                 d["repro"] or "-"] for d in g["divergences"]]
-        lines += [format_table(["probe", "loop on Python", "asyncio", "loop", "class", "repro"],
-                               body, markdown=True, align="llllll"), ""]
+                  "Against CPython's asyncio on the same interpreter, one row per probe and "
+                  "loop (the interpreters where it shows the same thing). `repro`: the probe "
+                  "whose standalone script `looplab fidelity --repro PROBE --runtime SPEC` "
+                  "writes.", ""]
+        grouped: dict = {}
+        for d in g["divergences"]:
+            key = (d["probe"], d["loop"], d["loop_version"], d["asyncio"], d["loop_shows"])
+            grouped.setdefault(key, []).append(d)
+        body = [[probe, f"{loop} {ver or ''}".strip(),
+                 ", ".join(sorted({x["python"] or "?" for x in ds}, key=_vkey)),
+                 _md(ref), _md(got),
+                 "de-facto" if ds[0]["class"] == "de-facto" else f"[documented]({ds[0]['class']})",
+                 ds[0]["repro"] or "-"]
+                for (probe, loop, ver, ref, got), ds in grouped.items()]
+        lines += [format_table(["probe", "loop", "on Python", "asyncio", "loop shows", "class",
+                                "repro"], body, markdown=True, align="lllllll"), ""]
     if g["changed"]:
         pys = sorted({p for ch in g["changed"] for p in ch["by_python"]}, key=_vkey)
         lines += [f"{level}# Changed between interpreters (CPython's asyncio)", "",
