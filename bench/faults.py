@@ -93,7 +93,8 @@ class ServedServer:
 
     def __init__(self, app: str, runtime: str, variant: str | None = None,
                  upstream=None, start_timeout_s: float = 20.0):
-        cmd = [sys.executable, "-m", "bench", "serve", app, "--runtime", runtime,
+        from bench import envs      # the server runs in the runtime's own interpreter (@)
+        cmd = [envs.interpreter_for(runtime), "-m", "bench", "serve", app, "--runtime", runtime,
                "--listen", "127.0.0.1:0"]
         if variant:
             cmd += ["--variant", variant]

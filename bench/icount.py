@@ -74,10 +74,11 @@ def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):
 
 def instructions(runtime, conns, size, requests, out_dir, extra=(), pause=0.0):
     out = os.path.join(out_dir, f"cg.{runtime.replace(':', '_')}.c{conns}.{requests}.out")
+    from bench import envs          # the server runs in the runtime's own interpreter (@)
     env = dict(os.environ, PYTHONHASHSEED="0")
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
            f"--callgrind-out-file={out}", *extra,
-           sys.executable, "-m", "bench", "serve", "echo", "--runtime", runtime]
+           envs.interpreter_for(runtime), "-m", "bench", "serve", "echo", "--runtime", runtime]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     try:

@@ -485,8 +485,10 @@ def _worker_main(argv) -> int:
 
 def _micro_in_worker(op: str, rt, min_time: float, cpu: int | None,
                      timeout_s: float = 180.0) -> dict:
-    cmd = [sys.executable, "-m", "bench.micro", "worker", "--op", op, "--runtime",
-           bench_runtime(rt).spec, "--min-time", repr(min_time)]
+    from bench import envs          # the worker runs in the runtime's own interpreter (@)
+    spec = bench_runtime(rt).spec
+    cmd = [envs.interpreter_for(spec), "-m", "bench.micro", "worker", "--op", op, "--runtime",
+           spec, "--min-time", repr(min_time)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, cwd=ROOT)
     pin(proc.pid, cpu)
