@@ -209,3 +209,14 @@ def test_shards_across_the_loop_axis_merge_into_one_run(tmp_path):
         runtimes.parse(s).spec for s in ("asyncio-streams", "asyncio-streams:loop=uvloop",
                                          "asyncio-protocol:loop=uvloop"))
     assert listed.returncode == 0 and all(c["runtime"] in listed.stdout for c in cells)
+
+
+def test_the_pytest_fixture_skips_a_runtime_bound_to_another_interpreter():
+    from protocols import pytest_plugin
+    here = ".".join(map(str, sys.version_info[:2]))
+    assert pytest_plugin._other_interpreter(runtimes.parse(f"asyncio-streams@{here}")) is None
+    assert pytest_plugin._other_interpreter(runtimes.parse("asyncio-streams")) is None
+    why = pytest_plugin._other_interpreter(runtimes.parse("asyncio-streams@3.99"))
+    assert why and "3.99" in why and "this process" in why
+    with pytest.raises(pytest.skip.Exception):
+        pytest_plugin.runtime_or_skip("asyncio-streams@3.99")

@@ -733,7 +733,7 @@ async def lp_timer_handle(a):
 
 # --- tasks: eager start, the task factory --------------------------------------------
 
-@loop_probe(documented=f"{_TK}#asyncio.eager_task_factory")
+@loop_probe(documented=f"{_TK}#asyncio.eager_task_factory", twin_of=("tk_eager_spawn",))
 async def lp_eager_start(a):
     """eager_task_factory (3.12): the child's first step runs inside create_task(), and
     a child that never awaits is done when create_task() returns."""
