@@ -96,17 +96,24 @@ def run(args) -> ExitCode:
 
 
 def _write_repros(out_dir, grid, results) -> None:
-    """One standalone reproduction per divergence that has one: DIR/repro/PROBE-SPEC.py."""
+    """One standalone reproduction per divergence that has one, on the runtime of the
+    reproducing probe's style: DIR/repro/PROBE-SPEC.py (a probe reproducing several
+    divergences on one loop and interpreter is written once)."""
     folder = os.path.join(out_dir, "repro")
+    written = {}
     for d in grid["divergences"]:
         if not d["repro"] or d["verdict"] != "divergent":
             continue
-        ref = (results.get(d["reference"], {}).get(d["repro"]) or {}).get("obs")
-        obs = (results.get(d["spec"], {}).get(d["repro"]) or {}).get("obs")
-        text = observatory.reproduction(d["repro"], d["spec"], ref, obs, d)
-        os.makedirs(folder, exist_ok=True)
-        name = f"{d['repro']}-{_file_part(d['spec'])}.py"
-        resmod.write_text(os.path.join(folder, name), text)
+        spec = observatory.runtime_for(d["repro"], d["spec"])
+        name = f"{d['repro']}-{_file_part(spec)}.py"
+        if name not in written:
+            ref = fidelity.grid_reference(spec)
+            exp = (results.get(ref, {}).get(d["repro"]) or {}).get("obs")
+            obs = (results.get(spec, {}).get(d["repro"]) or {}).get("obs")
+            text = observatory.reproduction(d["repro"], spec, exp, obs, d)
+            os.makedirs(folder, exist_ok=True)
+            resmod.write_text(os.path.join(folder, name), text)
+            written[name] = True
         d["repro_file"] = os.path.join("repro", name)
 
 
