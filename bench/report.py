@@ -24,7 +24,7 @@ from bench import results as resmod
 from bench import scenario as scmod
 from bench import scenarios
 from bench.errors import ExitCode
-from bench.htmldoc import cell_net, net_rank, sim_note
+from bench.htmldoc import axis_key, cell_net, net_rank, sim_note
 from bench.tables import MISSING, fmt, format_table
 from protocols import runtimes as rtmod
 
@@ -55,7 +55,9 @@ def _order_key(cat: dict):
         variants = desc.get("variants", [])
         v = variants.index(r["variant"]) if r["variant"] in variants else len(variants)
         style = STYLE_ORDER.index(r["style"]) if r.get("style") in STYLE_ORDER else 9
-        return (v, r["variant"], style, 0 if r.get("ours") else 1, r["runtime"], net_rank(r))
+        # style, then runtime, loop and interpreter (htmldoc.axis_key)
+        return (v, r["variant"], style, 0 if r.get("ours") else 1, axis_key(r["runtime"]),
+                net_rank(r))
     return key
 
 

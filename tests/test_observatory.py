@@ -161,7 +161,8 @@ def grid_run():
         pytest.skip("no second interpreter >= looplab's minimum was found")
     spec = f"asyncio-streams@{'.'.join(other.version.split('.')[:2])}"
     names = "lp_server_wait_closed_open_client,lp_server_close_clients,lp_eager_start"
-    results, rows, _, block = measure.measure(f"asyncio-streams,{spec}", names)
+    results, rows, names, block = measure.measure(f"asyncio-streams,{spec}", names)
+    observatory.add_grid(results, rows, names, block)
     return other, spec, results, block
 
 
@@ -220,3 +221,15 @@ def test_the_pytest_fixture_skips_a_runtime_bound_to_another_interpreter():
     assert why and "3.99" in why and "this process" in why
     with pytest.raises(pytest.skip.Exception):
         pytest_plugin.runtime_or_skip("asyncio-streams@3.99")
+
+
+def test_report_rows_group_by_loop_then_interpreter():
+    from bench.htmldoc import Runtimes, axis_key
+    specs = ["asyncio-streams@3.13:loop=rloop", "asyncio-streams@3.12", "asyncio-streams",
+             "asyncio-streams@3.11:loop=rloop", "asyncio-streams@3.13", "hybrid"]
+    assert sorted(specs, key=axis_key) == [
+        "asyncio-streams", "asyncio-streams@3.12", "asyncio-streams@3.13",
+        "asyncio-streams@3.11:loop=rloop", "asyncio-streams@3.13:loop=rloop", "hybrid"]
+    cells = [{"id": s, "runtime": s} for s in specs]
+    # our kernel first, then its reference's cells, grouped by loop, then interpreter
+    assert Runtimes(cells).ordered(specs) == ["hybrid", *sorted(specs[:5], key=axis_key)]

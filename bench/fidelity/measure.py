@@ -321,7 +321,9 @@ def counts(rows) -> dict:
     for r in rows:
         c = out.setdefault(f"{r['ours']} vs {r['reference']}",
                            {"compared": 0, "agree": 0, "declared": 0, "differ": 0, "error": 0,
-                            "primary": r["primary"], "kind": r.get("kind", "kernel")})
+                            "primary": r["primary"]})
+        if r.get("kind") == "loop":
+            c["kind"] = "loop"
         if r["verdict"] == "n/a":
             continue
         c["compared"] += 1
@@ -504,8 +506,7 @@ def measure(runtimes_text=None, probes_text=None) -> tuple[dict, list, list, dic
     results = collect(runtimes, names, meta=meta)
     rows = compare(results, names)
     block = probes_block(rows, skipped, time.monotonic() - start)
-    from bench.fidelity import observatory
-    grid = observatory.grid(results, rows, names, meta)
-    if grid["cells"]:
-        block["grid"] = grid
+    # what each worker ran with (Python, loop and its version): the observatory's grid
+    # (``bench.fidelity.observatory.add_grid``) reads it
+    block["workers"] = meta
     return results, rows, names, block

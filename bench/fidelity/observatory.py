@@ -24,7 +24,7 @@ from bench.errors import UsageError
 from bench.tables import format_table
 from protocols import runtimes as rtmod
 
-__all__ = ["grid", "markdown_grid", "html_page", "reproduction", "repro_probe", "REPRO_MAX_LINES"]
+__all__ = ["grid", "add_grid", "markdown_grid", "html_page", "reproduction", "repro_probe", "REPRO_MAX_LINES"]
 
 REPRO_MAX_LINES = 30
 _STDLIB = ("concurrent.futures", "gc", "os", "signal", "socket", "threading", "time")
@@ -113,6 +113,14 @@ def grid(results: dict, rows: list, names, meta: dict) -> dict:
             "classes": classes,
             "class_counts": {k: sum(v == k for v in classes.values())
                              for k in ("documented", "de-facto", "divergent")}}
+
+
+def add_grid(results: dict, rows: list, names, block: dict) -> dict:
+    """Put the grid into the report block (``block["grid"]``) when an asyncio cell ran."""
+    g = grid(results, rows, names, block.get("workers") or {})
+    if g["cells"]:
+        block["grid"] = g
+    return block
 
 
 def _md(text) -> str:

@@ -62,6 +62,7 @@ def run(args) -> ExitCode:
         resmod.check_output(args.out, "--out", folder=True)
     start = time.monotonic()
     results, rows, names, block = fidelity.measure(args.runtimes, args.probes)
+    observatory.add_grid(results, rows, names, block)
     print(fidelity.table(rows))
     if block.get("grid"):
         print()
