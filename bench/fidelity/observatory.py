@@ -331,7 +331,8 @@ def reproduction(name: str, spec: str, expected=None, observed=None, versions: d
     v = versions or {}
     on = f"{v.get('loop') or _loop_of(rtmod.parse(spec))} {v.get('loop_version') or ''}".strip()
     py = v.get("python") or ".".join(map(str, sys.version_info[:3]))
-    head = [f'"""{target}: {p.doc}']
+    what = " ".join((inspect.getdoc(p.fn) or p.doc).split("\n\n")[0].split())
+    head = [f'"""{target}: {what}']
     if expected is not None:
         head.append(f"CPython {py} asyncio: {_compact(expected)}")
     if observed is not None:
