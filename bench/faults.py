@@ -66,8 +66,9 @@ class ServedServer:
 
     def __init__(self, app: str, runtime: str, variant: str | None = None,
                  upstream=None, start_timeout_s: float = 20.0):
+        from bench import envs      # the server runs in the runtime's own interpreter (@)
         cmd = procs.python_command("bench", "serve", app, "--runtime", runtime,
-                                   "--listen", "127.0.0.1:0")
+                                   "--listen", "127.0.0.1:0", python=envs.interpreter_for(runtime))
         if variant:
             cmd += ["--variant", variant]
         if app == "proxy":

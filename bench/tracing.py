@@ -79,7 +79,8 @@ def traced_spec(runtime) -> str:
     if how.option:
         return spec + ("," if ":" in spec else ":") + how.option
     head, sep, rest = spec.partition(":")
-    return head + SUFFIX + sep + rest
+    ident, at, interp = head.partition("@")     # the twin keeps the interpreter: ID+trace@3.12
+    return ident + SUFFIX + at + interp + sep + rest
 
 
 def plan(runtime) -> tuple[str, list[str]]:

@@ -126,10 +126,32 @@ def runtime_or_skip(spec: str):
     """``parse(spec)``, skipping the test (with the reason) if it is unavailable here."""
     from protocols import runtimes
     rt = runtimes.parse(spec)
+    elsewhere = _other_interpreter(rt)
+    if elsewhere:
+        pytest.skip(f"{rt.spec}: {elsewhere}")
     reason = rt.unavailable_reason()
     if reason:
         pytest.skip(f"{rt.id}: {reason}")
     return rt
+
+
+def _other_interpreter(rt) -> str | None:
+    """Why a runtime bound to another interpreter (``@3.12``) cannot open here: the
+    fixtures open ports in the test's own process. None when ``@`` names this one."""
+    import os
+    import platform
+    import sys
+    if rt.interpreter is None:
+        return None
+    if os.sep in rt.interpreter:
+        same = os.path.abspath(rt.interpreter) == os.path.abspath(sys.executable)
+    else:
+        same = (platform.python_version() + ".").startswith(rt.interpreter + ".")
+    if same:
+        return None
+    return (f"runs in Python {rt.interpreter}, and these fixtures open ports in this process "
+            f"(Python {platform.python_version()}); run pytest with that interpreter "
+            "(looplab env list shows its environment)")
 
 
 @pytest.fixture

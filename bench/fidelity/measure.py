@@ -30,7 +30,7 @@ __all__ = ["pairings", "declared", "collect", "compare", "counts", "undeclared",
            "select_probes", "select_runtimes", "measure", "probes_block", "markdown_section",
            "table", "summary_line", "COMMAND"]
 
-WORKER_TIMEOUT_S = 50.0
+WORKER_TIMEOUT_S = 150.0
 PARALLEL = 3
 
 
@@ -65,24 +65,66 @@ def _missing(rid) -> str | None:
     return None if reason is None else f"runtime {rid} is unavailable here: {reason}"
 
 
+def _at(rid: str, interpreter) -> str:
+    return rid if interpreter is None else f"{rid}@{interpreter}"
+
+
+def _plain(rt) -> bool:
+    """No option changed from its default and no loop keyword: the runtime as registered."""
+    return not rt.info.options.changed(rt.options) and not rt.loop_options
+
+
+def grid_reference(rt) -> str | None:
+    """For an asyncio runtime on another loop (``asyncio-streams:loop=rloop``, the
+    ``uvloop-*`` aliases) or with a flipped option (``eager=true``): the spec of
+    CPython's asyncio with that port on the *same interpreter*, its de-facto
+    reference. None for anything else."""
+    if isinstance(rt, str):
+        rt = rtmod.parse(rt)
+    base = next((rid for (rid, _loop), alias in rtmod._LOOP_ALIASES.items()
+                 if alias == rt.id), None)
+    if base is None:
+        if "loop" not in rt.info.options.names() or _plain(rt):
+            return None
+        base = rt.id
+    return _at(base, rt.interpreter)
+
+
 def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
     """The runtimes to run (each subject's primary reference added to it) and the
     ones skipped because they are unavailable. Explicitly named but unavailable ->
-    Unavailable."""
+    Unavailable.
+
+    A plain id keeps its pairing: a kernel brings its primary reference, a reference
+    brings its kernel. A spec with an interpreter (``@3.12``) or options is a cell of
+    the grid: a kernel brings its primary reference on the same interpreter, an
+    asyncio runtime on another loop brings CPython's asyncio on the same
+    interpreter (``grid_reference``)."""
     members, pairs = _members(), pairings()
     if not text:
         named, explicit = list(members), False
     else:
-        named = [t.strip() for t in text.split(",") if t.strip()]
-        bad = [t for t in named if t not in members]
+        named = [rt.spec for rt in rtmod.parse_list(text)]
+        bad = [t for t in named if t not in members and not _grid_spec(t)]
         if bad or not named:
             raise UsageError(f"unknown runtime {(bad or [text])[0]!r} for fidelity; "
-                             f"choose from {', '.join(members)}")
+                             f"choose from {', '.join(members)}, or give a spec of one with "
+                             "an interpreter or a loop (e.g. asyncio-streams@3.12:loop=rloop)")
         explicit = True
     wanted = []
-    for rid in named:
-        subjects = [rid] if rid in pairs else [s for s, refs in pairs.items() if rid in refs]
-        for r in [x for s in subjects for x in (s, pairs[s][0])] + [rid]:
+    for spec in named:
+        rt = rtmod.parse(spec)
+        if spec in members:
+            subjects = [spec] if spec in pairs else [s for s, refs in pairs.items() if spec in refs]
+            adds = [x for s in subjects for x in (s, pairs[s][0])] + [spec]
+            ref = grid_reference(rt)
+            adds = ([ref] if ref else []) + adds
+        else:
+            ref = grid_reference(rt)
+            if rt.id in pairs and _plain(rt):
+                ref = _at(pairs[rt.id][0], rt.interpreter)
+            adds = ([ref] if ref else []) + [spec]
+        for r in adds:
             if r not in wanted:
                 wanted.append(r)
     skipped = []
@@ -93,7 +135,14 @@ def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
                 raise Unavailable(why)
             wanted.remove(rid)
             skipped.append(rid)
-    return [r for r in members if r in wanted], skipped
+    order = {rid: i for i, rid in enumerate(members)}
+    return sorted(wanted, key=lambda r: (order.get(r, len(order)), wanted.index(r))), skipped
+
+
+def _grid_spec(spec: str) -> bool:
+    rt = rtmod.parse(spec)
+    return (rt.id in _members() and (rt.interpreter is not None or not _plain(rt))) \
+        or grid_reference(rt) is not None
 
 
 def _probes() -> dict:
@@ -119,13 +168,16 @@ def select_probes(text: str | None) -> list[str]:
 # Running
 
 def _worker_cmd(rid, names):
-    return [sys.executable, "-m", "bench.fidelity.worker", rid, ",".join(names)]
+    # the worker runs in the runtime's own interpreter (its environment for ``@``)
+    from bench import envs
+    return [envs.interpreter_for(rid), "-m", "bench.fidelity.worker", rid, ",".join(names)]
 
 
-def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL) -> dict:
+def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL, meta=None) -> dict:
     """Run the probes on each runtime in its own process: {runtime: {probe: record}}.
     A record has ``obs``, ``skip`` or ``error``. A process that dies or overruns keeps the
-    probes it finished; the rest get an error record."""
+    probes it finished; the rest get an error record. ``meta``, a dict, receives each
+    runtime's Python and loop version as its worker reported them."""
     probes = _probes()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -136,7 +188,7 @@ def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL) -> dic
     modules += [m for m in rtmod.plugin_modules() if m not in modules]
     if modules:
         env[rtmod.ENV_VAR] = ",".join(modules)
-    todo = [(rid, [n for n in names if probes[n].style == rtmod.get(rid).style])
+    todo = [(rid, [n for n in names if probes[n].style == rtmod.parse(rid).style])
             for rid in runtimes]
     todo = [(rid, ns) for rid, ns in todo if ns]
     results, running, started = {}, [], []
@@ -155,6 +207,8 @@ def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL) -> dic
         for line in out.splitlines():
             try:
                 rec = json.loads(line)
+                if "meta" in rec and meta is not None:
+                    meta[rid] = rec["meta"]
                 recs[rec["probe"]] = rec
             except (ValueError, KeyError, TypeError):
                 continue
@@ -217,29 +271,39 @@ def _as_declared(ref_obs, ours_obs, expected) -> bool:
 def compare(results: dict, names) -> list[dict]:
     """One row per (subject, reference, probe) that ran on both: ``verdict`` is
     ``agree``, ``declared``, ``differ`` (undeclared, or no longer as declared),
-    ``error`` or ``n/a``."""
+    ``error`` or ``n/a``. A loop cell of the grid (``grid_reference``) gets rows
+    against CPython's asyncio on the same interpreter (``kind`` "loop"), whose
+    differences are ``divergent``."""
     probes = _probes()
+    pairs = pairings()
     rows = []
-    for ours, refs in pairings().items():
-        if ours not in results:
-            continue
-        info = rtmod.get(ours)
-        for i, ref in enumerate(refs):
+    for key in results:
+        rt = rtmod.parse(key)
+        info = rt.info
+        refs = []
+        if rt.id in pairs and _plain(rt):
+            refs = [(_at(r, rt.interpreter), i == 0, "kernel") for i, r in enumerate(pairs[rt.id])]
+        elif grid_reference(rt):
+            refs = [(grid_reference(rt), False, "loop")]
+        for ref, primary, kind in refs:
             if ref not in results:
                 continue
             for n in names:
                 if probes[n].style != info.style:
                     continue
-                a, b = results[ref].get(n), results[ours].get(n)
-                decl = info.probe_difference(n) if i == 0 else None
-                row = {"ours": ours, "reference": ref, "primary": i == 0, "probe": n,
-                       "ref_rec": a, "ours_rec": b, "reason": decl.reason if decl else None}
+                a, b = results[ref].get(n), results[key].get(n)
+                decl = info.probe_difference(n) if primary else None
+                row = {"ours": key, "reference": ref, "primary": primary, "probe": n,
+                       "ref_rec": a, "ours_rec": b, "reason": decl.reason if decl else None,
+                       "kind": kind}
                 if a is None or b is None or "skip" in a or "skip" in b:
                     row["verdict"] = "n/a"
                 elif "error" in a or "error" in b:
                     row["verdict"] = "error"
                 elif a["obs"] == b["obs"]:
                     row["verdict"] = "agree"
+                elif kind == "loop":
+                    row["verdict"] = "divergent"
                 elif decl and _as_declared(a["obs"], b["obs"], decl.expected):
                     row["verdict"] = "declared"
                 else:
@@ -258,10 +322,12 @@ def counts(rows) -> dict:
         c = out.setdefault(f"{r['ours']} vs {r['reference']}",
                            {"compared": 0, "agree": 0, "declared": 0, "differ": 0, "error": 0,
                             "primary": r["primary"]})
+        if r.get("kind") == "loop":
+            c["kind"] = "loop"
         if r["verdict"] == "n/a":
             continue
         c["compared"] += 1
-        c[r["verdict"]] += 1
+        c["differ" if r["verdict"] == "divergent" else r["verdict"]] += 1
     return out
 
 
@@ -273,6 +339,9 @@ def undeclared(rows) -> list[dict]:
 def summary_line(pair, c) -> str:
     if not c["compared"]:
         return f"{pair}: no selected probe maps onto both"
+    if c.get("kind") == "loop":
+        return (f"{pair} (loop conformance): {c['agree']}/{c['compared']} agree, "
+                f"{c['differ']} divergent, {c['error']} errors")
     if not c["primary"]:
         return (f"{pair} (secondary, information): {c['agree']}/{c['compared']} agree, "
                 f"{c['differ'] + c['declared']} differ, {c['error']} errors")
@@ -296,7 +365,7 @@ def table(rows, markdown=False) -> str:
         body = []
         for r in rs:
             a, b = r["ref_rec"], r["ours_rec"]
-            if r["verdict"] in ("differ", "declared") and a and b:
+            if r["verdict"] in ("differ", "declared", "divergent") and a and b:
                 da, db = _diff(a["obs"], b["obs"])
                 ref_txt = json.dumps(da, sort_keys=True, separators=(",", ":"))
                 ours_txt = json.dumps(db, sort_keys=True, separators=(",", ":"))
@@ -306,7 +375,8 @@ def table(rows, markdown=False) -> str:
                     if not primary:
                         continue
                     ref_txt = _clip(ref_txt)
-            verdict = r["verdict"] if primary or r["verdict"] in ("agree", "n/a") else "differ (info)"
+            verdict = r["verdict"] if primary or r["verdict"] in ("agree", "n/a", "divergent") \
+                else "differ (info)"
             body.append([r["probe"], ref_txt, ours_txt, verdict, r["reason"] or ""])
         c = counts(rs)[f"{ours} vs {ref}"]
         title = summary_line(f"{ours} vs {ref}", c)
@@ -379,7 +449,8 @@ def probes_block(rows, skipped=(), elapsed_s=None) -> dict:
             ref_txt, ours_txt = _show(r["ref_rec"]), _show(r["ours_rec"])
         differences.append({"ours": r["ours"], "reference": r["reference"],
                             "primary": r["primary"], "probe": r["probe"],
-                            "verdict": r["verdict"] if r["primary"] else "information",
+                            "verdict": r["verdict"] if r["primary"] or r["verdict"] == "divergent"
+                            else "information",
                             "reference_obs": ref_txt, "ours_obs": ours_txt,
                             "reason": r["reason"] or ""})
     block = {"command": COMMAND, "pairings": pairings, "differences": differences,
@@ -431,6 +502,11 @@ def measure(runtimes_text=None, probes_text=None) -> tuple[dict, list, list, dic
     names = select_probes(probes_text)
     runtimes, skipped = select_runtimes(runtimes_text)
     start = time.monotonic()
-    results = collect(runtimes, names)
+    meta: dict = {}
+    results = collect(runtimes, names, meta=meta)
     rows = compare(results, names)
-    return results, rows, names, probes_block(rows, skipped, time.monotonic() - start)
+    block = probes_block(rows, skipped, time.monotonic() - start)
+    # what each worker ran with (Python, loop and its version): the observatory's grid
+    # (``bench.fidelity.observatory.add_grid``) reads it
+    block["workers"] = meta
+    return results, rows, names, block

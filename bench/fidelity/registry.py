@@ -15,28 +15,54 @@ SOCKBUF = 65536
 
 
 class EdgeProbe:
-    """One registered probe: ``name``, ``style``, the function, what it checks, and
-    the sides (adapter class names) it does not apply to (the API does not map there)."""
-    __slots__ = ("name", "style", "fn", "doc", "skip")
+    """One registered probe: ``name``, ``style``, the function, what it checks, the
+    sides (adapter class names) it does not apply to (the API does not map there),
+    ``documented``: the asyncio documentation section that promises the behaviour
+    (None: de-facto, CPython does it without a promise), and ``twin_of``: older
+    probes whose divergence this self-contained one reproduces."""
+    __slots__ = ("name", "style", "fn", "doc", "skip", "documented", "twin_of")
 
-    def __init__(self, name, style, fn, doc, skip):
+    def __init__(self, name, style, fn, doc, skip, documented=None, twin_of=()):
         self.name, self.style, self.fn, self.doc, self.skip = name, style, fn, doc, skip
+        self.documented, self.twin_of = documented, tuple(twin_of)
 
 
 PROBES: dict[str, EdgeProbe] = {}
 
 
-def probe(style, unmapped_on=()):
+def probe(style, unmapped_on=(), documented=None, twin_of=()):
     """Register the decorated function as a probe of ``style``; ``unmapped_on``: the
-    names of the side classes whose library's API does not map onto it."""
+    names of the side classes whose library's API does not map onto it;
+    ``documented``: a link to the asyncio docs section that promises what it checks;
+    ``twin_of``: probes whose divergence it reproduces standalone."""
     def register(fn):
         name = fn.__name__
         if name in PROBES:
             raise ValueError(f"duplicate probe {name}")
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else name
-        PROBES[name] = EdgeProbe(name, style, fn, doc, tuple(unmapped_on))
+        PROBES[name] = EdgeProbe(name, style, fn, doc, tuple(unmapped_on), documented, twin_of)
         return fn
     return register
+
+
+def asyncio_loop_factory(options):
+    """A zero-argument factory for the asyncio event loop a runtime's options name:
+    ``loop`` (asyncio's selector loop by default, uvloop, rloop, looplab's or
+    ``MODULE:FACTORY``), its ``loop.NAME`` keywords (passed here as ``"loop.NAME"``
+    keys), and ``eager`` (``asyncio.eager_task_factory``)."""
+    import asyncio
+
+    from protocols.asyncio_ports import resolve_loop
+    name = options.get("loop", "asyncio")
+    kwargs = {k[len("loop."):]: v for k, v in options.items() if k.startswith("loop.")}
+    made = asyncio.new_event_loop if name == "asyncio" and not kwargs else resolve_loop(name)
+
+    def make():
+        loop = made(**kwargs)
+        if options.get("eager"):
+            loop.set_task_factory(asyncio.eager_task_factory)
+        return loop
+    return make
 
 
 def ename(exc) -> str | None:

@@ -11,7 +11,7 @@ import abc
 import gc
 import socket
 
-from bench.fidelity.registry import MB, SOCKBUF, Listener, catch, drain, ename, probe, reset
+from bench.fidelity.registry import asyncio_loop_factory, MB, SOCKBUF, Listener, catch, drain, ename, probe, reset
 
 
 class StreamSide(abc.ABC):
@@ -51,11 +51,13 @@ class HybridSide(StreamSide):
 
 
 class AsyncioStreamSide(StreamSide):
-    """asyncio on its default event loop."""
+    """asyncio on its default event loop, or on the one the runtime's ``loop`` option
+    names (uvloop, rloop, ``MODULE:FACTORY``), with its keywords and ``eager``."""
 
     def run(self, fn):
         import asyncio as a
-        return a.run(fn(a))
+        with a.Runner(loop_factory=asyncio_loop_factory(self.options)) as runner:
+            return runner.run(fn(a))
 
 
 class UvloopStreamSide(StreamSide):

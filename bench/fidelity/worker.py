@@ -18,6 +18,7 @@ import signal
 import sys
 
 from bench.fidelity import callback, coro, streams, tasks  # noqa: F401  (their probes, in this order)
+from bench.fidelity import loops  # noqa: F401,I001  (the loop-conformance probes come last)
 from bench.fidelity.registry import PROBES
 from bench.fidelity.streams import PortStreamSide
 from protocols import runtimes as rtmod
@@ -68,7 +69,22 @@ def parse_runtime(spec: str):
     """``RUNTIME[:OPTIONS]`` -> (Runtime, options changed from their defaults)."""
     rt = rtmod.parse(spec)
     defaults = rt.info.options.defaults()
-    return rt, {k: v for k, v in rt.options.items() if defaults.get(k) != v}
+    opts = {k: v for k, v in rt.options.items() if defaults.get(k) != v}
+    # the loop factory's keywords travel with the options a side is made with
+    opts.update({f"loop.{k}": v for k, v in rt.loop_options.items()})
+    return rt, opts
+
+
+def meta(rt) -> dict:
+    """What this worker runs with: the exact Python and the loop with its version."""
+    import platform
+
+    from protocols.asyncio_ports import loop_identity
+    out = {"python": platform.python_version(), "implementation": platform.python_implementation()}
+    loop = getattr(rtmod._port_class(rt.info), "fixed_loop", None) or rt.options.get("loop")
+    if loop:
+        out["loop"] = loop_identity(loop)
+    return out
 
 
 def run_probes(rt, names=None, out=sys.stdout, options=None):
@@ -81,6 +97,10 @@ def run_probes(rt, names=None, out=sys.stdout, options=None):
         options = parsed if options is None else options
     options = options or {}
     cls = side_class(rt.info)
+    try:
+        out.write(json.dumps({"meta": meta(rt)}, sort_keys=True) + "\n")
+    except Exception:     # a loop whose identity cannot be read still runs its probes
+        pass
     signal.signal(signal.SIGALRM, _alarm)
     for p in PROBES.values():
         if p.style != rt.style or (names and p.name not in names):

@@ -74,9 +74,11 @@ def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):
 
 def instructions(runtime, conns, size, requests, out_dir, extra=(), pause=0.0):
     out = os.path.join(out_dir, f"cg.{runtime.replace(':', '_')}.c{conns}.{requests}.out")
+    from bench import envs          # the server runs in the runtime's own interpreter (@)
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
            f"--callgrind-out-file={out}", *extra,
-           *procs.python_command("bench", "serve", "echo", "--runtime", runtime)]
+           *procs.python_command("bench", "serve", "echo", "--runtime", runtime,
+                                 python=envs.interpreter_for(runtime))]
     proc = procs.spawn(cmd, env=procs.child_env({"PYTHONHASHSEED": "0"}),
                        stderr=subprocess.DEVNULL, text=True)
     try:

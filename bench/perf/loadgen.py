@@ -61,8 +61,10 @@ class ServerProcess:
         self._stderr = None
 
     def command(self) -> list[str]:
+        from bench import envs      # the server runs in the runtime's own interpreter (@)
         cmd = procs.python_command("bench", "serve", self.app, "--runtime", self.spec,
-                                   "--listen", "127.0.0.1:0", "--variant", self.variant)
+                                   "--listen", "127.0.0.1:0", "--variant", self.variant,
+                                   python=envs.interpreter_for(self.spec))
         if self.sockbuf:
             cmd += ["--sockbuf", str(self.sockbuf)]
         return cmd

@@ -485,8 +485,11 @@ def _worker_main(argv) -> int:
 
 def _micro_in_worker(op: str, rt, min_time: float, cpu: int | None,
                      timeout_s: float = 180.0) -> dict:
+    from bench import envs          # the worker runs in the runtime's own interpreter (@)
+    spec = bench_runtime(rt).spec
     cmd = procs.python_command("bench.perf.micro", "worker", "--op", op, "--runtime",
-                               bench_runtime(rt).spec, "--min-time", repr(min_time))
+                               spec, "--min-time", repr(min_time),
+                               python=envs.interpreter_for(spec))
     proc = procs.spawn(cmd)
     pin(proc.pid, cpu)
     try:

@@ -43,6 +43,21 @@ def scenario_order(sid: str):
     return (not re.fullmatch(r"S\d+", str(sid)), natural(sid))
 
 
+def axis_key(spec: str) -> tuple:
+    """Sort key that groups a style's rows by runtime, then loop (asyncio's own first),
+    then interpreter (this one first, then by version): ``asyncio-streams``,
+    ``asyncio-streams@3.12``, ``asyncio-streams:loop=rloop``, ``...@3.12:loop=rloop``."""
+    head, _, opts = str(spec).partition(":")
+    ident, _, interp = head.partition("@")
+    loop = ""
+    for item in opts.split(","):
+        name, _, value = item.partition("=")
+        if name.strip() == "loop":
+            loop = value.strip()
+    version = tuple(int(x) for x in re.findall(r"\d+", interp)[:3]) if interp else ()
+    return (ident, loop not in ("", "asyncio"), loop, bool(interp), version, str(spec))
+
+
 class Runtimes:
     """Style, ours-ness and primary reference of each runtime spec in the document
     (its ``runtimes`` section; the cells' own ``style`` and ``ours`` otherwise)."""
@@ -74,16 +89,16 @@ class Runtimes:
     def ordered(self, specs) -> list[str]:
         """Grouped by style; in each, our kernels first, then the libraries they are
         compared with (in that order), then the rest."""
-        specs = sorted(set(specs))
+        specs = sorted(set(specs), key=axis_key)
         out = []
         styles = [s for s in STYLE_ORDER] + sorted({self[s]["style"] for s in specs} - set(STYLE_ORDER))
         for style in styles:
             here = [s for s in specs if self[s]["style"] == style]
-            ours = sorted((s for s in here if self[s]["ours"]), key=lambda s: (":" in s, s))
+            ours = sorted((s for s in here if self[s]["ours"]), key=lambda s: (":" in s, axis_key(s)))
             refs = []
             for o in ours:
                 for r in self[o]["compared"]:
-                    for s in sorted(here):
+                    for s in here:
                         if self[s]["id"] == r and s not in refs and s not in ours:
                             refs.append(s)
             rest = [s for s in here if s not in ours and s not in refs]

@@ -20,7 +20,7 @@ import os
 from bench import results as resmod
 from bench import tables
 from bench.report import html as htmlmod
-from bench.report.htmldoc import cell_net, incomplete_line, net_rank, sim_note
+from bench.report.htmldoc import axis_key, cell_net, incomplete_line, net_rank, sim_note
 from bench.tables import MISSING, fmt, format_table
 
 STYLE_ORDER = ("callback", "stream", "task")
@@ -60,7 +60,9 @@ def _order_key(cat: dict):
         variants = desc.get("variants", [])
         v = variants.index(r["variant"]) if r["variant"] in variants else len(variants)
         style = STYLE_ORDER.index(r["style"]) if r.get("style") in STYLE_ORDER else 9
-        return (v, r["variant"], style, 0 if r.get("ours") else 1, r["runtime"], net_rank(r))
+        # style, then runtime, loop and interpreter (htmldoc.axis_key)
+        return (v, r["variant"], style, 0 if r.get("ours") else 1, axis_key(r["runtime"]),
+                net_rank(r))
     return key
 
 

@@ -41,8 +41,36 @@ def _sigterm_as_sigint(signum, frame):
     os.kill(os.getpid(), signal.SIGINT)
 
 
+def _argv(args) -> list[str]:
+    """The command line of ``args`` again, for the runtime's own interpreter."""
+    out = [args.app, "--runtime", args.runtime, "--listen", args.listen, "--variant", args.variant,
+           "--response-bytes", str(args.response_bytes)]
+    for flag, value in (("--upstream", args.upstream), ("--sockbuf", args.sockbuf),
+                        ("--frame-bytes", args.frame_bytes)):
+        if value is not None:
+            out += [flag, str(value)]
+    return out + [f for f, on in (("--forever", args.forever), ("--two-way", args.two_way)) if on]
+
+
 def cmd_serve(args) -> int:
     rt = rtmod.parse(args.runtime)
+    from bench import envs
+    if rt.interpreter is not None and not envs._inside_env():
+        # the server runs in the runtime's own interpreter (@): hand over to it
+        exe = envs.interpreter_for(rt)
+        if os.path.abspath(exe) != os.path.abspath(sys.executable):
+            import subprocess
+            child = subprocess.Popen([exe, "-m", "bench", "serve", *_argv(args)])
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                child.send_signal(signal.SIGINT)     # it ends the way it ends on Ctrl-C
+                try:
+                    child.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+                return ExitCode.INTERRUPTED
     reason = rt.unavailable_reason()
     if reason:
         raise Unavailable(f"runtime {rt.id} is unavailable here: {reason}")

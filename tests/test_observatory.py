@@ -1,0 +1,237 @@
+"""The loop-conformance observatory: ``looplab fidelity`` over asyncio loops x
+interpreters, each cell compared with CPython's asyncio on the same interpreter, and
+``--repro`` writing a standalone script.
+
+The in-process tests are fast. The cross-interpreter test builds at most one
+environment (for one interpreter other than this one, in the user's cache, where a
+second session finds it again) and runs a handful of probes; it skips with the reason
+when no other interpreter is found. A missing loop package is a skip, never a crash.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import envs
+from bench.errors import ExitCode, UsageError
+from bench.fidelity import observatory
+from bench.fidelity.registry import PROBES
+from protocols import runtimes
+
+measure = importlib.import_module("bench.fidelity.measure")
+
+REPO = Path(__file__).resolve().parent.parent
+HAVE_UVLOOP = importlib.util.find_spec("uvloop") is not None
+HAVE_RLOOP = importlib.util.find_spec("rloop") is not None
+needs_uvloop = pytest.mark.skipif(not HAVE_UVLOOP, reason="uvloop is not installed here")
+needs_rloop = pytest.mark.skipif(not HAVE_RLOOP, reason="rloop is not installed here")
+LOOP_PROBES = [n for n in measure.select_probes(None) if n.startswith("lp_")]
+
+
+def _looplab(args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO)
+
+
+def test_at_least_150_probes_each_loop_probe_classified():
+    assert len(PROBES) >= 150
+    assert len(LOOP_PROBES) >= 41
+    for n in LOOP_PROBES:
+        doc = PROBES[n].documented
+        assert doc is None or doc.startswith("https://docs.python.org/3/library/asyncio-"), n
+    assert sum(PROBES[n].documented is not None for n in LOOP_PROBES) >= 30
+    # a twin names a real probe, and that probe's repro goes through the twin
+    for n in LOOP_PROBES:
+        for old in PROBES[n].twin_of:
+            assert old in PROBES and observatory.repro_probe(old) == n
+
+
+@pytest.mark.parametrize("spec, ref", [
+    ("asyncio-streams:loop=rloop", "asyncio-streams"),
+    ("asyncio-protocol@3.12:loop=rloop", "asyncio-protocol@3.12"),
+    ("asyncio-streams@3.13:loop=uvloop", "asyncio-streams@3.13"),   # the uvloop-streams alias
+    ("asyncio-streams@3.12:eager=true", "asyncio-streams@3.12"),
+    ("asyncio-streams@3.12", None),
+    ("hybrid@3.12", None),
+])
+def test_a_loop_cell_is_compared_with_asyncio_on_the_same_interpreter(spec, ref):
+    assert measure.grid_reference(runtimes.parse(spec)) == ref
+
+
+def test_every_loop_probe_has_a_standalone_repro_of_at_most_30_lines():
+    for n in LOOP_PROBES:
+        text = observatory.reproduction(n, "asyncio-streams:loop=uvloop", {"k": 1}, {"k": 2},
+                                        {"python": "3.12.1", "loop": "uvloop",
+                                         "loop_version": "0.23.0"})
+        assert len(text.splitlines()) <= observatory.REPRO_MAX_LINES, n
+        assert "bench" not in text and "looplab" not in text.split('"""')[-1], n
+        compile(text, n, "exec")
+
+
+def _run_script(path, timeout=60):
+    # no PYTHONPATH: the script needs only the loop's package
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=path.parent)
+
+
+@needs_uvloop
+def test_repro_verb_writes_a_script_that_shows_the_divergence(tmp_path):
+    r = _looplab(["fidelity", "--repro", "cb_call_soon_vs_call_later_zero",
+                  "--runtime", "asyncio-protocol:loop=uvloop", "--out", str(tmp_path)])
+    assert r.returncode == 0, r.stderr[-1500:]
+    (script,) = tmp_path.glob("lp_call_later_zero_order-*.py")
+    text = script.read_text()
+    assert len(text.splitlines()) <= 30 and "import uvloop" in text
+    out = _run_script(script)
+    assert out.returncode == 0, out.stderr[-800:]
+    seen = out.stdout.strip()
+    # the header holds both observations; the script prints the loop's again
+    assert "uvloop" in text.splitlines()[2] and seen.replace("'", '"').replace(" ", "") \
+        in text.replace(" ", "")
+    asyncio_twin = tmp_path / "asyncio_version.py"
+    asyncio_twin.write_text(text.replace("import uvloop\n", "").replace(
+        "uvloop.Loop", "asyncio.new_event_loop"))
+    assert _run_script(asyncio_twin).stdout.strip() != seen
+
+
+def test_repro_refuses_a_helper_probe_without_twin_in_one_line():
+    r = _looplab(["fidelity", "--repro", "cb_extra_info", "--runtime", "asyncio-protocol"])
+    assert r.returncode == ExitCode.USAGE and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "standalone" in r.stderr
+    r = _looplab(["fidelity", "--repro", "lp_debug_flag"])
+    assert r.returncode == ExitCode.USAGE and "--runtime" in r.stderr
+
+
+@needs_rloop
+def test_a_loop_on_this_interpreter_gets_divergences_and_repros(tmp_path):
+    probes = "lp_call_later_zero_order,lp_debug_flag,lp_write_buffer_limits"
+    r = _looplab(["fidelity", "--runtimes", "asyncio-streams:loop=rloop", "--probes", probes,
+                  "--out", str(tmp_path)])
+    assert r.returncode == 0, r.stderr[-1500:]
+    block = json.loads((tmp_path / "fidelity.json").read_text())["fidelity_probes"]
+    grid = block["grid"]
+    cell = next(c for c in grid["cells"] if c["loop"] == "rloop")
+    assert cell["reference"] == "asyncio-streams" and cell["compared"] == 3
+    assert cell["loop_version"] and cell["python"] == ".".join(map(str, sys.version_info[:3]))
+    div = {d["probe"] for d in grid["divergences"] if d["verdict"] == "divergent"}
+    # every divergence has its standalone reproduction, which runs and prints
+    for d in div:
+        (script,) = (tmp_path / "repro").glob(f"{d}-*.py")
+        assert _run_script(script).returncode == 0
+    assert grid["classes"]["lp_debug_flag"] in ("documented", "divergent")
+    md = (tmp_path / "fidelity.md").read_text()
+    assert "The observatory" in md and "rloop" in md
+    assert "<table>" in (tmp_path / "fidelity.html").read_text()
+
+
+def test_an_unknown_spec_is_one_line():
+    with pytest.raises(UsageError):
+        measure.select_runtimes("curio:loop=rloop")
+    with pytest.raises(UsageError):
+        measure.select_runtimes("nosuch@3.12")
+
+
+# ---------------------------------------------------------------------------
+# Across interpreters: a handful of probes on this Python and one other
+
+def _other():
+    here = sys.version_info[:2]
+    least = envs._minimum()[1]
+    for want in ((3, 13), (3, 12), (3, 11)):
+        for it in envs.found():
+            v = envs._vtuple(it.version)
+            if v[:2] == want and v[:2] != here and v >= least:
+                return it
+    return None
+
+
+@pytest.fixture(scope="session")
+def grid_run():
+    """Three probes on CPython's asyncio, here and on one other interpreter (one
+    environment, in the user's cache so a later session reuses it)."""
+    other = _other()
+    if other is None:
+        pytest.skip("no second interpreter >= looplab's minimum was found")
+    spec = f"asyncio-streams@{'.'.join(other.version.split('.')[:2])}"
+    names = "lp_server_wait_closed_open_client,lp_server_close_clients,lp_eager_start"
+    results, rows, names, block = measure.measure(f"asyncio-streams,{spec}", names)
+    observatory.add_grid(results, rows, names, block)
+    return other, spec, results, block
+
+
+def test_a_probe_that_changed_between_interpreters_is_shown(grid_run):
+    other, spec, results, block = grid_run
+    here = sys.version_info[:2]
+    there = envs._vtuple(other.version)[:2]
+    assert {c["python"] for c in block["grid"]["cells"]} == {
+        ".".join(map(str, sys.version_info[:3])), other.version}
+    changed = {c["probe"]: c["by_python"] for c in block["grid"]["changed"]}
+    # 3.12 made Server.wait_closed() wait for the connections (cpython 104344, 113538)
+    if (here < (3, 12)) != (there < (3, 12)):
+        assert "lp_server_wait_closed_open_client" in changed
+        assert "lp_eager_start" in changed
+        old = changed["lp_server_wait_closed_open_client"][
+            other.version if there < (3, 12) else ".".join(map(str, sys.version_info[:3]))]
+        assert json.loads(old) == {"wait_closed": "returned"}
+    # 3.13 added Server.close_clients()
+    if (here < (3, 13)) != (there < (3, 13)):
+        assert "lp_server_close_clients" in changed
+    assert results[spec]["lp_eager_start"]["obs"]
+
+
+# ---------------------------------------------------------------------------
+# Shards across the axes merge into the report of one run
+
+@needs_uvloop
+def test_shards_across_the_loop_axis_merge_into_one_run(tmp_path):
+    specs = "asyncio-streams,asyncio-streams:loop=uvloop,asyncio-protocol:loop=uvloop"
+    common = ["run", "--scenarios", "S1", "--variants", "naive", "--runtimes", specs,
+              "--preset", "tiny"]
+    outs = []
+    for shard in ("1/2", "2/2"):
+        out = tmp_path / shard.replace("/", "of")
+        r = _looplab([*common, "--shard", shard, "--out", str(out)])
+        assert r.returncode in (0, 1), r.stderr[-1500:]
+        outs.append(str(out / "results.json"))
+    merged = tmp_path / "merged.json"
+    r = _looplab(["merge", *outs, "-o", str(merged)])
+    assert r.returncode == 0, r.stderr[-1500:]
+    cells = json.loads(merged.read_text())["cells"]
+    listed = _looplab(["list", "cells", "--scenarios", "S1", "--variants", "naive",
+                       "--runtimes", specs])
+    assert sorted(c["runtime"] for c in cells) == sorted(
+        runtimes.parse(s).spec for s in ("asyncio-streams", "asyncio-streams:loop=uvloop",
+                                         "asyncio-protocol:loop=uvloop"))
+    assert listed.returncode == 0 and all(c["runtime"] in listed.stdout for c in cells)
+
+
+def test_the_pytest_fixture_skips_a_runtime_bound_to_another_interpreter():
+    from protocols import pytest_plugin
+    here = ".".join(map(str, sys.version_info[:2]))
+    assert pytest_plugin._other_interpreter(runtimes.parse(f"asyncio-streams@{here}")) is None
+    assert pytest_plugin._other_interpreter(runtimes.parse("asyncio-streams")) is None
+    why = pytest_plugin._other_interpreter(runtimes.parse("asyncio-streams@3.99"))
+    assert why and "3.99" in why and "this process" in why
+    with pytest.raises(pytest.skip.Exception):
+        pytest_plugin.runtime_or_skip("asyncio-streams@3.99")
+
+
+def test_report_rows_group_by_loop_then_interpreter():
+    from bench.report.htmldoc import Runtimes, axis_key
+    specs = ["asyncio-streams@3.13:loop=rloop", "asyncio-streams@3.12", "asyncio-streams",
+             "asyncio-streams@3.11:loop=rloop", "asyncio-streams@3.13", "hybrid"]
+    assert sorted(specs, key=axis_key) == [
+        "asyncio-streams", "asyncio-streams@3.12", "asyncio-streams@3.13",
+        "asyncio-streams@3.11:loop=rloop", "asyncio-streams@3.13:loop=rloop", "hybrid"]
+    # what a results document says of each runtime (rendering reads only the document)
+    cells = [{"id": s, "runtime": s, "style": "stream", "ours": s == "hybrid"} for s in specs]
+    described = {"hybrid": {"compared_with": ["asyncio-streams"]}}
+    # our kernel first, then its reference's cells, grouped by loop, then interpreter
+    assert Runtimes(cells, described).ordered(specs) == ["hybrid", *sorted(specs[:5], key=axis_key)]
