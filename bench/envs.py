@@ -289,8 +289,11 @@ def build(it: Interpreter, reqs: tuple) -> Env:
             raise UsageError(f"the environment for Python {it.version} failed to build: venv: "
                              f"{_pip_failure(out.stdout + out.stderr)}")
         _say("  installing with pip (a minute or two the first time) ...")
+        # A pinned release comes as a wheel or not at all: building an old release from
+        # source for an interpreter it predates is slow and rarely what ran in the field.
+        binary = [f"--only-binary={_dist(r)}" for r in reqs if "==" in r]
         pip = subprocess.Popen([os.path.join(tmp, "bin", "python"), "-m", "pip", "install",
-                                "--disable-pip-version-check", "-e", SOURCE, *reqs],
+                                "--disable-pip-version-check", *binary, "-e", SOURCE, *reqs],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                stdin=subprocess.DEVNULL)
         lines = []

@@ -26,6 +26,7 @@ from bench import simruns
 from bench.errors import ExitCode, UsageError
 from bench.tables import fmt, format_table
 from bench.verbs.common import add_net_options, positive_int
+from bench.zoo import versions as zoo_versions
 from protocols import runtimes as rtmod
 
 ZOO_MODULE = "bench.zoo"
@@ -204,7 +205,7 @@ def zoo_table(zoo, summaries: list[dict], markdown: bool = False) -> str:
     """One row per bug, one column per runtime: the naive program's verdict ("n/a":
     not that runtime's style); with ``--net both``, "real / sim"."""
     cols = columns(summaries)
-    header = ["bug"] + cols + ["option flips (naive)", "needs"]
+    header = ["bug", "framework", "versions", "runs on"] + cols + ["design knobs (naive)", "needs"]
     rows = []
 
     def word(r, fixed_too=True):
@@ -212,7 +213,8 @@ def zoo_table(zoo, summaries: list[dict], markdown: bool = False) -> str:
         return w + (" (fix too)" if fixed_too and r["fixed"] == "shown" else "")
     for s in summaries:
         e = zoo.ENTRIES[s["id"]]
-        row = [e.id]
+        row = [e.id, zoo_versions.framework_of(e) or "-", zoo_versions.versions_cell(e),
+               zoo_versions.runs_on_cell(e, s.get("versions"))]
         for col in cols:
             r = s["rows"].get(col)
             if r is None:
@@ -240,10 +242,23 @@ def card(zoo, e) -> str:
              *[f"  installed: {n}" for n in zoo.affected_note(e)],
              f"  expected:  {e.expected}",
              f"  oracle:    {e.oracle}",
-             *[f"  flip:      {f.spec} ({f.meaning}): expected {'shown' if f.shows else 'not shown'}"
+             *[f"  knob:      {f.spec} ({f.meaning}): expected {'shown' if f.shows else 'not shown'}"
                for f in e.flips],
-             f"  needs:     {e.needs}" if e.needs else None]
+             f"  needs:     {e.needs}" if e.needs else None,
+             *[f"  {label + ':':<10} {text}" for label, text in e.card_fields() if text],
+             _versions_line(e)]
     return "\n".join(line for line in lines if line)
+
+
+def _versions_line(e) -> str | None:
+    """What ``--versions`` would run the entry at (the points found here)."""
+    if not zoo_versions.declares_versions(e):
+        return None
+    pts = zoo_versions.points(e)
+    ran = list(dict.fromkeys(f"{p.label} ({p.role})" for p in pts if p.reason is None))
+    off = len(pts) - sum(p.reason is None for p in pts)
+    return (f"  --versions: {'; '.join(ran) or 'nothing installable here'}"
+            + (f" ({off} not runnable here)" if off else ""))
 
 
 def _measure(e, cell) -> str:
@@ -288,6 +303,44 @@ def _skip_real_only(zoo, cells: list) -> tuple[list, dict]:
     return run, skipped
 
 
+def _version_plan(args, entries) -> tuple[list, dict]:
+    """``--versions``: the cells of every entry's version runs (``bench.zoo.versions``),
+    and {entry id: its plan} for the entries that declare versions."""
+    if args.runtimes or args.knob or args.net != "real" or args.seeds or args.replay:
+        raise UsageError("--versions picks its own runtimes (one environment per version) and "
+                         "runs on the real network: give no --runtimes, --knob, --net sim|both "
+                         "or --seeds with it")
+    zoo_versions.check(entries)
+    plans = {e.id: zoo_versions.build(zoo_versions.plan(e))
+             for e in entries if zoo_versions.declares_versions(e)}
+    cells = []
+    for eid, planned in plans.items():
+        specs = list(dict.fromkeys(spec for _, spec in planned if spec))
+        if specs:
+            cells += scenarios.plan(eid, ",".join(specs), "naive,fixed", args.preset)
+    return cells, plans
+
+
+def _print_versions(summaries, out_dir) -> None:
+    """The version table and one verdict line per entry; into the report folder too."""
+    vs = [s["versions"] for s in summaries]
+    print()
+    print(format_table(zoo_versions.HEADER, zoo_versions.table_rows(vs),
+                       align="l" * len(zoo_versions.HEADER)))
+    print()
+    for v in vs:
+        print(f"{v['id']}: {zoo_versions.verdict_line(v)}")
+    pairs = [v["id"] for v in vs if v["shown_pair"]]
+    print(f"\nshown at an affected version and not at a fixed or unaffected one: "
+          f"{len(pairs)} of {len(vs)} entries" + (f" ({', '.join(pairs)})" if pairs else ""))
+    if out_dir:
+        md = ("# Bug zoo at pinned versions\n\n"
+              + format_table(zoo_versions.HEADER, zoo_versions.table_rows(vs), markdown=True,
+                             align="l" * len(zoo_versions.HEADER))
+              + "\n\n" + "\n".join(f"- **{v['id']}**: {zoo_versions.verdict_line(v)}" for v in vs) + "\n")
+        resmod.write_text(os.path.join(out_dir, "versions.md"), md)
+
+
 # ---------------------------------------------------------------------------
 # The verb
 
@@ -302,6 +355,7 @@ def cmd_repro(args) -> int:
         print(f"\n{len(rows)} bugs. `looplab repro BUG` runs one; `looplab repro --all --out DIR` "
               "runs them all into a report folder.")
         return ExitCode.OK
+    version_plans = {}
     if args.faults and not args.seeds:
         raise UsageError("--faults draws faults for each seed: give it with --seeds")
     if args.replay:
@@ -318,7 +372,11 @@ def cmd_repro(args) -> int:
             raise UsageError("give one bug (looplab repro --list) or --all")
         entries = list(zoo.ENTRIES.values()) if args.all else [_entry(zoo, args.bug)]
         knobs = knob_specs(args.knob)
-        cells = plan(zoo, entries, args.runtimes, knobs, args.preset)
+        if args.versions:
+            cells, version_plans = _version_plan(args, entries)
+            entries = [e for e in entries if e.id in version_plans]
+        else:
+            cells = plan(zoo, entries, args.runtimes, knobs, args.preset)
         if not cells:
             raise UsageError(f"no runtime of {entries[0].id}'s styles "
                              f"({', '.join(entries[0].styles)}) among --runtimes")
@@ -348,6 +406,9 @@ def cmd_repro(args) -> int:
     order = [c.id for c in cells] + list(skipped)
     results = sorted(done.values(), key=lambda r: order.index(r["id"]))
     summaries = [summarize(zoo, e, results) for e in entries]
+    if version_plans:
+        for sm, e in zip(summaries, entries):
+            sm["versions"] = zoo_versions.summarize(e, version_plans[e.id], results)
     doc = resmod.new_document(results, scenarios={e.id: e.scenario.describe() for e in entries},
                               zoo={"versions": zoo.installed_versions(), "bugs": summaries})
     if out_dir:
@@ -365,7 +426,9 @@ def cmd_repro(args) -> int:
                           + sep + rest)
     if args.json:
         resmod.write_json(doc, args.json)
-    if args.replay:
+    if version_plans:
+        _print_versions(summaries, out_dir)
+    elif args.replay:
         for e in entries:
             print()
             print(result_table(e, results))
@@ -409,6 +472,10 @@ def add_parser(sub) -> None:
     p.add_argument("--knob", action="append", default=[], metavar="OPT=VAL",
                    help="also run our kernels that have design option OPT with value VAL "
                         "(repeatable), e.g. --knob write=defer")
+    p.add_argument("--versions", action="store_true",
+                   help="run the naive and fixed programs at the versions the card names "
+                        "(affected, fixed, unaffected): real interpreters and pinned library "
+                        "releases, one environment each; the verdict per version")
     p.add_argument("--preset", choices=PRESETS, default="tiny", help="tiny (default) or quick")
     p.add_argument("--jobs", type=positive_int, default=1, help="cells run at once (default 1)")
     p.add_argument("--out", default=None, metavar="DIR", help="write a report folder here")

@@ -377,7 +377,9 @@ _add(Entry(
     flips=(Flip("callback:writelines=unchecked", True,
                 "writelines() buffers without the pause check (3.12.0-3.12.8)"),
            Flip("hybrid:writelines=unchecked", True, "the same on the stream kernel")),
-    show_on=("callback:writelines=unchecked", "hybrid:writelines=unchecked")),
+    show_on=("callback:writelines=unchecked", "hybrid:writelines=unchecked"),
+    affected_versions=("python>=3.12.0,<3.12.9", "python>=3.13.0,<3.13.2"),
+    fixed_versions=("python>=3.12.9,<3.13", "python>=3.13.2"), unaffected_versions=("python<3.12",)),
     _run_flood, _FLOOD_METRICS,
     _presets({"total_bytes": 1 * MiB, "chunk_bytes": 32 * KiB, "start_after_s": 0.4, "max_s": 8}),
     _by_style(_flood_cb("writelines"), _flood_stream("writelines")))

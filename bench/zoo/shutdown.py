@@ -369,7 +369,7 @@ _add(Entry(
                 "connection, as Python's does from 3.12.0"),),
     show_on=("hybrid:wait_closed=3.12",),
     stand_in="hybrid:wait_closed=3.12",
-    affected_versions=("python==3.12.1",), fixed_versions=(),
+    affected_versions=("python>=3.12.0",), fixed_versions=(), unaffected_versions=("python<3.12",),
     verified="read 104344 (the 3.12.0a7 repro) and PR 114432; read Server.wait_closed() in the "
              "installed 3.11.7, 3.12.1 and 3.13.0 (its docstring: 'In 3.11 and before ... An "
              "attempted fix in 3.12.0 ...') and found close_clients only in 3.13.0"),
