@@ -375,7 +375,8 @@ _add(Entry(
     oracle="bug shown when a writelines()+drain() writer's buffer peaks above high water + 4 writes",
     styles=("callback", "stream"), affects={"python": ("3.12.0", "3.12.9")},
     flips=(Flip("callback:writelines=unchecked", True,
-                "writelines() buffers without the pause check (3.12.0-3.12.8)"),
+                "our callback kernel whose writelines() buffers without the pause check, as "
+                "Python 3.12.0-3.12.8 did"),
            Flip("hybrid:writelines=unchecked", True, "the same on the stream kernel")),
     show_on=("callback:writelines=unchecked", "hybrid:writelines=unchecked"),
     affected_versions=("python>=3.12.0,<3.12.9", "python>=3.13.0,<3.13.2"),
@@ -555,7 +556,8 @@ _add(Entry(
            "`ratio` x a group at the start (a scaling ratio, not a wall-clock limit)",
     styles=("callback", "stream"), affects={"python": ("3.12.0", None)},
     flips=(Flip("callback:write_buffer=deque", True,
-                "a deque of chunks whose size is summed on every write (3.12+)"),),
+                "our callback kernel with a deque of chunks whose size is summed on every "
+                "write, as Python 3.12+ has"),),
     show_on=("callback:write_buffer=deque",),
     real_only="its oracle is the CPU time each write costs (time.perf_counter), which the "
               "simulated network neither models nor replays from a seed; the network plays no "

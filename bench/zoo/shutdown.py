@@ -448,7 +448,8 @@ _add(Entry(
            "write made after close())",
     styles=("callback", "stream"), affects={"python": ("3.12.0", "3.12.9")},
     flips=(Flip("callback:write_after_close=drop", True,
-                "a write after close() is dropped even while bytes are buffered (3.12.0-3.12.8)"),
+                "our callback kernel dropping a write after close() while bytes are "
+                "buffered, what the card says 3.12.0-3.12.8 did"),
            Flip("hybrid:write_after_close=drop", True, "the same on the stream kernel")),
     show_on=("callback:write_after_close=drop", "hybrid:write_after_close=drop")),
     _run_afterclose,
