@@ -559,12 +559,14 @@ _add(Entry(
                 "our callback kernel with a deque of chunks whose size is summed on every "
                 "write, as Python 3.12+ has"),),
     show_on=("callback:write_buffer=deque",),
+    affected_versions=("python>=3.12.0",), unaffected_versions=("python<3.12",),
     real_only="its oracle is the CPU time each write costs (time.perf_counter), which the "
               "simulated network neither models nor replays from a seed; the network plays no "
               "part in it"),
     _run_cost,
     [Metric("cost_ratio_fraction", "lower", "late/early cost"), Metric("buffer_bytes", None, "buffered")],
-    _presets({"writes": 20000, "group": 1000, "chunk_bytes": 100, "ratio": 5.0, "max_s": 20}),
+    _presets({"writes": 6000, "group": 300, "chunk_bytes": 100, "ratio": 5.0, "max_s": 20},
+             {"writes": 12000, "group": 600, "chunk_bytes": 100, "ratio": 5.0, "max_s": 20}),
     _by_style(_cost_program, _cost_program))
 
 
