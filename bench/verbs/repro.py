@@ -321,24 +321,33 @@ def _version_plan(args, entries) -> tuple[list, dict]:
     return cells, plans
 
 
-def _print_versions(summaries, out_dir) -> None:
-    """The version table and one verdict line per entry; into the report folder too."""
+def _versions_lines(zoo, vs) -> list[str]:
+    """One verdict line per entry, with where it ran: the real versions or a stand-in."""
+    return [f"{v['id']} ({zoo_versions.runs_on_cell(zoo.ENTRIES[v['id']], v)}): "
+            f"{zoo_versions.verdict_line(v)}" for v in vs]
+
+
+def _print_versions(zoo, summaries) -> None:
+    """The version table, one verdict line per entry, and the count of entries shown
+    at an affected version and at no other."""
     vs = [s["versions"] for s in summaries]
     print()
     print(format_table(zoo_versions.HEADER, zoo_versions.table_rows(vs),
                        align="l" * len(zoo_versions.HEADER)))
     print()
-    for v in vs:
-        print(f"{v['id']}: {zoo_versions.verdict_line(v)}")
+    for line in _versions_lines(zoo, vs):
+        print(line)
     pairs = [v["id"] for v in vs if v["shown_pair"]]
     print(f"\nshown at an affected version and not at a fixed or unaffected one: "
           f"{len(pairs)} of {len(vs)} entries" + (f" ({', '.join(pairs)})" if pairs else ""))
-    if out_dir:
-        md = ("# Bug zoo at pinned versions\n\n"
-              + format_table(zoo_versions.HEADER, zoo_versions.table_rows(vs), markdown=True,
-                             align="l" * len(zoo_versions.HEADER))
-              + "\n\n" + "\n".join(f"- **{v['id']}**: {zoo_versions.verdict_line(v)}" for v in vs) + "\n")
-        resmod.write_text(os.path.join(out_dir, "versions.md"), md)
+
+
+def _versions_md(zoo, summaries) -> str:
+    vs = [s["versions"] for s in summaries]
+    return ("# Bug zoo at pinned versions\n\n"
+            + format_table(zoo_versions.HEADER, zoo_versions.table_rows(vs), markdown=True,
+                           align="l" * len(zoo_versions.HEADER))
+            + "\n\n" + "\n".join(f"- {line}" for line in _versions_lines(zoo, vs)) + "\n")
 
 
 # ---------------------------------------------------------------------------
@@ -415,7 +424,8 @@ def cmd_repro(args) -> int:
         paths = report.write_report(doc, out_dir)
         table_md = zoo_table(zoo, summaries, markdown=True)
         both = any(sm["net"] == "both" for sm in summaries)
-        zoo_md = "# Bug zoo\n\n" + (BOTH_NOTE + "\n\n" if both else "") + table_md + "\n\n" + "\n".join(
+        zoo_md = _versions_md(zoo, summaries) if version_plans else "# Bug zoo\n\n" + (
+            BOTH_NOTE + "\n\n" if both else "") + table_md + "\n\n" + "\n".join(
             f"- **{s['id']}**: {verdict_line(s)}" for s in summaries) + "\n"
         resmod.write_text(os.path.join(out_dir, "zoo.md"), zoo_md)
         with open(paths["md"]) as f:
@@ -427,7 +437,7 @@ def cmd_repro(args) -> int:
     if args.json:
         resmod.write_json(doc, args.json)
     if version_plans:
-        _print_versions(summaries, out_dir)
+        _print_versions(zoo, summaries)
     elif args.replay:
         for e in entries:
             print()

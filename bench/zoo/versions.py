@@ -140,8 +140,7 @@ def points(e) -> list[Point]:
             if not usable:
                 why = (f"Python {', '.join(i.version for i in fits)} is below looplab's minimum "
                        f"(requires-python {least_text})" if fits else
-                       f"no Python found here satisfies it (found: "
-                       f"{', '.join(i.version for i in found) or 'none'})")
+                       "no Python found here satisfies it (looplab env list shows those found)")
                 out.append(Point(role, req, None, reason=why))
             seen = set()
             for it in sorted(usable, key=lambda i: _vt(i.version)):
