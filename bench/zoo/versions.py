@@ -140,7 +140,7 @@ def points(e) -> list[Point]:
             if not usable:
                 why = (f"Python {', '.join(i.version for i in fits)} is below looplab's minimum "
                        f"(requires-python {least_text})" if fits else
-                       "no Python found here satisfies it (looplab env list shows those found)")
+                       "no such Python found here")
                 out.append(Point(role, req, None, reason=why))
             seen = set()
             for it in sorted(usable, key=lambda i: _vt(i.version)):
@@ -320,7 +320,10 @@ def versions_cell(e) -> str:
 
 def runs_on_cell(e, version_summary: dict | None = None) -> str:
     """Real or stand-in, for the zoo page: "real (pinned versions)" when a version run
-    showed the bug at an affected version and not at the others."""
-    if version_summary is not None and version_summary.get("shown_pair"):
+    measured the entry on a real interpreter or library release (whatever it showed),
+    with the design knob that also plays it, if any; otherwise the card's own word."""
+    ran = version_summary is not None and any(
+        r["runtime"] and r["naive"] in ("shown", "not shown") for r in version_summary["rows"])
+    if ran:
         return "real (pinned versions)" + (f"; knob: {e.stand_in}" if e.stand_in else "")
     return f"stand-in: {e.stand_in}" if e.stand_in else "real (installed)"
