@@ -124,6 +124,8 @@ def run_program(spec: dict) -> dict:
         timer.cancel()
     if not isinstance(result, dict):
         raise TypeError(f"the program of {spec['scenario']} returned {type(result).__name__}, not a dict")
+    if "event" in result:       # the key of the line it travels on (bench.scenario.CRASH_KEY is the other)
+        raise ValueError(f"the program of {spec['scenario']} returned the reserved key 'event'")
     result["loop_stopped_at"] = time.monotonic()
     peak = _rss_bytes("VmHWM")
     result["rss_growth_bytes"] = (peak - base) if peak is not None and base is not None else None
@@ -141,7 +143,7 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[1] if len(argv) > 1 else sys.stdin.read())
     kind = spec["kind"]
     runner = {"server": run_server, "program": run_program}[kind]
-    result = {"error": "interrupted"}
+    result = {scenario.CRASH_KEY: "interrupted"}
     try:
         scenario.load_plugin_spec(spec.get("plugins") or {})
         result = runner(spec)
@@ -155,9 +157,9 @@ def main(argv: list[str]) -> int:
                 and not f.filename.endswith(".pyx")] or frames
         where = f" (at {os.path.basename(ours[-1].filename)}:{ours[-1].lineno} in " \
                 f"{ours[-1].name})" if ours else ""
-        result = {"error": f"{type(exc).__name__}: {exc}{where}"}
+        result = {scenario.CRASH_KEY: f"{type(exc).__name__}: {exc}{where}"}
     emit({"event": "result", **result})
-    return 1 if "error" in result else 0
+    return 1 if scenario.CRASH_KEY in result else 0
 
 
 if __name__ == "__main__":

@@ -175,8 +175,10 @@ def verdict_changes(old: dict, new: dict) -> list[dict]:
             continue
         for name in dict.fromkeys([*a.get("verdicts", {}), *b.get("verdicts", {})]):
             va, vb = a.get("verdicts", {}).get(name), b.get("verdicts", {}).get(name)
-            if va is None or vb is None:
-                status = "only-old" if vb is None else "only-new"
+            if name not in b.get("verdicts", {}) or name not in a.get("verdicts", {}):
+                status = "only-old" if name not in b.get("verdicts", {}) else "only-new"
+            elif va is None or vb is None:     # no evidence on one side: neither a fix nor a regression
+                status = "not-measured"
             else:
                 status = "same" if bool(va) == bool(vb) else ("regression" if va else "fix")
             rows.append({"cell": b["id"], "metric": f"verdict:{name}", "kind": "verdict",
@@ -191,7 +193,7 @@ def compare(old: dict, new: dict, rule: str = "median:10%", metrics=None,
     direction. Returns ``(rows, failures)``: rows carry ``cell, metric, kind`` (verdict,
     behaviour, timing), ``old, new, change`` ((new - old) / old of the rule's
     statistic), ``status`` (regression, fix, improvement, same, noise, info, only-old,
-    only-new) and ``spread``; failures are the regressions of a kind in ``gates``.
+    only-new, not-measured: a verdict without evidence on one side) and ``spread``; failures are the regressions of a kind in ``gates``.
     Nothing in common, or a ``metrics`` name found nowhere, is a UsageError."""
     stat, threshold = parse_rule(rule)
     check_document(old, "old")

@@ -7,7 +7,11 @@ from enum import IntEnum
 
 from protocols.errors import Unavailable, UsageError
 
-__all__ = ["ExitCode", "UsageError", "Unavailable"]
+__all__ = ["ExitCode", "UsageError", "Unavailable", "CRASH_KEY"]
+
+# A scenario program's result key that means "the program failed": its cell is an error.
+# Namespaced, so a program can return data under any plain name (``error`` included).
+CRASH_KEY = "looplab.error"
 
 
 class ExitCode(IntEnum):

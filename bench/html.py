@@ -182,11 +182,24 @@ class _Page(BenchmarkSections):
                         return fmt(n, m[n]) + " delivered"
             return ""
 
-        def question(pred, kind, none_text, legend):
+        def answers_it(sid, name, want):
+            """Whether verdict ``name`` answers a question, from its declarations: it
+            holds when good (not a symptom) and a metric deciding it has the unit and
+            direction the question asks about (``want``: {(unit, direction), ...})."""
+            info = self.info.get(sid) or {}
+            if name in (info.get("symptoms") or ()):
+                return False
+            metrics = info.get("metrics") or {}
+            return any((metrics.get(m, {}).get("unit"), metrics.get(m, {}).get("direction")) in want
+                       for m in (info.get("decided_by") or {}).get(name, ()))
+
+        def question(want, kind, none_text, legend):
             found = {}
             for c in self.scen:
-                names = [n for n in (c.get("verdicts") or {}) if pred(n)]
+                names = [n for n in (c.get("verdicts") or {}) if answers_it(c.get("scenario"), n, want)]
                 if names:
+                    if any(c["verdicts"][n] is None for n in names):
+                        continue        # not measured: no answer either way
                     holds = all(c["verdicts"][n] for n in names)
                     found.setdefault((c.get("scenario"), c.get("variant")), ([], []))[1 if holds else 0].append(c)
             if not found:
@@ -222,12 +235,14 @@ class _Page(BenchmarkSections):
         return "".join([
             '<div class="answers"><h2 id="answers">The three questions</h2>',
             "<h3>Which runtimes let the buffer grow without bound?</h3>",
-            question(lambda n: "bounded" in n, "grow",
+            # a buffer or backlog that should stay low: bytes or a count, lower is better
+            question({("bytes", "lower"), ("count", "lower")}, "grow",
                      "No scenario with a bounded verdict in this run (S1, S5 and S6 answer it).",
                      "the bounded verdict: user-space buffer (or queue, or memory) within its limit; "
                      "after a failing runtime, its largest user-space buffer or queue"),
             "<h3>Which lose data at shutdown?</h3>",
-            question(lambda n: n == "no_loss", "loss",
+            # bytes that should arrive: higher is better
+            question({("bytes", "higher")}, "loss",
                      "No scenario with a no_loss verdict in this run (S3 and S8 answer it).",
                      "the no_loss verdict: every byte written reached the peer"),
             "<h3>How do the causality fingerprints differ?</h3>", self.fingerprint_summary(), "</div>"])

@@ -137,7 +137,9 @@ def scenario_info(doc: dict, sid: str, cells: list) -> dict:
             "variants": variants, "columns": columns, "all_metrics": names, "timing": timing,
             "labels": {m: d.get("label") for m, d in metrics.items()
                        if isinstance(d, dict) and d.get("label") and d.get("label") != m},
-            "verdicts": pick("verdicts", {}), "styles": pick("styles", [])}
+            "verdicts": pick("verdicts", {}), "styles": pick("styles", []),
+            # the declarations the report's questions read (unit, direction, deciding metrics)
+            "metrics": metrics, "decided_by": pick("decided_by", {}), "symptoms": pick("symptoms", [])}
 
 
 def metric_label(info: dict, metric: str) -> str:
@@ -183,8 +185,10 @@ def cell_status(cell: dict) -> str:
     verdicts = cell.get("verdicts") or {}
     if cell.get("errors") and not verdicts and not cell.get("metrics"):
         return "error"
-    if any(not v for v in verdicts.values()):
+    if any(v is False for v in verdicts.values()):
         return "fail"
+    if any(v is None for v in verdicts.values()):    # not measured: no evidence, an error
+        return "error"
     if verdicts:
         return "pass"
     return "error" if cell.get("errors") else "measured"
@@ -332,6 +336,9 @@ def verdict_text(cell: dict, info: dict | None = None) -> str:
     for name, ok in sorted((cell.get("verdicts") or {}).items()):
         desc = (info or {}).get("verdicts", {}).get(name, "")
         t = f' title="{e(desc)}"' if desc else ""
+        if ok is None:
+            parts.append(f'<span class="err"{t}>{e(name)}: not measured</span>')
+            continue
         parts.append(f'<span class="{"ok" if ok else "no"}"{t}>{YES if ok else NO} {e(name)}</span>')
     if cell.get("skipped"):
         parts.append(f'<span class="muted">skipped: {e(str(cell["skipped"]))}</span>')

@@ -62,6 +62,7 @@ import sys
 import time
 import warnings
 
+from bench.errors import CRASH_KEY
 from protocols import runtimes
 
 __all__ = ["s3_shutdown", "s7_timeout", "s8_background", "S3_VARIANTS", "HELD", "release_held",
@@ -215,8 +216,9 @@ def _result(program, rt, port, captured, note="", **extra) -> dict:
            "probe": probe, "exit_report": probe.get("exit", {}),
            "warnings": captured.lines, "note": note}
     out.update(extra)
-    if out.get("error") is None:
-        out.pop("error", None)
+    error = out.pop("error", None)
+    if error is not None:       # the program failed: the cell is an error
+        out[CRASH_KEY] = error
     return out
 
 

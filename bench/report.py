@@ -94,7 +94,7 @@ def table_rows(doc: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             if r.get("errors") and not r.get("verdicts"):
                 rows.append(head + [MISSING] * len(cols) + ["ERROR: " + r["errors"][0][:60]])
                 continue
-            verdicts = " ".join(f"{k}={'yes' if v else 'NO'}" for k, v in r["verdicts"].items())
+            verdicts = " ".join(f"{k}={resmod.verdict_word(v)}" for k, v in r["verdicts"].items())
             rows.append(head + [_format(sid, c, r["metrics"].get(c)) for c in cols] + [verdicts])
         out.append((f"{sid} — {desc.get('title', '')}", header, rows))
     return out
@@ -294,7 +294,8 @@ def progress_printer(stream=sys.stderr):
 
     def show(i, n, result):
         status = "skipped" if result.get("skipped") else (
-            "ERROR" if result["errors"] and not result["verdicts"] else "ok")
+            "ERROR" if result["errors"] and all(v is None for v in result["verdicts"].values())
+            else "ok")
         stream.write(f"[{i}/{n}] {time.monotonic() - start:5.1f}s {result['id']:<60} {status}\n")
         stream.flush()
     return show
@@ -305,7 +306,7 @@ def default_out_dir() -> str:
 
 
 def verdict_failures(cells: list[dict]) -> list[str]:
-    return [f"{r['id']}: {k}" for r in cells for k, v in (r.get("verdicts") or {}).items() if not v]
+    return [f"{r['id']}: {k}" for r in cells for k, v in (r.get("verdicts") or {}).items() if v is not True]
 
 
 class _Terminated(KeyboardInterrupt):

@@ -3,7 +3,7 @@
 Every looplab run produces one JSON document, described by the JSON Schema shipped
 beside this module (``results.schema.json``; ``looplab validate FILE`` checks a file)::
 
-    {"schema": 1, "looplab": VERSION, "run_id": "...", "env": {...}, "cells": [CELL, ...],
+    {"schema": 2, "looplab": VERSION, "run_id": "...", "env": {...}, "cells": [CELL, ...],
      "scenarios": {id: {title, variants, metrics: {name: {unit, direction}}, verdicts, columns}},
      "shard": {"index", "count", "plan"}}          # the last two when they apply
 
@@ -12,8 +12,14 @@ A *cell* is one scenario x runtime x variant x parameter set::
     {"id", "scenario", "runtime", "variant", "params", "repeats",
      "metrics": {name: value},          # the summary: medians over the repeats
      "samples": {name: [per repeat]},   # the raw values behind each summary
-     "verdicts": {name: bool}, "errors": [str, ...], "notes": [str, ...],
+     "verdicts": {name: true | false | null},   # null: not measured (see errors)
+     "errors": [str, ...], "notes": [str, ...],
+     "load": {"start": [1, 5, 15 min], "end": [...]},   # the machine's load averages
      "spread": {name: {"q1", "q3", "iqr", "min", "max", "n"}}}  # optional, from samples
+
+Schema 2 (this one) added the verdict ``null``: "not measured", a cell without the
+evidence its scenario declares (bench.scenario.Scenario.judge); such a cell also has an
+error saying what was missing. Schema 1 documents (booleans only) are still read.
 
 Metric names carry their unit as a suffix (``_bytes``, ``_s``, ``_Bps``, ``_per_s``,
 ``_count``, ``_fraction``).
@@ -30,7 +36,7 @@ the cells. It refuses the same input twice, one cell id with different parameter
 incomplete set of shards, and inputs from different machines (unless told to pool them).
 When two documents hold the *same* cell id, the measurements are taken to be more repeats
 of one experiment: samples are concatenated, summaries recomputed from them, verdicts AND-ed
-(a failure anywhere stays a failure), errors kept, and the cell remembers which runs it came
+(a failure anywhere stays a failure; else "not measured" anywhere stays so), errors kept, and the cell remembers which runs it came
 from (``merged_from``). Each input's file, run and machine are listed in ``inputs``.
 """
 from __future__ import annotations
@@ -54,9 +60,11 @@ from bench.errors import UsageError
 __all__ = ["VERSION", "SCHEMA", "environment", "new_document", "new_cell", "cell_id",
            "write_json", "write_text", "write_csv", "check_output", "check_document", "load_json",
            "validate", "shard", "shard_info", "merge", "machine", "summarize", "spread", "quantile",
+           "verdict_word",
            "lib_version"]
 
-SCHEMA = 1
+SCHEMA = 2
+READS = (1, 2)       # schema 1 is schema 2 without null verdicts
 
 
 def _version() -> str:
@@ -226,6 +234,11 @@ def new_cell(scenario: str, runtime: str, variant: str, params: dict | None = No
     return cell
 
 
+def verdict_word(value) -> str:
+    """How a report writes a verdict: yes (holds), NO (fails), not measured (None)."""
+    return "not measured" if value is None else "yes" if value else "NO"
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
@@ -316,8 +329,9 @@ def check_document(doc, where: str = "document") -> dict:
     """Raise a one-line Usage error unless ``doc`` looks like a looplab results document."""
     if not isinstance(doc, dict) or "cells" not in doc or "schema" not in doc:
         raise UsageError(f"{where} is not a looplab results file (no 'schema' and 'cells' keys)")
-    if doc["schema"] != SCHEMA:
-        raise UsageError(f"{where} has results schema {doc['schema']!r}; this looplab reads schema {SCHEMA}")
+    if doc["schema"] not in READS or isinstance(doc["schema"], bool):
+        raise UsageError(f"{where} has results schema {doc['schema']!r}; this looplab reads schema "
+                         f"{' and '.join(map(str, READS))}")
     if not isinstance(doc["cells"], list):
         raise UsageError(f"{where} is not a looplab results file ('cells' is not a list)")
     for i, cell in enumerate(doc["cells"]):
@@ -458,7 +472,8 @@ def _merge_cells(a: dict, b: dict, run_a: str, run_b: str) -> dict:
         out.pop("spread", None)
     verdicts = dict(a.get("verdicts", {}))
     for name, value in (b.get("verdicts", {}) or {}).items():
-        verdicts[name] = bool(verdicts.get(name, True)) and bool(value)
+        both = [verdicts.get(name, True), value]
+        verdicts[name] = False if False in both else None if None in both else True
     out["verdicts"] = verdicts
     out["errors"] = errors + list(b.get("errors", []))
     out["repeats"] = int(a.get("repeats", 0) or 0) + int(b.get("repeats", 0) or 0)

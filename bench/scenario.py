@@ -101,12 +101,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from bench.errors import UsageError
+from bench.errors import CRASH_KEY, UsageError
 from bench.peers import PeerProcess
 from protocols import apps
 
-__all__ = ["Scenario", "Metric", "Bars", "Job", "CellContext", "Outcome", "Served", "Ran",
-           "APP", "STYLES", "UNITS", "register", "get", "scenarios", "load_scenario_file",
+__all__ = ["Scenario", "Metric", "Minimum", "Bars", "Job", "CellContext", "Outcome", "Served",
+           "Ran", "APP", "STYLES", "UNITS", "CRASH_KEY", "NOT_MEASURED", "register", "get", "scenarios", "load_scenario_file",
            "load_plugins", "plugin_spec", "serve_app", "run_program", "AppProcess",
            "abort_running"]
 
@@ -117,6 +117,7 @@ UNITS = {"_bytes": "bytes", "_Bps": "bytes/s", "_per_s": "1/s", "_s": "seconds",
 KINDS = ("flag", "text")   # metrics whose value is not a number: yes/no, a label
 DIRECTIONS = ("lower", "higher", None)
 BUILTIN_MODULE = "bench.builtin"
+NOT_MEASURED = "not measured"   # a verdict of None, as reports show it
 ENTRY_POINT_GROUP = "looplab.scenarios"
 _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 
@@ -141,6 +142,9 @@ class Metric:
     unit: str | None = None
     format: Callable | None = None
     timing: bool = False      # a wall-clock timing: compared noise-aware, never exactly
+    # The most this cell could physically produce, from its parameters (a function of
+    # ``ctx.params``, or a number): a value above it is an error, not a figure.
+    ceiling: Callable | float | None = None
 
     def __post_init__(self):
         if self.unit is None:
@@ -165,6 +169,36 @@ class Metric:
     def describe(self) -> dict:
         return {"unit": self.unit, "direction": self.direction, "label": self.label,
                 "timing": self.timing}
+
+
+def _value_of(bound, params):
+    return bound(params) if callable(bound) else bound
+
+
+@dataclass(frozen=True)
+class Minimum:
+    """The least activity a cell must show before its verdicts mean anything: the
+    metric ``metric`` (bytes through, requests answered, seconds of steady state) at
+    least ``at_least`` -- a number, or a function of ``ctx.params``. A cell below it
+    is an error that says what was missing, and its verdicts are "not measured".
+    ``what`` says it in words for that error (e.g. "a sixteenth of what the sink
+    takes in the run")."""
+    metric: str
+    at_least: Callable | float = 1
+    what: str = ""
+
+    def shortfall(self, metrics: dict, params: dict) -> str | None:
+        """Why ``metrics`` fall short of this minimum, or None if they meet it."""
+        need = _value_of(self.at_least, params)
+        got = metrics.get(self.metric)
+        why = f" ({self.what})" if self.what else ""
+        if got is None:
+            return f"{self.metric} was not measured; the oracle needs >= {need:g}{why}"
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            return f"{self.metric} is {got!r}, not a number; the oracle needs >= {need:g}{why}"
+        if got < need:
+            return f"{self.metric} was {got:g}; the oracle needs >= {need:g}{why}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -212,6 +246,11 @@ class Scenario:
     traceable: bool = False
     default_repeats: int = 1
     origin: str = ""
+    # The evidence (see ``judge``): the least activity every verdict needs, and for
+    # each verdict the metrics that decide it (each must be measured).
+    minimum: tuple = ()
+    decided_by: Mapping[str, tuple] = field(default_factory=dict)
+    symptoms: tuple = ()      # verdicts whose True is the bug showing (the zoo's bug_shown)
 
     def __post_init__(self):
         self.metrics = tuple(self.metrics)
@@ -220,6 +259,8 @@ class Scenario:
         self.verdicts = dict(self.verdicts)
         self.presets = {k: dict(v) for k, v in dict(self.presets).items()}
         self.programs = dict(self.programs)
+        self.minimum = tuple(self.minimum)
+        self.decided_by = {k: tuple(v) for k, v in dict(self.decided_by).items()}
         if not self.columns:
             self.columns = tuple(m.name for m in self.metrics if m.direction is not None) \
                 or tuple(m.name for m in self.metrics[:4])
@@ -273,7 +314,56 @@ class Scenario:
             out.append("main_variants from its variants")
         if not isinstance(self.default_repeats, int) or self.default_repeats < 1:
             out.append("default_repeats >= 1")
+        for m in self.minimum:
+            if not isinstance(m, Minimum):
+                out.append(f"minimum must hold Minimum objects, got {m!r}")
+            elif m.metric not in names:
+                out.append(f"minimum on {m.metric!r}, which is not a declared metric")
+        for v, ms in self.decided_by.items():
+            if v not in self.verdicts:
+                out.append(f"decided_by names {v!r}, which is not a declared verdict")
+            out += [f"verdict {v!r} decided by {m!r}, which is not a declared metric"
+                    for m in ms if m not in names]
+        out += [f"symptom {v!r} is not a declared verdict" for v in self.symptoms
+                if v not in self.verdicts]
         return out
+
+    def judge(self, params: dict, metrics: dict, verdicts: dict,
+              peers_seen: Mapping | None = None) -> tuple[dict, dict, list]:
+        """The evidence rule, applied to one repeat: (metrics, verdicts, errors).
+
+        A verdict is True (holds), False (fails) or None (not measured): None when
+        its oracle returned None, when a metric in its ``decided_by`` is missing,
+        or when the cell fell short of a ``minimum`` or one of its peers
+        (``peers_seen``) never got its connection (then every verdict is None).
+        A metric above its ``ceiling`` is an error and is dropped, not reported.
+        Each verdict not measured adds an error saying what was missing."""
+        metrics, errors = dict(metrics), []
+        for m in self.metrics:
+            value = metrics.get(m.name)
+            if m.ceiling is None or not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            top = _value_of(m.ceiling, params)
+            if value > top:
+                errors.append(f"implausible: {m.name} = {value:g} is above the {top:g} this "
+                              "cell could produce; not kept")
+                metrics[m.name] = None
+        out = {k: (None if v is None else bool(v)) for k, v in verdicts.items()}
+        short = [f"peer {name!r} never got its connection"
+                 for name, res in (peers_seen or {}).items() if not res.get("connected")]
+        short += [s for s in (m.shortfall(metrics, params) for m in self.minimum) if s]
+        if short:
+            errors.append(f"{NOT_MEASURED}: too little activity: {'; '.join(short)}")
+            return metrics, {k: None for k in out}, errors
+        for name, value in out.items():
+            missing = [m for m in self.decided_by.get(name, ()) if metrics.get(m) is None]
+            if missing:
+                out[name] = None
+                errors.append(f"{NOT_MEASURED}: {name} needs {', '.join(missing)}, "
+                              "which the cell did not measure")
+            elif value is None:
+                errors.append(f"{NOT_MEASURED}: the oracle of {name} had no evidence to decide")
+        return metrics, out, errors
 
     def program_for(self, runtime) -> Callable:
         """The program for ``runtime``: by its id, else its style, else ``"*"``."""
@@ -289,7 +379,10 @@ class Scenario:
         return {"title": self.title, "summary": self.summary, "origin": self.origin,
                 "variants": list(self.variants),
                 "metrics": {m.name: m.describe() for m in self.metrics},
-                "verdicts": dict(self.verdicts), "columns": list(self.columns)}
+                "verdicts": dict(self.verdicts), "columns": list(self.columns),
+                "decided_by": {v: list(self.decided_by.get(v, ())) for v in self.verdicts},
+                "minimum": [{"metric": m.metric, "what": m.what} for m in self.minimum],
+                "symptoms": list(self.symptoms)}
 
 
 # ---------------------------------------------------------------------------
@@ -504,6 +597,7 @@ class CellContext:
     trace_path: str | None = None
     notes: list = field(default_factory=list)
     sim: Any = None           # --net sim: a bench.simcells.SimCell (the world this cell runs in)
+    peers_seen: dict = field(default_factory=dict)   # name -> result of every peer this repeat ran
 
     @property
     def style(self) -> str:
@@ -576,8 +670,8 @@ class AppProcess:
                 continue
             if ev.get("event") == name:
                 return ev
-            if ev.get("event") == "result" and "error" in ev:
-                raise RuntimeError(f"app side: {ev['error']}")
+            if ev.get("event") == "result" and CRASH_KEY in ev:
+                raise RuntimeError(f"app side: {ev[CRASH_KEY]}")
             if ev.get("event") == "eof":
                 tail = " | ".join(self.stderr_lines[-3:])
                 raise RuntimeError(f"app process exited (code {self.proc.wait()}) before {name!r}: {tail}")
@@ -585,8 +679,8 @@ class AppProcess:
     def result(self, timeout: float) -> dict:
         """The app side's result; the error it reported is raised."""
         out = self.wait("result", timeout)
-        if "error" in out:
-            raise RuntimeError(f"app side: {out['error']}")
+        if CRASH_KEY in out:
+            raise RuntimeError(f"app side: {out[CRASH_KEY]}")
         return out
 
     def interrupt(self):
@@ -674,8 +768,10 @@ def serve_app(ctx: CellContext, app: str, *, peers=(), params: dict | None = Non
     module docstring). Peers with ``connect=APP`` start once the app listens."""
     if ctx.sim is not None:   # --net sim: the same app and peers, in one simulated world
         from bench import simcells
-        return Served(*simcells.serve_app(ctx, app, peers=peers, params=params, upstream=upstream,
-                                          bound=timeout_s or _bound(peers) + 10, app_marker=APP))
+        served = Served(*simcells.serve_app(ctx, app, peers=peers, params=params, upstream=upstream,
+                                            bound=timeout_s or _bound(peers) + 10, app_marker=APP))
+        ctx.peers_seen.update(served.peers)
+        return served
     roles, to_app = [], []
     for r in peers:
         r = dict(r)
@@ -707,6 +803,7 @@ def serve_app(ctx: CellContext, app: str, *, peers=(), params: dict | None = Non
             if out is None:
                 proc.interrupt()
                 out = proc.result(10)
+    ctx.peers_seen.update(res)
     return Served(out, res)
 
 
@@ -716,9 +813,13 @@ def run_program(ctx: CellContext, *, peers=(), linger_s: float = 0.0,
     listening ``peers`` started first (see the module docstring)."""
     if ctx.sim is not None:   # --net sim: the same program and peers, in one simulated world
         from bench import simcells
-        return Ran(*simcells.run_program(
+        ran = Ran(*simcells.run_program(
             ctx, lambda addrs: Job(ctx.runtime, ctx.variant, dict(ctx.params), addrs),
             peers=peers, linger_s=linger_s, bound=max_s or _bound(peers)))
+        if CRASH_KEY in ran.app:     # as a cell process's failed program is on real sockets
+            raise RuntimeError(f"app side: {ran.app[CRASH_KEY]}")
+        ctx.peers_seen.update(ran.peers)
+        return ran
     roles = [dict(r) for r in peers]
     bound = max_s or _bound(roles)
     spec = {"kind": "program", "scenario": ctx.scenario.id, "runtime": ctx.runtime.spec,
@@ -734,4 +835,5 @@ def run_program(ctx: CellContext, *, peers=(), linger_s: float = 0.0,
             stopped = proc.wait("stopped", bound + 10)["at"]
             out = proc.result(linger_s + 10)
         res = pp.results()
+    ctx.peers_seen.update(res)
     return Ran(out, res, stopped)

@@ -3,14 +3,21 @@
 A *cell* is one scenario x runtime x variant x preset. Running a cell means calling
 its scenario's ``run`` once per repeat (``bench.scenario``: peers in one process, the
 runtime under test alone in another) and folding the repeats into one result:
-numeric metrics are medians (raw samples kept), and each verdict is true only if it
-held in every repeat, with its frequency alongside (``<verdict>_fraction``). A cell
-that crashes or hangs is a result with ``errors``, never the end of the matrix.
+numeric metrics are medians (raw samples kept), and each verdict holds only if it
+held in every repeat, with its frequency alongside (``<verdict>_fraction``). A verdict
+is True, False or None ("not measured": a repeat lacked the evidence its scenario
+declares, ``Scenario.judge``): False if any repeat failed, else None if any repeat
+was not measured. A cell that crashes, hangs or measures too little is a result with
+``errors``, never the end of the matrix -- and never a pass. Each cell records the
+machine's load average at its start and end (``load``): a cell that starved because
+the machine was busy says so.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -137,6 +144,7 @@ def run_cell(cell: Cell, trace_path: str | None = None) -> dict:
         from bench import envs
         result["environment"] = {k: v for k, v in envs.describe(rt).items() if k != "unavailable"}
     runs = []
+    result["load"] = {"start": _load()}
     for rep_i in range(cell.repeats):
         t0, c0 = time.monotonic(), time.thread_time()
         with simcells.cell_heap() if sim else contextlib.nullcontext():
@@ -149,9 +157,10 @@ def run_cell(cell: Cell, trace_path: str | None = None) -> dict:
                 result["errors"].append(f"{type(exc).__name__}: {exc}")
                 continue
             sim_s = ctx.sim.world.now if sim else None
-            ctx_notes = ctx.notes
+            ctx_notes, ctx_params, seen = ctx.notes, ctx.params, ctx.peers_seen
             del ctx                   # the world goes with it, inside cell_heap
-        metrics = dict(out.metrics)
+        metrics, verdicts, problems = sc.judge(ctx_params, out.metrics, out.verdicts, seen)
+        result["errors"] += [e for e in problems if e not in result["errors"]]
         metrics["cell_wall_s"] = round(time.monotonic() - t0, 3)
         if sim:
             # CPU time, which holds on a loaded machine where wall time does not.
@@ -163,10 +172,11 @@ def run_cell(cell: Cell, trace_path: str | None = None) -> dict:
             metrics["sim_s"] = round(sim_s, 6)
         if out.series and "series" not in result:
             result["series"] = out.series          # time series: first repeat
-        runs.append((metrics, out.verdicts))
+        runs.append((metrics, verdicts))
         for n in list(out.notes) + ctx_notes:
             if n not in result["notes"]:
                 result["notes"].append(n)
+    result["load"]["end"] = _load()
     if not runs:
         return result
     names = list(dict.fromkeys(n for m, _ in runs for n in m))
@@ -175,11 +185,20 @@ def run_cell(cell: Cell, trace_path: str | None = None) -> dict:
         result["samples"][name] = values
         result["metrics"][name] = _typical(values)
     for name in sc.verdicts:
-        held = [bool(v.get(name)) for _, v in runs]
-        result["verdicts"][name] = all(held)
-        if len(runs) > 1:
+        seen = [v.get(name) for _, v in runs]
+        held = [v for v in seen if v is not None]
+        result["verdicts"][name] = False if False in held else None if None in seen else True
+        if len(runs) > 1 and held:
             result["metrics"][f"{name}_fraction"] = sum(held) / len(held)
     return result
+
+
+def _load() -> list | None:
+    """The machine's 1-, 5- and 15-minute load averages (None where unknown)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
 
 
 def run_matrix(cells: list[Cell], jobs: int = 1, progress=None) -> tuple[list[dict], bool]:
@@ -189,6 +208,12 @@ def run_matrix(cells: list[Cell], jobs: int = 1, progress=None) -> tuple[list[di
     killed and dropped, finished ones are kept."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise UsageError(f"--jobs must be a whole number >= 1, got {jobs!r}")
+    cores = os.cpu_count() or 1
+    if jobs > cores:
+        # Each cell is a runtime process plus a peer process with deadlines: more of
+        # them than cores starves cells (they then end "not measured", never a pass).
+        print(f"looplab: warning: --jobs {jobs} is more than this machine's {cores} cores; "
+              "cells may be starved (each records the load average)", file=sys.stderr)
     results: list[dict | None] = [None] * len(cells)
     interrupted = False
     pool = ThreadPoolExecutor(max_workers=jobs)

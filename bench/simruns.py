@@ -91,7 +91,8 @@ def outcome_of(result: dict) -> str:
     """One line naming a run's outcome: its verdicts (or its error)."""
     if result.get("errors"):
         return "error: " + result["errors"][0].split("\n")[0][:120]
-    return ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in sorted(result["verdicts"].items()))
+    return ", ".join(f"{k}={'yes' if v else 'not measured' if v is None else 'NO'}"
+                     for k, v in sorted(result["verdicts"].items()))
 
 
 def failed(result: dict) -> bool:

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from bench import cli, fidelity
+from bench import cli, fidelity, results
 from bench.errors import ExitCode
 from bench.fidelity import PROBES
 from protocols import runtimes as rtmod
@@ -261,7 +261,7 @@ def test_table_shows_only_the_differing_keys():
 def test_document_has_one_cell_per_probe_and_runtime(runs, rows):
     names = list(PROBES)
     doc = fidelity.document(runs[0], rows, names)
-    assert doc["schema"] == 1 and "looplab" in doc and "env" in doc
+    assert doc["schema"] == results.SCHEMA and "looplab" in doc and "env" in doc
     expected = sum(1 for rid in runs[0] for n in names if n in runs[0][rid])
     assert len(doc["cells"]) == expected
     ids = {c["id"] for c in doc["cells"]}

@@ -161,7 +161,7 @@ def expected_status(cell):
     if cell.get("errors") and not v and not cell.get("metrics"):
         return "error"
     if v:
-        return "pass" if all(v.values()) else "fail"
+        return "fail" if False in v.values() else "error" if None in v.values() else "pass"
     return "error" if cell.get("errors") else "measured"
 
 

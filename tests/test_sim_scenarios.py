@@ -34,6 +34,7 @@ def strip_wall(result: dict) -> dict:
     for name in WALL:
         out["metrics"].pop(name, None)
         out["samples"].pop(name, None)
+    out.pop("load", None)            # the machine's load averages while the cell ran
     return out
 
 

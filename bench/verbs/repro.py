@@ -120,7 +120,8 @@ def _cell_word(cell) -> str:
         return "skipped"
     if "bug_shown" not in (cell.get("verdicts") or {}):
         return "error"
-    return "shown" if cell["verdicts"]["bug_shown"] else "not shown"
+    shown = cell["verdicts"]["bug_shown"]
+    return "not measured" if shown is None else "shown" if shown else "not shown"
 
 
 def _net(cell) -> str:

@@ -65,7 +65,7 @@ def cmd_validate(args) -> int:
             for p in problems[:20]:
                 print(f"  {p}")
         else:
-            print(f"{path}: valid (results schema {resmod.SCHEMA}, {len(doc['cells'])} cells)")
+            print(f"{path}: valid (results schema {doc['schema']}, {len(doc['cells'])} cells)")
     return ExitCode.FAILED if bad else ExitCode.OK
 
 

@@ -12,7 +12,7 @@ import gc
 import time
 
 from bench import peers
-from bench.scenario import APP, Metric, run_program, serve_app
+from bench.scenario import APP, Metric, Minimum, run_program, serve_app
 from bench.zoo.plumbing import (_CAP, KiB, MiB, SOCKBUF, _by_style, _callback, _notes, _open,
                                 _open_task, _presets, _rss, _stream, _task)
 from bench.zoo.registry import Entry, Flip, _add
@@ -29,13 +29,19 @@ def _run_pipelining(ctx):
                                                     sockbuf=SOCKBUF, max_s=p["hold_s"] + 5)])
     handled = served.app["counters"].get("requests_handled_count", 0)
     m = {"requests_handled_count": handled, "rss_growth_bytes": served.app.get("rss_growth_bytes"),
-         "peak_user_buffer_bytes": served.app["probe"].get("peak_user_buffer_bytes")}
+         "peak_user_buffer_bytes": served.app["probe"].get("peak_user_buffer_bytes"),
+         "requests_sent_count": served.peers["client"].get("requests_sent", 0)}
     return m, {"bug_shown": handled >= p["count"] // 2}, []
 
 
 _add(Entry(
     id="twisted-8868", aliases=("twisted-4891", "C1"), catalog="S5",
     stand_in="our server program in place of twisted.web's HTTPChannel",
+    decided_by=("requests_handled_count",),
+    # Every request sent and one answered: a starved server answers none, which
+    # would otherwise read as "not shown".
+    minimum=(Minimum("requests_sent_count", lambda p: p["count"], "the client sent every request"),
+             Minimum("requests_handled_count", 1, "the server answered at least one request")),
     title="pipelined requests answered into an unbounded write buffer",
     link="https://github.com/twisted/twisted/issues/8868",
     mechanism="A client pipelines many small requests for large responses and never reads. "
@@ -58,9 +64,10 @@ _add(Entry(
              "backpressure against clients that do not read responses ... (#8868)'; 16.6.0 "
              "of 2016-11-17 is the release before)"),
     _run_pipelining,
-    [Metric("requests_handled_count", "lower", "requests answered"),
+    [Metric("requests_handled_count", "lower", "requests answered", ceiling=lambda p: p["count"]),
      Metric("rss_growth_bytes", None, "RSS growth"),
-     Metric("peak_user_buffer_bytes", "lower", "user buffer peak")],
+     Metric("peak_user_buffer_bytes", "lower", "user buffer peak"),
+     Metric("requests_sent_count", None, "requests sent")],
     _presets({"count": 100, "response_bytes": 64 * KiB, "hold_s": 0.8},
              {"count": 300, "response_bytes": 64 * KiB, "hold_s": 1.0}))
 
@@ -82,7 +89,7 @@ def _run_push(ctx):
     backlog = max(served.app["probe"].get("peak_user_buffer_bytes") or 0,
                   c.get("app_queue_peak_bytes", 0))
     m = {"backlog_peak_bytes": backlog, "rss_growth_bytes": served.app.get("rss_growth_bytes"),
-         "dropped_count": c.get("dropped_count", 0)}
+         "dropped_count": c.get("dropped_count", 0), "broadcasts_count": c.get("broadcasts_count", 0)}
     bound = 4 * 16 * p["message_bytes"]      # 4 x what the bounded policy may queue
     return m, {"bug_shown": backlog > bound}, [f"served with the push app's {app_variant!r} policy"]
 
@@ -93,6 +100,8 @@ _add(Entry(
     verified="read the thread (njsmith: a websocket server that sends without awaiting grows "
              "its memory for a client that never reads) and Home Assistant PR 89905, which "
              "says the fix added drains to aiohttp's websocket writer",
+    decided_by=("backlog_peak_bytes",),
+    minimum=(Minimum("broadcasts_count", 4, "the server pushed a few messages"),),
     title="push to a subscriber that never reads: the backlog grows without bound",
     link="https://github.com/aio-libs/aiohttp/issues/1367",
     mechanism="A server pushes messages to every subscriber with a write that never blocks. "
@@ -111,7 +120,7 @@ _add(Entry(
     _run_push,
     [Metric("backlog_peak_bytes", "lower", "backlog peak"),
      Metric("rss_growth_bytes", None, "RSS growth"),
-     Metric("dropped_count", None, "dropped")],
+     Metric("dropped_count", None, "dropped"), Metric("broadcasts_count", None, "broadcasts")],
     _presets({"message_bytes": 10_000, "interval_s": 0.005, "duration_s": 1.5},
              {"message_bytes": 10_000, "interval_s": 0.005, "duration_s": 2.0}))
 
@@ -233,6 +242,7 @@ _add(Entry(
     id="aiohttp-1368", aliases=("C3",),
     stand_in="our reader and handler in place of aiohttp's request handler",
     title="pipelined requests read ahead while the handler is busy: the receive side is unbounded",
+    decided_by=("app_queue_peak_bytes",),
     link="https://github.com/aio-libs/aiohttp/issues/1368",
     mechanism="The server keeps reading and parsing requests that a client pipelines while "
               "the handler is still busy with an earlier one, and queues them without a bound. "
@@ -341,6 +351,7 @@ _add(Entry(
     verified="read the thread (2024-03, a feature request: write(); sleep(0) to a slow "
              "reader fills memory; closed) which points to the flow-control callbacks of "
              "81162",
+    decided_by=("peak_buffer_bytes",),
     title="a write loop with sleep(0) but no drain(): memory climbs",
     link="https://github.com/python/cpython/issues/116279",
     mechanism="`await asyncio.sleep(0)` lets other tasks run but waits for nothing, so a loop "
@@ -364,6 +375,7 @@ _add(Entry(
              "the 3.12.9/3.13.2 releases are from the advisory, not re-checked; measured with "
              "--versions: shown on 3.12.1 and 3.13.0 (buffer peak 885 kB against 98 kB), "
              "not on 3.11.7",
+    decided_by=("peak_buffer_bytes",),
     title="writelines() skipped the flow-control check",
     link="https://github.com/python/cpython/issues/127655",
     mechanism="On 3.12 and 3.13 the selector transport's writelines() appended to the buffer "
@@ -452,6 +464,7 @@ def _run_limits(ctx):
 
 _add(Entry(
     id="asyncio-140", aliases=("C20",),
+    decided_by=("went_ahead",),
     title="lowering the write-buffer limits below the current size did not pause",
     link="https://github.com/python/asyncio/issues/140",
     mechanism="set_write_buffer_limits() stored the new marks but did not re-check the buffer "
@@ -542,6 +555,7 @@ _add(Entry(
              "write, ~90% CPU in an aiohttp WebSocket server) and PR 146518 (a running "
              "_buffer_size); the deque came with PR 31871 (GH-91166); measured with "
              "--versions: shown on 3.12.1 and 3.13.0, not on 3.11.7",
+    decided_by=("cost_ratio_fraction",),
     title="get_write_buffer_size() summed a deque on every write: O(n^2) under pressure",
     link="https://github.com/python/cpython/issues/146507",
     mechanism="The selector transport's write buffer became a deque of chunks, and "
@@ -620,6 +634,7 @@ def _run_memory(ctx):
 
 _add(Entry(
     id="uvloop-548", aliases=("C16",),
+    decided_by=("rss_kept_bytes",),
     title="transport buffer memory not released after connection_lost",
     link="https://github.com/MagicStack/uvloop/issues/548",
     mechanism="A protocol floods transport.write() to a client that stops reading; the client "
@@ -725,6 +740,7 @@ _add(Entry(
     verified="read the thread (BaseHTTPMiddleware's unbounded asyncio.Queue, a slow client "
              "grows it without bound), PR 1018 (maxsize=1, release 0.13.7) and PR 1028 "
              "(reverted in 0.13.8 because users relied on the full evaluation)",
+    decided_by=("app_queue_peak_bytes",),
     title="an unbounded queue between producer and socket: a slow client grows memory",
     link="https://github.com/encode/starlette/issues/1012",
     mechanism="A streaming response put every chunk the producer made into an unbounded "

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 
+from bench.errors import CRASH_KEY
 from protocols import ports
 
 KiB, MiB = 1024, 1024 * 1024
@@ -133,19 +134,19 @@ class _P:
 
 def _callback(job, addr, start, max_s):
     """Connect a ``_P`` to ``addr`` and call ``start(port, transport, proto, out)``
-    in the loop; runs until ``port.stop()`` or ``max_s`` (then ``out["error"]``)."""
+    in the loop; runs until ``port.stop()`` or ``max_s`` (then ``out[CRASH_KEY]``: the cell is an error)."""
     port = job.runtime.open()
     out: dict = {}
     try:
         def setup(port):
             def bound():
-                out["error"] = f"did not finish within {max_s} s"
+                out[CRASH_KEY] = f"did not finish within {max_s} s"
                 port.stop()
             port.call_later(max_s, bound)
 
             def done(t, p, exc):
                 if exc is not None:
-                    out["error"] = f"connect failed: {exc!r}"
+                    out[CRASH_KEY] = f"connect failed: {exc!r}"
                     port.stop()
                     return
                 start(port, t, p, out)
@@ -207,8 +208,14 @@ def _by_style(cb=None, st=None, tk=None) -> dict:
     return {k: v for k, v in (("callback", cb), ("stream", st), ("task", tk)) if v}
 
 
+def _unless_cut(reader: dict, shown: bool) -> bool | None:
+    """``shown``, unless the peer ended on its own deadline: then what it missed is no
+    evidence of a loss (a loaded machine starved the cell) and the verdict is None."""
+    return None if reader.get("ended") == "timeout" else shown
+
+
 def _notes(app: dict) -> list:
-    return [f"program: {app['error']}"] if app.get("error") else []
+    return [f"program: {app[CRASH_KEY]}"] if app.get(CRASH_KEY) else []
 
 
 def _presets(tiny: dict, quick: dict | None = None) -> dict:

@@ -103,6 +103,10 @@ class Entry:
         out.append(("verified", self.verified))
         return out
 
+    # The evidence bug_shown needs (bench.scenario.Scenario.judge): the metrics that decide
+    # it (each must be measured).
+    decided_by: tuple = ()
+
     def names(self) -> tuple:
         return (self.id,) + tuple(self.aliases)
 
@@ -134,7 +138,8 @@ def register_in_order(order) -> None:
         e.scenario = register(Scenario(
             id=e.id, title=e.title, run=_noted_on_sim(e, run), summary=e.mechanism, variants=("naive", "fixed"),
             presets=presets, programs=programs_ or {}, styles=e.styles, verdicts=VERDICT,
-            metrics=tuple(metrics), **_evidence(e)))
+            metrics=tuple(metrics), symptoms=tuple(VERDICT),
+            decided_by={"bug_shown": e.decided_by} if e.decided_by else {}, **_evidence(e)))
         e.scenario.origin = "bench.zoo"
         ENTRIES[e.id] = e
         for name in e.names():
@@ -144,10 +149,10 @@ def register_in_order(order) -> None:
 def _evidence(e: Entry) -> dict:
     """The entry's minimum as the scenario's, where scenarios declare one (the
     evidence rule: a cell below it is "not measured")."""
-    if not e.minimum or "minimum" not in Scenario.__dataclass_fields__:
+    if not e.minimum:
         return {}
     from bench.scenario import Minimum
-    return {"minimum": tuple(Minimum(m, n, what) for m, n, what in e.minimum)}
+    return {"minimum": tuple(m if isinstance(m, Minimum) else Minimum(*m) for m in e.minimum)}
 
 
 def _noted_on_sim(e: Entry, run):

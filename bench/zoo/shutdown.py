@@ -10,7 +10,7 @@ from __future__ import annotations
 from bench import peers, programs
 from bench.scenario import Metric, run_program
 from bench.zoo.plumbing import (KiB, MiB, SOCKBUF, _by_style, _callback, _listen, _notes, _now,
-                                _open, _open_task, _presets, _stream, _task)
+                                _open, _open_task, _presets, _stream, _task, _unless_cut)
 from bench.zoo.registry import Entry, Flip, _add
 
 
@@ -31,13 +31,14 @@ def _run_loss(ctx):
                       peers=[peers.reader(sockbuf=SOCKBUF, start_after_s=p["start_after_s"], max_s=10)])
     got = ran.peers["reader"].get("received_bytes", 0)
     m = {"delivered_bytes": got, "lost_bytes": p["total_bytes"] - got}
-    return m, {"bug_shown": got < p["total_bytes"]}, _notes(ran.app)
+    return m, {"bug_shown": _unless_cut(ran.peers["reader"], got < p["total_bytes"])}, _notes(ran.app)
 
 
 _add(Entry(
     id="cpython-32391", aliases=("bpo-32391", "asyncio-141", "C6"), catalog="S3",
     verified="read the thread (asvetlov, 2017-12: add StreamWriter.wait_closed(), labelled "
              "3.7) and PR 5281 (merged 2018-01-24)",
+    decided_by=("delivered_bytes",),
     title="close() returns at once: exiting right after it loses the buffered data",
     link="https://bugs.python.org/issue32391",
     mechanism="A stream's close() only asks the transport to flush and close later. A "
@@ -67,13 +68,14 @@ def _run_no_eof(ctx):
         after = max(0.0, r["eof_at"] - ran.stopped_at)
     m = {"eof_after_stop_s": after, "delivered_bytes": r.get("received_bytes", 0)}
     shown = after is None or after > p["eof_within_s"]
-    return m, {"bug_shown": shown}, _notes(ran.app)
+    return m, {"bug_shown": _unless_cut(r, shown)}, _notes(ran.app)
 
 
 _add(Entry(
     id="asyncio-466", aliases=("C7",), catalog="S3",
     verified="not re-read against its thread in this pass (issue 25 named no drift in this "
              "card)",
+    decided_by=("delivered_bytes",),
     title="the close completes on a later loop pass: stop the loop first and EOF never comes",
     link="https://github.com/python/asyncio/issues/466",
     mechanism="transport.close() schedules connection_lost for a later pass of the loop. A "
@@ -167,6 +169,7 @@ def _run_deadpush(ctx):
 
 _add(Entry(
     id="asyncio-248", aliases=("C9", "aiohttp-370"),
+    decided_by=("written_after_lost_bytes",),
     title="writes to a closing transport keep succeeding: a whole file pushed into a dead connection",
     link="https://github.com/python/asyncio/issues/248",
     mechanism="Once the peer has gone, transport.write() drops the data without an error and "
@@ -273,6 +276,7 @@ _add(Entry(
     verified="read the thread (aclose() was socket.close() plus a checkpoint; the RFC 7230 "
              "section 6.6 staged close it quotes: half-close, read until the peer closes, "
              "then close)",
+    decided_by=("response_received_bytes",),
     title="close with unread inbound data sends RST: the peer loses the response",
     link="https://github.com/python-trio/trio/issues/412",
     mechanism="Closing a TCP socket whose receive queue still holds unread bytes makes the "
@@ -350,6 +354,7 @@ def _run_waitclosed(ctx):
 
 _add(Entry(
     id="cpython-113538", aliases=("cpython-104344",),
+    decided_by=("hung",),
     title="Server.wait_closed() waits for every handler: shutdown hangs on an idle client",
     link="https://github.com/python/cpython/issues/113538",
     mechanism="From 3.12.0 Server.wait_closed() returns only once every accepted connection "
@@ -426,7 +431,7 @@ def _run_afterclose(ctx):
     total = p["first_bytes"] + p["late_bytes"]
     m = {"delivered_bytes": got, "lost_bytes": total - got,
          "buffered_at_close_bytes": ran.app.get("buffered_at_close_bytes")}
-    return m, {"bug_shown": got < total}, _notes(ran.app)
+    return m, {"bug_shown": _unless_cut(ran.peers["reader"], got < total)}, _notes(ran.app)
 
 
 _add(Entry(
@@ -435,6 +440,7 @@ _add(Entry(
     verified="read the thread (spurious 'Exception in callback None()' after upgrading to "
              "3.12.1) and PR 128037 (writes after close missed since gh-106503, backport "
              "asked to 3.12 and 3.13); the release numbers are not re-checked",
+    decided_by=("delivered_bytes",),
     title="writes made after close() are dropped while data is still buffered",
     link="https://github.com/python/cpython/issues/115514",
     mechanism="asyncio's transport accepts write() after close() as long as earlier bytes "
@@ -504,7 +510,7 @@ def _run_abort(ctx):
     got = ran.peers["reader"].get("received_bytes", 0)
     m = {"delivered_bytes": got, "lost_bytes": p["response_bytes"] - got,
          "aborted_with_bytes": ran.app.get("aborted_with_bytes")}
-    return m, {"bug_shown": got < p["response_bytes"]}, _notes(ran.app)
+    return m, {"bug_shown": _unless_cut(ran.peers["reader"], got < p["response_bytes"])}, _notes(ran.app)
 
 
 _add(Entry(
@@ -513,6 +519,7 @@ _add(Entry(
     verified="read the thread (ashleysommer: uvloop's close() leaves the connection open "
              "while data is buffered, so sanic's fallback abort() cut responses) and PR 2973 "
              "(abort only after the buffer drained or a timeout)",
+    decided_by=("delivered_bytes",),
     title="close() then abort() on a timer truncates a large response",
     link="https://github.com/sanic-org/sanic/issues/2921",
     mechanism="transport.close() with bytes still buffered keeps the connection open until "

@@ -210,7 +210,8 @@ def _word(cell) -> str:
         return "skipped"
     if "bug_shown" not in (cell.get("verdicts") or {}):
         return "error"
-    return "shown" if cell["verdicts"]["bug_shown"] else "not shown"
+    shown = cell["verdicts"]["bug_shown"]     # None: below the entry's evidence minimum
+    return "not measured" if shown is None else "shown" if shown else "not shown"
 
 
 def measured_versions(cell, point: Point) -> str:
