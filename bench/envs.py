@@ -22,9 +22,14 @@ renamed into place only when pip succeeded and the marker file is written, so a 
 never runs in a half-built environment (and two concurrent builders race harmlessly:
 the loser throws its copy away).
 
+A spec's ``+DIST==VERSION`` pins (``uvloop-streams@3.11+uvloop==0.22.1``) are
+requirements like the loop's: they go into the key, so each pinned set of releases
+has its own environment.
+
 ``describe(runtime)`` runs ``python -m bench.envs describe SPEC`` in the runtime's
-interpreter: the exact Python, the loop with its version, and the version of every
-distribution whose modules the opened port had imported. Each cell records it.
+interpreter: the exact Python, the loop with its version, the requirements its
+environment was built with, and the version of every distribution whose modules the
+opened port had imported. Each cell records it.
 
 Failures are ``UsageError`` (one line, exit 2): no such interpreter (with the ones
 found), a version below looplab's minimum (``requires-python``), an environment that
@@ -220,10 +225,19 @@ def _loop_of(rt) -> str | None:
     return of(rt.options) if of else rt.options.get("loop")
 
 
+def _dist(req: str) -> str:
+    """A requirement's distribution name, normalized as pins are."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0]).lower()
+
+
 def requirements(rt) -> tuple:
-    """What an environment for runtime ``rt`` installs beside looplab."""
+    """What an environment for runtime ``rt`` installs beside looplab: the loop's
+    distribution and the spec's ``+DIST==VERSION`` pins (a pin replaces the loop's
+    open requirement on the same distribution)."""
+    pins = tuple(getattr(rt, "pins", ()))
+    pinned = {_dist(p) for p in pins}
     req = LOOP_DISTS.get(_loop_of(rt) or "")
-    return (req,) if req else ()
+    return tuple(r for r in ((req,) if req else ()) if _dist(r) not in pinned) + pins
 
 
 def _deps() -> list:
@@ -275,8 +289,11 @@ def build(it: Interpreter, reqs: tuple) -> Env:
             raise UsageError(f"the environment for Python {it.version} failed to build: venv: "
                              f"{_pip_failure(out.stdout + out.stderr)}")
         _say("  installing with pip (a minute or two the first time) ...")
+        # A pinned release comes as a wheel or not at all: building an old release from
+        # source for an interpreter it predates is slow and rarely what ran in the field.
+        binary = [f"--only-binary={_dist(r)}" for r in reqs if "==" in r]
         pip = subprocess.Popen([os.path.join(tmp, "bin", "python"), "-m", "pip", "install",
-                                "--disable-pip-version-check", "-e", SOURCE, *reqs],
+                                "--disable-pip-version-check", *binary, "-e", SOURCE, *reqs],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                stdin=subprocess.DEVNULL)
         lines = []
@@ -369,7 +386,8 @@ def _describe_here(spec: str) -> dict:
     out = {"interpreter": {"version": platform.python_version(),
                            "implementation": platform.python_implementation(),
                            "path": sys.executable},
-           "loop": None, "libraries": {}, "unavailable": rt.unavailable_reason()}
+           "loop": None, "libraries": {}, "requirements": list(requirements(rt)),
+           "unavailable": rt.unavailable_reason()}
     if out["unavailable"] is None:
         port = rt.open()
         try:

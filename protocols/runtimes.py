@@ -15,11 +15,14 @@ built-in runtimes (``protocols.builtin``) are registered exactly that way.
 Registration points one way: ``protocols.builtin`` imports this module, never the
 reverse; the package ``protocols`` imports the built-ins, then discovers plugins.
 
-A *runtime spec* is ``ID[@INTERPRETER][:OPT=VALUE,OPT=VALUE...]``, e.g.
-``coro:ready_order=random-7``, ``asyncio-streams@3.12:loop=uvloop,eager=true`` or
-``trio@/opt/py/bin/python3.13``. ``@INTERPRETER`` (a version ``X.Y[.Z]`` or a path,
-without ``:`` or ``,``) names the Python its cells run in (``bench.envs`` finds it and
-builds an environment); without it they run in looplab's own interpreter. An option
+A *runtime spec* is ``ID[@INTERPRETER[+DIST==VERSION...]][:OPT=VALUE,OPT=VALUE...]``,
+e.g. ``coro:ready_order=random-7``, ``asyncio-streams@3.12:loop=uvloop,eager=true``,
+``uvloop-streams@3.11+uvloop==0.22.1`` or ``trio@/opt/py/bin/python3.13``.
+``@INTERPRETER`` (a version ``X.Y[.Z]`` or a path, without ``:``, ``,`` or ``+``) names
+the Python its cells run in (``bench.envs`` finds it and builds an environment);
+without it they run in looplab's own interpreter. Each ``+DIST==VERSION`` pins one
+distribution at an exact release in that environment (``Runtime.pins``); a pin needs
+an ``@INTERPRETER``, since it is installed into a built environment. An option
 ``loop.NAME=VALUE`` is a keyword argument for the runtime's loop factory (asyncio's
 ports, ``loop=...``); it lands in ``Runtime.loop_options``. See docs/axes.md.
 ``parse(spec)`` turns it into a ``Runtime`` (the info plus full option values);
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import socket
 import sys
 from contextlib import contextmanager
@@ -337,6 +341,29 @@ def _loop_value(text: str):
     return text
 
 
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.!_-]*)$")
+
+
+def _pins(ident: str, tokens: list[str], interpreter: str | None) -> tuple:
+    """``+DIST==VERSION`` parts -> sorted ("dist==version", ...), names normalized
+    (lower case, runs of ``-_.`` as ``-``) so one pin has one spelling."""
+    out = {}
+    for token in (t.strip() for t in tokens):
+        m = _PIN.match(token)
+        if not m:
+            raise UsageError(f"runtime {ident}: bad pin {token!r}; a pin is +DIST==VERSION, an "
+                             f"exact release, e.g. {ident}@3.11+uvloop==0.22.1")
+        name = re.sub(r"[-_.]+", "-", m.group(1)).lower()
+        if name in out:
+            raise UsageError(f"runtime {ident}: {name} is pinned twice")
+        out[name] = f"{name}=={m.group(2)}"
+    if out and interpreter is None:
+        raise UsageError(f"runtime {ident}: a pin (+{next(iter(out.values()))}) is installed in "
+                         f"a built environment, so it needs an interpreter: e.g. "
+                         f"{ident}@3.11+{next(iter(out.values()))}")
+    return tuple(sorted(out.values()))
+
+
 def _interpreter_token(ident: str, token: str) -> str:
     token = token.strip()
     if not token:
@@ -363,6 +390,8 @@ class Runtime:
     interpreter: str | None = None
     #: ``loop.NAME=VALUE`` options: keyword arguments for the loop factory.
     loop_options: dict = field(default_factory=dict)
+    #: ``+DIST==VERSION`` pins, sorted: exact releases its environment installs.
+    pins: tuple = ()
 
     @property
     def id(self) -> str:
@@ -382,6 +411,7 @@ class Runtime:
         changed = self.info.options.changed(self.options)
         changed += [f"loop.{k}={show(v)}" for k, v in sorted(self.loop_options.items())]
         at = f"@{self.interpreter}" if self.interpreter else ""
+        at += "".join(f"+{p}" for p in self.pins)
         return self.id + at + (":" + ",".join(changed) if changed else "")
 
     @property
@@ -457,15 +487,18 @@ def _usage_from(info: RuntimeInfo, exc: OptionError) -> UsageError:
 
 
 def parse(spec: str) -> Runtime:
-    """``ID[@INTERPRETER][:OPT=VALUE,...]`` -> Runtime. Unknown ids, unknown options,
-    bad values and a malformed interpreter raise one UsageError naming the runtime
-    and the valid choices. ``loop.NAME=VALUE`` options go to ``loop_options``."""
+    """``ID[@INTERPRETER[+DIST==VERSION...]][:OPT=VALUE,...]`` -> Runtime. Unknown ids,
+    unknown options, bad values, a malformed interpreter or pin raise one UsageError
+    naming the runtime and the valid choices. ``loop.NAME=VALUE`` options go to
+    ``loop_options``; pins to ``pins``."""
     if not isinstance(spec, str):
         raise UsageError(f"a runtime spec is text like 'coro:spawn=eager', not {type(spec).__name__}")
     head, _, rest = spec.strip().partition(":")
+    head, *pin_tokens = head.split("+")
     ident, at, interp = head.partition("@")
     info = get(ident)
     interpreter = _interpreter_token(ident, interp) if at else None
+    pins = _pins(ident, pin_tokens, interpreter)
     plain, loop_options = [], {}
     for item in filter(None, (p.strip() for p in rest.split(","))):
         name, eq, value = item.partition("=")
@@ -492,7 +525,7 @@ def parse(spec: str) -> Runtime:
     if loop_options and "loop" not in info.options.names() and alias is None:
         raise UsageError(f"runtime {ident} takes no loop, so no loop.NAME options "
                          "(asyncio's runtimes do: loop=NAME or loop=MODULE:FACTORY)")
-    return Runtime(info, options, interpreter, loop_options)
+    return Runtime(info, options, interpreter, loop_options, pins)
 
 
 def parse_list(text: str | None, default: list[str] | None = None) -> list[Runtime]:
@@ -503,7 +536,7 @@ def parse_list(text: str | None, default: list[str] | None = None) -> list[Runti
         return [parse(s) for s in (default or list(RUNTIMES))]
     specs: list[str] = []
     for token in (t.strip() for t in text.split(",") if t.strip()):
-        head = token.partition(":")[0].partition("@")[0]
+        head = token.partition(":")[0].partition("@")[0].partition("+")[0]
         if token == "all":
             specs.extend(RUNTIMES)
         elif token == "ours":

@@ -212,4 +212,4 @@ def test_repro_one_bug_end_to_end(tmp_path, capsys):
     for name in ("report.md", "report.html", "results.json", "zoo.md"):
         assert os.path.exists(out / name), name
     md = (out / "report.md").read_text()
-    assert "## Bug zoo" in md and "| curio-164 | n/a |" in md
+    assert "## Bug zoo" in md and "| curio-164 | - | - | real (installed) | n/a |" in md

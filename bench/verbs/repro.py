@@ -28,6 +28,7 @@ from bench.run import document as docmod
 from bench.run.runner import interrupted_line
 from bench.tables import fmt, format_table
 from bench.verbs.common import add_net_options, positive_int
+from bench.zoo import versions as zoo_versions
 from protocols import runtimes as rtmod
 
 ZOO_MODULE = "bench.zoo"
@@ -207,7 +208,7 @@ def zoo_table(zoo, summaries: list[dict], markdown: bool = False) -> str:
     """One row per bug, one column per runtime: the naive program's verdict ("n/a":
     not that runtime's style); with ``--net both``, "real / sim"."""
     cols = columns(summaries)
-    header = ["bug"] + cols + ["option flips (naive)", "needs"]
+    header = ["bug", "framework", "versions", "runs on"] + cols + ["design knobs (naive)", "needs"]
     rows = []
 
     def word(r, fixed_too=True):
@@ -215,7 +216,8 @@ def zoo_table(zoo, summaries: list[dict], markdown: bool = False) -> str:
         return w + (" (fix too)" if fixed_too and r["fixed"] == "shown" else "")
     for s in summaries:
         e = zoo.ENTRIES[s["id"]]
-        row = [e.id]
+        row = [e.id, zoo_versions.framework_of(e) or "-", zoo_versions.versions_cell(e),
+               zoo_versions.runs_on_cell(e, s.get("versions"))]
         for col in cols:
             r = s["rows"].get(col)
             if r is None:
@@ -243,10 +245,23 @@ def card(zoo, e) -> str:
              *[f"  installed: {n}" for n in zoo.affected_note(e)],
              f"  expected:  {e.expected}",
              f"  oracle:    {e.oracle}",
-             *[f"  flip:      {f.spec} ({f.meaning}): expected {'shown' if f.shows else 'not shown'}"
+             *[f"  knob:      {f.spec} ({f.meaning}): expected {'shown' if f.shows else 'not shown'}"
                for f in e.flips],
-             f"  needs:     {e.needs}" if e.needs else None]
+             f"  needs:     {e.needs}" if e.needs else None,
+             *[f"  {label + ':':<10} {text}" for label, text in e.card_fields() if text],
+             _versions_line(e)]
     return "\n".join(line for line in lines if line)
+
+
+def _versions_line(e) -> str | None:
+    """What ``--versions`` would run the entry at (the points found here)."""
+    if not zoo_versions.declares_versions(e):
+        return None
+    pts = zoo_versions.points(e)
+    ran = list(dict.fromkeys(f"{p.label} ({p.role})" for p in pts if p.reason is None))
+    off = len(pts) - sum(p.reason is None for p in pts)
+    return (f"  --versions: {'; '.join(ran) or 'nothing installable here'}"
+            + (f" ({off} not runnable here)" if off else ""))
 
 
 def _measure(e, cell) -> str:
@@ -287,12 +302,14 @@ def _skip_real_only(zoo, cells: list) -> tuple[list, dict]:
     return run, skipped
 
 
-def _write_folder(zoo, doc, summaries, out_dir) -> None:
-    """The report folder, with the zoo table before the per-scenario sections."""
+def _write_folder(zoo, doc, summaries, out_dir, versions: bool = False) -> None:
+    """The report folder, with the zoo table (or, with --versions, the version table)
+    before the per-scenario sections."""
     paths = report.write_report(doc, out_dir)
     table_md = zoo_table(zoo, summaries, markdown=True)
     both = any(sm["net"] == "both" for sm in summaries)
-    zoo_md = "# Bug zoo\n\n" + (BOTH_NOTE + "\n\n" if both else "") + table_md + "\n\n" + "\n".join(
+    zoo_md = _versions_md(zoo, summaries) if versions else "# Bug zoo\n\n" + (
+        BOTH_NOTE + "\n\n" if both else "") + table_md + "\n\n" + "\n".join(
         f"- **{s['id']}**: {verdict_line(s)}" for s in summaries) + "\n"
     resmod.write_text(os.path.join(out_dir, "zoo.md"), zoo_md)
     with open(paths["md"]) as f:
@@ -300,6 +317,53 @@ def _write_folder(zoo, doc, summaries, out_dir) -> None:
     head, sep, rest = md.partition("\n## ")
     resmod.write_text(paths["md"], head + "\n" + zoo_md.replace("# Bug zoo", "## Bug zoo", 1)
                       + sep + rest)
+
+
+def _version_plan(args, entries) -> tuple[list, dict]:
+    """``--versions``: the cells of every entry's version runs (``bench.zoo.versions``),
+    and {entry id: its plan} for the entries that declare versions."""
+    if args.runtimes or args.knob or args.net != "real" or args.seeds or args.replay:
+        raise UsageError("--versions picks its own runtimes (one environment per version) and "
+                         "runs on the real network: give no --runtimes, --knob, --net sim|both "
+                         "or --seeds with it")
+    zoo_versions.check(entries)
+    plans = {e.id: zoo_versions.build(zoo_versions.plan(e))
+             for e in entries if zoo_versions.declares_versions(e)}
+    cells = []
+    for eid, planned in plans.items():
+        specs = list(dict.fromkeys(spec for _, spec in planned if spec))
+        if specs:
+            cells += matrix.plan(eid, ",".join(specs), "naive,fixed", args.preset)
+    return cells, plans
+
+
+def _versions_lines(zoo, vs) -> list[str]:
+    """One verdict line per entry, with where it ran: the real versions or a stand-in."""
+    return [f"{v['id']} ({zoo_versions.runs_on_cell(zoo.ENTRIES[v['id']], v)}): "
+            f"{zoo_versions.verdict_line(v)}" for v in vs]
+
+
+def _print_versions(zoo, summaries) -> None:
+    """The version table, one verdict line per entry, and the count of entries shown
+    at an affected version and at no other."""
+    vs = [s["versions"] for s in summaries]
+    print()
+    print(format_table(zoo_versions.HEADER, zoo_versions.table_rows(vs),
+                       align="l" * len(zoo_versions.HEADER)))
+    print()
+    for line in _versions_lines(zoo, vs):
+        print(line)
+    pairs = [v["id"] for v in vs if v["shown_pair"]]
+    print(f"\nshown at an affected version and not at a fixed or unaffected one: "
+          f"{len(pairs)} of {len(vs)} entries" + (f" ({', '.join(pairs)})" if pairs else ""))
+
+
+def _versions_md(zoo, summaries) -> str:
+    vs = [s["versions"] for s in summaries]
+    return ("# Bug zoo at pinned versions\n\n"
+            + format_table(zoo_versions.HEADER, zoo_versions.table_rows(vs), markdown=True,
+                           align="l" * len(zoo_versions.HEADER))
+            + "\n\n" + "\n".join(f"- {line}" for line in _versions_lines(zoo, vs)) + "\n")
 
 
 # ---------------------------------------------------------------------------
@@ -316,6 +380,7 @@ def cmd_repro(args) -> int:
         print(f"\n{len(rows)} bugs. `looplab repro BUG` runs one; `looplab repro --all --out DIR` "
               "runs them all into a report folder.")
         return ExitCode.OK
+    version_plans = {}
     if args.faults and not args.seeds:
         raise UsageError("--faults draws faults for each seed: give it with --seeds")
     if args.replay:
@@ -332,7 +397,11 @@ def cmd_repro(args) -> int:
             raise UsageError("give one bug (looplab repro --list) or --all")
         entries = list(zoo.ENTRIES.values()) if args.all else [_entry(zoo, args.bug)]
         knobs = knob_specs(args.knob)
-        cells = plan(zoo, entries, args.runtimes, knobs, args.preset)
+        if args.versions:
+            cells, version_plans = _version_plan(args, entries)
+            entries = [e for e in entries if e.id in version_plans]
+        else:
+            cells = plan(zoo, entries, args.runtimes, knobs, args.preset)
         if not cells:
             raise UsageError(f"no runtime of {entries[0].id}'s styles "
                              f"({', '.join(entries[0].styles)}) among --runtimes")
@@ -359,7 +428,11 @@ def cmd_repro(args) -> int:
 
     def document(results, incomplete):
         doc = base(results, incomplete)
-        doc["zoo"] = {"versions": versions, "bugs": [summarize(zoo, e, results) for e in entries]}
+        bugs = [summarize(zoo, e, results) for e in entries]
+        for sm, e in zip(bugs, entries):
+            if e.id in version_plans:
+                sm["versions"] = zoo_versions.summarize(e, version_plans[e.id], results)
+        doc["zoo"] = {"versions": versions, "bugs": bugs}
         return doc
 
     runner = matrix.Runner(cells, document, out_dir=out_dir, jobs=args.jobs, extra_results=skipped)
@@ -368,14 +441,16 @@ def cmd_repro(args) -> int:
     if runner.interrupted and not out_dir:
         out_dir = matrix.default_out_dir()      # finished work is kept somewhere, and said where
     if out_dir:
-        _write_folder(zoo, doc, summaries, out_dir)
+        _write_folder(zoo, doc, summaries, out_dir, versions=bool(version_plans))
     if args.json:
         resmod.write_json(doc, args.json)
     if runner.interrupted:
         print(interrupted_line(len(results), len(cells) + len(skipped),
                                os.path.join(out_dir, "report.md")), file=sys.stderr)
         return ExitCode.INTERRUPTED
-    if args.replay:
+    if version_plans:
+        _print_versions(zoo, summaries)
+    elif args.replay:
         for e in entries:
             print()
             print(result_table(e, results))
@@ -417,6 +492,10 @@ def add_parser(sub) -> None:
     p.add_argument("--knob", action="append", default=[], metavar="OPT=VAL",
                    help="also run our kernels that have design option OPT with value VAL "
                         "(repeatable), e.g. --knob write=defer")
+    p.add_argument("--versions", action="store_true",
+                   help="run the naive and fixed programs at the versions the card names "
+                        "(affected, fixed, unaffected): real interpreters and pinned library "
+                        "releases, one environment each; the verdict per version")
     p.add_argument("--preset", choices=PRESETS, default="tiny", help="tiny (default) or quick")
     p.add_argument("--jobs", type=positive_int, default=1, help="cells run at once (default 1)")
     p.add_argument("--out", default=None, metavar="DIR", help="write a report folder here")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
+import re
 from dataclasses import dataclass, field
 
 from bench.scenario import Scenario, register
@@ -50,11 +51,18 @@ class Entry:
     real_only: str = ""            # why it cannot run on the simulated network ("": it can)
     # How the card was checked against its thread: what was read, what was run.
     verified: str = ""
-    # Requirement strings for a later pinned-version run ("aiohttp==3.8.6",
-    # "python>=3.8,<3.12"): where the bug lives and where it is gone. Nothing
-    # builds environments from them yet; they say what one would pin.
+    # Requirement strings ("uvloop==0.22.1", "python>=3.8,<3.12"): where the bug
+    # lives, where a fix removed it, and (for a bug a release introduced) where it
+    # was not yet. ``looplab repro ID --versions`` runs each in its own environment
+    # (bench.zoo.versions): a python range on every interpreter found in it, a
+    # DIST==VERSION pinned on looplab's own Python version.
     affected_versions: tuple = ()
     fixed_versions: tuple = ()
+    unaffected_versions: tuple = ()
+    # The runtimes a version run uses (default: those of the entry's styles whose
+    # RuntimeInfo.library is the requirement's distribution). An entry whose program
+    # imports a framework (aiohttp) names the runtimes it runs that program on.
+    version_runtimes: tuple = ()
     # What plays the buggy version here: "" when the entry shows on a real library
     # or interpreter installed here (or the bug is the program's own), otherwise
     # the option of our kernel that stands in for it.
@@ -64,18 +72,34 @@ class Entry:
     minimum: tuple = ()
 
     def runs_on(self) -> str:
-        """Where the bug is measured: the real library here, or what stands in for it."""
-        return f"stand-in: {self.stand_in}" if self.stand_in else "real: the installed runtimes"
+        """Where the bug is measured: the real library here, or what stands in for it;
+        and, where the card names versions of Python or of a runtime's library, that
+        ``--versions`` runs the real ones (bench.zoo.versions)."""
+        if not self.stand_in:
+            return "real: the installed runtimes" + (
+                "; --versions runs the versions it names" if self._real_versions() else "")
+        return f"stand-in: {self.stand_in}" + (
+            "; --versions runs the versions it names" if self._real_versions() else "")
+
+    def _real_versions(self) -> bool:
+        """Whether a version the card names is of Python or of a runtime's library
+        (what ``--versions`` can install), found here or not."""
+        libs = {"python"} | {info.library for info in runtimes.RUNTIMES.values() if info.library}
+        reqs = self.affected_versions + self.fixed_versions + self.unaffected_versions
+        return any(re.split(r"[<>=!~ ]", r, maxsplit=1)[0].lower() in libs for r in reqs)
 
     def card_fields(self) -> list[tuple[str, str]]:
         """The card lines that say how far to trust the entry: (label, text) pairs for
         where it runs, the versions a pinned run would install, and how it was checked
-        against its thread (for ``looplab repro ID`` and the zoo page)."""
+        against its thread (for ``looplab repro ID`` and the zoo page). The versions
+        are what ``looplab repro ID --versions`` runs at."""
         out = [("runs on", self.runs_on())]
         if self.affected_versions:
             out.append(("affected", ", ".join(self.affected_versions)))
         if self.fixed_versions:
             out.append(("fixed", ", ".join(self.fixed_versions)))
+        if self.unaffected_versions:
+            out.append(("unaffected", ", ".join(self.unaffected_versions)))
         out.append(("verified", self.verified))
         return out
 
