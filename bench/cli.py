@@ -15,6 +15,7 @@ import sys
 import kernels
 from bench import benchverb, faults, fidelity
 from bench.errors import ExitCode, Unavailable, UsageError
+from bench.explore import verb as explore_verb
 from bench.results import VERSION
 from bench.verbs import env as env_verbs
 from bench.verbs import results as results_verbs
@@ -25,7 +26,7 @@ from bench.verbs import serve as serve_verbs
 kernels.check_ours(kernels)
 
 VERB_MODULES = (run_verbs, serve_verbs, benchverb, fidelity, faults, repro_verbs, results_verbs,
-                env_verbs)
+                env_verbs, explore_verb)
 
 
 def build_parser() -> argparse.ArgumentParser:
