@@ -210,55 +210,75 @@ def cmd_explore(args) -> int:
 
 #: Per benchmark target: its preset for finding the bug, its preset for the
 #: proof of the fix, and the runtimes it runs on (None: every one that applies).
-BENCH_SPECS = {"S3:drain": {"preset": "blog", "proof_preset": "tiny"},
+BENCH_SPECS = {"S3:drain": {"preset": "blog", "proof_preset": "tiny", "seeds": 3},
                "trio-1626": {"runtimes": ["coro", "coro:io_schedule_point=true,"
                                           "deadline_check=at-checkpoint", "trio", "curio"]}}
 STRATEGIES = ("random", "pct:d=2", "pct:d=3")
 
 
-def bench_rows(ids, seeds: int, budget: int, progress=print) -> list:
+def _bench_row(job: tuple) -> dict:
     from bench.explore import runner, targets
-    rows = []
+    tid, rt, seeds, budget = job
+    spec = BENCH_SPECS.get(tid, {})
+    seeds = spec.get("seeds", seeds)
+    t = targets.resolve(tid, spec.get("preset", "tiny"))
+    proof_t = targets.resolve(tid, spec.get("proof_preset", spec.get("preset", "tiny")))
+    naive, fixed = t.variants[0], t.variants[-1]
+    row = {"bug": tid, "runtime": rt}
+    for strat in STRATEGIES:
+        firsts = []
+        for s in range(seeds):
+            r = runner.explore(t, rt, naive, strat, budget, seed=s, do_shrink=False)
+            firsts.append(r["first_failure"] if r.get("found") else None)
+        found = [f for f in firsts if f is not None]
+        row[strat] = {"found": len(found), "seeds": seeds,
+                      "median": statistics.median(f if f is not None else budget + 1
+                                                  for f in firsts)}
+    row["delays"] = None
+    for D in range(4):
+        r = runner.explore(t, rt, naive, f"delays:{D}", budget)
+        if r.get("found"):
+            row["delays"] = {"D": D, "schedules": r["first_failure"],
+                             "shrunk": r["shrunk_deviations"], "replay_exact": r["replay_exact"],
+                             "liveness": r["liveness"], "outcome": r["outcome"]}
+            break
+        if not r.get("proved"):
+            row["delays"] = {"D": None, "note": f"D={D} not exhausted in {budget}"}
+            break
+    if fixed != naive:
+        p = runner.explore(proof_t, rt, fixed, "delays:2", 20 * budget)
+        row["fixed"] = p.get("proved") or (
+            f"FAILED: {p['outcome']}" if p.get("found") else
+            f"not exhausted in {p['schedules']} schedules")
+    return row
+
+
+def bench_rows(ids, seeds: int, budget: int, jobs: int = 1, progress=print) -> list:
+    """One row per benchmark bug x runtime it runs on: schedules to the first
+    failure per strategy (median over seeds; budget + 1 when not found), the
+    delays the bug needs, and the fixed program's proof within 2 delays."""
+    from bench.explore import targets
+    work = []
     for tid in ids:
         spec = BENCH_SPECS.get(tid, {})
         t = targets.resolve(tid, spec.get("preset", "tiny"))
-        proof_t = targets.resolve(tid, spec.get("proof_preset", spec.get("preset", "tiny")))
         rts = spec.get("runtimes") or (list(t.runtimes) if t.kind == "program" else
                                        ["callback", "hybrid", "coro", "asyncio-protocol",
                                         "asyncio-streams", "trio", "curio"])
-        for rt in rts:
-            if t.applies(rt):
-                continue
-            naive, fixed = t.variants[0], t.variants[-1]
-            row = {"bug": tid, "runtime": rt}
-            for strat in STRATEGIES:
-                firsts = []
-                for s in range(seeds):
-                    r = runner.explore(t, rt, naive, strat, budget, seed=s, do_shrink=False)
-                    firsts.append(r["first_failure"] if r.get("found") else None)
-                found = [f for f in firsts if f is not None]
-                row[strat] = {"found": len(found), "seeds": seeds,
-                              "median": statistics.median(f if f is not None else budget + 1
-                                                          for f in firsts)}
-            row["delays"] = None
-            for D in range(4):
-                r = runner.explore(t, rt, naive, f"delays:{D}", budget)
-                if r.get("found"):
-                    row["delays"] = {"D": D, "schedules": r["first_failure"],
-                                     "shrunk": r["shrunk_deviations"],
-                                     "replay_exact": r["replay_exact"],
-                                     "liveness": r["liveness"], "outcome": r["outcome"]}
-                    break
-                if not r.get("proved"):
-                    row["delays"] = {"D": None, "note": f"D={D} not exhausted in {budget}"}
-                    break
-            if fixed != naive:
-                p = runner.explore(proof_t, rt, fixed, "delays:2", 20 * budget)
-                row["fixed"] = p.get("proved") or (
-                    f"FAILED: {p['outcome']}" if p.get("found") else
-                    f"not exhausted in {p['schedules']} schedules")
-            rows.append(row)
-            progress(json.dumps(row))
+        work += [(tid, rt, seeds, budget) for rt in rts if not t.applies(rt)]
+    if jobs <= 1:
+        rows = []
+        for job in work:
+            rows.append(_bench_row(job))
+            progress(json.dumps(rows[-1]))
+        return rows
+    import concurrent.futures as cf
+    import multiprocessing
+    with cf.ProcessPoolExecutor(max_workers=jobs,
+                                mp_context=multiprocessing.get_context("fork")) as pool:
+        rows = list(pool.map(_bench_row, work))
+    for row in rows:
+        progress(json.dumps(row))
     return rows
 
 
@@ -290,7 +310,7 @@ def _bench(args) -> int:
     from bench.explore import bugs
     ids = [i.strip() for i in args.only.split(",")] if args.only else list(bugs.BENCHMARK)
     t0 = time.perf_counter()
-    rows = bench_rows(ids, args.seeds, args.budget,
+    rows = bench_rows(ids, args.seeds, args.budget, args.jobs,
                       progress=lambda line: print(line, file=sys.stderr))
     table = bench_table(rows, args.budget)
     print(table)
