@@ -604,15 +604,13 @@ class Loop(Networking):
                 ntodo = len(ready)
                 if ntodo > probe.ready_max:
                     probe.ready_max = ntodo
+                if chooser is not None and ntodo > 1:
+                    # the explorer picks which of those queued now runs next, one
+                    # at a time (a callback of this batch only appends behind them)
+                    batch = [popleft() for _ in range(ntodo)]
+                    ready.extendleft(reversed(_choice.permute(chooser.choose, _choice.READY,
+                                                              batch)))
                 while ntodo:
-                    if chooser is not None and ntodo > 1:
-                        # the explorer picks which of the ntodo queued now runs next
-                        i = chooser.choose(_choice.READY, ntodo)
-                        if i:
-                            ready.rotate(-i)
-                            handle = popleft()
-                            ready.rotate(i)
-                            ready.appendleft(handle)
                     ntodo -= 1
                     handle = popleft()
                     if handle._cancelled:

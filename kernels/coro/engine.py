@@ -556,15 +556,11 @@ def build_loop(rt) -> None:
                     batch = [ready_popleft() for _ in range(n)]
                     shuffle(batch)
                     ready.extendleft(reversed(batch))
+                if chooser is not None and n > 1:
+                    # the explorer picks which of the n ready now steps next
+                    batch = [ready_popleft() for _ in range(n)]
+                    ready.extendleft(reversed(_choice.permute(chooser.choose, READY, batch)))
                 while n:
-                    if chooser is not None and n > 1:
-                        # the explorer picks which of the n ready now steps next
-                        i = chooser.choose(READY, n)
-                        if i:
-                            ready.rotate(-i)
-                            task = ready_popleft()
-                            ready.rotate(i)
-                            ready.appendleft(task)
                     n -= 1
                     step(ready_popleft())
         finally:
