@@ -16,6 +16,7 @@ import kernels
 from bench import faults
 from bench.verbs import benchmark as bench_verbs
 from bench.errors import ExitCode, Unavailable, UsageError
+from bench.explore import verb as explore_verb
 from bench.results import VERSION
 from bench.verbs import env as env_verbs
 from bench.verbs import fidelity as fidelity_verbs
@@ -27,7 +28,7 @@ from bench.verbs import serve as serve_verbs
 kernels.check_ours(kernels)
 
 VERB_MODULES = (run_verbs, serve_verbs, bench_verbs, fidelity_verbs, faults, repro_verbs,
-                results_verbs, env_verbs)
+                results_verbs, env_verbs, explore_verb)
 
 
 def build_parser() -> argparse.ArgumentParser:

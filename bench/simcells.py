@@ -78,6 +78,9 @@ _SERVER_GRACE_S = 10.0
 #: Every built-in cell at every preset takes seconds; this is a hang detector.
 WATCHDOG_S = 300.0
 _LIVE: "weakref.WeakSet[simnet.World]" = weakref.WeakSet()   # worlds of cells now running
+#: Called with each cell's new world before anything runs in it: the explorer
+#: (``bench.explore``) installs its chooser there (``World.install_chooser``).
+WORLD_HOOKS: list = []
 
 
 def stop_all(reason: str) -> int:
@@ -323,6 +326,8 @@ def cell_world(cell, repeat: int, result: dict) -> SimCell:
         seed = seed + repeat if isinstance(seed, int) else f"{seed}+{repeat}"
     world = new_world(seed, spec.get("faults"), **dict(spec.get("params") or {}))
     world.watchdog(WATCHDOG_S)
+    for hook in WORLD_HOOKS:
+        hook(world)
     _LIVE.add(world)
     u = universe(cell, world)
     if repeat == 0:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import kernels.callback
+from kernels import choice as _ch
 import kernels.coro
 import kernels.hybrid
 from kernels.options import Option, Schema, boolean
@@ -226,6 +227,16 @@ _TR = "bench.tracing"
 _AIO = "protocols.asyncio_ports"
 _TC = "protocols.trio_curio_ports"
 
+# The legality model of schedule exploration (docs/explore.md has the sources):
+# asyncio promises call_soon FIFO, not the order of readiness across file descriptors,
+# and calls timers due at the same time in an undefined order (call_later's docs); our
+# callback kernel promises equal deadlines in scheduling order (kernels/callback/loop.py);
+# coro's batch order is a design option (ready_order); trio's batch order is seeded
+# from the world and curio is FIFO, and neither is hooked.
+_ASYNCIO_CHOICES = frozenset({_ch.IO_ORDER, _ch.IO_DEFER, _ch.TIMER_TIE})
+_OURS_CALLBACK_CHOICES = dict(schedule_choices=frozenset({_ch.IO_ORDER, _ch.IO_DEFER}),
+                              portable_choices=frozenset({_ch.READY, _ch.TIMER_TIE}))
+
 for _info in (
     RuntimeInfo("callback", "callback", f"{_P}:OurCallbackPort", kernels.callback.OPTIONS,
                 ours=True, requires=("kernels.callback",),
@@ -233,6 +244,7 @@ for _info in (
                 fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, {}, _NEUTRAL),
                 probe_side=f"{_SIDES}.callback:OurCallbackSide", tracing=_OWN_TRACE,
                 probe_differences=_CALLBACK_PROBE_DIFFERENCES, goals=_CALLBACK_GOALS,
+                **_OURS_CALLBACK_CHOICES,
                 summary="our reactor, Protocol/Transport", **SIM),
     RuntimeInfo("hybrid", "stream", f"{_P}:HybridPort", kernels.hybrid.OPTIONS,
                 ours=True, requires=("kernels.hybrid",),
@@ -244,7 +256,7 @@ for _info in (
                     _WAIT_FOR_FLIP: {},                     # seen by probe_flips instead
                 }, _NEUTRAL),
                 probe_side=f"{_SIDES}.streams:HybridSide", tracing=_OWN_TRACE,
-                probe_flips=_HYBRID_FLIPS, goals=_HYBRID_GOALS,
+                probe_flips=_HYBRID_FLIPS, goals=_HYBRID_GOALS, **_OURS_CALLBACK_CHOICES,
                 summary="our Futures/Tasks/streams on the reactor", **SIM),
     RuntimeInfo("coro", "task", f"{_P}:CoroPort", kernels.coro.OPTIONS,
                 ours=True, requires=("kernels.coro",),
@@ -260,19 +272,20 @@ for _info in (
                 differences=_RESET_IS_OS_ERROR,
                 probe_side=f"{_SIDES}.coro:CoroSide", tracing=_OWN_TRACE,
                 probe_differences=_CORO_PROBE_DIFFERENCES, probe_flips=_CORO_FLIPS,
-                goals=_CORO_GOALS,
+                goals=_CORO_GOALS, schedule_choices=frozenset({_ch.READY}),
                 summary="our trap kernel, send_all blocks", **SIM),
     RuntimeInfo("asyncio-protocol", "callback", f"{_AIO}:AsyncioCallbackPort",
                 asyncio_options("asyncio-protocol"), requires=("asyncio",),
                 fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, **_REFERENCE),
                 library="python", probe_side=f"{_SIDES}.callback:AsyncioCallbackSide",
-                tracing=_NO_CALLBACK_HOOK,
+                tracing=_NO_CALLBACK_HOOK, schedule_choices=_ASYNCIO_CHOICES,
                 summary="stdlib asyncio, Protocol/Transport", **SIM),
     RuntimeInfo("asyncio-streams", "stream", f"{_AIO}:AsyncioStreamPort",
                 asyncio_options("asyncio-streams"), requires=("asyncio",),
                 fingerprint=Fingerprint(_ASYNCIO_STREAMS, **_REFERENCE),
                 library="python", probe_side=f"{_SIDES}.streams:AsyncioStreamSide",
                 tracing=Tracing(port=f"{_TR}:TracedAsyncioStreamPort", hook=_TASK_FACTORY),
+                schedule_choices=_ASYNCIO_CHOICES,
                 summary="stdlib asyncio, StreamReader/StreamWriter", **SIM),
     # uvloop is not in the published S4 table: its rows were measured here and agree with asyncio's.
     RuntimeInfo("uvloop-protocol", "callback", f"{_AIO}:UvloopCallbackPort",

@@ -164,6 +164,13 @@ class RuntimeInfo:
     tracing: Tracing | None = None
     #: the runtime this one is a variant of (a traced twin): not listed in tables
     variant_of: str | None = None
+    #: scheduling choices (``kernels.choice`` kinds) its documented contract leaves open
+    #: and its kernel exposes to ``looplab explore``: every outcome is reachable on a
+    #: conforming runtime. Empty: none is hooked (only the network's choices reach it).
+    schedule_choices: frozenset = frozenset()
+    #: choices other runtimes' contracts allow that ``explore --portability`` crosses
+    #: onto this one (an order legal on trio but not promised here)
+    portable_choices: frozenset = frozenset()
 
     @property
     def primary_reference(self) -> str | None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import heapq
 import importlib
 import math
 import os
@@ -44,6 +45,7 @@ import socket as _socket
 import sys
 import types
 
+from kernels import choice as _choice
 from protocols import ports
 from protocols.errors import Unavailable
 
@@ -113,6 +115,35 @@ def _asyncio_loop_class():
 
         def time(self):
             return self._sim_io.time()
+
+        def _process_events(self, event_list):
+            # An explorer's choices (kernels.choice), only when one is installed:
+            # the order of one select's events, I/O deferred behind callbacks and
+            # timers already due, and the order of timers due at one instant
+            # (asyncio leaves all three undefined). The due timers go to the ready
+            # queue here, just before _run_once would move them, so its own loop
+            # finds none.
+            chooser = self._sim_io.chooser
+            if chooser is None:
+                return super()._process_events(event_list)
+            end = self.time() + self._clock_resolution
+            scheduled = self._scheduled
+            due = bool(self._ready) or bool(scheduled and scheduled[0]._when < end)
+            super()._process_events(_choice.poll_order(chooser.choose, event_list, due))
+            timers = []
+            while scheduled and scheduled[0]._when < end:
+                timers.append(heapq.heappop(scheduled))
+            i = 0
+            while i < len(timers):
+                j = i + 1
+                while j < len(timers) and timers[j]._when == timers[i]._when:
+                    j += 1
+                group = timers[i:j] if j - i < 2 else \
+                    _choice.permute(chooser.choose, _choice.TIMER_TIE, timers[i:j])
+                for handle in group:
+                    handle._scheduled = False
+                    self._ready.append(handle)
+                i = j
 
         # asyncio makes the sockets of create_server and create_connection
         # itself, from the socket module, when given a host and port; here they

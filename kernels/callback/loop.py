@@ -52,6 +52,7 @@ import signal
 import sys
 import threading
 
+from .. import choice as _choice
 from .. import io as _io
 from ..options import EXIT, TRACE, Option, Schema, boolean, choice, nbytes
 from ..probe import Probe
@@ -256,6 +257,8 @@ class Loop(Networking):
         self._timer_seq = itertools.count()
         self._timers_cancelled = 0
         self._poller = io.poller()
+        # An explorer's chooser (kernels.choice), only on a seam that carries one.
+        self._chooser = getattr(io, "chooser", None)
         self._fds = {}                    # fd -> [reader, rargs, writer, wargs]
         self._running = False
         self._stopping = False
@@ -539,6 +542,7 @@ class Loop(Networking):
         probe = self.probe
         failed = self._callback_failed
         wait_exit = self.options["exit"] == "wait"
+        chooser = self._chooser
         draining = False
         drain_deadline = drain_guard = None
         try:
@@ -553,6 +557,9 @@ class Loop(Networking):
                 else:
                     timeout = None
                 events = wait(timeout)
+                if chooser is not None:   # an explorer's choices (kernels.choice)
+                    events = _choice.poll_order(chooser.choose, events, bool(ready) or bool(
+                        timers and timers[0][0] <= monotonic()))
                 ran = 0
                 for fd, mask in events:
                     entry = fds_get(fd)
@@ -581,6 +588,8 @@ class Loop(Networking):
 
                 if timers:
                     now = monotonic()
+                    if chooser is not None:
+                        _choice.order_ties(chooser.choose, timers, now)
                     while timers and timers[0][0] <= now:
                         handle = heappop(timers)[2]
                         if handle._cancelled:
@@ -595,6 +604,12 @@ class Loop(Networking):
                 ntodo = len(ready)
                 if ntodo > probe.ready_max:
                     probe.ready_max = ntodo
+                if chooser is not None and ntodo > 1:
+                    # the explorer picks which of those queued now runs next, one
+                    # at a time (a callback of this batch only appends behind them)
+                    batch = [popleft() for _ in range(ntodo)]
+                    ready.extendleft(reversed(_choice.permute(chooser.choose, _choice.READY,
+                                                              batch)))
                 while ntodo:
                     ntodo -= 1
                     handle = popleft()

@@ -56,6 +56,7 @@ import sys
 from collections import deque
 from types import CoroutineType
 
+from .. import choice as _choice
 from .. import io as _io
 from .errors import Cancelled, TaskTimeout, flavour
 from .handlers import POLL_MASK
@@ -97,6 +98,7 @@ class Runtime:
         self.monotonic = io.time
         self.next_seq = itertools.count().__next__   # timer ties wake in the order they slept
         self.poller = io.poller()
+        self.chooser = getattr(io, "chooser", None)   # an explorer's (kernels.choice)
         try:
             self.waker = io.waker()
         except BaseException:
@@ -476,6 +478,8 @@ def build_loop(rt) -> None:
     wake_rec = rt.wake_rec
     seed = rt.kernel._seed
     shuffle = random.Random(seed).shuffle if seed is not None else None
+    chooser = rt.chooser
+    READY = _choice.READY
 
     def run_loop():
         # Wait for I/O (without waiting if anything is ready), fire timers, then
@@ -552,6 +556,10 @@ def build_loop(rt) -> None:
                     batch = [ready_popleft() for _ in range(n)]
                     shuffle(batch)
                     ready.extendleft(reversed(batch))
+                if chooser is not None and n > 1:
+                    # the explorer picks which of the n ready now steps next
+                    batch = [ready_popleft() for _ in range(n)]
+                    ready.extendleft(reversed(_choice.permute(chooser.choose, READY, batch)))
                 while n:
                     n -= 1
                     step(ready_popleft())

@@ -256,6 +256,11 @@ class SimIO:
         self.owner = owner
         self.time = world.time
 
+    @property
+    def chooser(self):
+        """The world's explorer, if one is installed (``kernels.choice``)."""
+        return self.world.chooser
+
     def poller(self) -> SimPoller:
         return SimPoller(self.world)
 

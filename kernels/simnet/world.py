@@ -72,6 +72,7 @@ class World:
         self._ticks = _c.WATCH_EVERY
         self._rng = random.Random(f"{seed}:net")
         self._cpu_rng = random.Random(f"{seed}:cpu")
+        self.chooser = None           # an explorer's (install_chooser); the seams carry it
         self.log = [] if log else None
         if faults is None:
             faults = _draw_faults(random.Random(f"{seed}:faults"), p)
@@ -94,6 +95,16 @@ class World:
             raise ValueError(f"simnet: universe version {d.get('version')!r} is not 1")
         return cls(d["seed"], faults=list(d.get("faults", [])), log=log,
                    **dict(d.get("params", {})))
+
+    def install_chooser(self, chooser) -> None:
+        """Hand this world's decisions to an explorer (``kernels.choice``):
+        each segment's jitter and each wait's CPU time become a choice of
+        none (0, the default) or the most (1) instead of a draw from the
+        seed, and every seam (``io()``) carries ``chooser`` to the kernels
+        built on it. Install it before the program opens its loop."""
+        self.chooser = chooser
+        self._rng = _Chosen(chooser, "net")
+        self._cpu_rng = _Chosen(chooser, "cpu")
 
     def digest(self) -> str:
         """SHA-256 of the event log: equal digests, equal event sequences."""
@@ -280,6 +291,19 @@ class _Event:
 
     def cancel(self):
         self.fn = None
+
+
+class _Chosen:
+    """Stands in for a world's random stream under an explorer: ``random()``
+    is 0.0 or just under 1.0, as the chooser picks."""
+    __slots__ = ("choose", "kind")
+
+    def __init__(self, chooser, kind):
+        self.choose = chooser.choose
+        self.kind = kind
+
+    def random(self) -> float:
+        return 0.999999 if self.choose(self.kind, 2) else 0.0
 
 
 def _check_params(p):

@@ -1,0 +1,357 @@
+"""``looplab explore``: the command line of schedule exploration.
+
+    looplab explore TARGET [--runtimes R,...] [--strategy random|pct:d=N|delays:D]
+                    [--budget N] [--variant naive|fixed|both] [--preset P] [--seed S]
+                    [--net-choices on|off] [--portability] [--jobs J] [--out DIR]
+    looplab explore --replay FILE
+    looplab explore --bench [--seeds S] [--budget N] [--only ID,...] [--out DIR]
+
+One unit is one target x runtime x variant. ``--jobs`` runs units in
+parallel processes (a random or PCT unit is split into shards of the budget
+with their own seeds when there are fewer units than jobs); the shards'
+results merge. Exit 0 when no failing schedule was found, 1 when one was,
+2 for a usage mistake.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+from bench.errors import ExitCode, UsageError
+
+__all__ = ["add_parser", "cmd_explore", "run_units", "bench_rows"]
+
+
+def _units(args, target) -> list:
+    if args.runtimes:
+        runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+    elif target.kind == "program":
+        runtimes = list(target.runtimes)
+    else:
+        # the runtimes whose kernels expose scheduling choices (RuntimeInfo.schedule_choices)
+        from protocols import runtimes as rtmod
+        runtimes = [rid for rid, info in rtmod.RUNTIMES.items() if info.schedule_choices]
+    if args.variant == "both":
+        variants = list(target.variants)
+    elif args.variant == "fixed":
+        variants = [v for v in target.variants if v == "fixed"] or list(target.variants[-1:])
+    else:
+        variants = list(target.variants[:1])
+    units = []
+    for rt in runtimes:
+        try:
+            why = target.applies(rt)
+        except Exception as exc:     # a runtime spec that does not parse
+            raise UsageError(f"--runtimes {rt}: {exc}") from None
+        if why:
+            print(f"{target.name} {rt}: skipped: {why}", file=sys.stderr)
+            continue
+        for v in variants:
+            units.append({"target": args.target, "preset": args.preset, "runtime": rt,
+                          "variant": v, "strategy": args.strategy, "budget": args.budget,
+                          "seed": args.seed, "net": args.net_choices == "on",
+                          "portability": args.portability})
+    return units
+
+
+def _run_unit(u: dict) -> dict:
+    from bench.explore import runner, targets
+    t = targets.resolve(u["target"], u["preset"])
+    return runner.explore(t, u["runtime"], u["variant"], u["strategy"], u["budget"],
+                          seed=u["seed"], net=u["net"], portability=u["portability"],
+                          do_shrink=u.get("shrink", True))
+
+
+def run_units(units: list, jobs: int = 1) -> list:
+    """Each unit's exploration, in order; in ``jobs`` processes if > 1."""
+    if jobs <= 1 or len(units) <= 1:
+        return [_run_unit(u) for u in units]
+    import concurrent.futures as cf
+    import multiprocessing
+    with cf.ProcessPoolExecutor(max_workers=jobs,
+                                mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(_run_unit, units))
+
+
+def _shard(units: list, jobs: int) -> list:
+    """Split random/PCT units into shards (own seed, a share of the budget)
+    so that ``jobs`` processes have work; each shard names its unit."""
+    if jobs <= len(units):
+        return [dict(u, unit=i) for i, u in enumerate(units)]
+    per = -(-jobs // len(units))
+    out = []
+    for i, u in enumerate(units):
+        if u["strategy"].startswith("delays") or per < 2:
+            out.append(dict(u, unit=i))
+            continue
+        share = -(-u["budget"] // per)
+        for k in range(per):
+            out.append(dict(u, unit=i, seed=u["seed"] * 1000 + k, budget=share))
+    return out
+
+
+def _merge(shards: list, results: list) -> list:
+    merged: dict = {}
+    for s, r in zip(shards, results):
+        m = merged.get(s["unit"])
+        if m is None:
+            merged[s["unit"]] = dict(r, shards=1)
+            continue
+        m["shards"] += 1
+        m["schedules"] += r["schedules"]
+        m["wall_s"] = max(m["wall_s"], r["wall_s"])
+        m["cpu_s"] = round(m["cpu_s"] + r["cpu_s"], 3)
+        if r.get("found") and not m.get("found"):
+            keep = {k: m[k] for k in ("schedules", "wall_s", "cpu_s", "shards")}
+            m.clear()
+            m.update(r)
+            m.update(keep)
+    return [merged[k] for k in sorted(merged)]
+
+
+def _file_name(r: dict) -> str:
+    safe = "".join(c if c.isalnum() or c in "-." else "_" for c in
+                   f"{r['target']}_{r['runtime']}_{r['variant']}")
+    return f"failing-{safe}.json"
+
+
+def _report(r: dict, out_dir: str | None) -> None:
+    head = f"{r['target']} {r['runtime']} {r['variant']} {r['strategy']}:"
+    if r.get("skipped"):
+        print(f"{head} {r['skipped']}")
+        return
+    rate = f"{r['schedules']} schedules in {r['wall_s']:.2f} s wall, {r['cpu_s']:.2f} s CPU"
+    info = r.get("strategy_info", {}).get("line")
+    if not r.get("found"):
+        print(f"{head} no failing schedule ({rate})")
+        for line in (info, r.get("proved")):
+            if line:
+                print(f"    {line}")
+        return
+    print(f"{head} FAILED at schedule {r['first_failure']} ({rate}): {r['outcome']}")
+    if info:
+        print(f"    {info}")
+    print(f"    deviations from the default order: {r['deviations_found']}, shrunk to "
+          f"{r['shrunk_deviations']} ({r['shrunk_delays']} delays, {r['shrink_runs']} runs): "
+          f"{r['shrunk_outcome']}; replay exact: {'yes' if r['replay_exact'] else 'NO'}")
+    for line in r.get("pending") or []:
+        print(f"    pending: {line}")
+    if out_dir:
+        path = os.path.join(out_dir, _file_name(r))
+        _write(path, r["schedule"])
+        print(f"    schedule: {path}  (looplab explore --replay {path})")
+
+
+def _write(path, doc) -> None:
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+def _replay(path: str) -> int:
+    from bench.explore import runner, targets
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as exc:
+        raise UsageError(f"--replay {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"--replay {path}: not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("model") != runner.SCHEDULE_MODEL:
+        raise UsageError(f"--replay {path}: not a schedule file (model {runner.SCHEDULE_MODEL})")
+    t = targets.resolve(doc["target"], doc.get("preset") or "tiny")
+    got = runner.replay(doc, t)
+    print(f"{doc['target']} {doc['runtime']} {doc['variant']}: {got['outcome']}")
+    print(f"    recorded: {doc['outcome']}; same choice points: "
+          f"{'yes' if got['same_points'] else 'NO'}; exact: {'yes' if got['exact'] else 'NO'}")
+    if got["code_then"] != got["code_now"]:
+        print(f"    note: recorded on code {got['code_then']}, replayed on {got['code_now']}")
+    for line in got["pending"]:
+        print(f"    pending: {line}")
+    return ExitCode.OK if got["exact"] else ExitCode.FAILED
+
+
+def cmd_explore(args) -> int:
+    from bench.explore import bugs, search, targets
+    if args.replay:
+        return _replay(args.replay)
+    if args.bench:
+        return _bench(args)
+    if not args.target:
+        raise UsageError("explore needs a TARGET (a scenario, S3:drain, a zoo id or one of "
+                         f"{', '.join(bugs.PROGRAMS)}), --replay FILE or --bench")
+    try:
+        search.parse_strategy(args.strategy)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    target = targets.resolve(args.target, args.preset)
+    units = _units(args, target)
+    if not units:
+        raise UsageError(f"{args.target}: no runtime left to explore")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+    shards = _shard(units, args.jobs)
+    t0 = time.perf_counter()
+    results = _merge(shards, run_units(shards, args.jobs))
+    for r in results:
+        _report(r, args.out)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    print(f"explored {sum(r['schedules'] for r in results)} schedules in "
+          f"{time.perf_counter() - t0:.1f} s wall"
+          + (f" (load average {load:.1f})" if load is not None else ""))
+    if args.out:
+        _write(os.path.join(args.out, "explore.json"), {"explorations": results})
+    return ExitCode.FAILED if any(r.get("found") for r in results) else ExitCode.OK
+
+
+# ---------------------------------------------------------------------------
+# The benchmark table (--bench)
+
+#: Per benchmark target: its preset for finding the bug, its preset for the
+#: proof of the fix, and the runtimes it runs on (None: every one that applies).
+BENCH_SPECS = {"S3:drain": {"preset": "blog", "proof_preset": "tiny", "seeds": 3},
+               # the task runtimes and the zoo entry's own design flips (its card)
+               "trio-1626": {"runtimes": "entry"}}
+STRATEGIES = ("random", "pct:d=2", "pct:d=3")
+
+
+def _bench_row(job: tuple) -> dict:
+    from bench.explore import runner, targets
+    tid, rt, seeds, budget = job
+    spec = BENCH_SPECS.get(tid, {})
+    seeds = spec.get("seeds", seeds)
+    t = targets.resolve(tid, spec.get("preset", "tiny"))
+    proof_t = targets.resolve(tid, spec.get("proof_preset", spec.get("preset", "tiny")))
+    naive, fixed = t.variants[0], t.variants[-1]
+    row = {"bug": tid, "runtime": rt}
+    for strat in STRATEGIES:
+        firsts = []
+        for s in range(seeds):
+            r = runner.explore(t, rt, naive, strat, budget, seed=s, do_shrink=False)
+            firsts.append(r["first_failure"] if r.get("found") else None)
+        found = [f for f in firsts if f is not None]
+        row[strat] = {"found": len(found), "seeds": seeds,
+                      "median": statistics.median(f if f is not None else budget + 1
+                                                  for f in firsts)}
+    row["delays"] = None
+    for D in range(4):
+        r = runner.explore(t, rt, naive, f"delays:{D}", budget)
+        if r.get("found"):
+            row["delays"] = {"D": D, "schedules": r["first_failure"],
+                             "shrunk": r["shrunk_deviations"], "replay_exact": r["replay_exact"],
+                             "liveness": r["liveness"], "outcome": r["outcome"]}
+            break
+        if not r.get("proved"):
+            row["delays"] = {"D": None, "note": f"D={D} not exhausted in {budget}"}
+            break
+    if fixed != naive:
+        p = runner.explore(proof_t, rt, fixed, "delays:2", 20 * budget)
+        row["fixed"] = p.get("proved") or (
+            f"FAILED: {p['outcome']}" if p.get("found") else
+            f"not exhausted in {p['schedules']} schedules")
+    return row
+
+
+def bench_rows(ids, seeds: int, budget: int, jobs: int = 1, progress=print) -> list:
+    """One row per benchmark bug x runtime it runs on: schedules to the first
+    failure per strategy (median over seeds; budget + 1 when not found), the
+    delays the bug needs, and the fixed program's proof within 2 delays."""
+    from bench.explore import targets
+    work = []
+    for tid in ids:
+        spec = BENCH_SPECS.get(tid, {})
+        t = targets.resolve(tid, spec.get("preset", "tiny"))
+        rts = list(t.runtimes)
+        if spec.get("runtimes") == "entry":
+            # the zoo card's design flips join the runtimes of its port styles
+            from bench.zoo import registry
+            rts += [f.spec for f in registry.entry(tid).flips]
+        work += [(tid, rt, seeds, budget) for rt in rts if not t.applies(rt)]
+    if jobs <= 1:
+        rows = []
+        for job in work:
+            rows.append(_bench_row(job))
+            progress(json.dumps(rows[-1]))
+        return rows
+    import concurrent.futures as cf
+    import multiprocessing
+    with cf.ProcessPoolExecutor(max_workers=jobs,
+                                mp_context=multiprocessing.get_context("fork")) as pool:
+        rows = list(pool.map(_bench_row, work))
+    for row in rows:
+        progress(json.dumps(row))
+    return rows
+
+
+def _cell(x) -> str:
+    if not x:
+        return "-"
+    return f"{x['median']:g} ({x['found']}/{x['seeds']})" if x["found"] else \
+        f"> budget (0/{x['seeds']})"
+
+
+def bench_table(rows: list, budget: int) -> str:
+    lines = ["| bug | runtime | random | PCT d=2 | PCT d=3 | delays: D, schedules, "
+             "shrunk to | fixed, within 2 delays |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        d = r.get("delays")
+        if d and d.get("D") is not None:
+            dl = (f"D={d['D']}: {d['schedules']}, {d['shrunk']} dev., replay "
+                  f"{'exact' if d['replay_exact'] else 'NOT exact'}"
+                  + (", a hang" if d.get("liveness") else ""))
+        else:
+            dl = (d or {}).get("note", "never fails within D=3")
+        lines.append(f"| {r['bug']} | {r['runtime']} | {_cell(r['random'])} | "
+                     f"{_cell(r['pct:d=2'])} | {_cell(r['pct:d=3'])} | {dl} | "
+                     f"{r.get('fixed', '-')} |")
+    return "\n".join(lines)
+
+
+def _bench(args) -> int:
+    from bench.explore import bugs
+    ids = [i.strip() for i in args.only.split(",")] if args.only else list(bugs.BENCHMARK)
+    t0 = time.perf_counter()
+    rows = bench_rows(ids, args.seeds, args.budget, args.jobs,
+                      progress=lambda line: print(line, file=sys.stderr))
+    table = bench_table(rows, args.budget)
+    print(table)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    print(f"benchmark: {time.perf_counter() - t0:.0f} s wall"
+          + (f", load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}" if load else ""))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        _write(os.path.join(args.out, "bench.json"), {"rows": rows, "budget": args.budget,
+                                                      "seeds": args.seeds})
+        with open(os.path.join(args.out, "bench.md"), "w") as f:
+            f.write(table + "\n")
+    return ExitCode.OK
+
+
+def add_parser(sub) -> None:
+    from bench.verbs.common import positive_int
+    p = sub.add_parser("explore", help="explore a target's schedules: find, shrink and replay "
+                                       "a failing interleaving, or prove a delay bound")
+    p.add_argument("target", nargs="?", help="a scenario (S3), a variant (S3:drain), a zoo id, "
+                                             "or a program (cpython-27585, ...)")
+    p.add_argument("--runtimes", default=None, help="comma-separated runtime specs")
+    p.add_argument("--strategy", default="random", help="random | pct:d=N | delays:D")
+    p.add_argument("--budget", type=positive_int, default=1000, help="schedules per unit")
+    p.add_argument("--variant", choices=("naive", "fixed", "both"), default="naive")
+    p.add_argument("--preset", default="tiny", help="the scenario's preset (default tiny)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random and PCT draws")
+    p.add_argument("--net-choices", choices=("on", "off"), default="on",
+                   help="the network's timing choices join the scheduler's (default on)")
+    p.add_argument("--portability", action="store_true",
+                   help="also take orders another runtime's contract allows")
+    p.add_argument("--jobs", type=positive_int, default=1, help="processes (default 1)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="write explore.json and each failing schedule here")
+    p.add_argument("--replay", default=None, metavar="FILE", help="rerun a schedule file")
+    p.add_argument("--bench", action="store_true", help="run the benchmark of bugs")
+    p.add_argument("--seeds", type=positive_int, default=5,
+                   help="--bench: seeds per random/PCT measurement (default 5)")
+    p.add_argument("--only", default=None, help="--bench: these benchmark ids only")
+    p.set_defaults(func=cmd_explore)

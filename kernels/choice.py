@@ -1,0 +1,89 @@
+"""Scheduling choice points: the one interface through which an explorer
+(``looplab explore``) decides what a kernel leaves open.
+
+A *chooser* is any object with ``choose(kind, n) -> int``: at a decision with
+``n > 1`` possible outcomes, numbered in the kernel's default order, it
+returns the index of the one to take. ``0`` is always what the kernel does
+when nobody asks, so a chooser that returns 0 everywhere changes nothing.
+
+A kernel finds its chooser on its I/O seam (``io.chooser``, absent on
+``RealIO``) once, when it is built, and calls it only when there is one: with
+no explorer installed a pass costs one ``is not None`` test.
+
+The kinds (the strings a kernel passes; which of them a runtime may take
+freely is the explorer's legality model, not the kernel's business):
+
+* ``READY``    -- which of the ``n`` ready callbacks or tasks runs next
+  (index ``i``: the i-th in queue order);
+* ``IO_ORDER`` -- which of the ``n`` I/O events one poll returned is handled
+  next (readiness of different fds carries no order);
+* ``IO_DEFER`` -- ``n == 2``: 1 leaves this poll's I/O events for the next
+  pass, so the callbacks and timers already due run first. Readiness is
+  level-triggered, so the next poll reports them again; it is the order a
+  poll a moment earlier would have given (timer against I/O);
+* ``TIMER_TIE`` -- which of ``n`` timers due at the same deadline fires next;
+* ``NET``, ``CPU`` -- the simulated network's own timing (``World`` asks:
+  a segment's jitter, the CPU time charged at a wait; 0 means none).
+
+Standard library only, and no imports from the rest of looplab.
+"""
+from __future__ import annotations
+
+import heapq
+
+__all__ = ["READY", "IO_ORDER", "IO_DEFER", "TIMER_TIE", "NET", "CPU", "KINDS", "permute",
+           "poll_order", "order_ties"]
+
+READY = "ready"
+IO_ORDER = "io-order"
+IO_DEFER = "io-defer"
+TIMER_TIE = "timer-tie"
+NET = "net"
+CPU = "cpu"
+KINDS = (READY, IO_ORDER, IO_DEFER, TIMER_TIE, NET, CPU)
+
+
+def permute(choose, kind: str, items: list) -> list:
+    """``items`` in the order ``choose`` picks them one by one (``n - 1``
+    choices for ``n`` items; all zeros keep the order)."""
+    rest = list(items)
+    out = []
+    while len(rest) > 1:
+        out.append(rest.pop(choose(kind, len(rest))))
+    out.extend(rest)
+    return out
+
+
+def poll_order(choose, events, work_due: bool):
+    """One poll's ``events`` in the order ``choose`` picks (``IO_ORDER``), or
+    ``()`` when, with callbacks or timers already due (``work_due``), it
+    defers them to the next pass (``IO_DEFER``)."""
+    if events and work_due and choose(IO_DEFER, 2):
+        return ()
+    if len(events) > 1:
+        return permute(choose, IO_ORDER, list(events))
+    return events
+
+
+def order_ties(choose, heap: list, now: float) -> None:
+    """Timers of a ``(when, seq, item)`` heap due by ``now`` that share a
+    deadline: ``choose`` orders each such group (``TIMER_TIE``). The group's
+    sequence numbers are handed out again in the chosen order, so popping
+    the heap yields it."""
+    if len(heap) < 2 or heap[0][0] > now:
+        return
+    due = []
+    while heap and heap[0][0] <= now:
+        due.append(heapq.heappop(heap))
+    i = 0
+    while i < len(due):
+        j = i + 1
+        while j < len(due) and due[j][0] == due[i][0]:
+            j += 1
+        if j - i > 1:
+            seqs = [e[1] for e in due[i:j]]
+            due[i:j] = [(e[0], seq) + tuple(e[2:])
+                        for seq, e in zip(seqs, permute(choose, TIMER_TIE, due[i:j]))]
+        i = j
+    for entry in due:
+        heapq.heappush(heap, entry)
