@@ -1,0 +1,475 @@
+"""Real web frameworks as scenario programs, and the zoo entries that run them.
+
+The programs run aiohttp's web server and uvicorn's ``Server`` with a starlette app
+inside the stream port's asyncio loop, so they work on every loop of the loop axis
+(``asyncio-streams:loop=uvloop|rloop|looplab|MODULE:FACTORY``, ``uvloop-streams``).
+A runtime whose port is not an asyncio loop (our kernels, trio, curio), or a
+framework that is not installed, makes the cell "not measured" with the reason
+(``framework_reason``), never a crash. The frameworks are imported lazily.
+
+How a connection reaches the framework. The peers (``bench.peers.http``: plain-socket
+HTTP/1.1 and WebSocket clients) listen; the program connects to each one and hands
+the connected socket to the framework as an accepted connection
+(``loop.connect_accepted_socket`` with the framework's own protocol factory:
+aiohttp's ``Server``, uvicorn's ``config.http_protocol_class`` bound to the
+``Server``'s state). From there the framework's own parser, handlers, flow control
+and shutdown run on it, and the peer counts what crossed the wire. This keeps
+``bench.scenario.run_program`` as it is, on the real and on the simulated network.
+
+The apps serve the same routes on both frameworks; every body is
+``bench.peers.http.pattern`` (byte i is ``i % 251``), so a peer checks it byte for byte:
+
+- ``/bytes/N``: one response of N bytes (Content-Length);
+- ``/stream/N``: N bytes, chunked, ``chunk_bytes`` at a time;
+- ``/sse``: server-sent events, one every ``interval_s``, ``sse_events`` of them
+  (None: forever, until the server shuts down);
+- ``/ws``: a WebSocket that sends ``messages`` binary messages of ``message_bytes``
+  every ``interval_s`` (None: forever), then closes with 1000.
+
+``aiohttp_serve(job)`` and ``uvicorn_serve(job)`` serve every listening peer of the
+job, until every connection closed, ``until_requests`` requests were handled (then
+``settle_s`` more) or ``serve_s`` passed; then they shut the server down and time it.
+They return ``shutdown_s`` (None when it did not finish within ``shutdown_bound_s``),
+``requests_count`` and ``shutdown_started_at`` (the program's clock, comparable with
+the peers' ``*_at`` on either network). docs/scenarios.md shows how to use them from
+a scenario of your own.
+
+The entries here: aiohttp 1221 (an idle keep-alive connection holds shutdown for the
+whole timeout) and uvicorn 451 (graceful shutdown waits forever for a streaming
+response; WebSocket clients are closed with 1012).
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+
+from bench import peers
+from bench.peers import http as httppeers
+from bench.scenario import Metric, run_program
+from bench.zoo.plumbing import _now, _presets, _stream
+from bench.zoo.registry import Entry, _add
+from protocols import ports
+
+__all__ = ["aiohttp_serve", "uvicorn_serve", "framework_reason", "DEFAULTS"]
+
+DEFAULTS = {"chunk_bytes": 16 * 1024, "interval_s": 0.02, "sse_events": None, "messages": None,
+            "message_bytes": 1024, "serve_s": 5.0, "until_requests": None, "settle_s": 0.1,
+            "shutdown_timeout_s": 1.0, "shutdown_bound_s": 3.0, "shutdown": "graceful",
+            "sockbuf": None}
+_INSTALL = "pip install 'looplab[frameworks]'"
+
+
+def framework_reason(runtime, module: str) -> str | None:
+    """Why a framework program cannot run on ``runtime`` (None: it can): the framework
+    is not installed, or the runtime's port is not an asyncio event loop."""
+    if importlib.util.find_spec(module) is None:
+        return f"{module} is not installed ({_INSTALL})"
+    if not runtime.info.port.startswith("protocols.asyncio_ports:"):
+        return (f"{module} runs on an asyncio event loop and {runtime.id}'s port is not one "
+                "(use asyncio-streams with any loop=, or uvloop-streams)")
+    return None
+
+
+def _params(job) -> dict:
+    return {**DEFAULTS, **job.params}
+
+
+async def _connect(addr, sockbuf):
+    """A socket connected to a listening peer, from the ambient IO (real or simulated)."""
+    loop = asyncio.get_running_loop()
+    sock = ports.client_socket(sockbuf)
+    sock.setblocking(False)
+    try:
+        await loop.sock_connect(sock, tuple(addr))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def _serve_until(port, p, st, open_count):
+    """Serve until every connection closed, the requests asked for were handled (and
+    ``settle_s`` passed), or ``serve_s``."""
+    t0 = _now()
+    while _now() - t0 < p["serve_s"]:
+        if open_count() == 0:
+            return "closed"
+        if p["until_requests"] is not None and st["requests"] >= p["until_requests"]:
+            await port.sleep(p["settle_s"])
+            return "requests"
+        await port.sleep(0.01)
+    return "serve_s"
+
+
+async def _timed(coro, bound_s, on_overrun):
+    """Run a shutdown; its duration in seconds, or None when it overran ``bound_s``
+    (then ``on_overrun()`` forces it and it is awaited to its end)."""
+    t0 = _now()
+    task = asyncio.ensure_future(coro)
+    done, _ = await asyncio.wait({task}, timeout=bound_s)
+    if task in done:
+        task.result()
+        return _now() - t0
+    on_overrun()
+    try:
+        await asyncio.wait_for(task, 5.0)
+    except (asyncio.TimeoutError, asyncio.CancelledError):
+        pass
+    return None
+
+
+async def _events(p, i=0):
+    while p["sse_events"] is None or i < p["sse_events"]:
+        yield f"data: {i}\n\n".encode()
+        i += 1
+        await asyncio.sleep(p["interval_s"])
+
+
+def _chunks(p, n):
+    step = p["chunk_bytes"]
+    return [httppeers.pattern(min(step, n - at), at) for at in range(0, n, step)]
+
+
+# ---------------------------------------------------------------------------
+# aiohttp
+
+def _aiohttp_app(web, p, st):
+    async def count(request, handler):
+        st["requests"] += 1
+        return await handler(request)
+
+    async def nbytes(request):
+        return web.Response(body=httppeers.pattern(int(request.match_info["n"])))
+
+    async def stream(request):
+        resp = web.StreamResponse()
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for chunk in _chunks(p, int(request.match_info["n"])):
+            await resp.write(chunk)             # drains: aiohttp's backpressure
+        await resp.write_eof()
+        return resp
+
+    async def sse(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        async for event in _events(p):
+            await resp.write(event)
+        await resp.write_eof()
+        return resp
+
+    async def ws(request):
+        sock = web.WebSocketResponse()
+        await sock.prepare(request)
+        i = 0
+        while p["messages"] is None or i < p["messages"]:
+            await sock.send_bytes(httppeers.pattern(p["message_bytes"]))
+            i += 1
+            await asyncio.sleep(p["interval_s"])
+        await sock.close(code=1000)
+        return sock
+
+    app = web.Application(middlewares=[web.middleware(count)])
+    app.router.add_get("/bytes/{n}", nbytes)
+    app.router.add_get("/stream/{n}", stream)
+    app.router.add_get("/sse", sse)
+    app.router.add_get("/ws", ws)
+    return app
+
+
+def aiohttp_serve(job) -> dict:
+    """aiohttp's web server on every listening peer of ``job`` (see the module
+    docstring). ``shutdown``: "graceful" is ``AppRunner.cleanup()`` (the release's own
+    path: idle keep-alive connections closed first, then handlers given
+    ``shutdown_timeout_s``); "no_idle_close" is the shutdown before aiohttp 1.1 (PR
+    1222): every connection's handler awaited up to ``shutdown_timeout_s``, idle ones
+    included."""
+    p = _params(job)
+
+    async def main(port, out):
+        from aiohttp import web
+        loop = asyncio.get_running_loop()
+        st = {"requests": 0}
+        runner = web.AppRunner(_aiohttp_app(web, p, st), handle_signals=False, access_log=None,
+                               shutdown_timeout=p["shutdown_timeout_s"])
+        await runner.setup()
+        server = runner.server
+        for name in sorted(job.peers):
+            sock = await _connect(job.peers[name], p["sockbuf"])
+            await loop.connect_accepted_socket(server, sock=sock)
+        out["served_until"] = await _serve_until(port, p, st, lambda: len(server.connections))
+        out["requests_count"] = st["requests"]
+        out["open_at_shutdown_count"] = len(server.connections)
+        out["shutdown_started_at"] = _now()
+
+        async def shutdown():
+            if p["shutdown"] == "no_idle_close":
+                await server.shutdown(p["shutdown_timeout_s"])
+            await runner.cleanup()
+
+        def force():
+            for conn in server.connections:
+                conn.force_close()
+        out["shutdown_s"] = await _timed(shutdown(), p["shutdown_bound_s"], force)
+    return _stream(job, main, p["serve_s"] + p["shutdown_bound_s"] + 8)
+
+
+# ---------------------------------------------------------------------------
+# uvicorn with a starlette app
+
+def _starlette_app(p, st):
+    from starlette.applications import Starlette
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import Route, WebSocketRoute
+
+    async def nbytes(request):
+        st["requests"] += 1
+        return Response(httppeers.pattern(int(request.path_params["n"])))
+
+    async def stream(request):
+        st["requests"] += 1
+
+        async def body():
+            for chunk in _chunks(p, int(request.path_params["n"])):
+                yield chunk
+        return StreamingResponse(body())
+
+    async def sse(request):
+        st["requests"] += 1
+        return StreamingResponse(_events(p), media_type="text/event-stream")
+
+    async def ws(sock):
+        st["requests"] += 1
+        await sock.accept()
+        i = 0
+        try:
+            while p["messages"] is None or i < p["messages"]:
+                await sock.send_bytes(httppeers.pattern(p["message_bytes"]))
+                i += 1
+                await asyncio.sleep(p["interval_s"])
+            await sock.close(code=1000)
+        except Exception as exc:   # noqa: BLE001 -- a closed socket ends the handler, any class
+            st["ws_ended_by"] = type(exc).__name__
+
+    return Starlette(routes=[Route("/bytes/{n:int}", nbytes), Route("/stream/{n:int}", stream),
+                             Route("/sse", sse), WebSocketRoute("/ws", ws)])
+
+
+def uvicorn_serve(job) -> dict:
+    """uvicorn's ``Server`` with a starlette app on every listening peer of ``job``,
+    started and shut down programmatically in the port's loop (no signal handlers):
+    ``startup(sockets=[])``, the peers' connections given to uvicorn's protocol, then
+    ``shutdown()`` -- uvicorn's graceful shutdown, with ``timeout_graceful_shutdown`` =
+    ``shutdown_timeout_s`` (None: wait for every connection, uvicorn's default)."""
+    p = _params(job)
+
+    async def main(port, out):
+        import uvicorn
+        loop = asyncio.get_running_loop()
+        st = {"requests": 0}
+        config = uvicorn.Config(_starlette_app(p, st), lifespan="off", log_config=None,
+                                log_level="critical", access_log=False, http="h11",
+                                timeout_graceful_shutdown=p["shutdown_timeout_s"])
+        config.load()
+        server = uvicorn.Server(config)
+        server.lifespan = config.lifespan_class(config)
+        await server.startup(sockets=[])
+
+        def protocol():
+            return config.http_protocol_class(config=config, server_state=server.server_state,
+                                              app_state=server.lifespan.state)
+        for name in sorted(job.peers):
+            sock = await _connect(job.peers[name], p["sockbuf"])
+            await loop.connect_accepted_socket(protocol, sock=sock)
+        conns = server.server_state.connections
+        out["served_until"] = await _serve_until(port, p, st, lambda: len(conns))
+        out["requests_count"] = st["requests"]
+        out["open_at_shutdown_count"] = len(conns)
+        out["shutdown_started_at"] = _now()
+        server.should_exit = True
+
+        def force():   # what a second Ctrl-C does, then what the process exit does
+            server.force_exit = True
+            for t in list(server.server_state.tasks):
+                t.cancel()
+            for c in list(conns):
+                c.transport.close()
+        out["shutdown_s"] = await _timed(server.shutdown(), p["shutdown_bound_s"], force)
+        if st.get("ws_ended_by"):
+            out["ws_ended_by"] = st["ws_ended_by"]
+    return _stream(job, main, p["serve_s"] + p["shutdown_bound_s"] + 8)
+
+
+# ---------------------------------------------------------------------------
+# Entries
+
+def _not_measured(ctx, module, metrics):
+    why = framework_reason(ctx.runtime, module)
+    if why is None:
+        return None
+    return {m: None for m in metrics}, {"bug_shown": None}, [f"not measured: {why}"]
+
+
+def _notes(app):
+    return [f"program: {app['error']}"] if app.get("error") else []
+
+
+_KEEPALIVE_METRICS = ("shutdown_s", "responses_count", "idle_eof_after_s")
+
+
+def _keepalive_program(job):
+    shutdown = "no_idle_close" if job.variant == "naive" else "graceful"
+    job.params = {**job.params, "shutdown": shutdown}
+    return aiohttp_serve(job)
+
+
+def _run_keepalive(ctx):
+    skipped = _not_measured(ctx, "aiohttp", _KEEPALIVE_METRICS)
+    if skipped:
+        return skipped
+    p = {**DEFAULTS, **ctx.params}
+    bound = p["serve_s"] + p["shutdown_bound_s"] + 4
+    ran = run_program(ctx, max_s=bound + 4, peers=[httppeers_role(
+        "http_client", "browser", path=f"/bytes/{p['body_bytes']}", count=p["until_requests"],
+        finish="idle", max_s=bound)])
+    c = ran.peers["browser"]
+    s, n = ran.app.get("shutdown_s"), c.get("responses_count") or 0
+    m = {"shutdown_s": s, "responses_count": n, "idle_eof_after_s": c.get("idle_eof_after_s")}
+    notes = _notes(ran.app)
+    if c.get("mismatch_bytes"):
+        notes.append(f"the client saw {c['mismatch_bytes']} wrong body bytes")
+    if n < p["until_requests"] or ran.app.get("error"):
+        return m, {"bug_shown": None}, notes + ["not measured: the keep-alive connection "
+                                                "did not carry every request"]
+    # Stalled: shutdown took most of its timeout (or overran) although the only
+    # connection was idle; the fixed path closes it at once.
+    stalled = s is None or s >= 0.8 * p["shutdown_timeout_s"]
+    return m, {"bug_shown": stalled}, notes
+
+
+def httppeers_role(kind, name, **fields):
+    """A role of ``bench.peers.http`` as a spec dict (the module registers them)."""
+    return peers.role(kind, name, **fields)
+
+
+_add(Entry(
+    id="aiohttp-1221", aliases=("aiohttp-1222",),
+    stand_in="the naive shutdown is aiohttp 1.0's order (handlers awaited before idle "
+             "keep-alive connections are closed), run on the installed aiohttp's server; "
+             "the fixed program is the installed aiohttp's own AppRunner.cleanup()",
+    title="an idle keep-alive connection holds the server's shutdown for the whole timeout",
+    link="https://github.com/aio-libs/aiohttp/issues/1221",
+    mechanism="On shutdown aiohttp waited for every connection's handler to finish, up to "
+              "the shutdown timeout (60 s in run_app), and a keep-alive connection with no "
+              "request in flight has a handler parked waiting for the next request. So one "
+              "idle browser connection kept the process alive for the whole timeout (the "
+              "thread: 'Keep-alive connections prevent server from shutdown').",
+    reported="aiohttp 1.0.2 on Python 3.5 (2016-09-28)",
+    fixed_in="aiohttp 1.1.0 (2016-11-03, PR 1222: 'Close idle keep-alive connections on "
+             "shutdown'); since 3.9.0 Server.pre_shutdown() closes them before the graceful "
+             "period of BaseRunner(shutdown_timeout=)",
+    framing="real HTTP/1.1 on aiohttp's own server: two keep-alive GETs, then the client "
+            "stays connected and idle; the timeout is scaled from 60 s to 1 s",
+    expected="shown with the naive shutdown on asyncio-streams with any loop and on "
+             "uvloop-streams; not with the installed aiohttp's cleanup(); not measured on "
+             "runtimes without an asyncio loop or without aiohttp",
+    oracle="bug shown when shutting down took at least 0.8 x shutdown_timeout_s (or did "
+           "not finish) while the only connection was idle; not measured unless the "
+           "client's keep-alive connection carried every request",
+    styles=("stream",),
+    affected_versions=("aiohttp<1.1.0",), fixed_versions=("aiohttp>=1.1.0",),
+    show_on=("asyncio-streams",),
+    minimum=(("responses_count", 2, "both keep-alive requests answered"),),
+    verified="read the thread (tahajahangir: ^C waits 60 s with a browser's keep-alive "
+             "connection open; idle connections should be closed at once), the 1.1.0 "
+             "changelog line for PR 1222, and the installed aiohttp 3.14's "
+             "BaseRunner.cleanup (pre_shutdown closes idle connections) and "
+             "RequestHandler.shutdown (awaits the parked handler up to the timeout); aiohttp "
+             "1.0.x does not run on Python 3.11 (pip index lists 1.0.5, built for 3.4-3.5), "
+             "so the naive order runs on the installed release"),
+    _run_keepalive,
+    [Metric("shutdown_s", "lower", "shutdown took", timing=True),
+     Metric("responses_count", None, "responses"),
+     Metric("idle_eof_after_s", None, "idle connection closed after", timing=True)],
+    _presets({"until_requests": 2, "body_bytes": 4096, "shutdown_timeout_s": 1.0,
+              "shutdown_bound_s": 3.0, "serve_s": 4.0, "settle_s": 0.1}),
+    {"stream": _keepalive_program})
+
+
+_GRACE_METRICS = ("shutdown_s", "sse_events_count", "sse_closed_after_shutdown_s",
+                  "ws_close_code", "ws_messages_count")
+
+
+def _grace_program(job):
+    if job.variant == "naive":
+        job.params = {**job.params, "shutdown_timeout_s": None}
+    return uvicorn_serve(job)
+
+
+def _run_grace(ctx):
+    skipped = _not_measured(ctx, "uvicorn", _GRACE_METRICS) or \
+        _not_measured(ctx, "starlette", _GRACE_METRICS)
+    if skipped:
+        return skipped
+    p = {**DEFAULTS, **ctx.params}
+    bound = p["serve_s"] + p["shutdown_bound_s"] + 4
+    ran = run_program(ctx, max_s=bound + 4, peers=[
+        httppeers_role("http_client", "sse", path="/sse", max_s=bound),
+        httppeers_role("ws_subscriber", "ws", path="/ws", max_s=bound)])
+    sse, ws = ran.peers["sse"], ran.peers["ws"]
+    started = ran.app.get("shutdown_started_at")
+    s = ran.app.get("shutdown_s")
+    closed_after = (sse["eof_at"] - started) if sse.get("eof_at") and started else None
+    m = {"shutdown_s": s, "sse_events_count": sse.get("sse_events_count"),
+         "sse_closed_after_shutdown_s": closed_after, "ws_close_code": None if ws.get("close_code") is None else str(ws["close_code"]),
+         "ws_messages_count": ws.get("messages_count")}
+    notes = _notes(ran.app)
+    if not sse.get("sse_events_count") or ran.app.get("error"):
+        return m, {"bug_shown": None}, notes + ["not measured: the SSE stream carried no event "
+                                                "before the shutdown"]
+    return m, {"bug_shown": s is None}, notes
+
+
+_add(Entry(
+    id="uvicorn-451", aliases=("uvicorn-1950", "uvicorn-2829"),
+    title="graceful shutdown waits forever for a streaming (SSE) response",
+    link="https://github.com/Kludex/uvicorn/issues/451",
+    mechanism="On the first Ctrl-C uvicorn stops accepting, asks every connection to shut "
+              "down and waits until they have all closed. A WebSocket is closed with 1012, "
+              "but a streaming response that never ends (server-sent events) is only marked "
+              "not keep-alive, so the wait never ends and the lifespan shutdown never runs "
+              "(the thread: 'How do I cancel a streaming response on shutdown?').",
+    reported="uvicorn 0.9 (2019-10); the same wait in every release since, by design",
+    fixed_in="no release ends the stream by itself: uvicorn 0.24 (PR 1950, 2023) added "
+             "--timeout-graceful-shutdown, after which the remaining tasks are cancelled; "
+             "0.43.0 sent http.disconnect to streaming responses on shutdown (PR 2829) and "
+             "0.45.0 reverted it (PR 2913: a second signal force-quits, as process managers "
+             "send)",
+    framing="real HTTP/1.1 and WebSocket on uvicorn's h11 protocol and a starlette app; an "
+            "SSE client and a WebSocket subscriber are connected when shutdown() starts",
+    expected="shown with the default timeout_graceful_shutdown=None on asyncio-streams with "
+             "any loop and on uvloop-streams (the installed uvicorn 0.54); not with a "
+             "graceful-shutdown timeout; the WebSocket client gets close code 1012 either way",
+    oracle="bug shown when shutdown() had not finished shutdown_bound_s after it started "
+           "while an SSE client was connected; not measured unless that client had received "
+           "an event",
+    styles=("stream",),
+    affected_versions=("uvicorn==0.54.0", "uvicorn<0.43.0"),
+    fixed_versions=("uvicorn>=0.43.0,<0.45.0",),
+    show_on=("asyncio-streams",),
+    minimum=(("sse_events_count", 1, "one SSE event before the shutdown"),),
+    verified="read the thread (rob-blackbourn: the first ^C does not stop an SSE response, "
+             "the lifespan shutdown is skipped), PR 1140 (WebSockets get 1012 on shutdown), "
+             "PR 1950 (timeout_graceful_shutdown), PR 2829 and its revert PR 2913 with the "
+             "maintainer's reason; read Server.shutdown() in the installed 0.54.0; the 0.43 "
+             "and 0.44 behaviour is read from the PR, not run here"),
+    _run_grace,
+    [Metric("shutdown_s", "lower", "shutdown took", timing=True),
+     Metric("sse_events_count", None, "SSE events"),
+     Metric("sse_closed_after_shutdown_s", None, "SSE closed after shutdown began",
+            timing=True),
+     Metric("ws_close_code", None, "WebSocket close code", unit="text"),
+     Metric("ws_messages_count", None, "WebSocket messages")],
+    _presets({"shutdown_timeout_s": 0.5, "shutdown_bound_s": 2.0, "serve_s": 0.3,
+              "interval_s": 0.02, "until_requests": None}),
+    {"stream": _grace_program})
