@@ -98,6 +98,34 @@ def test_aiohttp_websocket_to_a_slow_subscriber():
     assert ws["mismatch_bytes"] == 0 and ws["close_code"] == 1000
 
 
+def test_aiohttp_streaming_proxy_byte_exact():
+    _need("aiohttp")
+    out, res = _serve(fw.aiohttp_serve, [peers.role(
+        "http_slow_reader", "c", path="/proxy/150000", rate_Bps=600_000.0, recv_bytes=16384,
+        max_s=15)], upstream=True)
+    assert res["c"]["body_bytes"] == 150000 and res["c"]["mismatch_bytes"] == 0
+    assert out["proxied_bytes"] == 150000
+
+
+# -- websockets ---------------------------------------------------------------------
+
+def test_websockets_server_to_a_fast_and_a_slow_subscriber():
+    _need("websockets")
+    out, res = _serve(fw.websockets_serve, [
+        peers.role("ws_subscriber", "fast", sockbuf=4096, max_s=15),
+        peers.role("ws_subscriber", "slow", rate_Bps=200_000.0, recv_bytes=4096, sockbuf=4096,
+                   max_s=15)],
+        messages=30, message_bytes=5000, interval_s=0.0, write_limit_bytes=8192, sockbuf=4096)
+    for name in ("fast", "slow"):
+        ws = res[name]
+        assert ws["upgraded"] and ws["messages_count"] == 30, (name, ws)
+        assert ws["message_bytes"] == 150000 and ws["mismatch_bytes"] == 0
+        assert ws["close_code"] == 1000
+    # send() waited for the slow one: 150 kB at 200 kB/s is ~0.75 s, and the
+    # socket buffers and the write limit hold a few tens of kB
+    assert out["worst_send_wait_s"] > 0.05
+
+
 # -- uvicorn + starlette ------------------------------------------------------------
 
 def test_uvicorn_serves_bytes_stream_and_websocket():

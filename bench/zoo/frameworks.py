@@ -24,9 +24,15 @@ The apps serve the same routes on both frameworks; every body is
 - ``/sse``: server-sent events, one every ``interval_s``, ``sse_events`` of them
   (None: forever, until the server shuts down);
 - ``/ws``: a WebSocket that sends ``messages`` binary messages of ``message_bytes``
-  every ``interval_s`` (None: forever), then closes with 1000.
+  every ``interval_s`` (None: forever), then closes with 1000;
+- ``/proxy/N`` (aiohttp, with ``upstream=True``): a streaming proxy of ``/stream/N``
+  served by the same app on a listening socket of its own, fetched with aiohttp's
+  client. aiohttp's client opens its own sockets, so this route needs the real network.
 
-``aiohttp_serve(job)`` and ``uvicorn_serve(job)`` serve every listening peer of the
+``websockets_serve(job)`` runs websockets' asyncio server the same way and sends the
+``/ws`` messages to every peer (it is a WebSocket server only).
+
+``aiohttp_serve(job)``, ``uvicorn_serve(job)`` and ``websockets_serve(job)`` serve every listening peer of the
 job, until every connection closed, ``until_requests`` requests were handled (then
 ``settle_s`` more) or ``serve_s`` passed; then they shut the server down and time it.
 They return ``shutdown_s`` (None when it did not finish within ``shutdown_bound_s``),
@@ -46,11 +52,11 @@ import importlib.util
 from bench import peers
 from bench.peers import http as httppeers
 from bench.scenario import Metric, run_program
-from bench.zoo.plumbing import _now, _presets, _stream
+from bench.zoo.plumbing import _listen, _now, _presets, _stream
 from bench.zoo.registry import Entry, _add
 from protocols import ports
 
-__all__ = ["aiohttp_serve", "uvicorn_serve", "framework_reason", "DEFAULTS"]
+__all__ = ["aiohttp_serve", "uvicorn_serve", "websockets_serve", "framework_reason", "DEFAULTS"]
 
 DEFAULTS = {"chunk_bytes": 16 * 1024, "interval_s": 0.02, "sse_events": None, "messages": None,
             "message_bytes": 1024, "serve_s": 5.0, "until_requests": None, "settle_s": 0.1,
@@ -169,7 +175,24 @@ def _aiohttp_app(web, p, st):
         await sock.close(code=1000)
         return sock
 
+    async def proxy(request):
+        # A streaming proxy: the upstream is this same app on its own listening
+        # socket (``upstream``, set by aiohttp_serve); each chunk is written on
+        # (resp.write drains) before the next one is read from upstream.
+        from aiohttp import ClientSession
+        url = f"http://{st['upstream'][0]}:{st['upstream'][1]}/stream/{request.match_info['n']}"
+        resp = web.StreamResponse()
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        async with ClientSession() as session, session.get(url) as up:
+            async for chunk in up.content.iter_chunked(p["chunk_bytes"]):
+                await resp.write(chunk)
+                st["proxied_bytes"] = st.get("proxied_bytes", 0) + len(chunk)
+        await resp.write_eof()
+        return resp
+
     app = web.Application(middlewares=[web.middleware(count)])
+    app.router.add_get("/proxy/{n}", proxy)
     app.router.add_get("/bytes/{n}", nbytes)
     app.router.add_get("/stream/{n}", stream)
     app.router.add_get("/sse", sse)
@@ -194,11 +217,16 @@ def aiohttp_serve(job) -> dict:
                                shutdown_timeout=p["shutdown_timeout_s"])
         await runner.setup()
         server = runner.server
+        if p.get("upstream"):      # /proxy/N: the upstream is this app on a socket of its own
+            up = _listen()
+            st["upstream"] = up.getsockname()[:2]
+            await web.SockSite(runner, up).start()
         for name in sorted(job.peers):
             sock = await _connect(job.peers[name], p["sockbuf"])
             await loop.connect_accepted_socket(server, sock=sock)
         out["served_until"] = await _serve_until(port, p, st, lambda: len(server.connections))
         out["requests_count"] = st["requests"]
+        out["proxied_bytes"] = st.get("proxied_bytes", 0)
         out["open_at_shutdown_count"] = len(server.connections)
         out["shutdown_started_at"] = _now()
 
@@ -297,6 +325,68 @@ def uvicorn_serve(job) -> dict:
         out["shutdown_s"] = await _timed(server.shutdown(), p["shutdown_bound_s"], force)
         if st.get("ws_ended_by"):
             out["ws_ended_by"] = st["ws_ended_by"]
+    return _stream(job, main, p["serve_s"] + p["shutdown_bound_s"] + 8)
+
+
+# ---------------------------------------------------------------------------
+# websockets
+
+def websockets_serve(job) -> dict:
+    """websockets' asyncio server (``websockets.asyncio.server``) on every listening
+    peer of ``job``: each peer gets ``messages`` binary messages of ``message_bytes``,
+    one every ``interval_s`` (None: until shutdown), through ``send()`` -- which waits
+    while the connection's write buffer is above ``write_limit_bytes`` -- then a close
+    with 1000. Shutdown is ``Server.close()`` (1001 to open connections) and
+    ``wait_closed()``.
+
+    The server is started with ``serve()`` on a listening socket of its own (its
+    ``asyncio.Server``, closed on shutdown; nobody connects to it); each peer's
+    connected socket is given a ``ServerConnection`` built the way ``serve()`` builds
+    one (a sans-I/O ``ServerProtocol`` plus the server it belongs to), so the handshake,
+    the handler task and the close run in the server's own code."""
+    p = _params(job)
+
+    async def main(port, out):
+        from websockets.asyncio.server import ServerConnection, serve
+        from websockets.server import ServerProtocol
+        loop = asyncio.get_running_loop()
+        st = {"requests": 0, "sent": 0, "send_wait_s": 0.0}
+
+        async def handler(conn):
+            st["requests"] += 1
+            i = 0
+            msg = httppeers.pattern(p["message_bytes"])
+            while p["messages"] is None or i < p["messages"]:
+                t0 = _now()
+                await conn.send(msg)
+                st["send_wait_s"] = max(st["send_wait_s"], _now() - t0)
+                st["sent"] += 1
+                i += 1
+                await asyncio.sleep(p["interval_s"])
+            await conn.close(1000)
+
+        limit = p.get("write_limit_bytes") or 2 ** 15
+        srv = await serve(handler, sock=_listen(), ping_interval=None, write_limit=limit)
+
+        def connection():
+            return ServerConnection(ServerProtocol(max_size=None), srv, ping_interval=None,
+                                    write_limit=limit)
+        for name in sorted(job.peers):
+            sock = await _connect(job.peers[name], p["sockbuf"])
+            await loop.connect_accepted_socket(connection, sock=sock)
+        out["served_until"] = await _serve_until(port, p, st, lambda: len(srv.handler_tasks))
+        out.update(requests_count=st["requests"], sent_messages_count=st["sent"],
+                   worst_send_wait_s=st["send_wait_s"],
+                   open_at_shutdown_count=len(srv.handler_tasks), shutdown_started_at=_now())
+
+        async def shutdown():
+            srv.close()
+            await srv.wait_closed()
+
+        def force():
+            for t in list(srv.handler_tasks):
+                t.cancel()
+        out["shutdown_s"] = await _timed(shutdown(), p["shutdown_bound_s"], force)
     return _stream(job, main, p["serve_s"] + p["shutdown_bound_s"] + 8)
 
 
