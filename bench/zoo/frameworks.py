@@ -56,7 +56,7 @@ from bench.zoo.plumbing import _listen, _now, _presets, _stream
 from bench.zoo.registry import Entry, _add
 from protocols import ports
 
-__all__ = ["aiohttp_serve", "uvicorn_serve", "websockets_serve", "framework_reason", "DEFAULTS"]
+__all__ = ["aiohttp_serve", "uvicorn_serve", "websockets_serve", "starlette_stream_serve", "framework_reason", "DEFAULTS"]
 
 DEFAULTS = {"chunk_bytes": 16 * 1024, "interval_s": 0.02, "sse_events": None, "messages": None,
             "message_bytes": 1024, "serve_s": 5.0, "until_requests": None, "settle_s": 0.1,
@@ -342,6 +342,77 @@ def uvicorn_serve(job) -> dict:
         out["shutdown_s"] = await _timed(server.shutdown(), p["shutdown_bound_s"], force)
         if st.get("ws_ended_by"):
             out["ws_ended_by"] = st["ws_ended_by"]
+    return _stream(job, main, p["serve_s"] + p["shutdown_bound_s"] + 8)
+
+
+def _lead_app(app, p, st):
+    """An ASGI wrapper at the server's edge: counts the body bytes the app handed to
+    uvicorn; the producer (``/produce/N``) counts what it made. Their difference is
+    what sits between them (a middleware's queue)."""
+    async def edge(scope, receive, send):
+        async def counted(message):
+            if message.get("type") == "http.response.body":
+                st["handed"] += len(message.get("body", b""))
+            await send(message)
+        await app(scope, receive, counted)
+    return edge
+
+
+def starlette_stream_serve(job) -> dict:
+    """uvicorn + starlette serving ``/produce/N``: a StreamingResponse whose generator
+    makes ``chunk_bytes`` chunks, one every ``interval_s`` -- through a pass-through
+    ``BaseHTTPMiddleware`` when ``middleware`` is true (starlette 1012's shape), else
+    straight. Returns ``app_queue_peak_bytes``: the most the producer was ever ahead of
+    what reached uvicorn (measured at every chunk)."""
+    p = _params(job)
+
+    async def main(port, out):
+        import uvicorn
+        from starlette.applications import Starlette
+        from starlette.middleware.base import BaseHTTPMiddleware
+        from starlette.responses import StreamingResponse
+        from starlette.routing import Route
+        st = {"requests": 0, "produced": 0, "handed": 0, "peak": 0}
+
+        async def produce(request):
+            st["requests"] += 1
+            n = int(request.path_params["n"])
+
+            async def body():
+                for chunk in _chunks(p, n):
+                    st["peak"] = max(st["peak"], st["produced"] - st["handed"])
+                    st["produced"] += len(chunk)
+                    yield chunk
+                    await asyncio.sleep(p["interval_s"])
+            return StreamingResponse(body())
+
+        async def passthrough(request, call_next):
+            return await call_next(request)
+
+        app = Starlette(routes=[Route("/produce/{n:int}", produce)])
+        if p.get("middleware"):
+            app.add_middleware(BaseHTTPMiddleware, dispatch=passthrough)
+        config = uvicorn.Config(_lead_app(app, p, st), lifespan="off", log_config=None,
+                                log_level="critical", access_log=False, http="h11")
+        config.load()
+        server = uvicorn.Server(config)
+        server.lifespan = config.lifespan_class(config)
+        await server.startup(sockets=[])
+
+        def protocol():
+            return config.http_protocol_class(config=config, server_state=server.server_state,
+                                              app_state=server.lifespan.state)
+        if not await _hand_over(job, p, protocol, out):
+            await server.shutdown()
+            return
+        conns = server.server_state.connections
+        out["served_until"] = await _serve_until(port, p, st, lambda: len(conns))
+        st["peak"] = max(st["peak"], st["produced"] - st["handed"])
+        out.update(requests_count=st["requests"], produced_bytes=st["produced"],
+                   app_queue_peak_bytes=st["peak"])
+        server.should_exit = True
+        out["shutdown_s"] = await _timed(server.shutdown(), p["shutdown_bound_s"],
+                                         lambda: setattr(server, "force_exit", True))
     return _stream(job, main, p["serve_s"] + p["shutdown_bound_s"] + 8)
 
 
