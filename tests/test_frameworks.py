@@ -98,6 +98,31 @@ def test_aiohttp_websocket_to_a_slow_subscriber():
     assert ws["mismatch_bytes"] == 0 and ws["close_code"] == 1000
 
 
+def test_aiohttp_websocket_send_waits_for_a_subscriber_that_stopped_reading():
+    """aiohttp 1367's fix, on the installed release: send_bytes() drains, so a
+    subscriber that stops reading holds the sender back; the backlog stays bounded."""
+    _need("aiohttp")
+    out, res = _serve(fw.aiohttp_serve, [peers.role(
+        "ws_subscriber", "ws", stall_s=3.0, sockbuf=65536, max_s=6)],
+        serve_s=1.0, messages=None, message_bytes=10000, interval_s=0.0, sockbuf=65536,
+        shutdown_timeout_s=0.3)
+    assert res["ws"]["upgraded"] and res["ws"]["mismatch_bytes"] == 0
+    assert 5 < out["ws_sent_count"] < 200          # unbounded, 1 s of sends would be far more
+    assert out["ws_backlog_peak_bytes"] < 1024 * 1024
+
+
+def test_starlette_middleware_queue_is_bounded_on_the_installed_release():
+    """starlette 1012's shape (BaseHTTPMiddleware in front of a StreamingResponse) on the
+    installed starlette: the producer never runs far ahead of a 1 MB/s client."""
+    _need("uvicorn", "starlette")
+    n = 1_500_000
+    out, res = _serve(fw.starlette_stream_serve, [peers.role(
+        "http_slow_reader", "r", path=f"/produce/{n}", rate_Bps=1_000_000.0, sockbuf=65536,
+        max_s=10)], middleware=True, chunk_bytes=32768, interval_s=0.002, sockbuf=65536)
+    assert res["r"]["body_bytes"] == n and res["r"]["mismatch_bytes"] == 0
+    assert out["produced_bytes"] == n and out["app_queue_peak_bytes"] < 256 * 1024
+
+
 def test_aiohttp_streaming_proxy_byte_exact():
     _need("aiohttp")
     out, res = _serve(fw.aiohttp_serve, [peers.role(

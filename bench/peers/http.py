@@ -332,11 +332,13 @@ class WsSubscriber(Role):
     """The WebSocket opening handshake for ``path``, an optional ``hello`` text message,
     then every server message read (at ``rate_Bps`` if given) and checked against the
     pattern (binary messages), pings answered with pongs, a close answered with a
-    close; ``close_after_messages``: close ourselves (code 1000) after that many."""
+    close; ``close_after_messages``: close ourselves (code 1000) after that many;
+    ``stall_s``: once upgraded, read nothing for that long (a subscriber that stops
+    reading; its receive window closes)."""
     role = "ws_subscriber"
     listens = True
     fields = {"path": "/ws", "rate_Bps": None, "recv_bytes": 65536, "hello": None,
-              "close_after_messages": None, "host": "looplab.test"}
+              "close_after_messages": None, "stall_s": 0.0, "host": "looplab.test"}
     checks = {"path": _str, "hello": _text, "close_after_messages": _opt_int, "host": _text}
 
     def setup(self):
@@ -350,6 +352,7 @@ class WsSubscriber(Role):
         self._frag = []
         self._masks = 0
         self._bucket = None
+        self._stall_until = None
 
     def _mask(self) -> bytes:
         self._masks += 1
@@ -370,6 +373,11 @@ class WsSubscriber(Role):
     def step(self, now):
         if self._out:
             return Send(self._out)
+        if self.result["upgraded"] and self.cfg["stall_s"]:
+            if self._stall_until is None:
+                self._stall_until = now + self.cfg["stall_s"]
+            if now < self._stall_until:
+                return Hold(self._stall_until)
         if self._bucket is not None and self._bucket.due > now:
             return Sleep(self._bucket.due)
         return Recv(self.cfg["recv_bytes"])

@@ -186,9 +186,13 @@ def _aiohttp_app(web, p, st):
     async def ws(request):
         sock = web.WebSocketResponse()
         await sock.prepare(request)
-        i = 0
+        i, t = 0, request.transport
         while p["messages"] is None or i < p["messages"]:
             await sock.send_bytes(httppeers.pattern(p["message_bytes"]))
+            st["ws_sent"] = st.get("ws_sent", 0) + 1
+            if t is not None:      # how much aiohttp let pile up in front of the socket
+                st["ws_backlog_peak"] = max(st.get("ws_backlog_peak", 0),
+                                            t.get_write_buffer_size())
             i += 1
             await asyncio.sleep(p["interval_s"])
         await sock.close(code=1000)
@@ -245,6 +249,8 @@ def aiohttp_serve(job) -> dict:
         out["served_until"] = await _serve_until(port, p, st, lambda: len(server.connections))
         out["requests_count"] = st["requests"]
         out["proxied_bytes"] = st.get("proxied_bytes", 0)
+        out["ws_sent_count"] = st.get("ws_sent", 0)
+        out["ws_backlog_peak_bytes"] = st.get("ws_backlog_peak", 0)
         out["open_at_shutdown_count"] = len(server.connections)
         out["shutdown_started_at"] = _now()
 
