@@ -169,6 +169,20 @@ def test_uvicorn_serves_bytes_stream_and_websocket():
     assert out["shutdown_s"] is not None
 
 
+def test_uvicorn_releases_the_handler_of_a_client_that_vanished_mid_response():
+    """uvicorn 336's fix, on the installed release: a client that resets during a long
+    streaming response leaves no handler task behind."""
+    _need("uvicorn", "starlette")
+    out, res = _serve(fw.uvicorn_serve, [peers.role(
+        "http_vanish", "v", path="/stream/20000000", vanish_after_bytes=100000, sockbuf=16384,
+        rate_Bps=2_000_000.0, max_s=8)], serve_s=5.0, sockbuf=16384)
+    assert res["v"]["ended"] == "reset_sent" and res["v"]["mismatch_bytes"] == 0
+    assert res["v"]["body_bytes"] < 1_000_000
+    # the connection is gone, and the handler ends by itself: uvicorn's shutdown waits
+    # for running handlers, and would take its whole 1 s timeout for a parked one
+    assert out["served_until"] == "closed" and out["shutdown_s"] < 0.5
+
+
 # -- without an asyncio loop, and the entries ----------------------------------------
 
 def test_a_runtime_without_an_asyncio_loop_is_not_measured():

@@ -412,7 +412,10 @@ def _run_parked(ctx):
 
 _add(Entry(
     id="uvicorn-336", aliases=("uvicorn-340",),
-    stand_in="our flow control in place of uvicorn's FlowControl",
+    stand_in="our flow control in place of uvicorn's FlowControl: uvicorn 0.6.1 does not "
+             "install on Python 3.11 (the uvloop and httptools it requires do not build); the "
+             "installed uvicorn is the fixed side, measured by the framework program "
+             "(bench/zoo/frameworks.py, uvicorn_serve)",
     title="a task parked in drain() is never released after the client disconnects",
     link="https://github.com/Kludex/uvicorn/issues/336",
     mechanism="uvicorn's own flow control parks a sender until resume_writing() and its "
@@ -435,7 +438,9 @@ _add(Entry(
     verified="read the thread (the maintainer's suggestion to call resume_writing in "
              "connection_lost, confirmed to fix the leak) and PR 340; read connection_lost() "
              "in today's uvicorn (it resumes the flow); 0.7.0 as the release is taken from the "
-             "issue brief, the repository's release notes start later"),
+             "issue brief, the repository's release notes start later; the installed 0.54.0 "
+             "serving a 20 MB StreamingResponse to a client that resets after 100 kB: the "
+             "handler ended by itself, shutdown 0.1 s (tests/test_frameworks.py)"),
     _run_parked,
     [Metric("released", None, "released", unit="flag"),
      Metric("release_reason", None, "released by", unit="text")],
@@ -484,7 +489,8 @@ def _run_strict(ctx):
 
 _add(Entry(
     id="home-assistant-89905",
-    stand_in="our bursty writer in place of aiohttp's websocket writer",
+    stand_in="our bursty writer in place of aiohttp's websocket writer (a change in Home "
+             "Assistant's use of aiohttp, not a release of aiohttp; not re-pointed)",
     verified="read PR 89905's description (the drain after every message added for aiohttp "
              "1367, the 16 KiB default limit, raising the limit after auth); the entry's "
              "numbers are ours",

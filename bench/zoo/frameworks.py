@@ -336,6 +336,7 @@ def uvicorn_serve(job) -> dict:
         out["served_until"] = await _serve_until(port, p, st, lambda: len(conns))
         out["requests_count"] = st["requests"]
         out["open_at_shutdown_count"] = len(conns)
+        out["tasks_at_shutdown_count"] = len(server.server_state.tasks)   # handlers still running
         out["shutdown_started_at"] = _now()
         server.should_exit = True
 
