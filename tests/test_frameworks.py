@@ -222,7 +222,28 @@ def test_entries_on_a_runtime_without_asyncio_are_not_measured():
     assert any("not measured" in n and "asyncio" in n for n in r["notes"]), r["notes"]
 
 
-def test_aiohttp_entry_on_the_simulated_network():
-    _need("aiohttp")
-    naive, fixed = _cell("aiohttp-1221", "naive", net="sim"), _cell("aiohttp-1221", "fixed", net="sim")
+@pytest.mark.parametrize("eid,module", [("aiohttp-1221", "aiohttp"), ("uvicorn-451", "uvicorn")])
+def test_entry_on_the_simulated_network(eid, module):
+    _need(module)
+    naive, fixed = _cell(eid, "naive", net="sim"), _cell(eid, "fixed", net="sim")
+    assert not naive["errors"] and not fixed["errors"], (naive["errors"], fixed["errors"])
     assert naive["verdicts"]["bug_shown"] is True and fixed["verdicts"]["bug_shown"] is False
+
+
+def test_entry_without_its_framework_is_not_measured_with_the_reason(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(fw.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "aiohttp" else real(name, *a))
+    r = _cell("aiohttp-1221", "naive")
+    assert not r["errors"] and r["verdicts"]["bug_shown"] is not True
+    assert any("aiohttp is not installed" in n and "looplab[frameworks]" in n
+               for n in r["notes"]), r["notes"]
+
+
+def test_peer_specs_are_checked():
+    with pytest.raises(TypeError):
+        peers.check_role(peers.role("http_client", "c", path="no-slash"))
+    with pytest.raises(ValueError):
+        peers.check_role(peers.role("http_client", "c", finish="later"))
+    with pytest.raises(ValueError):
+        peers.check_role(peers.role("ws_subscriber", "w", no_such_field=1))

@@ -72,6 +72,12 @@ def _text(field, v):
     return v
 
 
+def _host(field, v):
+    if not isinstance(v, str) or not v or any(c in v for c in " \r\n"):
+        raise TypeError(f"{field} must be a host name (a non-empty str), got {v!r}")
+    return v
+
+
 class _Body:
     """Incremental HTTP/1.1 response parser: head, then a Content-Length, chunked or
     read-to-EOF body. ``feed`` returns the body bytes it decoded."""
@@ -168,7 +174,7 @@ class HttpClient(Role):
     checks = {"path": _str, "pipeline": lambda f, v: _bool(f, v),
               "finish": lambda f, v: _choice(f, v, ("close", "idle")),
               "read": lambda f, v: _bool(f, v), "vanish_after_bytes": _opt_int,
-              "host": _text}
+              "host": _host}
 
     def setup(self):
         self.result.update(responses_count=0, statuses=[], body_bytes=0, mismatch_bytes=0,
@@ -339,7 +345,7 @@ class WsSubscriber(Role):
     listens = True
     fields = {"path": "/ws", "rate_Bps": None, "recv_bytes": 65536, "hello": None,
               "close_after_messages": None, "stall_s": 0.0, "host": "looplab.test"}
-    checks = {"path": _str, "hello": _text, "close_after_messages": _opt_int, "host": _text}
+    checks = {"path": _str, "hello": _text, "close_after_messages": _opt_int, "host": _host}
 
     def setup(self):
         self.result.update(upgraded=False, messages_count=0, message_bytes=0, mismatch_bytes=0,
@@ -350,6 +356,7 @@ class WsSubscriber(Role):
         self._buf = b""
         self._head = None
         self._frag = []
+        self._frag_op = None
         self._masks = 0
         self._bucket = None
         self._stall_until = None
@@ -445,16 +452,18 @@ class WsSubscriber(Role):
                 res["closed_by"] = "server"
                 self._out += ws_frame(0x8, payload[:2], self._mask())
         elif opcode in (0x0, 0x1, 0x2):
+            if opcode:                          # a message's first frame names its type
+                self._frag_op = opcode
             self._frag.append(payload)
             if not fin:
                 return
-            msg = b"".join(self._frag)
+            msg, opcode = b"".join(self._frag), self._frag_op
             self._frag = []
             res["messages_count"] += 1
             res["message_bytes"] += len(msg)
             if res["first_message_after_s"] is None:
                 res["first_message_after_s"] = now - self.t0
-            if opcode == 0x2 or (opcode == 0x0 and msg and msg[:1] == b"\x00"):
+            if opcode == 0x2:                   # binary messages carry the pattern
                 want = pattern(len(msg))
                 res["mismatch_bytes"] += sum(1 for a, b in zip(msg, want) if a != b)
             limit = self.cfg["close_after_messages"]
