@@ -61,7 +61,8 @@ __all__ = ["aiohttp_serve", "uvicorn_serve", "websockets_serve", "starlette_stre
 DEFAULTS = {"chunk_bytes": 16 * 1024, "interval_s": 0.02, "sse_events": None, "messages": None,
             "message_bytes": 1024, "serve_s": 5.0, "until_requests": None, "settle_s": 0.1,
             "shutdown_timeout_s": 1.0, "shutdown_bound_s": 3.0, "shutdown": "graceful",
-            "sockbuf": None}
+            "sockbuf": None, "writer_limit_bytes": 2 ** 18, "bursts": 30, "burst_messages": 12,
+            "held_s": 0.005}
 _INSTALL = "pip install 'looplab[frameworks]'"
 
 
@@ -214,7 +215,27 @@ def _aiohttp_app(web, p, st):
         await resp.write_eof()
         return resp
 
+    async def bursts(request):
+        # Home Assistant 89905's shape: bursts of messages to a client that keeps up on
+        # average, through aiohttp's websocket writer with ``writer_limit_bytes``.
+        sock = web.WebSocketResponse(writer_limit=p["writer_limit_bytes"])
+        await sock.prepare(request)
+        msg = httppeers.pattern(p["message_bytes"])
+        held, worst = 0, 0.0   # held_s: a burst that never waits takes well under a ms
+        for _ in range(p["bursts"]):
+            t0 = _now()
+            for _ in range(p["burst_messages"]):
+                await sock.send_bytes(msg)
+            took = _now() - t0
+            worst = max(worst, took)
+            held += took > p["held_s"]        # a send waited for the writer to drain
+            await asyncio.sleep(p["interval_s"])
+        st.update(bursts_held=held, bursts_done=p["bursts"], worst_burst_s=worst)
+        await sock.close(code=1000)
+        return sock
+
     app = web.Application(middlewares=[web.middleware(count)])
+    app.router.add_get("/bursts", bursts)
     app.router.add_get("/proxy/{n}", proxy)
     app.router.add_get("/bytes/{n}", nbytes)
     app.router.add_get("/stream/{n}", stream)
@@ -250,6 +271,9 @@ def aiohttp_serve(job) -> dict:
         out["requests_count"] = st["requests"]
         out["proxied_bytes"] = st.get("proxied_bytes", 0)
         out["ws_sent_count"] = st.get("ws_sent", 0)
+        if "bursts_done" in st:
+            out.update(held_back_fraction=st["bursts_held"] / st["bursts_done"],
+                       worst_burst_s=st["worst_burst_s"])
         out["ws_backlog_peak_bytes"] = st.get("ws_backlog_peak", 0)
         out["open_at_shutdown_count"] = len(server.connections)
         out["shutdown_started_at"] = _now()
@@ -421,6 +445,45 @@ def starlette_stream_serve(job) -> dict:
         out["shutdown_s"] = await _timed(server.shutdown(), p["shutdown_bound_s"],
                                          lambda: setattr(server, "force_exit", True))
     return _stream(job, main, p["serve_s"] + p["shutdown_bound_s"] + 8)
+
+
+def ha_89905_program(job):
+    """Home Assistant 89905 on the real aiohttp where it can run (else None): bursts
+    through aiohttp's websocket writer with the strict limit HA had (naive) or the
+    1 MiB HA raised it to after authentication (fixed)."""
+    if framework_reason(job.runtime, "aiohttp") is not None:
+        return None
+    p = job.params
+    job.params = {**p, "writer_limit_bytes": p["strict_high"] if job.variant == "naive"
+                  else p["ha_limit_bytes"], "serve_s": float(p["max_s"]), "sockbuf": p["sockbuf"]}
+    return aiohttp_serve(job)
+
+
+def run_ha_89905(ctx):
+    """The parent side of ``ha_89905_program``: a subscriber reading at ``reader_Bps``.
+    A burst was held back when its sends took longer than ``held_s`` (a send waited
+    for the writer's drain); measured, not implied by the limit."""
+    p = ctx.params
+    ran = run_program(ctx, max_s=p["max_s"] + 6, peers=[peers.role(
+        "ws_subscriber", "client", path="/bursts", rate_Bps=float(p["reader_Bps"]),
+        recv_bytes=p["sockbuf"], sockbuf=p["sockbuf"], max_s=p["max_s"] + 2)])
+    metrics = ("held_back_fraction", "worst_drain_s")
+    if _unsupported(ran, metrics):
+        return _unsupported(ran, metrics)
+    f, c = ran.app.get("held_back_fraction"), ran.peers["client"]
+    m = {"held_back_fraction": f, "worst_drain_s": ran.app.get("worst_burst_s")}
+    notes = _notes(ran.app) + [f"real: {_versions('aiohttp')}, writer_limit "
+                               f"{p['strict_high'] if ctx.variant == 'naive' else p['ha_limit_bytes']} B"]
+    want = p["bursts"] * p["burst_messages"]
+    if f is None or c.get("messages_count") != want or c.get("mismatch_bytes"):
+        return m, {"bug_shown": None}, notes + [
+            f"not measured: the client got {c.get('messages_count')} of {want} messages"]
+    return m, {"bug_shown": f > 0.25}, notes
+
+
+def _versions(*dists) -> str:
+    import importlib.metadata as md
+    return ", ".join(f"{d} {md.version(d)}" for d in dists)
 
 
 # ---------------------------------------------------------------------------
