@@ -216,6 +216,16 @@ def test_entry_shown_naive_not_fixed(eid, module):
     assert fixed["metrics"]["shutdown_s"] < bound / 2
 
 
+def test_home_assistant_entry_runs_the_real_aiohttp_writer_on_asyncio():
+    _need("aiohttp")
+    naive, fixed = _cell("home-assistant-89905", "naive"), _cell("home-assistant-89905", "fixed")
+    for r in (naive, fixed):
+        assert not r["errors"], r["errors"]
+        assert any(n.startswith("real: aiohttp ") for n in r["notes"]), r["notes"]
+    assert naive["verdicts"]["bug_shown"] is True and fixed["verdicts"]["bug_shown"] is False
+    assert naive["metrics"]["held_back_fraction"] > fixed["metrics"]["held_back_fraction"]
+
+
 def test_entries_on_a_runtime_without_asyncio_are_not_measured():
     r = _cell("aiohttp-1221", "naive", runtime="hybrid")
     assert not r["errors"]
