@@ -25,12 +25,13 @@ requirement strings) and how it was checked against its thread (``verified``).
 
 The package: ``registry`` (what an entry is, the table, the version check),
 ``plumbing`` (the program helpers, one per port style) and the entries grouped by
-theme -- ``buffers``, ``shutdown``, ``drain``, ``tls``, ``cancel``. Importing ``bench.zoo``
+theme -- ``buffers``, ``shutdown``, ``drain``, ``tls``, ``cancel``, and ``frameworks`` (the real
+aiohttp and uvicorn as programs, and the entries that run them). Importing ``bench.zoo``
 registers every entry, in the order below (the order of the zoo table and of ``looplab repro --list``).
 """
 from __future__ import annotations
 
-from bench.zoo import buffers, cancel, drain, shutdown, tls  # noqa: F401 -- each declares its entries
+from bench.zoo import buffers, cancel, drain, frameworks, shutdown, tls  # noqa: F401 -- each declares its entries
 from bench.zoo.registry import (ENTRIES, VERDICT, Entry, Flip, affected_note, entry,
                                 installed_versions, lib_of, register_in_order)
 
@@ -43,6 +44,7 @@ ORDER = ("twisted-8868", "aiohttp-1367", "cpython-32391", "asyncio-466", "aiohtt
          "curio-164", "cpython-113538", "cpython-115514", "uvloop-631", "sanic-2921",
          "uvicorn-336", "starlette-1012", "home-assistant-89905", "trio-1626",
          "uvloop-471",
-         "cpython-86296", "cpython-102780", "cpython-109321", "redis-py-2624", "httpcore-830")
+         "cpython-86296", "cpython-102780", "cpython-109321", "redis-py-2624", "httpcore-830",
+         "aiohttp-1221", "uvicorn-451")
 
 register_in_order(ORDER)

@@ -96,10 +96,19 @@ def _run_push(ctx):
 
 _add(Entry(
     id="aiohttp-1367", aliases=("websockets-10", "C4"), catalog="S6",
-    stand_in="our push server in place of aiohttp's and websockets' send()",
+    stand_in="our push server in place of aiohttp's and websockets' send(): the naive side "
+             "is aiohttp 1.2's send without drain, which does not run on Python 3.11; the "
+             "installed aiohttp is the fixed side, measured by the framework program "
+             "(bench/zoo/frameworks.py, /ws)",
     verified="read the thread (njsmith: a websocket server that sends without awaiting grows "
-             "its memory for a client that never reads) and Home Assistant PR 89905, which "
-             "says the fix added drains to aiohttp's websocket writer",
+             "its memory for a client that never reads), Home Assistant PR 89905, and "
+             "aiohttp's commit b3c80ee3f ('Accepting back-pressure from slow websocket "
+             "clients #1367', first in tag 1.3.0); ran a one-off aiohttp server on Python "
+             "3.6.15 sending 10 kB messages for 1 s to a client that never reads: aiohttp "
+             "1.2.0 queued 12800 messages (write buffer peak 124 MB), 1.3.0 sent 6 (peak 0 "
+             "B); the installed aiohttp 3.14.5's /ws held back after about 50 (backlog under "
+             "300 kB, tests/test_frameworks.py)",
+    affected_versions=("aiohttp==1.2.0",), fixed_versions=("aiohttp==1.3.0",),
     decided_by=("backlog_peak_bytes",),
     minimum=(Minimum("broadcasts_count", 4, "the server pushed a few messages"),),
     title="push to a subscriber that never reads: the backlog grows without bound",
@@ -736,10 +745,20 @@ def _run_queue(ctx):
 
 _add(Entry(
     id="starlette-1012",
-    stand_in="our producer, queue and sender in place of starlette's StreamingResponse",
+    stand_in="our producer, queue and sender in place of starlette's BaseHTTPMiddleware "
+             "and StreamingResponse: no affected starlette runs on Python 3.11; the "
+             "installed starlette is the fixed side, measured by the framework program "
+             "(bench/zoo/frameworks.py, starlette_stream_serve)",
     verified="read the thread (BaseHTTPMiddleware's unbounded asyncio.Queue, a slow client "
              "grows it without bound), PR 1018 (maxsize=1, release 0.13.7) and PR 1028 "
-             "(reverted in 0.13.8 because users relied on the full evaluation)",
+             "(reverted in 0.13.8 because users relied on the full evaluation); starlette "
+             "0.13.6 installs on Python 3.11 but its StreamingResponse fails there "
+             "(asyncio.wait() given coroutines), so it cannot run here; the installed 1.10.0 "
+             "(anyio stream without buffer in BaseHTTPMiddleware) measured with "
+             "starlette_stream_serve under uvicorn 0.54.0: a 3.9 MB body to a 1 MB/s client, "
+             "the producer never ahead of the server (0 B) with or without the middleware",
+    affected_versions=("starlette==0.13.6", "starlette==0.13.8"),
+    fixed_versions=("starlette==0.13.7",),
     decided_by=("app_queue_peak_bytes",),
     title="an unbounded queue between producer and socket: a slow client grows memory",
     link="https://github.com/encode/starlette/issues/1012",

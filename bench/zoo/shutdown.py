@@ -515,10 +515,13 @@ def _run_abort(ctx):
 
 _add(Entry(
     id="sanic-2921", aliases=("sanic-2973",),
-    stand_in="our close-then-abort program in place of sanic (on the real uvloop)",
+    stand_in="our close-then-abort program in place of sanic (on the real uvloop); sanic "
+             "is not installed here and has no framework program",
     verified="read the thread (ashleysommer: uvloop's close() leaves the connection open "
              "while data is buffered, so sanic's fallback abort() cut responses) and PR 2973 "
-             "(abort only after the buffer drained or a timeout)",
+             "(abort only after the buffer drained or a timeout); its commit eafc1780 "
+             "(2024-06-28) is first in tag v24.6.0, v23.12.2 is the release before",
+    affected_versions=("sanic==23.12.2",), fixed_versions=("sanic==24.6.0",),
     decided_by=("delivered_bytes",),
     title="close() then abort() on a timer truncates a large response",
     link="https://github.com/sanic-org/sanic/issues/2921",
