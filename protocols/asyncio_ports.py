@@ -43,6 +43,9 @@ UNOBTAINABLE = {
     "zuvloop": "needs Python >= 3.14 (no release for older interpreters)",
     "rsloop": "builds only with a nightly Rust toolchain (no wheels on the package registry)",
 }
+#: The loops that reach the simulated network, and how: asyncio's selector loop over
+#: ``simports.SimSelectorEventLoop``, looplab's through its ``io=`` seam.
+_SIM_LOOPS = {"asyncio": "selector", "looplab": "seam", LOOPS["looplab"]: "seam"}
 #: What each port calls on its loop; a loop without one of them cannot carry the port.
 _NEEDS = ("create_server", "create_connection", "sock_connect", "call_soon", "create_task")
 
@@ -205,12 +208,18 @@ def _tracking_loop_factory(port, name: str, kwargs: dict, eager: bool):
     their buffered bytes are what a process exit loses (S3), and their sockets must
     not leak. Returns a zero-argument factory for asyncio.Runner. A loop class is
     subclassed; a factory's loop gets the wrapper on the instance. Opened on a
-    simulated network, the loop is asyncio's selector loop over it
-    (``protocols.simports.SimSelectorEventLoop``; other loops are refused there by
-    ``real_network_only``)."""
+    simulated network, asyncio's loop is its selector loop over it
+    (``protocols.simports.SimSelectorEventLoop``) and looplab's takes the world's
+    ``SimIO`` as ``io=``, its kernel's I/O-and-time seam; other loops are refused
+    there by ``real_network_only``."""
     import asyncio
-    io = simports.sim_io() if name == "asyncio" else None
-    made = simports.SimSelectorEventLoop if io is not None else resolve_loop(name)
+    io = simports.sim_io() if name in _SIM_LOOPS else None
+    made = resolve_loop(name)
+    if io is not None and _SIM_LOOPS[name] == "seam":
+        kwargs = {**kwargs, "io": io}
+        io = None                       # passed as a keyword, not positionally
+    elif io is not None:
+        made = simports.SimSelectorEventLoop
 
     def settle_then(close):
         def closing(loop):
@@ -275,10 +284,11 @@ class _AsyncioMixin:
     @classmethod
     def real_network_only(cls, opts) -> str | None:
         name = cls._loop_of(opts)
-        if name == "asyncio" or cls.fixed_loop:
+        if name in _SIM_LOOPS or cls.fixed_loop:
             return None       # a fixed loop (uvloop) declares it on its RuntimeInfo
-        return (f"loop {name} is not asyncio's selector loop, the only loop the simulated "
-                "network reaches (protocols.simports.SimSelectorEventLoop)")
+        return (f"loop {name} is neither asyncio's selector loop nor looplab's, the only "
+                "loops the simulated network reaches (protocols.simports.SimSelectorEventLoop, "
+                "the io= seam of kernels.callback.new_event_loop)")
 
     def _init_tracking(self, runtime, opts):
         self._instrument = opts.get("instrument", True)
