@@ -57,18 +57,28 @@ _WHY_NOT = {
 }
 
 
+def _loop_records(runtime) -> bool:
+    """asyncio's Protocol port on looplab's loop: the loop is our callback kernel,
+    which records its transports' events itself (``loop.trace=true``)."""
+    return runtime.style == "callback" and runtime.options.get("loop") == "looplab"
+
+
 def refusal(runtime) -> str | None:
     """Why ``looplab trace`` cannot trace this (non-ours) runtime, or None if it can."""
-    if runtime.id in TRACEABLE:
+    if runtime.id in TRACEABLE or _loop_records(runtime):
         return None
     why = _WHY_NOT.get(runtime.style, "no public hook reports its task steps")
     return (f"cannot trace {runtime.id}: {why}; traceable: our kernels (callback, hybrid, "
-            f"coro) and, through public hooks, {', '.join(TRACEABLE)}")
+            f"coro), asyncio-protocol:loop=looplab (our loop records it) and, through public "
+            f"hooks, {', '.join(TRACEABLE)}")
 
 
 def traced_spec(runtime) -> str:
-    """The spec of the traced twin of a traceable reference runtime, same options."""
+    """The spec of the traced twin of a traceable reference runtime, same options
+    (on looplab's loop: the same runtime, its loop told to record)."""
     spec = runtime.spec
+    if runtime.id not in TRACEABLE and _loop_records(runtime):
+        return spec + ("," if ":" in spec else ":") + "loop.trace=true"
     head, sep, rest = spec.partition(":")
     return head + SUFFIX + sep + rest
 

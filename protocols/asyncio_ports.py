@@ -230,11 +230,16 @@ def _tracking_loop_factory(port, name: str, kwargs: dict, eager: bool):
 
     if isinstance(made, type):
         cls = type("TrackingLoop", (made,), {"close": settle_then(made.close)})
-        make = functools.partial(cls, io, **kwargs) if io is not None else functools.partial(cls, **kwargs)
+        args = (io,) if io is not None else ()
+
+        def make():
+            port.made_loop = cls(*args, **kwargs)
+            return port.made_loop
     else:
         def make():
             loop = made(**kwargs)
             loop.close = functools.partial(settle_then(type(loop).close), loop)
+            port.made_loop = loop
             return loop
 
     if not eager:
@@ -271,6 +276,8 @@ class _AsyncioMixin:
 
     #: The loop this port runs on when its runtime has no ``loop`` option.
     fixed_loop = None
+    #: The last loop the port's factory made (the stream port's Runner makes it).
+    made_loop = None
 
     @classmethod
     def _loop_of(cls, opts) -> str:
@@ -298,6 +305,11 @@ class _AsyncioMixin:
         self.loop_factory = _tracking_loop_factory(
             self, self.loop_name, dict(getattr(runtime, "loop_options", None) or {}),
             opts.get("eager", False))
+
+    def trace(self):
+        """The loop's own trace, when it records one: looplab's loop with
+        ``loop.trace=true`` (the callback kernel's transport events); else None."""
+        return getattr(getattr(self.made_loop, "probe", None), "trace", None)
 
     def _settle_transports(self, loop):
         unsent, open_count, closing = 0, 0, 0
