@@ -199,8 +199,14 @@ class _Tracked:
 
     def connection_made(self, transport):
         self.port._transports[transport] = None
-        transport.set_protocol(self.inner)
+        try:
+            transport.set_protocol(self.inner)
+        except NotImplementedError:
+            pass        # rloop 0.5: its calls reach the driver's protocol through __getattr__
         self.inner.connection_made(transport)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
 
 def _tracking_loop_factory(port, name: str, kwargs: dict, eager: bool):
