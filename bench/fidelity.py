@@ -84,14 +84,21 @@ def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
     if not text:
         named, explicit = list(_ALL), False
     else:
-        named = [t.strip() for t in text.split(",") if t.strip()]
-        bad = [t for t in named if t not in _ALL]
+        named = _split_specs(text)
+        bad = [t for t in named if t not in _ALL and not _loop_spec(t)]
         if bad or not named:
             raise UsageError(f"unknown runtime {(bad or [text])[0]!r} for fidelity; "
-                             f"choose from {', '.join(_ALL)}")
+                             f"choose from {', '.join(_ALL)}, or asyncio-protocol/"
+                             "asyncio-streams with loop=NAME[,loop.NAME=VALUE...]")
         explicit = True
-    wanted = []
+    wanted, loops = [], []
     for rid in named:
+        if _loop_spec(rid):        # compared with asyncio's own loop, its primary reference
+            if _base(rid) not in wanted:
+                wanted.append(_base(rid))
+            if rid not in loops:
+                loops.append(rid)
+            continue
         ours = _REFERENCE_OF.get(rid, rid)
         for r in (ours, PAIRINGS[ours][0], rid):
             if r not in wanted:
@@ -104,7 +111,53 @@ def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
                 raise Unavailable(why)
             wanted.remove(rid)
             skipped.append(rid)
-    return [r for r in _ALL if r in wanted], skipped
+    for spec in list(loops):
+        why = _loop_missing(spec)
+        if why:
+            if explicit:
+                raise Unavailable(why)
+            loops.remove(spec)
+            skipped.append(spec)
+    return [r for r in _ALL if r in wanted] + loops, skipped
+
+
+def _loop_missing(spec) -> str | None:
+    from protocols import runtimes
+    try:
+        why = runtimes.parse(spec).unavailable_reason()
+    except runtimes.UsageError as exc:
+        raise UsageError(str(exc)) from None
+    return None if why is None else f"{spec} is unavailable: {why}"
+
+
+#: asyncio's runtimes, which take a loop (``asyncio-streams:loop=looplab``): such a
+#: spec is compared with the same runtime on asyncio's own loop.
+_TAKES_LOOP = ("asyncio-protocol", "asyncio-streams")
+
+
+def _base(spec: str) -> str:
+    return spec.partition(":")[0]
+
+
+def _loop_spec(spec: str) -> bool:
+    return _base(spec) in _TAKES_LOOP and ":" in spec
+
+
+def _split_specs(text: str) -> list[str]:
+    """A comma list of runtimes; a ``NAME=VALUE`` token belongs to the spec before it."""
+    specs: list[str] = []
+    for token in (t.strip() for t in text.split(",") if t.strip()):
+        if "=" in token and specs and _base(token) not in _ALL:
+            specs[-1] += ("," if ":" in specs[-1] else ":") + token
+        else:
+            specs.append(token)
+    return specs
+
+
+def _pairings(results) -> dict:
+    """PAIRINGS, plus each loop spec that ran paired with its runtime on asyncio's loop."""
+    extra = {spec: (_base(spec),) for spec in results if _loop_spec(spec)}
+    return {**PAIRINGS, **extra}
 
 
 def select_probes(text: str | None) -> list[str]:
@@ -134,7 +187,8 @@ def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL) -> dic
     from bench.edges import PROBES, STYLE_OF
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    todo = [(rid, [n for n in names if PROBES[n].style == STYLE_OF[rid]]) for rid in runtimes]
+    todo = [(rid, [n for n in names if PROBES[n].style == STYLE_OF[_base(rid)]])
+            for rid in runtimes]
     todo = [(rid, ns) for rid, ns in todo if ns]
     results, running, started = {}, [], []
 
@@ -205,14 +259,14 @@ def compare(results: dict, names) -> list[dict]:
     ``agree``, ``declared``, ``differ`` (undeclared), ``error`` or ``n/a``."""
     from bench.edges import PROBES, STYLE_OF
     rows = []
-    for ours, refs in PAIRINGS.items():
+    for ours, refs in _pairings(results).items():
         if ours not in results:
             continue
         for i, ref in enumerate(refs):
             if ref not in results:
                 continue
             for n in names:
-                if PROBES[n].style != STYLE_OF[ours]:
+                if PROBES[n].style != STYLE_OF[_base(ours)]:
                     continue
                 a, b = results[ref].get(n), results[ours].get(n)
                 row = {"ours": ours, "reference": ref, "primary": i == 0, "probe": n,

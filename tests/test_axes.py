@@ -406,3 +406,32 @@ def test_looplab_loop_s4_on_the_real_network_matches_and_defer_buffers_the_whole
     deferred = cells["asyncio-protocol:loop=looplab,loop.write=defer"]["metrics"]
     assert deferred["user_buffered_after_write_bytes"] == \
         cells["callback:write=defer"]["metrics"]["user_buffered_after_write_bytes"] == 1_000_000
+
+
+@pytest.mark.timeout(RUN_S)
+def test_fidelity_compares_the_looplab_loop_with_asyncios_own_loop():
+    """``looplab fidelity --runtimes asyncio-protocol:loop=looplab``: each probe on
+    our loop against asyncio's selector loop, its primary reference, on the same
+    interpreter; the write-after-close warnings reach asyncio's logger on both."""
+    from bench import fidelity
+    _, rows, _, _ = fidelity.measure("asyncio-protocol:loop=looplab", "cb_write_after_*")
+    pairs = {(r["ours"], r["reference"], r["primary"]) for r in rows}
+    assert pairs == {("asyncio-protocol:loop=looplab", "asyncio-protocol", True)}
+    verdicts = {r["probe"]: r["verdict"] for r in rows}
+    assert len(verdicts) >= 3 and verdicts["cb_write_after_close_empty"] == "agree"
+    assert set(verdicts.values()) <= {"agree", "declared"}, verdicts
+    with pytest.raises(UsageError, match="loop=NAME"):
+        fidelity.select_runtimes("asyncio-streams:nope=1,trio:x=1")
+
+
+@pytest.mark.timeout(RUN_S)
+def test_the_protocol_port_on_the_looplab_loop_is_traced_by_the_loop(tmp_path):
+    out = tmp_path / "t.json"
+    r = _looplab(["trace", "S1", "--runtime", "asyncio-protocol:loop=looplab", "--preset", "tiny",
+                  "--out", str(out)])
+    assert r.returncode == 0, r.stderr[-2000:]
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e["name"] for e in events}
+    # the kernel's transport events: its buffer counter and the close, per connection
+    assert {"user_buffer_bytes", "close_completed"} <= names, names
+    assert len({e["tid"] for e in events if e["name"] == "close_completed"}) == 2

@@ -59,6 +59,8 @@ class CallbackSide(abc.ABC):
     kernel = None
     #: the logger the loop reports on
     logger_name = "asyncio"
+    #: options name an asyncio loop (``loop=``, ``loop.NAME=``): asyncio's runtime
+    takes_loop = False
 
     def __init__(self, options=None):
         self.loop = self.new_loop(options or {})
@@ -153,11 +155,23 @@ class OurCallbackSide(CallbackSide):
 
 
 class AsyncioCallbackSide(CallbackSide):
-    """asyncio's default event loop."""
+    """asyncio's default event loop, or the loop its options name
+    (``asyncio-protocol:loop=looplab``)."""
+    takes_loop = True
 
     def new_loop(self, options):
-        import asyncio
-        return asyncio.new_event_loop()
+        return asyncio_loop(options)()
+
+
+def asyncio_loop(options):
+    """A zero-argument factory of the asyncio loop ``options`` name (the runtime's
+    ``loop`` and ``loop.NAME=VALUE``), asyncio's default one without them."""
+    import asyncio
+    import functools
+    if not options.get("loop"):
+        return asyncio.new_event_loop
+    from protocols.asyncio_ports import resolve_loop
+    return functools.partial(resolve_loop(options["loop"]), **options.get("loop_options", {}))
 
 
 class UvloopCallbackSide(CallbackSide):

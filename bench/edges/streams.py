@@ -20,6 +20,8 @@ class StreamSide(abc.ABC):
     style = "stream"
     #: the package whose ``OPTIONS`` schema checks this side's options (ours only)
     kernel = None
+    #: options name an asyncio loop (``loop=``, ``loop.NAME=``): asyncio's runtime
+    takes_loop = False
 
     def __init__(self, options=None):
         self.options = options or {}
@@ -39,11 +41,16 @@ class HybridSide(StreamSide):
 
 
 class AsyncioStreamSide(StreamSide):
-    """asyncio on its default event loop."""
+    """asyncio on its default event loop, or the loop its options name
+    (``asyncio-streams:loop=looplab``)."""
+    takes_loop = True
 
     def run(self, fn):
         import asyncio as a
-        return a.run(fn(a))
+
+        from bench.edges.callback import asyncio_loop
+        with a.Runner(loop_factory=asyncio_loop(self.options)) as runner:
+            return runner.run(fn(a))
 
 
 class UvloopStreamSide(StreamSide):

@@ -56,16 +56,28 @@ def _run_one(rid, p, options):
 
 
 def parse_runtime(spec: str) -> tuple[str, dict]:
-    """``RUNTIME[:OPTIONS]`` -> (runtime, options). Options apply to our kernels only
-    (``coro:cancel_base=exception``) and are checked by the kernel's schema."""
+    """``RUNTIME[:OPTIONS]`` -> (runtime, options). Options apply to our kernels
+    (``coro:cancel_base=exception``), checked by the kernel's schema, and to asyncio's
+    two runtimes as their loop (``asyncio-streams:loop=looplab,loop.write=defer``):
+    then the options are ``{"loop": NAME, "loop_options": {...}}``."""
     rid, _, text = spec.partition(":")
     if rid not in SIDES:
         raise ValueError(f"unknown runtime {rid!r}; choose from {', '.join(SIDES)}")
     if not text:
         return rid, {}
+    if getattr(SIDES[rid], "takes_loop", False):
+        from protocols import runtimes
+        try:
+            rt = runtimes.parse(spec)
+        except runtimes.UsageError as exc:
+            raise ValueError(str(exc)) from None
+        changed = rt.info.options.changed(rt.options)
+        if rt.id != rid or [c for c in changed if not c.startswith("loop=")]:
+            raise ValueError(f"{rid} takes only loop=NAME and loop.NAME=VALUE here, not {text!r}")
+        return rid, {"loop": rt.options["loop"], "loop_options": dict(rt.loop_options)}
     kernel = SIDES[rid].kernel
     if kernel is None:
-        raise ValueError(f"{rid} takes no options here; only our kernels do")
+        raise ValueError(f"{rid} takes no options here; only our kernels and asyncio's loop do")
     schema = importlib.import_module(kernel).OPTIONS
     return rid, schema.parse(text)
 
