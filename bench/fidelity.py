@@ -474,7 +474,9 @@ def measure(runtimes_text=None, probes_text=None) -> tuple[dict, list, list, dic
 def _add_arguments(p):
     p.add_argument("--runtimes", metavar="LIST",
                    help=f"comma-separated runtimes (default: all available; each kernel brings "
-                        f"its primary reference): {', '.join(_ALL)}")
+                        f"its primary reference): {', '.join(_ALL)}; or asyncio-protocol/"
+                        f"asyncio-streams on another loop (asyncio-streams:loop=looplab), "
+                        f"compared with asyncio's own loop")
     p.add_argument("--probes", metavar="PATTERN,...",
                    help="only probes whose names match these shell patterns, e.g. 'cb_*,tk_wait*'")
     p.add_argument("--json", metavar="FILE", help="write the observations as a results document")

@@ -434,3 +434,31 @@ def test_the_protocol_port_on_the_looplab_loop_is_traced_by_the_loop(tmp_path):
     names = {e["name"] for e in events}
     # the kernel's transport events: its buffer counter and the close
     assert {"user_buffer_bytes", "close_completed"} <= names, names
+
+
+def test_a_loop_that_refuses_set_protocol_still_reaches_the_apps_protocol():
+    """rloop 0.5 raises NotImplementedError from set_protocol(): uninstrumented
+    (what the bench runs), the port's pass-through protocol forwards every call."""
+    from types import SimpleNamespace
+
+    from protocols.asyncio_ports import _Tracked
+
+    class Transport:
+        def set_protocol(self, protocol):
+            raise NotImplementedError("TCPTransport protocol cannot be changed")
+
+    class App:
+        def __init__(self):
+            self.got = []
+
+        def connection_made(self, transport):
+            self.got.append(("made", transport))
+
+        def data_received(self, data):
+            self.got.append(("data", data))
+
+    app, transport = App(), Transport()
+    tracked = _Tracked(app, SimpleNamespace(_transports={}))
+    tracked.connection_made(transport)
+    tracked.data_received(b"ping")
+    assert app.got == [("made", transport), ("data", b"ping")]
