@@ -59,23 +59,32 @@ def traceable() -> list[str]:
     return [rid for rid in rtmod.ordered() if _how(rtmod.get(rid))]
 
 
+def _loop_records(runtime) -> bool:
+    """asyncio's Protocol port on looplab's loop: the loop is our callback kernel,
+    which records its transports' events itself (``loop.trace=true``)."""
+    return runtime.style == "callback" and runtime.options.get("loop") == "looplab"
+
+
 def refusal(runtime) -> str | None:
     """Why ``looplab trace`` cannot trace this runtime, or None if it can."""
-    if _how(runtime.info):
+    if _how(runtime.info) or _loop_records(runtime):
         return None
     t = runtime.info.tracing
     why = t.refused if t is not None and t.refused else \
         "it declares no way to be traced (RuntimeInfo.tracing)"
-    return f"cannot trace {runtime.id}: {why}; traceable: {', '.join(traceable())}"
+    return (f"cannot trace {runtime.id}: {why}; traceable: {', '.join(traceable())}, and "
+            f"asyncio's Protocol port on looplab's loop (loop=looplab: the loop records it)")
 
 
 def traced_spec(runtime) -> str:
     """The spec to run traced, same options: the runtime with its trace option on,
-    or its traced twin ``ID+trace``."""
+    its traced twin ``ID+trace``, or, on looplab's loop, the loop told to record."""
     how = _how(runtime.info)
+    spec = runtime.spec
+    if how is None and _loop_records(runtime):
+        return spec + ("," if ":" in spec else ":") + "loop.trace=true"
     if how is None:
         raise UsageError(refusal(runtime))
-    spec = runtime.spec
     if how.option:
         return spec + ("," if ":" in spec else ":") + how.option
     head, sep, rest = spec.partition(":")
@@ -86,8 +95,8 @@ def traced_spec(runtime) -> str:
 def plan(runtime) -> tuple[str, list[str]]:
     """(spec to run, runtime modules the cell process must load for it)."""
     spec = traced_spec(runtime)
-    if runtime.info.tracing.option:
-        return spec, []
+    if _how(runtime.info) is None or runtime.info.tracing.option:
+        return spec, []          # an option of its own, or looplab's loop recording
     register_twins()
     return spec, [__name__]
 

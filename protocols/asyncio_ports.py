@@ -43,6 +43,9 @@ UNOBTAINABLE = {
     "zuvloop": "needs Python >= 3.14 (no release for older interpreters)",
     "rsloop": "builds only with a nightly Rust toolchain (no wheels on the package registry)",
 }
+#: The loops that reach the simulated network, and how: asyncio's selector loop over
+#: ``simports.SimSelectorEventLoop``, looplab's through its ``io=`` seam.
+_SIM_LOOPS = {"asyncio": "selector", "looplab": "seam", LOOPS["looplab"]: "seam"}
 #: What each port calls on its loop; a loop without one of them cannot carry the port.
 _NEEDS = ("create_server", "create_connection", "sock_connect", "call_soon", "create_task")
 
@@ -210,8 +213,14 @@ class _Tracked:
 
     def connection_made(self, transport):
         self.port._transports[transport] = None
-        transport.set_protocol(self.inner)
+        try:
+            transport.set_protocol(self.inner)
+        except NotImplementedError:
+            pass        # rloop 0.5: its calls reach the driver's protocol through __getattr__
         self.inner.connection_made(transport)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
 
 def _tracking_loop_factory(port, name: str, kwargs: dict, eager: bool):
@@ -219,12 +228,18 @@ def _tracking_loop_factory(port, name: str, kwargs: dict, eager: bool):
     their buffered bytes are what a process exit loses (S3), and their sockets must
     not leak. Returns a zero-argument factory for asyncio.Runner. A loop class is
     subclassed; a factory's loop gets the wrapper on the instance. Opened on a
-    simulated network, the loop is asyncio's selector loop over it
-    (``protocols.simports.SimSelectorEventLoop``; other loops are refused there by
-    ``real_network_only``)."""
+    simulated network, asyncio's loop is its selector loop over it
+    (``protocols.simports.SimSelectorEventLoop``) and looplab's takes the world's
+    ``SimIO`` as ``io=``, its kernel's I/O-and-time seam; other loops are refused
+    there by ``real_network_only``."""
     import asyncio
-    io = simports.sim_io() if name == "asyncio" else None
-    made = simports.SimSelectorEventLoop if io is not None else resolve_loop(name)
+    io = simports.sim_io() if name in _SIM_LOOPS else None
+    made = resolve_loop(name)
+    if io is not None and _SIM_LOOPS[name] == "seam":
+        kwargs = {**kwargs, "io": io}
+        io = None                       # passed as a keyword, not positionally
+    elif io is not None:
+        made = simports.SimSelectorEventLoop
 
     def settle_then(close):
         def closing(loop):
@@ -235,11 +250,16 @@ def _tracking_loop_factory(port, name: str, kwargs: dict, eager: bool):
 
     if isinstance(made, type):
         cls = type("TrackingLoop", (made,), {"close": settle_then(made.close)})
-        make = functools.partial(cls, io, **kwargs) if io is not None else functools.partial(cls, **kwargs)
+        args = (io,) if io is not None else ()
+
+        def make():
+            port.made_loop = cls(*args, **kwargs)
+            return port.made_loop
     else:
         def make():
             loop = made(**kwargs)
             loop.close = functools.partial(settle_then(type(loop).close), loop)
+            port.made_loop = loop
             return loop
 
     if not eager:
@@ -276,6 +296,8 @@ class _AsyncioMixin:
 
     #: The loop this port runs on when its runtime has no ``loop`` option.
     fixed_loop = None
+    #: The last loop the port's factory made (the stream port's Runner makes it).
+    made_loop = None
 
     @classmethod
     def _loop_of(cls, opts) -> str:
@@ -289,10 +311,11 @@ class _AsyncioMixin:
     @classmethod
     def real_network_only(cls, opts) -> str | None:
         name = cls._loop_of(opts)
-        if name == "asyncio" or cls.fixed_loop:
+        if name in _SIM_LOOPS or cls.fixed_loop:
             return None       # a fixed loop (uvloop) declares it on its RuntimeInfo
-        return (f"loop {name} is not asyncio's selector loop, the only loop the simulated "
-                "network reaches (protocols.simports.SimSelectorEventLoop)")
+        return (f"loop {name} is neither asyncio's selector loop nor looplab's, the only "
+                "loops the simulated network reaches (protocols.simports.SimSelectorEventLoop, "
+                "the io= seam of kernels.callback.new_event_loop)")
 
     def _init_tracking(self, runtime, opts):
         self._instrument = opts.get("instrument", True)
@@ -302,6 +325,11 @@ class _AsyncioMixin:
         self.loop_factory = _tracking_loop_factory(
             self, self.loop_name, dict(getattr(runtime, "loop_options", None) or {}),
             opts.get("eager", False))
+
+    def trace(self):
+        """The loop's own trace, when it records one: looplab's loop with
+        ``loop.trace=true`` (the callback kernel's transport events); else None."""
+        return getattr(getattr(self.made_loop, "probe", None), "trace", None)
 
     def _settle_transports(self, loop):
         unsent, open_count, closing = 0, 0, 0

@@ -24,7 +24,7 @@ import kernels.hybrid
 from kernels.options import Option, Schema, boolean
 from protocols.fingerprint import NONBLOCKING_SENDS, Between, Fingerprint, Near, Positive
 from protocols.runtimes import (Difference, PerformanceGoal, ProbeDifference, RuntimeInfo, Tracing,
-                                register, register_loop_alias)
+                                register, register_loop_alias, register_loop_kernel)
 
 # ---------------------------------------------------------------------------
 # Option schemas: each of our kernels declares its own, once (``kernels.X.OPTIONS``);
@@ -324,3 +324,6 @@ for _info in (
 # so one configuration has one spec (and earlier results keep their keys).
 register_loop_alias("asyncio-protocol", "uvloop", "uvloop-protocol")
 register_loop_alias("asyncio-streams", "uvloop", "uvloop-streams")
+# looplab's loop is the callback kernel (kernels.callback.new_event_loop): its loop.NAME
+# options are callback's options, and flip the declared S4 row as they do there.
+register_loop_kernel("looplab", "callback")

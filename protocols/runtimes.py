@@ -68,7 +68,7 @@ __all__ = ["RuntimeInfo", "Difference", "ProbeDifference", "PerformanceGoal", "T
            "Unavailable", "register", "unregister", "get", "parse", "parse_list",
            "available_runtimes", "load_plugins", "plugin_modules", "plugin_errors",
            "bind_listener", "ENTRY_POINT_GROUP", "ENV_VAR", "register_loop_alias",
-           "set_interpreter_check"]
+           "register_loop_kernel", "set_interpreter_check"]
 
 STYLES = ("callback", "stream", "task")
 ENTRY_POINT_GROUP = "looplab.runtimes"
@@ -317,6 +317,9 @@ def _unavailable_reason(info: RuntimeInfo) -> str | None:
 #: (runtime id, loop option value) -> the id of a runtime that *is* that pair, so
 #: one configuration has one spec: ``asyncio-streams:loop=uvloop`` is ``uvloop-streams``.
 _LOOP_ALIASES: dict[tuple[str, str], str] = {}
+#: loop option value -> the id of the runtime whose kernel that loop is: the loop's
+#: ``loop.NAME=VALUE`` options are that runtime's options, with its declared S4 flips.
+_LOOP_KERNELS: dict[str, str] = {}
 #: Set by ``bench.envs``: judges a runtime bound to another interpreter (``@``)
 #: from here -- None when it can run, else why not. None when unset, or inside
 #: that interpreter's environment, where the ordinary checks apply.
@@ -327,6 +330,13 @@ def register_loop_alias(runtime_id: str, loop: str, alias_id: str) -> None:
     """Make ``RUNTIME_ID:loop=LOOP`` parse as the runtime ``alias_id`` (whose own
     schema has no ``loop`` option: it is that loop)."""
     _LOOP_ALIASES[(runtime_id, loop)] = alias_id
+
+
+def register_loop_kernel(loop: str, runtime_id: str) -> None:
+    """Declare ``loop=LOOP`` to be the kernel of runtime ``runtime_id``: a
+    ``loop.NAME=VALUE`` option then flips the declared S4 row exactly as
+    ``runtime_id:NAME=VALUE`` does (``Runtime.declared_fingerprint``)."""
+    _LOOP_KERNELS[loop] = runtime_id
 
 
 def set_interpreter_check(check) -> None:
@@ -435,7 +445,27 @@ class Runtime:
         fp = self.info.fingerprint
         if fp is None:
             return {}, [f"no declared fingerprint for runtime {self.id}"]
-        return fp.declared(self.options, self.info.options.defaults())
+        row, problems = fp.declared(self.options, self.info.options.defaults())
+        kernel = RUNTIMES.get(_LOOP_KERNELS.get(str(self.options.get("loop")), ""))
+        if self.loop_options and kernel is not None:
+            if kernel.fingerprint is None:
+                return row, problems + [f"no declared fingerprint for runtime {kernel.id}, "
+                                        "whose kernel this loop is"]
+            try:
+                values = kernel.options.validate(dict(self.loop_options))
+            except OptionError as exc:
+                return row, problems + [f"loop options: {exc}"]
+            defaults = kernel.options.defaults()
+            for name, value in values.items():
+                if value == defaults.get(name):
+                    continue
+                change = kernel.fingerprint.flip(name, value)
+                if change is not None:
+                    row.update(change)
+                elif name not in kernel.fingerprint.neutral:
+                    problems.append(f"loop.{name}={show(value)}: nothing is declared for "
+                                    f"this option flip on {kernel.id}")
+        return row, problems
 
     def unavailable_reason(self) -> str | None:
         if self.interpreter is not None and _interpreter_check is not None:
@@ -501,8 +531,15 @@ def parse(spec: str) -> Runtime:
     if not isinstance(spec, str):
         raise UsageError(f"a runtime spec is text like 'coro:spawn=eager', not {type(spec).__name__}")
     head, _, rest = spec.strip().partition(":")
-    head, *pin_tokens = head.split("+")
+    # pins follow the interpreter (ID@3.11+uvloop==0.22.1); a '+' before any '@' is part
+    # of the id (a traced twin: ID+trace, or ID+trace@3.12)
     ident, at, interp = head.partition("@")
+    interp, *pin_tokens = interp.split("+") if at else ("",)
+    if not at and "+" in ident:
+        base, _, tail = ident.partition("+")
+        if any(_PIN.match(t.strip()) for t in tail.split("+")):
+            raise UsageError(f"runtime {base}: a pin (+{tail}) is installed in a built "
+                             f"environment, so it needs an interpreter: e.g. {base}@3.11+{tail}")
     info = get(ident)
     interpreter = _interpreter_token(ident, interp) if at else None
     pins = _pins(ident, pin_tokens, interpreter)

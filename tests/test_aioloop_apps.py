@@ -153,7 +153,9 @@ def test_websockets_echo(options):
 
 def test_aiohttp_on_the_simulated_network_is_deterministic():
     """An unmodified aiohttp server on the loop with ``io=`` a simulated world:
-    the same seed gives the same bytes, virtual end time and event log."""
+    the same seed gives the same results, whole: the bytes the client read, the
+    virtual end time, the world's event log and every counter of the loop's probe
+    (per-connection bytes, buffer peaks, pauses, loop passes, callbacks run)."""
     pytest.importorskip("aiohttp", reason="aiohttp is in the optional extra 'frameworks'")
     from aiohttp import web
 
@@ -190,11 +192,14 @@ def test_aiohttp_on_the_simulated_network_is_deterministic():
 
     def once(seed):
         world = simnet.World(seed, latency_s=0.0005, jitter_s=0.0002)
-        (data, end), _probe = run_on_looplab(main, {"io": world.io()})
-        return data, end, world.digest()
+        (data, end), probe = run_on_looplab(main, {"io": world.io()})
+        return data, end, world.digest(), probe.snapshot()
 
     first, again, other = once(7), once(7), once(8)
     assert first == again
     assert first[0] == other[0]              # the bytes never depend on the seed...
-    assert first[1:] != other[1:]            # ...the timing and the event log do
+    assert first[1:3] != other[1:3]          # ...the timing and the event log do
     assert first[1] > REQUESTS * 2 * 0.0005  # virtual time: a round trip per request
+    counters = first[3]
+    assert counters["connections_count"] == 2 and counters["loop_iterations_count"] > REQUESTS
+    assert counters["accepted_bytes"] == counters["sent_bytes"] > len(first[0])

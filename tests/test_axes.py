@@ -277,3 +277,194 @@ def test_env_verb_lists_and_clears(built, tmp_path):
     assert os.path.isdir(env.dir)
     r = _looplab(["env", "build"], env=envv, timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------
+# looplab's own loop (kernels.callback.new_event_loop) as a runtime
+
+LOOPLAB_LOOP = ("asyncio-protocol:loop=looplab", "asyncio-streams:loop=looplab")
+# Every verdict a sim cell of asyncio's ports gives (S4's probes need the real network).
+SIM_SCENARIOS = "S1,S2,S3,S5,S6,S7,S8"
+
+
+def _sim_results(sids, specs, variants=None) -> dict:
+    """{(scenario, variant, runtime spec): result} of tiny cells on the simulated network."""
+    from bench import run as scenarios
+    out = {}
+    for cell in scenarios.plan(sids, ",".join(specs), variants, "tiny"):
+        cell.params["net"] = "sim"
+        r = scenarios.run_cell(cell)
+        assert not r["errors"] and not r.get("skipped"), (cell.id, r["errors"], r.get("skipped"))
+        out[(cell.scenario, cell.variant, cell.runtime)] = r
+    return out
+
+
+def test_the_looplab_loop_reaches_the_simulated_network_through_its_seam():
+    from kernels.callback import AioLoop
+    from kernels.simnet import World
+    from protocols import ports
+    for spec in LOOPLAB_LOOP:
+        assert runtimes.parse(spec).real_network_only() is None
+    assert "simulated network" in runtimes.parse("asyncio-streams:loop=rloop").real_network_only()
+    world = World(3)
+    with ports.using_io(world.io()):
+        port = runtimes.parse("asyncio-protocol:loop=looplab,loop.write=defer").open()
+    try:
+        assert isinstance(port.loop, AioLoop) and port.loop._io.world is world
+        assert port.loop.options["write"] == "defer"
+    finally:
+        port.close()
+    port = runtimes.parse("asyncio-protocol:loop=looplab").open()      # the real network
+    try:
+        assert isinstance(port.loop, AioLoop) and getattr(port.loop._io, "world", None) is None
+    finally:
+        port.close()
+
+
+@pytest.mark.timeout(240)
+def test_scenario_verdicts_on_the_looplab_loop_equal_asyncios():
+    """S1-S3, S5-S8, every variant, on the simulated network: asyncio's ports on
+    our loop give the verdicts they give on CPython's loop."""
+    got = _sim_results(SIM_SCENARIOS, ("asyncio-protocol", "asyncio-streams") + LOOPLAB_LOOP)
+    compared = 0
+    for (sid, variant, spec), r in got.items():
+        if ":loop=looplab" not in spec:
+            continue
+        ref = got[(sid, variant, spec.partition(":")[0])]
+        assert r["verdicts"] and r["verdicts"] == ref["verdicts"], (sid, variant, spec)
+        compared += 1
+    assert compared >= 25 and {k[0] for k in got} == set(SIM_SCENARIOS.split(","))
+
+
+# The S1 columns a write-buffer knob can move. (written_while_paused_bytes is left
+# out: the port's transport proxy and the kernel's probe count the write that
+# crosses high water on different sides of it.)
+_S1_COLUMNS = ("peak_user_buffer_bytes", "pause_writing_count", "delivered_bytes",
+               "queue_delay_s")
+
+
+@pytest.mark.timeout(180)
+def test_a_loop_knob_changes_what_it_changes_on_the_callback_kernel():
+    """``loop.write=defer`` and ``loop.high_water=0`` on asyncio's Protocol port over
+    our loop move S1's columns exactly as ``write=defer`` and ``high_water=0`` move
+    them on the callback kernel: the same program on the same transports, in one
+    simulated universe, gives the same numbers."""
+    flips = ("", "write=defer", "high_water=0")
+    specs = [f"callback:{f}" if f else "callback" for f in flips] + \
+        [f"asyncio-protocol:loop=looplab,loop.{f}" if f else "asyncio-protocol:loop=looplab"
+         for f in flips]
+    got = _sim_results("S1", specs)
+    for variant in ("naive", "fixed"):
+        def cols(spec):
+            rt = runtimes.parse(spec)
+            m = got[("S1", variant, rt.spec)]["metrics"]
+            return {k: m[k] for k in _S1_COLUMNS}
+        base_ours, base_loop = cols(specs[0]), cols(specs[3])
+        assert base_ours == base_loop, variant
+        for ours, loop in zip(specs[1:3], specs[4:]):
+            assert cols(loop) == cols(ours), (variant, loop)
+    # ... and the knobs do move them (else the comparison above proves nothing)
+    fixed = {s: got[("S1", "fixed", runtimes.parse(s).spec)]["metrics"] for s in specs[3:]}
+    assert fixed[specs[5]]["peak_user_buffer_bytes"] < fixed[specs[3]]["peak_user_buffer_bytes"] / 2
+    assert fixed[specs[5]]["pause_writing_count"] > fixed[specs[3]]["pause_writing_count"]
+    assert fixed[specs[4]]["pause_writing_count"] != fixed[specs[3]]["pause_writing_count"]
+
+
+def test_a_loop_option_flips_the_declared_fingerprint_as_on_the_callback_kernel(monkeypatch):
+    from dataclasses import replace
+    from protocols.fingerprint import Fingerprint
+    plain = runtimes.parse("asyncio-streams").declared_fingerprint()
+    assert runtimes.parse("asyncio-streams:loop=looplab,loop.write=defer").declared_fingerprint() \
+        == plain
+    bad = runtimes.parse("asyncio-streams:loop=looplab,loop.nope=1").declared_fingerprint()[1]
+    assert bad and "nope" in bad[0]
+    # a flip the callback kernel declared would flip the loop's row too
+    cb = runtimes.RUNTIMES["callback"]
+    fp = Fingerprint(cb.fingerprint.row, {"write=defer": {"closed_after_one_yield": False}},
+                     cb.fingerprint.neutral - {"write"})
+    monkeypatch.setitem(runtimes.RUNTIMES, "callback", replace(cb, fingerprint=fp))
+    row, problems = runtimes.parse("asyncio-streams:loop=looplab,loop.write=defer").declared_fingerprint()
+    assert row == {**plain[0], "closed_after_one_yield": False} and problems == []
+    row, problems = runtimes.parse("asyncio-streams:loop=looplab,loop.high_water=0").declared_fingerprint()
+    assert row == plain[0] and problems == []
+
+
+@pytest.mark.timeout(RUN_S)
+def test_looplab_loop_s4_on_the_real_network_matches_and_defer_buffers_the_whole_write(tmp_path):
+    """The one real-network check: S4's probes on both ports over our loop match the
+    declared asyncio rows, and ``loop.write=defer`` leaves the whole 1 MB write in
+    user space, as ``write=defer`` does on the callback kernel."""
+    specs = ",".join(LOOPLAB_LOOP + ("asyncio-protocol:loop=looplab,loop.write=defer",
+                                     "callback:write=defer"))
+    r = _looplab(["run", "--scenarios", "S4", "--runtimes", specs, "--preset", "tiny",
+                  "--jobs", "1", "--out", str(tmp_path / "out")])
+    assert r.returncode == 0, r.stderr[-2000:]
+    cells = {c["runtime"]: c for c in json.loads((tmp_path / "out" / "results.json").read_text())["cells"]}
+    for spec in LOOPLAB_LOOP:
+        assert cells[spec]["verdicts"] == {"matches_declared": True}, cells[spec]["notes"]
+        assert 0 < cells[spec]["metrics"]["user_buffered_after_write_bytes"] < 1_000_000
+    deferred = cells["asyncio-protocol:loop=looplab,loop.write=defer"]["metrics"]
+    assert deferred["user_buffered_after_write_bytes"] == \
+        cells["callback:write=defer"]["metrics"]["user_buffered_after_write_bytes"] == 1_000_000
+
+
+@pytest.mark.timeout(RUN_S)
+def test_fidelity_compares_the_looplab_loop_with_asyncios_own_loop():
+    """``looplab fidelity --runtimes asyncio-protocol:loop=looplab``: each probe on
+    our loop against asyncio's selector loop, its primary reference, on the same
+    interpreter; the write-after-close warnings reach asyncio's logger on both."""
+    from bench import fidelity
+    _, rows, _, _ = fidelity.measure("asyncio-protocol:loop=looplab", "cb_write_after_*")
+    # a loop cell is compared with CPython's asyncio on the same interpreter, as every
+    # cell of the observatory's grid is (its rows inform; they are not a kernel's gate)
+    pairs = {(r["ours"], r["reference"]) for r in rows}
+    assert pairs == {("asyncio-protocol:loop=looplab", "asyncio-protocol")}
+    verdicts = {r["probe"]: r["verdict"] for r in rows}
+    assert len(verdicts) >= 3 and verdicts["cb_write_after_close_empty"] == "agree"
+    # where our loop differs from CPython's, it is the callback kernel's own declared
+    # transport difference (the loop's transports are that kernel's)
+    from protocols import runtimes as rtmod
+    declared = set(rtmod.get("callback").probe_differences)
+    assert all(v in ("agree", "declared") or p in declared for p, v in verdicts.items()), verdicts
+    with pytest.raises(UsageError, match="unknown option 'nope'"):
+        fidelity.select_runtimes("asyncio-streams:nope=1,trio:x=1")
+
+
+@pytest.mark.timeout(RUN_S)
+def test_the_protocol_port_on_the_looplab_loop_is_traced_by_the_loop(tmp_path):
+    out = tmp_path / "t.json"
+    r = _looplab(["trace", "S1", "--runtime", "asyncio-protocol:loop=looplab", "--preset", "tiny",
+                  "--out", str(out)])
+    assert r.returncode == 0, r.stderr[-2000:]
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e["name"] for e in events}
+    # the kernel's transport events: its buffer counter and the close
+    assert {"user_buffer_bytes", "close_completed"} <= names, names
+
+
+def test_a_loop_that_refuses_set_protocol_still_reaches_the_apps_protocol():
+    """rloop 0.5 raises NotImplementedError from set_protocol(): uninstrumented
+    (what the bench runs), the port's pass-through protocol forwards every call."""
+    from types import SimpleNamespace
+
+    from protocols.asyncio_ports import _Tracked
+
+    class Transport:
+        def set_protocol(self, protocol):
+            raise NotImplementedError("TCPTransport protocol cannot be changed")
+
+    class App:
+        def __init__(self):
+            self.got = []
+
+        def connection_made(self, transport):
+            self.got.append(("made", transport))
+
+        def data_received(self, data):
+            self.got.append(("data", data))
+
+    app, transport = App(), Transport()
+    tracked = _Tracked(app, SimpleNamespace(_transports={}))
+    tracked.connection_made(transport)
+    tracked.data_received(b"ping")
+    assert app.got == [("made", transport), ("data", b"ping")]

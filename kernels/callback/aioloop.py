@@ -126,6 +126,9 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
     """``asyncio.AbstractEventLoop`` on the callback kernel's reactor.
     ``AioLoop(io=None, **options)``; options as ``LOOP_OPTIONS``."""
 
+    #: where the kernel's transports log ("socket.send() raised exception."): asyncio's
+    transport_logger = logger
+
     def __init__(self, *, io=None, **options):
         options = LOOP_OPTIONS.validate(options)
         super().__init__(io=io, **options)

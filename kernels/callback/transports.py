@@ -381,7 +381,8 @@ class SocketTransport:
     def _drop_write(self):
         self._dropped += 1
         if self._dropped >= WARN_AFTER_DROPPED_WRITES:
-            logger.warning("socket.send() raised exception.")
+            # on the asyncio loop, asyncio's logger, where apps configure it
+            getattr(self._loop, "transport_logger", logger).warning("socket.send() raised exception.")
 
     def _pause_protocol(self):
         self._protocol_paused = True
