@@ -34,7 +34,7 @@ from __future__ import annotations
 
 # the probe modules, in the order their probes are listed
 from bench.fidelity import callback, coro, streams, tasks  # noqa: F401
-from bench.fidelity import loops  # noqa: F401,I001  (the loop-conformance probes come last)
+from bench.fidelity import loops, loopstate  # noqa: F401,I001  (the loop-conformance probes come last)
 from bench.fidelity.measure import (COMMAND, collect, compare, counts, declared, document,
                                     grid_reference,
                                     markdown_section, measure, pairings, probes_block,

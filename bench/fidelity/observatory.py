@@ -234,14 +234,14 @@ def _split_row(row: str) -> list:
 
 def repro_probe(name: str, quiet: bool = False) -> str | None:
     """The self-contained probe that reproduces ``name``: itself for an ``lp_`` probe
-    (from ``bench.fidelity.loops``), else the loop probe that names it in ``twin_of``."""
+    (from ``bench.fidelity.loops`` and ``.loopstate``), else the loop probe that names it in ``twin_of``."""
     probes = _probes()
     p = probes.get(name)
     if p is None:
         if quiet:
             return None
         raise UsageError(f"no probe named {name!r}; see looplab fidelity --probes")
-    if p.fn.__module__.endswith(".loops"):
+    if p.fn.__module__.endswith((".loops", ".loopstate")):
         return name
     twin = next((q.name for q in probes.values() if name in q.twin_of), None)
     if twin is None and not quiet:

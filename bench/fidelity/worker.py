@@ -18,7 +18,7 @@ import signal
 import sys
 
 from bench.fidelity import callback, coro, streams, tasks  # noqa: F401  (their probes, in this order)
-from bench.fidelity import loops  # noqa: F401,I001  (the loop-conformance probes come last)
+from bench.fidelity import loops, loopstate  # noqa: F401,I001  (the loop-conformance probes come last)
 from bench.fidelity.registry import PROBES
 from bench.fidelity.streams import PortStreamSide
 from protocols import runtimes as rtmod
