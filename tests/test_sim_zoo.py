@@ -71,6 +71,7 @@ def without_wall(result: dict) -> str:
     for k in simruns.WALL_CLOCK:
         r["metrics"].pop(k, None)
         r["samples"].pop(k, None)
+    r.pop("load", None)              # the machine's load averages while the cell ran
     return json.dumps(r, sort_keys=True)
 
 
@@ -123,7 +124,9 @@ def test_a_real_only_entry_is_a_skipped_cell_under_repro_and_a_note_under_run(ei
     # looplab run knows nothing of the zoo: the cell runs, and its note says why its
     # numbers are not part of the universe there
     r = matrix.run_cell(sim_cell(eid, spec, "fixed"))
-    assert not r["errors"] and any("not part of its universe" in n for n in r["notes"]), r["notes"]
+    # no crash: at most "not measured" (a TLS entry on our kernels, which have no TLS)
+    assert all(e.startswith("not measured") for e in r["errors"]), r["errors"]
+    assert any("not part of its universe" in n for n in r["notes"]), r["notes"]
 
 
 @pytest.mark.timeout(60)
@@ -255,7 +258,10 @@ def both_doc():
                     continue
                 cells.append(_cell("S3", rt, variant, net, {"no_loss": lost == 0, "close_completed": True},
                                    {"delivered_bytes": 1_048_576 - lost, "lost_bytes": lost}))
-    return {"schema": 1, "looplab": "0.1.0", "run_id": "both-1", "env": {}, "cells": cells}
+    # as a results file is read: the scenario and runtime descriptions the renderers use
+    from bench.run import document
+    return document.complete({"schema": 1, "looplab": "0.1.0", "run_id": "both-1", "env": {},
+                              "cells": cells})
 
 
 def test_tables_have_a_net_column_with_real_and_sim_side_by_side(both_doc):
@@ -271,7 +277,7 @@ def test_tables_have_a_net_column_with_real_and_sim_side_by_side(both_doc):
     md = report.render_markdown(both_doc, [])
     assert "| runtime | variant | net |" in md and UVLOOP_NOTE in md
     # the fidelity table compares a kernel with its reference on the same network
-    fid = report.fidelity(both_doc["cells"])
+    fid = report.fidelity(both_doc["cells"], both_doc)
     assert {r[1] for r in fid} == {"naive (real)", "naive (sim)", "fixed (real)", "fixed (sim)"}
 
 
