@@ -17,7 +17,7 @@ from .engine import (UNTIL_EMPTY, UNTIL_MAIN, UNTIL_NONDAEMON, Runtime, _report_
                      build_cancellation, build_loop, build_scheduler, build_timers,
                      trap_table)
 from .handlers import build_io_handlers, build_task_handlers
-from .traps import W_READ, _state
+from .traps import W_READ, _enter, _leave, _state
 
 __all__ = ["Kernel", "run", "OPTIONS"]
 
@@ -114,18 +114,19 @@ class Kernel:
         if _state.kernel is not None:
             raise RuntimeError("a coro kernel is already running in this thread; "
                                "run() can't be nested (spawn a task instead)")
-        _state.kernel = self
-        _state.checkpoint = self.options["io_schedule_point"]
+        checkpoint = self.options["io_schedule_point"]
+        _enter(self, checkpoint)
         self._running = True
-        restore = self._install_sigint()
         try:
-            return self._kernel_run(main, args)
+            restore = self._install_sigint()
+            try:
+                return self._kernel_run(main, args)
+            finally:
+                if restore is not None:
+                    signal.signal(signal.SIGINT, restore)
         finally:
-            if restore is not None:
-                signal.signal(signal.SIGINT, restore)
             self._running = False
-            _state.kernel = None
-            _state.checkpoint = False
+            _leave(checkpoint)
 
     def close(self) -> None:
         """Release the poller and the wake-up socketpair. Idempotent. Sockets
