@@ -93,7 +93,6 @@ class Runtime:
         self.fdmap = {}
         self.fdrecs = {}
         self.tasks = {}
-        self.crashes = []           # [pending, line] crash reports still to print at run end
         self.monotonic = io.time
         self.next_seq = itertools.count().__next__   # timer ties wake in the order they slept
         self.poller = io.poller()
@@ -113,12 +112,6 @@ def trap_table(handlers: dict) -> tuple:
     if missing or extra:
         raise RuntimeError(f"coro trap table: no handler for {missing}, no opcode for {extra}")
     return tuple(found[op] for op in OPCODES)
-
-
-def _report_crash(crash) -> None:
-    if crash[0]:
-        crash[0] = False
-        print(crash[1], file=sys.stderr)
 
 
 # --------------------------------------------------------------------------
@@ -157,6 +150,7 @@ def build_scheduler(rt) -> None:
     dead_timer = rt.dead_timer
     eager = rt.options["spawn"] == "eager"
     next_id = itertools.count(1).__next__
+    new_task = object.__new__
     current = None          # the task being stepped (None between steps)
     switches = 0            # task steps not yet added to probe.task_switches
     spawns = 0              # tasks made, not yet added to probe.spawns
@@ -213,7 +207,15 @@ def build_scheduler(rt) -> None:
             if type(coro) is not CoroutineType:
                 coro = _checked_coro(fn, coro)
         tid = next_id()
-        task = Task(tid, coro, True if daemon else False)
+        # Task.__init__, inline: a Python __init__ frame costs as much as the
+        # stores themselves.
+        task = new_task(Task)
+        task.id = tid
+        task.coro = coro
+        task.daemon = True if daemon else False
+        task._value = task._exc = task._scopes = task._joiners = task._callbacks = None
+        task._wait = task._cancel = 0
+        task._pending = task._done = False
         if on_done is not None:
             task.add_done_callback(on_done)
         tasks[tid] = task
@@ -240,7 +242,6 @@ def build_scheduler(rt) -> None:
         task._result = result
         task._exception = exc
         task._value = None
-        task._crash = None
         del tasks[task.id]
         if not task.daemon:
             nondaemon -= 1
@@ -292,7 +293,7 @@ def build_scheduler(rt) -> None:
         elif task is not main_task:
             # curio reports every crash of a task other than main when it happens,
             # joined or not (its "Task Crash" log); join() still raises TaskError.
-            _report_crash([True, f"coro: task {task.id} {task.name!r} crashed: {exc!r}"])
+            print(f"coro: task {task.id} {task.name!r} crashed: {exc!r}", file=sys.stderr)
 
     def step(task):
         # Run `task` until it blocks or ends. Non-blocking traps are answered

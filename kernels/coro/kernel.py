@@ -13,7 +13,7 @@ import threading
 from .. import io as _io
 from ..options import EXIT, TRACE, Option, Schema, boolean, choice
 from ..probe import Probe
-from .engine import (UNTIL_EMPTY, UNTIL_MAIN, UNTIL_NONDAEMON, Runtime, _report_crash,
+from .engine import (UNTIL_EMPTY, UNTIL_MAIN, UNTIL_NONDAEMON, Runtime,
                      build_cancellation, build_loop, build_scheduler, build_timers,
                      trap_table)
 from .handlers import build_io_handlers, build_task_handlers
@@ -227,9 +227,6 @@ class Kernel:
         finally:
             main = main_task
             rt.set_phase(UNTIL_MAIN, None)
-            for crash in rt.crashes:
-                _report_crash(crash)
-            rt.crashes.clear()
         if run.interrupt is not None:
             exc, run.interrupt = run.interrupt, None
             raise exc

@@ -198,8 +198,6 @@ def join(task):
         if not _live:
             _running_kernel("Task.join()")
         yield (_JOIN, task)
-    if task._crash is not None:
-        task._crash[0] = False
     if task._exception is not None:
         raise TaskError(f"task {task.id} {task.name!r} crashed") from task._exception
     return task._result
