@@ -147,6 +147,7 @@ def main(argv=None) -> int:
                          "instead of echo requests")
     args = ap.parse_args(argv)
     out_dir = args.keep or tempfile.mkdtemp(prefix="icount-")
+    os.makedirs(out_dir, exist_ok=True)
     if args.micro:
         for rt in args.runtimes:
             a, _ = micro_instructions(args.micro, rt, args.small, out_dir)

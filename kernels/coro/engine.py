@@ -150,7 +150,6 @@ def build_scheduler(rt) -> None:
     dead_timer = rt.dead_timer
     eager = rt.options["spawn"] == "eager"
     next_id = itertools.count(1).__next__
-    new_task = object.__new__
     current = None          # the task being stepped (None between steps)
     switches = 0            # task steps not yet added to probe.task_switches
     spawns = 0              # tasks made, not yet added to probe.spawns
@@ -207,15 +206,7 @@ def build_scheduler(rt) -> None:
             if type(coro) is not CoroutineType:
                 coro = _checked_coro(fn, coro)
         tid = next_id()
-        # Task.__init__, inline: a Python __init__ frame costs as much as the
-        # stores themselves.
-        task = new_task(Task)
-        task.id = tid
-        task.coro = coro
-        task.daemon = True if daemon else False
-        task._value = task._exc = task._scopes = task._joiners = task._callbacks = None
-        task._wait = task._cancel = 0
-        task._pending = task._done = False
+        task = Task(tid, coro, True if daemon else False)
         if on_done is not None:
             task.add_done_callback(on_done)
         tasks[tid] = task

@@ -40,8 +40,6 @@ class Task:
                  "_joiners", "_callbacks", "_flow", "__weakref__")
 
     def __init__(self, task_id: int, coro, daemon: bool):
-        # The kernel's spawn makes its tasks without this frame and sets the
-        # same slots itself (engine.build_scheduler): keep the two in step.
         self.id = task_id
         self.coro = coro
         self.daemon = daemon
