@@ -2,7 +2,8 @@
 
     looplab bench matrix   echo throughput/latency over runtimes x sizes x connections
     looplab bench goals    exactly the measurements behind the performance goals
-    looplab bench micro    spawn+join, yield, ping-pong, timers in fresh worker processes
+    looplab bench micro    spawn+join, yield, ping-pong, timers and tokio's scheduler benchmarks
+                           (chained_spawn, yield_many, many_timers) in fresh worker processes
     looplab bench idle     server memory per idle connection
     looplab bench curve    echo throughput over 1..1000 connections
 
@@ -541,10 +542,12 @@ def add_parser(subparsers) -> None:
     _outputs(go)
 
     mi = sub.add_parser(
-        "micro", formatter_class=fmt, help="spawn+join, yield, ping-pong, timers per runtime",
+        "micro", formatter_class=fmt, help="spawn+join, yield, ping-pong, timers, chained_spawn, yield_many, "
+                         "many_timers per runtime",
         description="Micro-benchmarks, each in a fresh worker process pinned to one CPU; the "
                     "operation count grows until one run lasts --min-time (the shorter runs "
-                    "before it are the warm-up). spawn_join applies to the stream and task "
+                    "before it are the warm-up). spawn_join and tokio's scheduler benchmarks "
+                    "(chained_spawn, yield_many, many_timers) apply to the stream and task "
                     "ports only.")
     mo = _Options(mi)
     mo("--runtimes", default=None, help="comma list of runtime specs (default: all available)")

@@ -28,7 +28,8 @@ from protocols import runtimes
 
 pytestmark = pytest.mark.timeout(120)
 
-MICRO_N = {"spawn_join": 200, "yield": 300, "pingpong": 100, "timers": 200}
+MICRO_N = {"spawn_join": 200, "yield": 300, "pingpong": 100, "timers": 200,
+           "chained_spawn": 200, "yield_many": 5, "many_timers": 200}
 CASES = [(op, rid) for op in micro.MICRO_OPS for rid, info in runtimes.RUNTIMES.items()
          if info.style in micro.MICRO_STYLES[op]]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -111,6 +112,19 @@ def test_micro_timers_use_seeded_delays_up_to_one_ms():
         b.close()
 
 
+def test_micro_many_timers_are_staggered_latest_first():
+    with micro.Micro("many_timers", "coro", 40) as m:
+        assert m.delays == sorted(m.delays, reverse=True) and len(set(m.delays)) == 40
+        assert m.delays[0] == 0.001 and m.delays[-1] > 0
+        assert m.expected == 40
+
+
+def test_micro_yield_many_counts_every_yield_of_every_task():
+    with micro.Micro("yield_many", "coro", 3) as m:
+        assert m.expected == 3 * micro.YIELD_MANY_TASKS
+        assert m.run().ops == m.expected
+
+
 def test_micro_rejects_bad_input():
     with pytest.raises(ValueError, match="unknown micro-benchmark"):
         micro.Micro("nap", "trio", 10)
@@ -118,6 +132,8 @@ def test_micro_rejects_bad_input():
         micro.Micro("yield", "trio", 0)
     with pytest.raises(ValueError, match="does not apply"):
         micro.Micro("spawn_join", "asyncio-protocol", 10)
+    with pytest.raises(ValueError, match="does not apply"):
+        micro.Micro("chained_spawn", "callback", 10)
     with pytest.raises(runtimes.UsageError):
         micro.Micro("yield", "nonesuch", 10)
 
