@@ -128,6 +128,11 @@ def micro_instructions(op, runtime, n, out_dir, extra=()):
     raise RuntimeError(f"no totals in {out}")
 
 
+def ops_per_n(op: str) -> int:
+    from bench.micro import YIELD_MANY_TASKS
+    return {"yield": 2, "yield_many": YIELD_MANY_TASKS}.get(op, 1)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.icount")
     ap.add_argument("runtimes", nargs="+")
@@ -152,8 +157,8 @@ def main(argv=None) -> int:
         for rt in args.runtimes:
             a, _ = micro_instructions(args.micro, rt, args.small, out_dir)
             b, path = micro_instructions(args.micro, rt, args.large, out_dir)
-            # yield counts two operations per n (two tasks each yield n times)
-            per = (b[0] - a[0]) / (args.large - args.small) / (2 if args.micro == "yield" else 1)
+            # operations per n: yield is two tasks yielding n times each, and so on
+            per = (b[0] - a[0]) / (args.large - args.small) / ops_per_n(args.micro)
             print(f"{rt:24s} {args.micro} instr/op={per:10.0f}  ({a[0]} @ {args.small}, "
                   f"{b[0]} @ {args.large}; {path})", flush=True)
         return 0
