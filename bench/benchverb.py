@@ -25,7 +25,8 @@ from bench import html, results
 from bench.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, curve_table,
                         echo_tables, echo_units, idle_table, measure_idle, run_echo_matrix)
 from bench.errors import ExitCode, UsageError
-from bench.goals import GOAL_ECHO_RUNTIMES, evaluate_goals, goals_table, run_goals
+from bench.goals import (GOAL_ECHO_RUNTIMES, evaluate_goals, goal_runtimes, goals_table,
+                         run_goals)
 from bench.loadgen import CLIENT_KINDS, load_client
 from bench.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
                            environment, progress, raise_nofile, run_interruptibly,
@@ -295,17 +296,19 @@ def cmd_goals(args) -> ExitCode:
     _at_least(args.repeat, 1, "--repeat", ">= 1")
     _at_least(args.min_time, 1e-9, "--min-time", "> 0")
     _check_outputs(args)
+    pythons = _pythons(args.python)
     client = _client(args.client)
     if client is None:
         return ExitCode.ENVIRONMENT
     pinned = not args.no_pin
     progress(f"looplab bench goals: echo 1 KiB x 10 on {len(GOAL_ECHO_RUNTIMES)} runtimes and "
-             f"micro yield/spawn_join/pingpong on coro and curio, {args.repeat} round(s) each")
+             f"micro yield/spawn_join/pingpong on coro and curio, {args.repeat} round(s) each"
+             + (f", on Python {', '.join(pythons)}" if args.python else ""))
     measured, interrupted = _measure(run_goals, args.repeat, args.duration, args.warmup,
-                                     args.min_time, client, pinned)
+                                     args.min_time, client, pinned, progress, pythons)
     if interrupted:
-        cells, rows = measured, evaluate_goals(measured)
-        skipped = split_available(runtimes.parse_list(",".join(GOAL_ECHO_RUNTIMES)))[1]
+        cells, rows = measured, evaluate_goals(measured, pythons)
+        skipped = split_available(goal_runtimes(pythons))[1]
     else:
         cells, rows, skipped = measured
     for spec, reason in skipped.items():
@@ -314,7 +317,7 @@ def cmd_goals(args) -> ExitCode:
     doc = results.new_document(cells, env=env, goals=rows, config={
         "mode": "goals", "repeat": args.repeat, "duration": args.duration,
         "warmup": args.warmup, "min_time": args.min_time, "skipped": skipped,
-        "interrupted": interrupted})
+        "pythons": list(pythons), "interrupted": interrupted})
     echo = [c for c in cells if c["scenario"] == "echo"]
     micro = [c for c in cells if c["scenario"] == "micro"]
     print("\n\n".join([goals_table(rows), echo_tables(echo, "asyncio-protocol"),
@@ -330,6 +333,21 @@ def cmd_goals(args) -> ExitCode:
     if args.fail and any(not r["status"].startswith("met") for r in rows):
         return ExitCode.FAILED
     return ExitCode.OK
+
+
+def _pythons(text) -> tuple:
+    """``--python 3.12,3.13`` -> ("3.12", "3.13"), each checked as a spec's ``@`` is;
+    no option -> (None,): the interpreter looplab runs in."""
+    if text is None:
+        return (None,)
+    pythons = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    if not pythons:
+        raise UsageError("--python needs interpreters, e.g. 3.11,3.12,3.13")
+    from bench import envs
+    for python in pythons:
+        runtimes.parse(f"coro@{python}")        # a bad token is a UsageError here,
+        envs.find(python)                       # and so is a Python that isn't here
+    return pythons
 
 
 def cmd_micro(args) -> ExitCode:
@@ -531,6 +549,10 @@ def add_parser(subparsers) -> None:
                     "and the server-CPU-per-request ratio side by side.")
     go = _Options(g)
     go("--repeat", type=int, default=5, help="paired rounds (default 5; the goals quote 7)")
+    go("--python", default=None, metavar="VERSIONS",
+       help="comma list of interpreters (3.11,3.12,3.13 or paths): every goal is measured "
+            "and judged on each, against the reference on the same interpreter (default: "
+            "the one looplab runs in)")
     go("--duration", "--seconds", dest="duration", type=float, default=2.0,
        help="counted seconds per echo run (default 2)")
     go("--warmup", type=float, default=1.0, help="uncounted seconds before each echo run (default 1)")

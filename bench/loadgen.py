@@ -60,7 +60,9 @@ class ServerProcess:
         self._stderr = None
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "bench", "serve", self.app, "--runtime", self.spec,
+        from bench import envs      # the interpreter axis: a spec's @3.12 serves from that Python
+        cmd = [envs.interpreter_for(self.spec), "-m", "bench", "serve", self.app, "--runtime",
+               self.spec,
                "--listen", "127.0.0.1:0", "--variant", self.variant]
         if self.sockbuf:
             cmd += ["--sockbuf", str(self.sockbuf)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import random
 import subprocess
 import sys
@@ -571,6 +572,7 @@ def _worker_main(argv) -> int:
     a = p.parse_args(argv)
     try:
         out = micro_calibrated(a.op, a.runtime, a.min_time, a.n).as_dict()
+        out["python"] = platform.python_version()
     except Exception as exc:
         out = {"error": f"{type(exc).__name__}: {exc}"}
     print(json.dumps(out), flush=True)
@@ -579,7 +581,8 @@ def _worker_main(argv) -> int:
 
 def _micro_in_worker(op: str, rt, min_time: float, cpu: int | None,
                      timeout_s: float = 180.0) -> dict:
-    cmd = [sys.executable, "-m", "bench.micro", "worker", "--op", op, "--runtime",
+    from bench import envs      # the interpreter axis: a spec's @3.12 runs in that Python
+    cmd = [envs.interpreter_for(rt), "-m", "bench.micro", "worker", "--op", op, "--runtime",
            bench_runtime(rt).spec, "--min-time", repr(min_time)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, cwd=ROOT)
@@ -608,10 +611,13 @@ def run_micro_matrix(units, repeat: int, min_time: float, pinned: bool = True,
                      progress=progress) -> list[dict]:
     """Every (op, runtime) unit ``repeat`` times, interleaved across runtimes in rounds
     whose order rotates, each in a fresh worker process pinned to one CPU."""
+    from bench import envs
     cpu, _ = cpu_plan(pinned)
     units = [(op, rt) for op, rt in units if micro_supported(op, rt)]
+    # Every interpreter found and environment built before the first measurement.
+    envs.prepare(list({rt.spec: rt for _, rt in units}.values()))
     ops = list(dict.fromkeys(op for op, _ in units))
-    store = {(op, rt.spec): {"ops_per_s": [], "n": [], "rounds": [], "errors": []}
+    store = {(op, rt.spec): {"ops_per_s": [], "n": [], "rounds": [], "errors": [], "python": None}
              for op, rt in units}
     total, done = len(units) * repeat, 0
 
@@ -635,6 +641,7 @@ def run_micro_matrix(units, repeat: int, min_time: float, pinned: bool = True,
                     entry["ops_per_s"].append(res["ops_per_s"])
                     entry["n"].append(res["n"])
                     entry["rounds"].append(r)
+                    entry["python"] = res.get("python")
                     progress(f"{label}: {fmt_rate(res['ops_per_s'], ' ops/s')} (n={res['n']})")
 
     interrupted = run_interruptibly(measure_all)
@@ -645,7 +652,8 @@ def run_micro_matrix(units, repeat: int, min_time: float, pinned: bool = True,
                                 samples={"ops_per_s": e["ops_per_s"]} if e["ops_per_s"] else {},
                                 errors=e["errors"],
                                 details={"n": e["n"], "rounds": e["rounds"], "min_time_s": min_time,
-                                         "runtime_benchmarked": bench_runtime(rt).spec})
+                                         "runtime_benchmarked": bench_runtime(rt).spec,
+                                         "python": e["python"]})
         cell["repeats"] = len(e["rounds"])
         cells.append(cell)
     if interrupted:

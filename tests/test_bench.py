@@ -221,6 +221,28 @@ def test_goals_judge_uvloop_rows_on_server_cpu_per_request():
     assert "0.90 (0.80-0.95)" in table
 
 
+def test_goals_are_judged_per_interpreter_against_the_same_interpreter():
+    # coro@3.12 is 3x curio@3.12 and coro@3.13 2x curio@3.13; a cell of another
+    # interpreter never stands in for a missing one.
+    cells = [_micro_cell("coro@3.12", "yield", [300, 300]), _micro_cell("curio@3.12", "yield", [100, 100]),
+             _micro_cell("coro@3.13", "yield", [200, 200]), _micro_cell("curio@3.13", "yield", [100, 100]),
+             _micro_cell("coro@3.13", "spawn_join", [10, 10]), _micro_cell("curio", "spawn_join", [1, 1])]
+    rows = {(r["python"], r["kind"]): r for r in goals.evaluate_goals(cells, ("3.12", "3.13"))
+            if r["subject"] == "coro" and r["reference"] == "curio" and r["kind"] != "echo"}
+    assert rows[("3.12", "yield")]["ratio"] == pytest.approx(3.0)
+    assert rows[("3.13", "yield")]["ratio"] == pytest.approx(2.0)
+    assert rows[("3.13", "spawn_join")]["status"] == "not measured"
+    table = goals.goals_table(list(rows.values()))
+    assert table.splitlines()[0].startswith("python") and "3.13" in table
+    assert [rt.spec for rt in goals.goal_runtimes(("3.12",))][:2] == ["callback@3.12",
+                                                                      "uvloop-protocol@3.12"]
+
+
+def test_goals_refuse_an_interpreter_that_is_not_here(capsys):
+    assert looplab_cli.main(["bench", "goals", "--python", "1.9", "--repeat", "1"]) == ExitCode.USAGE
+    assert "no Python 1.9" in capsys.readouterr().err
+
+
 def test_goals_cover_uvloop_and_keep_the_curio_and_trio_goals():
     pairs = {(g.subject, g.reference) for g in goals.GOALS if g.kind == "echo"}
     assert {("callback", "uvloop-protocol"), ("hybrid", "uvloop-streams"),
