@@ -21,7 +21,7 @@ import math
 import os
 import sys
 
-from bench import html, results
+from bench import envs, html, results
 from bench.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, curve_table,
                         echo_tables, echo_units, idle_table, measure_idle, run_echo_matrix)
 from bench.errors import ExitCode, UsageError
@@ -343,7 +343,6 @@ def _pythons(text) -> tuple:
     pythons = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
     if not pythons:
         raise UsageError("--python needs interpreters, e.g. 3.11,3.12,3.13")
-    from bench import envs
     for python in pythons:
         runtimes.parse(f"coro@{python}")        # a bad token is a UsageError here,
         envs.find(python)                       # and so is a Python that isn't here

@@ -26,6 +26,7 @@ import tempfile
 import time
 from importlib import resources
 
+from bench import envs
 from bench.errors import UsageError
 from bench.machine import ROOT, MeasureError, pin, read_line, stop_process, tail
 
@@ -60,9 +61,10 @@ class ServerProcess:
         self._stderr = None
 
     def command(self) -> list[str]:
-        from bench import envs      # the interpreter axis: a spec's @3.12 serves from that Python
-        cmd = [envs.interpreter_for(self.spec), "-m", "bench", "serve", self.app, "--runtime",
-               self.spec,
+        # A spec's @3.12 serves from that interpreter's environment; any other spec
+        # from looplab's own Python, which also reports a bad spec itself.
+        python = envs.interpreter_for(self.spec) if "@" in self.spec else sys.executable
+        cmd = [python, "-m", "bench", "serve", self.app, "--runtime", self.spec,
                "--listen", "127.0.0.1:0", "--variant", self.variant]
         if self.sockbuf:
             cmd += ["--sockbuf", str(self.sockbuf)]

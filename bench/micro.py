@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from bench import results
+from bench import envs, results
 from bench.machine import (ROOT, Interrupted, MeasureError, bench_runtime, check_stop,
                            cpu_plan, pin, progress, run_interruptibly)
 from bench.tables import fmt_rate, format_table
@@ -581,7 +581,7 @@ def _worker_main(argv) -> int:
 
 def _micro_in_worker(op: str, rt, min_time: float, cpu: int | None,
                      timeout_s: float = 180.0) -> dict:
-    from bench import envs      # the interpreter axis: a spec's @3.12 runs in that Python
+    # the interpreter axis: a spec's @3.12 runs in that Python's environment
     cmd = [envs.interpreter_for(rt), "-m", "bench.micro", "worker", "--op", op, "--runtime",
            bench_runtime(rt).spec, "--min-time", repr(min_time)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -611,7 +611,6 @@ def run_micro_matrix(units, repeat: int, min_time: float, pinned: bool = True,
                      progress=progress) -> list[dict]:
     """Every (op, runtime) unit ``repeat`` times, interleaved across runtimes in rounds
     whose order rotates, each in a fresh worker process pinned to one CPU."""
-    from bench import envs
     cpu, _ = cpu_plan(pinned)
     units = [(op, rt) for op, rt in units if micro_supported(op, rt)]
     # Every interpreter found and environment built before the first measurement.
