@@ -82,8 +82,8 @@ change the order the S4 fingerprints record, so it stays. Measured with
 1,000 and 5,000 operations, the difference divided; previous and new code
 in one run): spawn+join 29.9k -> 27.1k instructions (curio: 113k, so 4.2x);
 chained_spawn 19.9k -> 18.1k; and, from the count test alone, a ``sleep(0)``
-6.9k -> 6.3k (two tasks) and 5.4k -> 4.9k (100 tasks). On CPython 3.12
-spawn+join goes 30.6k -> 27.6k. The socket calls ask "is every I/O call a
+6.9k -> 6.3k (two tasks) and 5.4k -> 4.9k (100 tasks). On CPython 3.12 and
+3.13 spawn+join goes 30.6k -> 27.6k and 30.1k -> 27.1k. The socket calls ask "is every I/O call a
 checkpoint?" the same way (a process-wide count of running kernels with
 ``io_schedule_point`` first, the thread-local only when it isn't zero): echo
 (10 connections, 1 KiB, ``--small 1000 --large 3000 --pause 0.005``)
