@@ -30,7 +30,8 @@ from protocols import runtimes
 
 pytestmark = pytest.mark.timeout(120)
 
-MICRO_N = {"spawn_join": 200, "yield": 300, "pingpong": 100, "timers": 200}
+MICRO_N = {"spawn_join": 200, "yield": 300, "pingpong": 100, "timers": 200,
+           "chained_spawn": 200, "yield_many": 5, "many_timers": 200}
 CASES = [(op, rid) for op in micro.MICRO_OPS for rid, info in runtimes.RUNTIMES.items()
          if info.style in micro.MICRO_STYLES[op]]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -113,6 +114,19 @@ def test_micro_timers_use_seeded_delays_up_to_one_ms():
         b.close()
 
 
+def test_micro_many_timers_are_staggered_latest_first():
+    with micro.Micro("many_timers", "coro", 40) as m:
+        assert m.delays == sorted(m.delays, reverse=True) and len(set(m.delays)) == 40
+        assert m.delays[0] == 0.001 and m.delays[-1] > 0
+        assert m.expected == 40
+
+
+def test_micro_yield_many_counts_every_yield_of_every_task():
+    with micro.Micro("yield_many", "coro", 3) as m:
+        assert m.expected == 3 * micro.YIELD_MANY_TASKS
+        assert m.run().ops == m.expected
+
+
 def test_micro_rejects_bad_input():
     with pytest.raises(ValueError, match="unknown micro-benchmark"):
         micro.Micro("nap", "trio", 10)
@@ -120,6 +134,8 @@ def test_micro_rejects_bad_input():
         micro.Micro("yield", "trio", 0)
     with pytest.raises(ValueError, match="does not apply"):
         micro.Micro("spawn_join", "asyncio-protocol", 10)
+    with pytest.raises(ValueError, match="does not apply"):
+        micro.Micro("chained_spawn", "callback", 10)
     with pytest.raises(runtimes.UsageError):
         micro.Micro("yield", "nonesuch", 10)
 
@@ -205,6 +221,28 @@ def test_goals_judge_uvloop_rows_on_server_cpu_per_request():
     table = goals.goals_table(list(rows.values()))
     assert "callback echo 1 KiB x 10 conns >= 0.9x uvloop-protocol" in table
     assert "0.90 (0.80-0.95)" in table
+
+
+def test_goals_are_judged_per_interpreter_against_the_same_interpreter():
+    # coro@3.12 is 3x curio@3.12 and coro@3.13 2x curio@3.13; a cell of another
+    # interpreter never stands in for a missing one.
+    cells = [_micro_cell("coro@3.12", "yield", [300, 300]), _micro_cell("curio@3.12", "yield", [100, 100]),
+             _micro_cell("coro@3.13", "yield", [200, 200]), _micro_cell("curio@3.13", "yield", [100, 100]),
+             _micro_cell("coro@3.13", "spawn_join", [10, 10]), _micro_cell("curio", "spawn_join", [1, 1])]
+    rows = {(r["python"], r["kind"]): r for r in goals.evaluate_goals(cells, ("3.12", "3.13"))
+            if r["subject"] == "coro" and r["reference"] == "curio" and r["kind"] != "echo"}
+    assert rows[("3.12", "yield")]["ratio"] == pytest.approx(3.0)
+    assert rows[("3.13", "yield")]["ratio"] == pytest.approx(2.0)
+    assert rows[("3.13", "spawn_join")]["status"] == "not measured"
+    table = goals.goals_table(list(rows.values()))
+    assert table.splitlines()[0].startswith("python") and "3.13" in table
+    assert [rt.spec for rt in goals.goal_runtimes(("3.12",))][:2] == ["callback@3.12",
+                                                                      "uvloop-protocol@3.12"]
+
+
+def test_goals_refuse_an_interpreter_that_is_not_here(capsys):
+    assert looplab_cli.main(["bench", "goals", "--python", "1.9", "--repeat", "1"]) == ExitCode.USAGE
+    assert "no Python 1.9" in capsys.readouterr().err
 
 
 def test_goals_cover_uvloop_and_keep_the_curio_and_trio_goals():

@@ -1418,13 +1418,14 @@ def test_probe_counts_spawns_switches_and_cancellations():
     assert p.ready_max >= 1
 
 
-@pytest.mark.parametrize("spawn, switches, iterations", [("lazy", 4, 3), ("eager", 3, 1)])
+@pytest.mark.parametrize("spawn, switches, iterations", [("lazy", 3, 3), ("eager", 2, 1)])
 def test_probe_counts_are_exact_for_one_spawn_and_join(spawn, switches, iterations):
     # The loop keeps these counters in locals and writes them back when it
-    # returns; each send/throw is one switch. lazy: main runs to its join (2
-    # sends: the spawn trap is answered in place), the child (1), main again
-    # (1), in three passes. eager: the child runs inside main's spawn trap and
-    # is done before the join, which then doesn't block.
+    # returns; each send/throw is one switch. lazy: main runs to its join (1
+    # send: spawn calls the kernel directly, it yields nothing), the child
+    # (1), main again (1), in three passes. eager: the child's first step runs
+    # inside main's spawn call (1 each) and is done before the join, which
+    # then doesn't block.
     async def child():
         return 7
 

@@ -8,6 +8,11 @@ of those ratios, met or not. The echo goals against uvloop are stated in server 
 request (the reference's over ours, so > 1 means ours is cheaper): at ~100k req/s the load
 client saturates before uvloop does, which squeezes req/s ratios toward 1. Every echo row
 shows both ratios side by side, whichever one it is judged on.
+
+The interpreter axis: ``run_goals(pythons=["3.12", "3.13"])`` measures every goal's
+runtimes once per interpreter (``coro@3.12`` against ``curio@3.12``), and each goal is
+judged per interpreter, against the reference on the same one: a goal row carries its
+``python`` (None: the interpreter looplab runs in).
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from bench.tables import MISSING, format_table
 from protocols import runtimes
 
 __all__ = ["Goal", "GOALS", "GOAL_ECHO_RUNTIMES", "GOAL_MICRO_OPS", "GOAL_MICRO_RUNTIMES",
-           "evaluate_goals", "goals_table", "run_goals"]
+           "evaluate_goals", "goals_table", "goal_runtimes", "run_goals"]
 
 RATE, CPU = "req/s", "server CPU/req"
 
@@ -90,7 +95,12 @@ def unjudged_if_interrupted(rows: list[dict], interrupted: bool) -> list[dict]:
             for r in rows]
 
 
-def evaluate_goals(cells: list[dict]) -> list[dict]:
+
+def _at(spec: str, python: str | None) -> str:
+    return spec if python is None else f"{spec}@{python}"
+
+
+def evaluate_goals(cells: list[dict], pythons=(None,)) -> list[dict]:
     """One row per goal::
 
         {"goal", "kind", "subject", "reference", "target", "judged_on",
@@ -99,27 +109,34 @@ def evaluate_goals(cells: list[dict]) -> list[dict]:
 
     ``ratio``/``min``/``max`` are those of the metric the goal is judged on: the median
     of paired per-round ratios and their range. "met" when the median reaches the
-    target; "borderline" when the range straddles it."""
+    target; "borderline" when the range straddles it. One row per goal and interpreter
+    of ``pythons`` (each row also has ``python``)."""
     by = {}
     for c in cells:
         key = "echo" if c["scenario"] == "echo" else c["variant"]
         by[(key, c["runtime"])] = c
     rows = []
-    for g in GOALS:
-        a, b = by.get((g.kind, g.subject)), by.get((g.kind, g.reference))
-        row = {"goal": g.text, "kind": g.kind, "subject": g.subject, "reference": g.reference,
-               "target": g.target, "judged_on": g.judged_on}
-        if g.kind == "echo":
-            rate = _summary(paired(a, b, "requests_per_s") if a and b else [])
-            # The reference's CPU per request over ours: > 1 means ours is cheaper.
-            cpu = _summary(paired(b, a, "server_cpu_per_request_s") if a and b else [])
-            row.update(rate=rate, cpu=cpu)
-            judged = cpu if g.judged_on == CPU else rate
-        else:
-            judged = _summary(paired(a, b, "ops_per_s") if a and b else [])
-        row.update(judged, status=_status(judged, g.target))
-        rows.append(row)
+    for python in pythons:
+        for g in GOALS:
+            rows.append(_goal_row(g, python, by))
     return rows
+
+
+def _goal_row(g: Goal, python: str | None, by: dict) -> dict:
+    a = by.get((g.kind, _at(g.subject, python)))
+    b = by.get((g.kind, _at(g.reference, python)))
+    row = {"goal": g.text, "kind": g.kind, "subject": g.subject, "reference": g.reference,
+           "target": g.target, "judged_on": g.judged_on, "python": python}
+    if g.kind == "echo":
+        rate = _summary(paired(a, b, "requests_per_s") if a and b else [])
+        # The reference's CPU per request over ours: > 1 means ours is cheaper.
+        cpu = _summary(paired(b, a, "server_cpu_per_request_s") if a and b else [])
+        row.update(rate=rate, cpu=cpu)
+        judged = cpu if g.judged_on == CPU else rate
+    else:
+        judged = _summary(paired(a, b, "ops_per_s") if a and b else [])
+    row.update(judged, status=_status(judged, g.target))
+    return row
 
 
 def _ratio_text(s: dict | None) -> str:
@@ -134,16 +151,28 @@ def goals_table(rows: list[dict], markdown: bool = False) -> str:
     """The goal table: judged ratio beside both echo ratios, each a median (range)."""
     table = [[r["goal"], r["judged_on"], _ratio_text(r), _ratio_text(r.get("rate")),
               _ratio_text(r.get("cpu")), r["n"], r["status"]] for r in rows]
-    return format_table(["goal", "judged on", "median (range)", "req/s ratio",
-                         "server CPU/req ratio", "rounds", "status"], table, markdown,
-                        align="llrrrrl")
+    head = ["goal", "judged on", "median (range)", "req/s ratio", "server CPU/req ratio",
+            "rounds", "status"]
+    align = "llrrrrl"
+    if any(r.get("python") for r in rows):
+        table = [[r.get("python") or "looplab's"] + line for r, line in zip(rows, table)]
+        head, align = ["python"] + head, "l" + align
+    return format_table(head, table, markdown, align=align)
+
+
+def goal_runtimes(pythons=(None,)) -> list:
+    """Every runtime the goals measure, once per interpreter of ``pythons``."""
+    return runtimes.parse_list(",".join(_at(spec, python) for python in pythons
+                                        for spec in GOAL_ECHO_RUNTIMES))
 
 
 def run_goals(repeat: int = 5, duration: float = 2.0, warmup: float = 1.0, min_time: float = 0.3,
-              client=None, pinned: bool = True, progress=progress) -> tuple[list[dict], list[dict], dict]:
-    """Exactly the measurements behind GOALS. Returns (cells, goal rows, skipped); on
-    SIGINT/SIGTERM raises Interrupted with the cells measured so far."""
-    rts, skipped = split_available(runtimes.parse_list(",".join(GOAL_ECHO_RUNTIMES)))
+              client=None, pinned: bool = True, progress=progress,
+              pythons=(None,)) -> tuple[list[dict], list[dict], dict]:
+    """Exactly the measurements behind GOALS, once per interpreter of ``pythons`` (None:
+    looplab's own). Returns (cells, goal rows, skipped); on SIGINT/SIGTERM raises
+    Interrupted with the cells measured so far."""
+    rts, skipped = split_available(goal_runtimes(pythons))
     cells = []
     if rts:
         cells += run_echo_matrix(echo_units(rts, [1 * KiB], [10]), duration, warmup, repeat,
@@ -154,4 +183,4 @@ def run_goals(repeat: int = 5, duration: float = 2.0, warmup: float = 1.0, min_t
             cells += run_micro_matrix(units, repeat, min_time, pinned, progress)
         except Interrupted as exc:
             raise Interrupted(cells + exc.cells) from None
-    return cells, evaluate_goals(cells), skipped
+    return cells, evaluate_goals(cells, pythons), skipped

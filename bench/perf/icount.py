@@ -14,6 +14,14 @@ benchmark verb::
     python -m bench.perf.icount RUNTIME... [--conns 10] [--size 1024] [--small 2000] [--large 10000]
                                       [--pause 0.005] [--cache-sim]
 
+With ``--micro OP`` it counts a micro-benchmark of ``bench.perf.micro`` instead: the whole
+process runs under callgrind once with ``small`` and once with ``large`` operations, and
+the difference is divided the same way (everything but the operations cancels out).
+Counts of operations that wait on the clock (timers) depend on how often the loop finds
+nothing to do, so only the scheduling operations are reproducible::
+
+    python -m bench.perf.icount --micro spawn_join coro curio [--small 2000] [--large 10000]
+
 Needs valgrind on PATH. Every process it starts is stopped before it returns.
 """
 from __future__ import annotations
@@ -28,7 +36,7 @@ import sys
 import tempfile
 import time
 
-from bench import procs
+from bench import envs, procs
 
 
 def _round_trips(socks, size, requests, pause=0.0):
@@ -74,7 +82,6 @@ def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):
 
 def instructions(runtime, conns, size, requests, out_dir, extra=(), pause=0.0):
     out = os.path.join(out_dir, f"cg.{runtime.replace(':', '_')}.c{conns}.{requests}.out")
-    from bench import envs          # the server runs in the runtime's own interpreter (@)
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
            f"--callgrind-out-file={out}", *extra,
            *procs.python_command("bench", "serve", "echo", "--runtime", runtime,
@@ -101,6 +108,31 @@ def instructions(runtime, conns, size, requests, out_dir, extra=(), pause=0.0):
     raise RuntimeError(f"no totals in {out}")
 
 
+def micro_instructions(op, runtime, n, out_dir, extra=()):
+    """Instructions of one process that runs micro-benchmark ``op`` once with ``n``
+    operations on ``runtime`` (imports and port set-up included: they cancel out)."""
+    out = os.path.join(out_dir, f"cg.micro.{op}.{runtime.replace(':', '_')}.{n}.out")
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    code = ("import sys; from bench.perf.micro import micro; r = micro(sys.argv[1], sys.argv[2], "
+            "int(sys.argv[3])); sys.exit(r.error)")
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *extra,
+           sys.executable, "-c", code, op, runtime, str(n)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{op} on {runtime} failed: {proc.stderr.strip()[-300:]}")
+    with open(out) as f:
+        for line in f:
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return [int(x) for x in line.split()[1:]], out
+    raise RuntimeError(f"no totals in {out}")
+
+
+def ops_per_n(op: str) -> int:
+    from bench.perf.micro import YIELD_MANY_TASKS
+    return {"yield": 2, "yield_many": YIELD_MANY_TASKS}.get(op, 1)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.perf.icount")
     ap.add_argument("runtimes", nargs="+")
@@ -115,8 +147,21 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", default=None, help="directory for the callgrind files")
     ap.add_argument("--cache-sim", action="store_true",
                     help="also simulate the caches: last-level misses per request")
+    ap.add_argument("--micro", default=None, metavar="OP",
+                    help="count a bench.perf.micro operation (spawn_join, yield, ...) per operation "
+                         "instead of echo requests")
     args = ap.parse_args(argv)
     out_dir = args.keep or tempfile.mkdtemp(prefix="icount-")
+    os.makedirs(out_dir, exist_ok=True)
+    if args.micro:
+        for rt in args.runtimes:
+            a, _ = micro_instructions(args.micro, rt, args.small, out_dir)
+            b, path = micro_instructions(args.micro, rt, args.large, out_dir)
+            # operations per n: yield is two tasks yielding n times each, and so on
+            per = (b[0] - a[0]) / (args.large - args.small) / ops_per_n(args.micro)
+            print(f"{rt:24s} {args.micro} instr/op={per:10.0f}  ({a[0]} @ {args.small}, "
+                  f"{b[0]} @ {args.large}; {path})", flush=True)
+        return 0
     for rt in args.runtimes:
         extra = ("--cache-sim=yes",) if args.cache_sim else ()
         a, _ = instructions(rt, args.conns, args.size, args.small, out_dir, extra, args.pause)

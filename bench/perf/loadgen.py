@@ -26,7 +26,7 @@ import tempfile
 import time
 from importlib import resources
 
-from bench import procs
+from bench import envs, procs
 from bench.errors import UsageError
 from bench.perf.machine import ROOT, MeasureError, pin, read_line, stop_process, tail
 
@@ -61,10 +61,12 @@ class ServerProcess:
         self._stderr = None
 
     def command(self) -> list[str]:
-        from bench import envs      # the server runs in the runtime's own interpreter (@)
+        # A spec's @3.12 serves from that interpreter's environment; any other spec
+        # from looplab's own Python, which also reports a bad spec itself.
+        python = envs.interpreter_for(self.spec) if "@" in self.spec else None
         cmd = procs.python_command("bench", "serve", self.app, "--runtime", self.spec,
                                    "--listen", "127.0.0.1:0", "--variant", self.variant,
-                                   python=envs.interpreter_for(self.spec))
+                                   python=python)
         if self.sockbuf:
             cmd += ["--sockbuf", str(self.sockbuf)]
         return cmd

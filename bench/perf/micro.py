@@ -1,5 +1,7 @@
-"""Micro-benchmarks: spawn+join, yield, ping-pong and timers, on every runtime whose
-port they apply to, and the runner that times them in fresh pinned worker processes.
+"""Micro-benchmarks: spawn+join, yield, ping-pong and timers, and the Python
+counterparts of tokio's scheduler benchmarks (chained_spawn, yield_many, many_timers), on
+every runtime whose port they apply to, and the runner that times them in fresh pinned
+worker processes.
 
 A run body builds nothing: ``Micro`` opens the port and binds the listening socket
 outside the timed region, and the body times only the operations, inside the loop, with
@@ -17,27 +19,36 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import random
 import subprocess
 import sys
 import time
 
-from bench import procs, results
+from bench import envs, procs, results
 from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop,
                            cpu_plan, pin, progress, run_interruptibly)
 from bench.tables import fmt_rate, format_table
 from protocols import runtimes
+from protocols.common import set_event
 
 __all__ = ["MICRO_OPS", "MICRO_STYLES", "MICRO_START_N", "MICRO_TIMEOUT_S", "micro_supported",
            "Micro", "MicroResult", "micro", "micro_calibrated", "run_micro_matrix",
            "micro_table", "MICRO_NOTES"]
 
-MICRO_OPS = ("spawn_join", "yield", "pingpong", "timers")
-# Which port styles each operation applies to (callback: no tasks, so no spawn_join).
+MICRO_OPS = ("spawn_join", "yield", "pingpong", "timers", "chained_spawn", "yield_many",
+             "many_timers")
+# Which port styles each operation applies to (callback: no tasks, so no spawn_join, and
+# none of tokio's scheduler benchmarks, which are about tasks).
 MICRO_STYLES = {"spawn_join": ("stream", "task"), "yield": ("callback", "stream", "task"),
                 "pingpong": ("callback", "stream", "task"),
-                "timers": ("callback", "stream", "task")}
-MICRO_START_N = {"spawn_join": 2000, "yield": 5000, "pingpong": 1000, "timers": 2000}
+                "timers": ("callback", "stream", "task"),
+                "chained_spawn": ("stream", "task"), "yield_many": ("stream", "task"),
+                "many_timers": ("stream", "task")}
+MICRO_START_N = {"spawn_join": 2000, "yield": 5000, "pingpong": 1000, "timers": 2000,
+                 "chained_spawn": 2000, "yield_many": 50, "many_timers": 2000}
+# yield_many: this many tasks, each yielding n times (tokio's yield_many: 200 x 1000).
+YIELD_MANY_TASKS = 100
 MICRO_TIMEOUT_S = 60.0
 
 MICRO_NOTES = [
@@ -48,6 +59,13 @@ MICRO_NOTES = [
     "timers on the stream and task ports are sleeping tasks (spawn + sleep)",
     "spawn_join: create_task + await (stream port), spawn + join (coro, curio), a nursery per "
     "child (trio, which has no join)",
+    "chained_spawn (tokio's): each task spawns the next and ends, n deep; the library's own "
+    "spawn (create_task; coro's and curio's spawn, as daemon tasks nobody joins), a nursery "
+    "on trio",
+    f"yield_many (tokio's): {YIELD_MANY_TASKS} tasks each yielding n times; one operation "
+    "is one yield",
+    "many_timers: n sleeping tasks with staggered deadlines (1 ms down to 1 ms/n), made "
+    "latest-first, so every new timer goes to the front of the queue",
 ]
 
 
@@ -223,6 +241,34 @@ async def _st_timers(port, n, box, delays):
     box.t1 = time.perf_counter()
 
 
+async def _st_chained_spawn(port, n, box):
+    done = port.Event()
+    create = port.create_task
+
+    async def link(i):
+        box.ops += 1
+        if i < n:
+            create(link(i + 1))
+        else:
+            done.set()
+    box.t0 = time.perf_counter()
+    create(link(1))
+    await done.wait()
+    box.t1 = time.perf_counter()
+
+
+async def _st_yield_many(port, n, box):
+    sleep = port.sleep
+
+    async def worker():
+        for _ in range(n):
+            await sleep(0)
+            box.ops += 1
+    box.t0 = time.perf_counter()
+    await port.gather(*[worker() for _ in range(YIELD_MANY_TASKS)])
+    box.t1 = time.perf_counter()
+
+
 async def _st_pingpong(port, n, box, listener):
     async def handle(reader, writer):
         try:
@@ -305,6 +351,47 @@ async def _tk_timers(port, n, box, delays):
     box.t1 = time.perf_counter()
 
 
+async def _tk_chained_spawn(port, n, box):
+    spawn = _native_spawn(port)
+    box.t0 = time.perf_counter()
+    if spawn is not None:
+        done = port.Event()
+
+        # daemon: nobody joins these (tokio's detached spawn); curio prints a line for
+        # every non-daemon task that ends unjoined, which would be most of what it timed.
+        async def link(i):
+            box.ops += 1
+            if i < n:
+                await spawn(link, i + 1, daemon=True)
+            else:
+                await set_event(done)
+        await spawn(link, 1, daemon=True)
+        await done.wait()
+        box.t1 = time.perf_counter()
+        return
+    async with port.open_nursery() as nursery:
+        async def nlink(i):
+            box.ops += 1
+            if i < n:
+                await nursery.spawn(nlink, i + 1)
+        await nursery.spawn(nlink, 1)
+    box.t1 = time.perf_counter()
+
+
+async def _tk_yield_many(port, n, box):
+    sleep = port.sleep
+
+    async def worker():
+        for _ in range(n):
+            await sleep(0)
+            box.ops += 1
+    box.t0 = time.perf_counter()
+    async with port.open_nursery() as nursery:
+        for _ in range(YIELD_MANY_TASKS):
+            await nursery.spawn(worker)
+    box.t1 = time.perf_counter()
+
+
 async def _tk_pingpong(port, n, box, listener):
     lst = port.listen(listener)
     host, p = listener.getsockname()[:2]
@@ -339,9 +426,11 @@ async def _tk_pingpong(port, n, box, listener):
 _BODIES = {
     "callback": {"yield": _cb_yield, "timers": _cb_timers, "pingpong": _cb_pingpong},
     "stream": {"spawn_join": _st_spawn_join, "yield": _st_yield, "timers": _st_timers,
-               "pingpong": _st_pingpong},
+               "pingpong": _st_pingpong, "chained_spawn": _st_chained_spawn,
+               "yield_many": _st_yield_many, "many_timers": _st_timers},
     "task": {"spawn_join": _tk_spawn_join, "yield": _tk_yield, "timers": _tk_timers,
-             "pingpong": _tk_pingpong},
+             "pingpong": _tk_pingpong, "chained_spawn": _tk_chained_spawn,
+             "yield_many": _tk_yield_many, "many_timers": _tk_timers},
 }
 
 
@@ -370,7 +459,10 @@ class Micro:
     call_soon chains each yielding ``n`` times: 2n operations), pingpong (``n`` 1-byte
     round trips over a 127.0.0.1 TCP connection made through the port's own
     connect/accept), timers (``n`` timers -- sleeping tasks on the task and stream ports --
-    with seeded random delays up to 1 ms, all awaited)."""
+    with seeded random delays up to 1 ms, all awaited); and tokio's scheduler benchmarks:
+    chained_spawn (each task spawns the next, ``n`` deep), yield_many
+    (``YIELD_MANY_TASKS`` tasks each yielding ``n`` times), many_timers (``n`` sleeping
+    tasks with staggered deadlines from 1 ms down, made latest-first)."""
 
     def __init__(self, op: str, runtime, n: int, seed: int = 1):
         if isinstance(runtime, str):
@@ -384,13 +476,15 @@ class Micro:
                              f"({runtime.style} port)")
         self.op, self.n = op, n
         self.runtime = bench_runtime(runtime)
-        self.expected = 2 * n if op == "yield" else n
+        self.expected = (2 * n if op == "yield" else YIELD_MANY_TASKS * n
+                         if op == "yield_many" else n)
         self.box = _Box()
         self.listener = None
         self.port = None
         self._ran = False
         rng = random.Random(seed)
-        self.delays = [rng.random() * 0.001 for _ in range(n)] if op == "timers" else None
+        self.delays = ([rng.random() * 0.001 for _ in range(n)] if op == "timers" else
+                       [0.001 * (n - i) / n for i in range(n)] if op == "many_timers" else None)
         try:
             if op == "pingpong":
                 self.listener = runtimes.bind_listener("127.0.0.1", 0)
@@ -405,7 +499,8 @@ class Micro:
         self._ran = True
         port, box, op, n = self.port, self.box, self.op, self.n
         body = _BODIES[port.style][op]
-        extra = (self.delays,) if op == "timers" else (self.listener,) if op == "pingpong" else ()
+        extra = ((self.delays,) if self.delays is not None else
+                 (self.listener,) if op == "pingpong" else ())
         if port.style == "callback":
             def setup(p):
                 p.call_later(MICRO_TIMEOUT_S, self._timeout)
@@ -477,6 +572,7 @@ def _worker_main(argv) -> int:
     a = p.parse_args(argv)
     try:
         out = micro_calibrated(a.op, a.runtime, a.min_time, a.n).as_dict()
+        out["python"] = platform.python_version()
     except Exception as exc:
         out = {"error": f"{type(exc).__name__}: {exc}"}
     print(json.dumps(out), flush=True)
@@ -485,8 +581,7 @@ def _worker_main(argv) -> int:
 
 def _micro_in_worker(op: str, rt, min_time: float, cpu: int | None,
                      timeout_s: float = 180.0) -> dict:
-    from bench import envs          # the worker runs in the runtime's own interpreter (@)
-    spec = bench_runtime(rt).spec
+    spec = bench_runtime(rt).spec      # the worker runs in the runtime's own interpreter (@)
     cmd = procs.python_command("bench.perf.micro", "worker", "--op", op, "--runtime",
                                spec, "--min-time", repr(min_time),
                                python=envs.interpreter_for(spec))
@@ -518,8 +613,10 @@ def run_micro_matrix(units, repeat: int, min_time: float, pinned: bool = True,
     whose order rotates, each in a fresh worker process pinned to one CPU."""
     cpu, _ = cpu_plan(pinned)
     units = [(op, rt) for op, rt in units if micro_supported(op, rt)]
+    # Every interpreter found and environment built before the first measurement.
+    envs.prepare(list({rt.spec: rt for _, rt in units}.values()))
     ops = list(dict.fromkeys(op for op, _ in units))
-    store = {(op, rt.spec): {"ops_per_s": [], "n": [], "rounds": [], "errors": []}
+    store = {(op, rt.spec): {"ops_per_s": [], "n": [], "rounds": [], "errors": [], "python": None}
              for op, rt in units}
     total, done = len(units) * repeat, 0
 
@@ -543,6 +640,7 @@ def run_micro_matrix(units, repeat: int, min_time: float, pinned: bool = True,
                     entry["ops_per_s"].append(res["ops_per_s"])
                     entry["n"].append(res["n"])
                     entry["rounds"].append(r)
+                    entry["python"] = res.get("python")
                     progress(f"{label}: {fmt_rate(res['ops_per_s'], ' ops/s')} (n={res['n']})")
 
     interrupted = run_interruptibly(measure_all)
@@ -553,7 +651,8 @@ def run_micro_matrix(units, repeat: int, min_time: float, pinned: bool = True,
                                 samples={"ops_per_s": e["ops_per_s"]} if e["ops_per_s"] else {},
                                 errors=e["errors"],
                                 details={"n": e["n"], "rounds": e["rounds"], "min_time_s": min_time,
-                                         "runtime_benchmarked": bench_runtime(rt).spec})
+                                         "runtime_benchmarked": bench_runtime(rt).spec,
+                                         "python": e["python"]})
         cell["repeats"] = len(e["rounds"])
         cells.append(cell)
     if interrupted:

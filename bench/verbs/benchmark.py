@@ -2,7 +2,8 @@
 
     looplab bench matrix   echo throughput/latency over runtimes x sizes x connections
     looplab bench goals    exactly the measurements behind the performance goals
-    looplab bench micro    spawn+join, yield, ping-pong, timers in fresh worker processes
+    looplab bench micro    spawn+join, yield, ping-pong, timers and tokio's scheduler benchmarks
+                           (chained_spawn, yield_many, many_timers) in fresh worker processes
     looplab bench idle     server memory per idle connection
     looplab bench curve    echo throughput over 1..1000 connections
 
@@ -20,14 +21,14 @@ import math
 import os
 import sys
 
-from bench import results
+from bench import envs, results
 from bench.perf.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, curve_table,
                              default_baseline, echo_tables, echo_units, idle_table, measure_idle,
                              run_echo_matrix)
 from bench.report import html
 from bench.errors import ExitCode, UsageError
-from bench.perf.goals import (GOAL_ECHO_RUNTIMES, evaluate_goals, goals_table, run_goals,
-                              unjudged_if_interrupted)
+from bench.perf.goals import (GOAL_ECHO_RUNTIMES, evaluate_goals, goal_runtimes, goals_table,
+                              run_goals, unjudged_if_interrupted)
 from bench.run.runner import default_out_dir
 from bench.perf.loadgen import CLIENT_KINDS, load_client
 from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
@@ -305,17 +306,19 @@ def cmd_goals(args) -> ExitCode:
     _at_least(args.repeat, 1, "--repeat", ">= 1")
     _at_least(args.min_time, 1e-9, "--min-time", "> 0")
     _check_outputs(args)
+    pythons = _pythons(args.python)
     client = _client(args.client)
     if client is None:
         return ExitCode.ENVIRONMENT
     pinned = not args.no_pin
     progress(f"looplab bench goals: echo 1 KiB x 10 on {len(GOAL_ECHO_RUNTIMES)} runtimes and "
-             f"micro yield/spawn_join/pingpong on coro and curio, {args.repeat} round(s) each")
+             f"micro yield/spawn_join/pingpong on coro and curio, {args.repeat} round(s) each"
+             + (f", on Python {', '.join(pythons)}" if args.python else ""))
     measured, interrupted = _measure(run_goals, args.repeat, args.duration, args.warmup,
-                                     args.min_time, client, pinned)
+                                     args.min_time, client, pinned, progress, pythons)
     if interrupted:
-        cells, rows = measured, unjudged_if_interrupted(evaluate_goals(measured), True)
-        skipped = split_available(runtimes.parse_list(",".join(GOAL_ECHO_RUNTIMES)))[1]
+        cells, rows = measured, unjudged_if_interrupted(evaluate_goals(measured, pythons), True)
+        skipped = split_available(goal_runtimes(pythons))[1]
     else:
         cells, rows, skipped = measured
     for spec, reason in skipped.items():
@@ -324,7 +327,7 @@ def cmd_goals(args) -> ExitCode:
     doc = results.new_document(cells, env=env, goals=rows, config={
         "mode": "goals", "repeat": args.repeat, "duration": args.duration,
         "warmup": args.warmup, "min_time": args.min_time, "skipped": skipped,
-        "interrupted": interrupted})
+        "pythons": list(pythons), "interrupted": interrupted})
     echo = [c for c in cells if c["scenario"] == "echo"]
     micro = [c for c in cells if c["scenario"] == "micro"]
     print("\n\n".join([goals_table(rows), echo_tables(echo, default_baseline()),
@@ -340,6 +343,20 @@ def cmd_goals(args) -> ExitCode:
     if args.fail and any(not r["status"].startswith("met") for r in rows):
         return ExitCode.FAILED
     return ExitCode.OK
+
+
+def _pythons(text) -> tuple:
+    """``--python 3.12,3.13`` -> ("3.12", "3.13"), each checked as a spec's ``@`` is;
+    no option -> (None,): the interpreter looplab runs in."""
+    if text is None:
+        return (None,)
+    pythons = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    if not pythons:
+        raise UsageError("--python needs interpreters, e.g. 3.11,3.12,3.13")
+    for python in pythons:
+        runtimes.parse(f"coro@{python}")        # a bad token is a UsageError here,
+        envs.find(python)                       # and so is a Python that isn't here
+    return pythons
 
 
 def cmd_micro(args) -> ExitCode:
@@ -542,6 +559,10 @@ def add_parser(subparsers) -> None:
                     "and the server-CPU-per-request ratio side by side.")
     go = _Options(g)
     go("--repeat", type=int, default=5, help="paired rounds (default 5; the goals quote 7)")
+    go("--python", default=None, metavar="VERSIONS",
+       help="comma list of interpreters (3.11,3.12,3.13 or paths): every goal is measured "
+            "and judged on each, against the reference on the same interpreter (default: "
+            "the one looplab runs in)")
     go("--duration", "--seconds", dest="duration", type=float, default=2.0,
        help="counted seconds per echo run (default 2)")
     go("--warmup", type=float, default=1.0, help="uncounted seconds before each echo run (default 1)")
@@ -553,10 +574,12 @@ def add_parser(subparsers) -> None:
     _outputs(go)
 
     mi = sub.add_parser(
-        "micro", formatter_class=fmt, help="spawn+join, yield, ping-pong, timers per runtime",
+        "micro", formatter_class=fmt, help="spawn+join, yield, ping-pong, timers, chained_spawn, yield_many, "
+                         "many_timers per runtime",
         description="Micro-benchmarks, each in a fresh worker process pinned to one CPU; the "
                     "operation count grows until one run lasts --min-time (the shorter runs "
-                    "before it are the warm-up). spawn_join applies to the stream and task "
+                    "before it are the warm-up). spawn_join and tokio's scheduler benchmarks "
+                    "(chained_spawn, yield_many, many_timers) apply to the stream and task "
                     "ports only.")
     mo = _Options(mi)
     mo("--runtimes", default=None, help="comma list of runtime specs (default: all available)")

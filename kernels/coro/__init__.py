@@ -47,8 +47,9 @@ agree within ~2-4 %):
   blocks on the same socket again costs no ``epoll_ctl``. Echo: 23.7-24.2k
   instructions per request, against 49.7k for curio, 114k for trio and 30.1k
   for uvloop's streams.
-* Non-blocking traps (spawn, join of a finished task, ...) are answered in
-  place and the task is stepped again without a trip through the loop.
+* Non-blocking traps (current_task, entering a timeout block, ...) are
+  answered in place and the task is stepped again without a trip through
+  the loop; a join of a finished task doesn't trap at all.
 * The loop steps each ready batch with a countdown instead of a ``range``
   object per pass: spawn+join 28.2k -> 27.6k instructions per operation;
   the in-process TCP ping-pong micro-benchmark (client and server tasks in
@@ -57,9 +58,39 @@ agree within ~2-4 %):
 * ``recv`` returns its own ``bytes``; after a short read one ``poll(0)``
   replaces the failed ``recv`` and its exception (see ``sockets.py``).
 
-spawn+join costs 27.6k instructions against curio's 112k (4.1x): a Task, the
-child's coroutine, two trap generators, two steps and two loop passes, all
-bookkeeping the probe and the trace count (every spawn is counted).
+What a spawn costs, decided for spawn+join (issue 27). ``spawn`` can't block,
+deliver a cancellation or let another task run, so it is not a trap: it calls
+the kernel directly and returns without yielding (it is still awaited, as
+curio's is). A trap cost a round trip up and down every frame of the
+caller's await chain and one more step; ``task_switches`` now counts one send
+fewer per spawn, because that send no longer happens -- it still counts every
+send and throw, and ``spawns`` every task. The kernel running in a thread is
+known to the thread (one per thread, checked once when ``run`` starts), but
+the await traps no longer ask the thread-local on every call: they test a
+process-wide count of running kernels, which is all they need to refuse a
+trap awaited outside any kernel (``traps.py``); only the direct calls (spawn
+and the synchronous entry points) read the thread-local, once each. What is
+left per spawn+join is the Task, the child's coroutine and the spawn and join
+generators, three steps (the parent to its join, the child, the parent
+again) and two loop passes. The two passes are what ``spawn="lazy"`` means:
+the child runs after the parent yields, in the next pass, and the parent
+resumes in the pass after it, behind whatever became ready meanwhile; a
+join of a child that has already finished (``spawn="eager"``, or a later
+join) takes no pass at all. Moving the joiner into the running batch would
+change the order the S4 fingerprints record, so it stays. Measured with
+``python -m bench.perf.icount --micro OP coro`` (whole process under callgrind,
+1,000 and 5,000 operations, the difference divided; previous and new code
+in one run): spawn+join 29.9k -> 27.1k instructions (curio: 113k, so 4.2x);
+chained_spawn 19.9k -> 18.1k; and, from the count test alone, a ``sleep(0)``
+6.9k -> 6.3k (two tasks) and 5.4k -> 4.9k (100 tasks). On CPython 3.12 and
+3.13 spawn+join goes 30.6k -> 27.6k and 30.1k -> 27.1k. The socket calls ask "is every I/O call a
+checkpoint?" the same way (a process-wide count of running kernels with
+``io_schedule_point`` first, the thread-local only when it isn't zero): echo
+(10 connections, 1 KiB, ``--small 1000 --large 3000 --pause 0.005``)
+went from 24.6k and 23.6k to 22.2k and 22.8k instructions per request (two
+runs of each, alternating; with 2,000 requests between the two counts the
+spread is a few per cent, so call it 3-10 % fewer). A Task built without its ``__init__`` frame
+measured no fewer instructions and was not kept.
 
 Layout: ``traps.py`` (the only functions that yield to the kernel: opcodes,
 trap coroutines, the synchronous entry points), ``kernel.py`` (``Kernel``,

@@ -94,7 +94,6 @@ class Runtime:
         self.fdmap = {}
         self.fdrecs = {}
         self.tasks = {}
-        self.crashes = []           # [pending, line] crash reports still to print at run end
         self.monotonic = io.time
         self.next_seq = itertools.count().__next__   # timer ties wake in the order they slept
         self.poller = io.poller()
@@ -115,12 +114,6 @@ def trap_table(handlers: dict) -> tuple:
     if missing or extra:
         raise RuntimeError(f"coro trap table: no handler for {missing}, no opcode for {extra}")
     return tuple(found[op] for op in OPCODES)
-
-
-def _report_crash(crash) -> None:
-    if crash[0]:
-        crash[0] = False
-        print(crash[1], file=sys.stderr)
 
 
 # --------------------------------------------------------------------------
@@ -242,7 +235,6 @@ def build_scheduler(rt) -> None:
         task._result = result
         task._exception = exc
         task._value = None
-        task._crash = None
         del tasks[task.id]
         if not task.daemon:
             nondaemon -= 1
@@ -294,7 +286,7 @@ def build_scheduler(rt) -> None:
         elif task is not main_task:
             # curio reports every crash of a task other than main when it happens,
             # joined or not (its "Task Crash" log); join() still raises TaskError.
-            _report_crash([True, f"coro: task {task.id} {task.name!r} crashed: {exc!r}"])
+            print(f"coro: task {task.id} {task.name!r} crashed: {exc!r}", file=sys.stderr)
 
     def step(task):
         # Run `task` until it blocks or ends. Non-blocking traps are answered

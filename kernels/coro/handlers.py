@@ -127,7 +127,6 @@ def build_task_handlers(rt) -> dict:
     next_seq = rt.next_seq
     monotonic = rt.monotonic
     deliver = rt.deliver
-    spawn_task = rt.spawn_task
     cancel_task = rt.cancel_task
     dead_timer = rt.dead_timer
 
@@ -167,13 +166,6 @@ def build_task_handlers(rt) -> dict:
         heappush(sleeping, entry)
         task._wait = W_SLEEP
         return True
-
-    def trap_spawn(task, trap):
-        try:
-            task._value = spawn_task(trap[1], trap[2], trap[3], trap[4])
-        except Exception as e:
-            task._exc = e
-        return False
 
     def wait_for_end(task, target, shield):
         if not shield and task._pending and deliver(task):

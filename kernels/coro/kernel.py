@@ -13,11 +13,11 @@ import threading
 from .. import io as _io
 from ..options import EXIT, TRACE, Option, Schema, boolean, choice
 from ..probe import Probe
-from .engine import (UNTIL_EMPTY, UNTIL_MAIN, UNTIL_NONDAEMON, Runtime, _report_crash,
+from .engine import (UNTIL_EMPTY, UNTIL_MAIN, UNTIL_NONDAEMON, Runtime,
                      build_cancellation, build_loop, build_scheduler, build_timers,
                      trap_table)
 from .handlers import build_io_handlers, build_task_handlers
-from .traps import W_READ, _state
+from .traps import W_READ, _enter, _leave, _state
 
 __all__ = ["Kernel", "run", "OPTIONS"]
 
@@ -114,18 +114,19 @@ class Kernel:
         if _state.kernel is not None:
             raise RuntimeError("a coro kernel is already running in this thread; "
                                "run() can't be nested (spawn a task instead)")
-        _state.kernel = self
-        _state.checkpoint = self.options["io_schedule_point"]
+        checkpoint = self.options["io_schedule_point"]
+        _enter(self, checkpoint)
         self._running = True
-        restore = self._install_sigint()
         try:
-            return self._kernel_run(main, args)
+            restore = self._install_sigint()
+            try:
+                return self._kernel_run(main, args)
+            finally:
+                if restore is not None:
+                    signal.signal(signal.SIGINT, restore)
         finally:
-            if restore is not None:
-                signal.signal(signal.SIGINT, restore)
             self._running = False
-            _state.kernel = None
-            _state.checkpoint = False
+            _leave(checkpoint)
 
     def close(self) -> None:
         """Release the poller and the wake-up socketpair. Idempotent. Sockets
@@ -226,9 +227,6 @@ class Kernel:
         finally:
             main = main_task
             rt.set_phase(UNTIL_MAIN, None)
-            for crash in rt.crashes:
-                _report_crash(crash)
-            rt.crashes.clear()
         if run.interrupt is not None:
             exc, run.interrupt = run.interrupt, None
             raise exc

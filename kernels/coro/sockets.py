@@ -37,6 +37,7 @@ import socket
 from .. import io as _io
 from ..probe import ConnStats
 from .errors import BusyResourceError, Cancelled, ClosedResourceError, TaskTimeout
+from . import traps as _traps
 from .traps import _state, checkpoint, io_release, read_wait, write_wait
 
 __all__ = ["Socket", "SocketStream", "Listener", "open_tcp_stream", "listen"]
@@ -129,7 +130,7 @@ class Socket:
         return f"<coro Socket {self._sock!r}>"
 
     async def recv(self, maxsize: int, flags: int = 0) -> bytes:
-        if _state.checkpoint:
+        if _traps._checkpointing and _state.checkpoint:
             await checkpoint()
         if self._drained and not (self._readable or self._poller())(0):
             await read_wait(self._sock)    # empty, as recv would have said with EAGAIN
@@ -150,7 +151,7 @@ class Socket:
         return check
 
     async def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
-        if _state.checkpoint:
+        if _traps._checkpointing and _state.checkpoint:
             await checkpoint()
         while True:
             try:
@@ -162,7 +163,7 @@ class Socket:
         return n
 
     async def send(self, data, flags: int = 0) -> int:
-        if _state.checkpoint:
+        if _traps._checkpointing and _state.checkpoint:
             await checkpoint()
         while True:
             try:
@@ -181,7 +182,7 @@ class Socket:
         send = self._send
         sent = 0
         try:
-            if _state.checkpoint:
+            if _traps._checkpointing and _state.checkpoint:
                 await checkpoint()
             total = len(data) if isinstance(data, (bytes, bytearray)) else memoryview(data).nbytes
             try:
@@ -221,7 +222,7 @@ class Socket:
         """Accept a connection: ``(Socket, address)``."""
         if self._closed:
             _closed()
-        if _state.checkpoint:
+        if _traps._checkpointing and _state.checkpoint:
             await checkpoint()
         while True:
             try:
@@ -238,7 +239,7 @@ class Socket:
     async def connect(self, address) -> None:
         if self._closed:
             _closed()
-        if _state.checkpoint:
+        if _traps._checkpointing and _state.checkpoint:
             await checkpoint()
         sock = self._sock
         try:
@@ -317,7 +318,7 @@ class SocketStream:
         try:
             # Socket.recv(max_bytes), inline: one coroutine less between the
             # task and its trap on every read (this is the echo hot path).
-            if _state.checkpoint:
+            if _traps._checkpointing and _state.checkpoint:
                 await checkpoint()
             if sock._drained and not (sock._readable or sock._poller())(0):
                 await read_wait(sock._sock)
@@ -347,7 +348,7 @@ class SocketStream:
             # Socket.sendall(data), inline up to its first send(): when the OS
             # takes everything at once, no coroutine is created for it.
             try:
-                if _state.checkpoint:
+                if _traps._checkpointing and _state.checkpoint:
                     await checkpoint()
                 total = len(data) if isinstance(data, (bytes, bytearray)) \
                     else memoryview(data).nbytes

@@ -25,9 +25,9 @@ class Task:
     from the task's exception (its ``Cancelled`` included), as curio does;
     ``task.result()`` re-raises the exception itself. ``await task.cancel()`` requests
     cancellation and waits for the task to end; it returns ``False`` if the
-    task had already finished. An exception nobody joins is not lost: if no
-    joiner or ``on_done`` callback takes it, one line goes to stderr when the
-    task is dropped or when ``run()`` ends, whichever is first.
+    task had already finished. An exception is not lost: every task but main
+    that ends with one is reported on stderr the moment it ends, joined or not
+    (curio's "Task Crash" log).
 
     ``on_done(task)`` callbacks run inside the kernel the moment the task
     finishes, before any joiner resumes. They must not block and may use only
@@ -37,7 +37,7 @@ class Task:
     """
     __slots__ = ("id", "coro", "daemon", "_value", "_exc", "_wait", "_wait_obj", "_timer",
                  "_pending", "_cancel", "_scopes", "_done", "_result", "_exception",
-                 "_joiners", "_callbacks", "_crash", "_flow", "__weakref__")
+                 "_joiners", "_callbacks", "_flow", "__weakref__")
 
     def __init__(self, task_id: int, coro, daemon: bool):
         self.id = task_id
@@ -68,7 +68,6 @@ class Task:
         """The finished task's result; re-raises its exception (sync, no wait)."""
         if not self._done:
             raise RuntimeError(f"{self!r} has not finished")
-        self._mark_joined()
         if self._exception is not None:
             raise self._exception
         return self._result
@@ -78,10 +77,6 @@ class Task:
         if not self._done:
             raise RuntimeError(f"{self!r} has not finished")
         return self._exception
-
-    def _mark_joined(self):
-        if self._crash is not None:
-            self._crash[0] = False
 
     join = traps.join
     wait = traps.wait

@@ -12,9 +12,11 @@ able to do *without* awaiting go through the synchronous entry points at the
 end (``spawn_soon``, ``wake``, ``cancel_soon``, ``cancel_scope``): each calls
 the running kernel directly and never blocks.
 
-Every trap checks first that a kernel is running in this thread, so awaiting
-one from asyncio, trio or plain code fails with a clear ``RuntimeError``
-instead of handing the tuple to a loop that can't read it.
+Every trap checks first that a kernel is running, so awaiting one from
+asyncio, trio or plain code fails with a clear ``RuntimeError`` instead of
+handing the tuple to a loop that can't read it (see ``_live`` below for what
+is checked). ``spawn`` is awaited like a trap but is one of the direct calls:
+it can't block, so it never yields.
 """
 from __future__ import annotations
 
@@ -28,10 +30,17 @@ __all__ = ["OPCODES", "sleep", "checkpoint", "spawn", "spawn_soon", "current_tas
 
 
 # --------------------------------------------------------------------------
-# Per-thread state: the running kernel (for the synchronous entry points and
-# for "awaited outside a kernel" errors) and whether I/O calls are checkpoints.
-# A threading.local subclass so the class attributes serve as defaults in
-# every thread.
+# Which kernel runs where. Each thread runs at most one kernel at a time
+# (``Kernel.run`` asserts it once, on entry): the thread-local ``_state`` names
+# it, for the entry points that must call it directly (``spawn`` and the
+# synchronous ones) and for ``run``'s nesting check. The await traps only need
+# to know that *some* kernel will read what they yield, so they test a plain
+# module global, the number of kernels running in this process: a
+# thread-local read costs about as much as the rest of a trap's checks. A
+# trap awaited in a thread with no kernel while another thread runs one goes
+# to whatever loop awaits it, which refuses it (asyncio: "bad yield"). The
+# counts change under ``_lock`` (``+=`` on a global is not atomic across
+# threads); nothing on a hot path takes it.
 
 class _ThreadState(threading.local):
     kernel = None
@@ -39,6 +48,34 @@ class _ThreadState(threading.local):
 
 
 _state = _ThreadState()
+_lock = threading.Lock()
+_live = 0               # coro kernels running in this process, any thread
+_checkpointing = 0      # of those, how many have io_schedule_point=True
+
+
+def _enter(kernel, checkpoint: bool) -> None:
+    """``kernel`` starts running in this thread (the caller checked it is the only one)."""
+    global _live, _checkpointing
+    with _lock:
+        _state.kernel = kernel
+        _state.checkpoint = checkpoint
+        _live += 1
+        _checkpointing += checkpoint
+
+
+def _leave(checkpoint: bool) -> None:
+    global _live, _checkpointing
+    with _lock:
+        _state.kernel = None
+        _state.checkpoint = False
+        _live -= 1
+        _checkpointing -= checkpoint
+
+
+def io_checkpoint() -> bool:
+    """Whether a socket call in this thread is a checkpoint (``io_schedule_point``):
+    no thread-local read unless some running kernel has the option on."""
+    return _checkpointing and _state.checkpoint
 
 
 def _running_kernel(what: str):
@@ -53,9 +90,9 @@ def _running_kernel(what: str):
 # Opcodes. The kernel has exactly one handler ``trap_<name>`` per name, and
 # its table is indexed by the opcode, the name's position here.
 
-OPCODES = ("yield", "sleep", "io_wait", "io_release", "spawn", "join", "cancel", "current",
+OPCODES = ("yield", "sleep", "io_wait", "io_release", "join", "cancel", "current",
            "park", "scope_enter", "scope_exit")
-(_YIELD, _SLEEP, _IO_WAIT, _IO_RELEASE, _SPAWN, _JOIN, _CANCEL,
+(_YIELD, _SLEEP, _IO_WAIT, _IO_RELEASE, _JOIN, _CANCEL,
  _CURRENT, _PARK, _SCOPE_ENTER, _SCOPE_EXIT) = range(len(OPCODES))
 
 # What a blocked task waits on (Task._wait); 0 means "not blocked" (ready or
@@ -75,7 +112,7 @@ def sleep(seconds):
     """Suspend the calling task for ``seconds``; ``sleep(0)`` is a checkpoint:
     the task goes to the back of the ready queue (and a pending cancellation is
     delivered). Negative or NaN -> ValueError."""
-    if _state.kernel is None:
+    if not _live:
         _running_kernel("sleep()")
     if seconds == 0:
         yield _YIELD_TRAP
@@ -91,7 +128,7 @@ def sleep(seconds):
 def checkpoint():
     """``sleep(0)``: yield to the other ready tasks and take delivery of a pending
     cancellation."""
-    if _state.kernel is None:
+    if not _live:
         _running_kernel("checkpoint()")
     yield _YIELD_TRAP
 
@@ -103,16 +140,21 @@ def spawn(fn, *args, daemon=False, on_done=None):
     With ``spawn="lazy"`` (the default) the child is only queued: it has not run
     when this returns. With ``spawn="eager"`` its first step (up to its first
     blocking trap) runs before this returns. ``daemon=True`` marks a background
-    task the exit policy cancels silently. ``on_done(task)``: see ``Task``."""
-    if _state.kernel is None:
-        _running_kernel("spawn()")
-    return (yield (_SPAWN, fn, args, daemon, on_done))
+    task the exit policy cancels silently. ``on_done(task)``: see ``Task``.
+
+    Never blocks, never delivers a cancellation and never lets another task
+    run (an eager child's first step is nested inside this call), so it calls
+    the kernel directly instead of yielding a trap: a trap would cost a
+    round trip through every frame of the caller's await chain and one more
+    step. It is still awaited, as curio's is."""
+    return _running_kernel("spawn()")._spawn(fn, args, daemon, on_done)
+    yield       # never reached: makes this a generator, so that it can be awaited
 
 
 @types.coroutine
 def current_task():
     """The ``Task`` running the caller."""
-    if _state.kernel is None:
+    if not _live:
         _running_kernel("current_task()")
     return (yield _CURRENT_TRAP)
 
@@ -121,7 +163,7 @@ def current_task():
 def read_wait(fileobj):
     """Block until ``fileobj`` (a socket or an fd) is readable. One reader per fd:
     a second concurrent reader gets ``BusyResourceError``."""
-    if _state.kernel is None:
+    if not _live:
         _running_kernel("read_wait()")
     yield (_IO_WAIT, fileobj, W_READ)
 
@@ -129,7 +171,7 @@ def read_wait(fileobj):
 @types.coroutine
 def write_wait(fileobj):
     """Block until ``fileobj`` is writable. One writer per fd."""
-    if _state.kernel is None:
+    if not _live:
         _running_kernel("write_wait()")
     yield (_IO_WAIT, fileobj, W_WRITE)
 
@@ -139,7 +181,7 @@ def io_release(fileobj):
     """Forget ``fileobj``: unregister it from the poller and wake any task
     still waiting on it with ``ClosedResourceError``. Call before closing.
     Never blocks and never delivers a cancellation, so it is safe in cleanup."""
-    if _state.kernel is None:
+    if not _live:
         _running_kernel("io_release()")
     yield (_IO_RELEASE, fileobj)
 
@@ -153,11 +195,9 @@ def join(task):
     """Wait for the task to finish; return its result, or raise ``TaskError``
     chained from the exception it ended with (curio)."""
     if not task._done:
-        if _state.kernel is None:
+        if not _live:
             _running_kernel("Task.join()")
         yield (_JOIN, task)
-    if task._crash is not None:
-        task._crash[0] = False
     if task._exception is not None:
         raise TaskError(f"task {task.id} {task.name!r} crashed") from task._exception
     return task._result
@@ -167,7 +207,7 @@ def join(task):
 def wait(task):
     """Wait for the task to finish without collecting its outcome."""
     if not task._done:
-        if _state.kernel is None:
+        if not _live:
             _running_kernel("Task.wait()")
         yield (_JOIN, task)
 
@@ -175,7 +215,7 @@ def wait(task):
 @types.coroutine
 def cancel(task, blocking):
     """Request cancellation of ``task``; with ``blocking``, wait for its end."""
-    if _state.kernel is None:
+    if not _live:
         _running_kernel("Task.cancel()")
     yield (_CANCEL, task, blocking)
 
@@ -183,21 +223,21 @@ def cancel(task, blocking):
 @types.coroutine
 def park(queue, shield=False):
     """``WaitQueue.park``: block until ``wake`` picks this task; return its value."""
-    if _state.kernel is None:
+    if not _live:
         _running_kernel("WaitQueue.park()")
     return (yield (_PARK, queue._tasks, shield))
 
 
 @types.coroutine
 def scope_enter(scope):
-    if _state.kernel is None:
+    if not _live:
         _running_kernel("a timeout/cancel scope")
     yield (_SCOPE_ENTER, scope)
 
 
 @types.coroutine
 def scope_exit(scope):
-    if _state.kernel is None:
+    if not _live:
         _running_kernel("a timeout/cancel scope")
     yield (_SCOPE_EXIT, scope)
 
