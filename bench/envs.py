@@ -416,6 +416,14 @@ def _describe_here(spec: str) -> dict:
                 out["libraries"][dist] = metadata.version(dist)
             except metadata.PackageNotFoundError:
                 pass
+    # A pinned distribution is recorded as installed, whether or not opening the port
+    # imported it (a zoo program imports its framework only when it runs).
+    for pin in getattr(rt, "pins", ()) or ():
+        dist = pin.partition("==")[0]
+        try:
+            out["libraries"][dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
     try:
         out["libraries"].setdefault("looplab", metadata.version("looplab"))
     except metadata.PackageNotFoundError:

@@ -719,6 +719,8 @@ _add(Entry(
     styles=("stream",),
     affected_versions=("uvicorn==0.42.0", "uvicorn==0.54.0"),
     fixed_versions=("uvicorn==0.44.0",),
+    # uvicorn is the framework the program runs on asyncio's streams: pinned there
+    version_runtimes=("asyncio-streams",), version_with=("starlette==1.10.0",),
     show_on=("asyncio-streams",),
     minimum=(("sse_events_count", 1, "one SSE event before the shutdown"),),
     verified="read the thread (rob-blackbourn: the first ^C does not stop an SSE response, "

@@ -63,6 +63,9 @@ class Entry:
     # RuntimeInfo.library is the requirement's distribution). An entry whose program
     # imports a framework (aiohttp) names the runtimes it runs that program on.
     version_runtimes: tuple = ()
+    # Exact releases every version run of the entry also installs: what its program
+    # needs beside the pinned library ("starlette==1.10.0" for a uvicorn entry's app).
+    version_with: tuple = ()
     # What plays the buggy version here: "" when the entry shows on a real library
     # or interpreter installed here (or the bug is the program's own), otherwise
     # the option of our kernel that stands in for it.

@@ -152,7 +152,9 @@ def points(e) -> list[Point]:
             out.append(Point(role, req, None, dist=dist, reason=(
                 "a range of releases: the card must name an exact one (DIST==VERSION) to run it")))
             continue
-        out.append(Point(role, req, platform.python_version(), (f"{dist}=={clauses[0][1]}",), dist))
+        out.append(Point(role, req, platform.python_version(),
+                         (f"{dist}=={clauses[0][1]}",) + tuple(getattr(e, "version_with", ()) or ()),
+                         dist))
     return out
 
 
