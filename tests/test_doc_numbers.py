@@ -37,7 +37,11 @@ def test_the_fault_shrinking_example(tmp_path):
                    "--scenarios", "S3", "--variants", "fixed", "--runtimes", "callback,coro",
                    "--preset", "tiny", "--out", "ex")
     cb = out.split("S3/callback/fixed/tiny/sim:", 1)[1].split("S3/coro", 1)[0]
-    failing = sum(int(n) for n in re.findall(r"^\s+(\d+)\s+[\d.]+ %\s+.*NO", cb, re.M))
+    outcomes = {why: int(n) for n, why in re.findall(r"^\s+(\d+)\s+[\d.]+ %\s+(.*)$", cb, re.M)}
+    failing = sum(n for why, n in outcomes.items() if why != "close_completed=yes, no_loss=yes")
+    hung = sum(n for why, n in outcomes.items() if "did not finish" in why)
+    unmeasured = sum(n for why, n in outcomes.items() if "not measured" in why)
+    failed = sum(n for why, n in outcomes.items() if why.startswith("close_completed=NO"))
     first = re.search(r"first failing seed (\d+): faults (\d+) -> (\d+)", cb)
     assert first, cb
     universe = json.loads((tmp_path / "ex" / "failing-S3_callback_fixed_tiny_sim.json").read_text())
@@ -45,6 +49,8 @@ def test_the_fault_shrinking_example(tmp_path):
     assert len(faults) == int(first.group(3)) == 1
     page = _page()
     assert f"finds {failing} failing seeds in 100" in page, failing
+    assert (f"{_words(hung)} of them end as an error" in page or f"{hung} of them end as an error" in page), hung
+    assert f"{unmeasured} are not measured" in page and f"and {failed} fail their verdicts" in page
     assert f"The first, seed {first.group(1)}, had a schedule of {_words(int(first.group(2)))} faults" in page
     assert f"`{faults[0]['kind']}` of the reader's side at {faults[0]['at']:.3f} s" in page
 
