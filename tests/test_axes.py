@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -468,3 +469,23 @@ def test_a_loop_that_refuses_set_protocol_still_reaches_the_apps_protocol():
     tracked.connection_made(transport)
     tracked.data_received(b"ping")
     assert app.got == [("made", transport), ("data", b"ping")]
+
+
+@pytest.mark.timeout(RUN_S)
+def test_a_users_loop_runs_through_fidelity_against_asyncio_on_the_same_interpreter(tmp_path):
+    """``looplab fidelity`` on a loop named only as MODULE:FACTORY from the user's
+    PYTHONPATH: its probe worker makes the loop with its keywords, and every probe is
+    compared with CPython's own loop."""
+    (tmp_path / "userloop_mod.py").write_text(USER_LOOP)
+    mark = tmp_path / "made.txt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    spec = f"asyncio-streams:loop=userloop_mod:new_loop,loop.mark={mark},loop.tag=f1"
+    r = _looplab(["fidelity", "--runtimes", spec, "--probes", "lp_call_*",
+                  "--json", str(tmp_path / "f.json")], env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    # a SelectorEventLoop subclass agrees with asyncio on every probe it ran
+    m = re.search(re.escape(spec) + r" vs asyncio-streams \(loop conformance\): (\d+)/(\d+) agree",
+                  r.stdout)
+    assert m and int(m.group(1)) == int(m.group(2)) >= 3, r.stdout[-2000:]
+    made = mark.read_text().split()
+    assert made.count("f1") >= 1
