@@ -8,6 +8,7 @@ import json
 import pytest
 
 from bench import cli
+from bench.errors import UsageError
 from bench.explore import bugs, runner, search, targets, verb
 from kernels import choice, io as kio, simnet
 
@@ -212,6 +213,40 @@ def test_a_hang_is_a_liveness_violation_with_the_tasks_and_where_they_wait():
     r = runner.explore(targets.resolve("cpython-27585"), "asyncio", "naive", "delays:1", 100)
     assert r["liveness"] and r["outcome"].startswith("hang")
     assert any("user" in line for line in r["pending"])
+
+
+def test_a_zoo_hang_is_a_liveness_violation_with_its_schedule_and_the_fix_is_not(tmp_path):
+    # uvicorn-336: the writer parked in drain() is never released after the disconnect
+    t = targets.resolve("uvicorn-336")
+    r = runner.explore(t, "callback", "naive", "delays:1", 50)
+    assert r["found"] and r["liveness"] and r["outcome"].startswith("hang: ")
+    assert any("drain()" in line for line in r["pending"]) and r["replay_exact"]
+    fixed = runner.explore(t, "callback", "fixed", "delays:1", 200)
+    assert not fixed["found"] and fixed["proved"]
+    # hybrid's drain() is released by the loss: no hang there
+    assert not runner.explore(t, "hybrid", "naive", "delays:0", 5)["found"]
+
+
+def test_zoo_prefix_names_the_entry_a_program_shares_its_id_with():
+    assert isinstance(targets.resolve("cpython-86296"), targets.ProgramTarget)
+    t = targets.resolve("zoo:cpython-86296")
+    assert isinstance(t, targets.CellTarget) and t.name == "zoo:cpython-86296"
+    assert t.applies("asyncio-streams") is None
+    assert runner.explore(t, "asyncio-streams", "naive", "delays:0", 5)["found"]
+    with pytest.raises(UsageError):
+        targets.resolve("zoo:S3")
+
+
+def test_the_zoos_cancellation_entries_on_the_simulated_network_are_in_the_benchmark():
+    from bench.zoo import registry
+    cancel = [e.id for e in registry.ENTRIES.values() if not e.sim_skip()
+              and any(getattr(fn, "__module__", "") == "bench.zoo.cancel"
+                      for fn in e.scenario.programs.values())]
+    assert len(cancel) >= 5
+    for eid in cancel:
+        tid = f"zoo:{eid}" if eid in bugs.PROGRAMS else eid
+        assert tid in bugs.BENCHMARK
+        assert isinstance(targets.resolve(tid), targets.CellTarget)
 
 
 def test_pct_prints_its_guarantee_from_the_measured_k_and_n():

@@ -30,7 +30,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-__all__ = ["Bug", "PROGRAMS", "BENCHMARK", "register"]
+__all__ = ["Bug", "PROGRAMS", "BENCHMARK", "HANGS", "register"]
 
 AT = 1.0        # the instant both racing events happen (virtual seconds)
 
@@ -303,8 +303,26 @@ PROGRAMS = {b.id: b for b in (
 #: The benchmark, by target id, in table order.
 BENCHMARK: list = ["S3:drain", "trio-1626", "cpython-27585", "cpython-23812", "cpython-86296"]
 
+#: Zoo entries whose bug is a hang: what waits for ever when ``bug_shown``
+#: holds. The entry's own oracle is a bounded wait (the task is still parked
+#: ``bound_s`` after the event that should have woken it), which is the
+#: liveness bound of a cell; the explorer reports such a failure as ``hang``.
+HANGS: dict = {
+    "uvicorn-336": "the writer parked in drain() (waiting for resume_writing) is never "
+                   "released after connection_lost",
+}
+
 
 def register(target_id: str) -> None:
     """Add a target (a zoo entry id, a scenario variant) to the benchmark."""
     if target_id not in BENCHMARK:
         BENCHMARK.append(target_id)
+
+
+# The zoo's cancellation entries (bench/zoo/cancel.py) that run on the simulated
+# network, all five. cpython-86296's id names the program above; ``zoo:`` names
+# the zoo entry of the same bug.
+for _id in ("zoo:cpython-86296", "cpython-102780", "cpython-109321", "redis-py-2624",
+            "httpcore-830"):
+    register(_id)
+register("uvicorn-336")     # a hang of the zoo, reported as a liveness violation

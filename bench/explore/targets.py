@@ -126,6 +126,14 @@ class CellTarget(Target):
             return RunResult(True, "error: " + err[:160])
         v = r["verdicts"]
         failed = bool(v.get("bug_shown")) if self.zoo else not all(v.values())
+        from bench.explore import bugs
+        hang = bugs.HANGS.get(self.sid) if self.zoo else None
+        if failed and hang:
+            # the entry's oracle waited its bound for a wake-up that never came
+            m = r["metrics"]
+            shown = ", ".join(f"{k}={m[k]}" for k in self.entry.decided_by if k in m)
+            return RunResult(True, f"hang: {hang}" + (f" ({shown})" if shown else ""),
+                             [f"{self.sid}: {hang}"], {"liveness": True})
         return RunResult(failed, _outcome_line(v),
                          detail={"lost_bytes": r["metrics"].get("lost_bytes")})
 
@@ -227,12 +235,21 @@ def resolve(name: str, preset: str = "tiny") -> Target:
     from bench.zoo import registry
     if name in bugs.PROGRAMS:
         return ProgramTarget(bugs.PROGRAMS[name])
+    # ``zoo:ID`` is the zoo entry even where a program has the same id (cpython-86296)
+    forced = name.startswith("zoo:")
+    if forced:
+        name = name[len("zoo:"):]
     sid, _, variant = name.partition(":")
     e = registry.entry(sid)
     if e is not None:
         sid = e.id
+    elif forced:
+        raise UsageError(f"zoo:{sid}: no zoo entry {sid!r}")
     known = scmod.scenarios()
     if sid not in known:
         raise UsageError(f"unknown explore target {name!r}; give a scenario (S3), a variant "
                          f"(S3:drain), a zoo id or one of {', '.join(bugs.PROGRAMS)}")
-    return CellTarget(sid, variant or None, preset)
+    t = CellTarget(sid, variant or None, preset)
+    if forced:
+        t.name = "zoo:" + t.name
+    return t
