@@ -1,7 +1,7 @@
 """The app side of one cell, in its own process: ``python -m bench.cell JSON``.
 
 Each cell's kernel under test runs here, alone, so its RSS, its leaks and its crashes
-are its own. The parent side is ``bench.scenario.AppProcess``; it talks to this
+are its own. The parent side is ``bench.cellrun.AppProcess``; it talks to this
 process over stdout, one JSON object per line:
 
   {"event": "listening", "addr": [host, port]}   a server is accepting

@@ -119,10 +119,12 @@ def test_trio_high_level_networking_runs_on_the_world():
     """``trio.open_tcp_stream`` and ``trio.open_tcp_listeners`` make their sockets
     through trio's per-run socket factory and resolver, which ``run_trio`` sets."""
     trio = pytest.importorskip("trio")
-    from kernels.simnet import Sink, Source
+    from bench import peers
+    from bench.peers.sim import play
     world = World(0, log=False)
-    sink = Sink(world, rate_Bps=1_000_000, verify=False).listen(("127.0.0.1", 9001))
-    Source(world, rate_Bps=1_000_000, duration_s=1.0).connect(("127.0.0.1", 9002), at=0.5)
+    sink = play(world, peers.sink(rate_Bps=1_000_000), listen=("127.0.0.1", 9001))
+    play(world, peers.source(rate_Bps=1_000_000, duration_s=1.0), connect=("127.0.0.1", 9002),
+         at=0.5)
 
     async def main():
         out = await trio.open_tcp_stream("127.0.0.1", 9001)

@@ -18,10 +18,9 @@ from collections import deque
 
 import pytest
 
-from kernels.simnet import (
-    FD_BASE, READ, WRITE, DelayedReader, PipeliningClient, ResettingPeer, SimDeadlock, SimStopped,
-    SimSelector, Sink, Source, StalledReader, World, queue_delays,
-)
+from bench import peers
+from bench.peers.sim import play
+from kernels.simnet import FD_BASE, READ, WRITE, SimDeadlock, SimSelector, SimStopped, World
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,6 +29,33 @@ B = ("127.0.0.1", 9001)
 
 
 # -- helpers -----------------------------------------------------------------
+
+# The peers are the bench's roles (bench.peers) played in the world by
+# bench.peers.sim. A framed sink (frame_bytes, verify) checks every byte the
+# framed source sent and times every frame from its stamp at the source.
+FRAMED = {"frame_bytes": 32768, "verify": True}
+
+
+def reads(role):
+    """Every read ``role`` makes from now on, as [(virtual time, bytes read so
+    far)] (its report samples only every 50 ms)."""
+    log = []
+    core = role.core
+    on_data = core.on_data
+
+    def counted(data, now):
+        on_data(data, now)
+        log.append((now, core.received))
+    core.on_data = counted
+    return log
+
+
+def intact(sink) -> bool:
+    """Every frame of the source arrived, whole, in order, once."""
+    r = sink.result()
+    return ("frame_error" not in r and r["missing_count"] == 0 and r["duplicate_count"] == 0
+            and r["out_of_order_count"] == 0)
+
 
 def pair(world, **kw):
     """A connected (client, server) pair through a listener, both non-blocking."""
@@ -82,12 +108,12 @@ def run_relay(world, bounded, duration=10.0):
     while anything is queued (its send buffer is full). Returns the user
     buffer sampled every 0.5 s and its peak."""
     io = world.io()
-    sink = Sink(world, rate_Bps=1_000_000).listen(B)
+    sink = play(world, peers.sink(rate_Bps=1_000_000, **FRAMED), listen=B)
     ls = io.socket()
     ls.setblocking(False)
     ls.bind(A)
     ls.listen(1)
-    source = Source(world, rate_Bps=3_000_000, duration_s=duration).connect(A)
+    source = play(world, peers.source(rate_Bps=3_000_000, duration_s=duration), connect=A)
     poller = io.poller()
     poller.register(ls.fileno(), READ)
     src = dst = None
@@ -162,19 +188,20 @@ def test_s1_naive_relay_grows_2MBps_and_bounded_stays_one_read():
     t10, q10 = naive["samples"][-1]
     slope = (q10 - q2) / (t10 - t2)
     assert 1.8e6 < slope < 2.2e6, slope
-    assert naive["source"].sent > 29e6          # the source was never held back
+    assert naive["source"].core.sent > 29e6          # the source was never held back
     # the bounded one never holds more than one read, and the source is held to
     # the sink's rate (the two 64 KiB buffer pairs on each hop are the slack)
     assert bounded["peak"] <= 65536
-    src_rate = bounded["source"].sent / 10.0
+    src_rate = bounded["source"].core.sent / 10.0
     assert 0.9e6 < src_rate < 1.2e6, src_rate
     for r in (naive, bounded):
         sink = r["sink"].result()
         assert 9.5e6 < sink["received_bytes"] < 10.5e6
-        assert sink["corrupt_at"] is None      # every byte in order, none lost or doubled
-    # queue delay at the sink, from the peers' timestamps: ~20 s naive, well under 1 s bounded
-    naive_delay = max(d for _, d in queue_delays(naive["source"], naive["sink"]))
-    bounded_delay = max(d for _, d in queue_delays(bounded["source"], bounded["sink"]))
+        assert intact(r["sink"])               # every byte in order, none lost or doubled
+    # queue delay at the sink, from the frames' stamps at the source: ~20 s
+    # naive, well under 1 s bounded
+    naive_delay = naive["sink"].result()["max_latency_s"]
+    bounded_delay = bounded["sink"].result()["max_latency_s"]
     assert 5.0 < naive_delay
     assert bounded_delay < 1.0
 
@@ -376,14 +403,14 @@ def test_accept_would_block_and_blocking_mode_is_refused_loudly():
 
 def test_latency_and_bandwidth_set_the_transfer_time():
     world = World(0, latency_s=0.01, bandwidth_Bps=1_000_000)
-    sink = Sink(world).listen(B)
-    Source(world, total_bytes=1_000_000).connect(B)
+    sink = play(world, peers.sink(), listen=B)
+    play(world, peers.source(total_bytes=1_000_000), connect=B)
     world.run(until=5.0)
     r = sink.result()
     assert r["received_bytes"] == 1_000_000 and r["ended"] == "eof"
     # handshake (2 latencies) + 1 s on the wire + the last one-way latency,
     # plus the window round trips the 64 KiB buffers impose
-    assert 1.0 < r["ended_at_s"] < 1.5
+    assert 1.0 < r["eof_at"] < 1.5
 
 
 # -- the seam's shape ----------------------------------------------------------------
@@ -465,8 +492,9 @@ def test_selectors_selector_over_the_world():
 
 def stream_world(faults, **params):
     world = World(0, faults=faults, **params)
-    sink = Sink(world, rate_Bps=1_000_000).listen(B)
-    source = Source(world, rate_Bps=1_000_000, duration_s=4.0).connect(B)
+    sink = play(world, peers.sink(rate_Bps=1_000_000, **FRAMED), listen=B)
+    source = play(world, peers.source(rate_Bps=1_000_000, duration_s=4.0), connect=B)
+    sink.reads = reads(sink)
     world.run(until=5.0)
     return world, source, sink
 
@@ -474,30 +502,31 @@ def stream_world(faults, **params):
 def test_planned_stall_pauses_the_reader_then_it_catches_up():
     world, source, sink = stream_world([{"at": 1.0, "kind": "stall", "conn": 0,
                                          "side": "server", "duration_s": 1.0}])
-    gaps = [t2 - t1 for t1, t2 in zip(sink.arrival_times, sink.arrival_times[1:])]
+    times = [t for t, _ in sink.reads]
+    gaps = [t2 - t1 for t1, t2 in zip(times, times[1:])]
     assert max(gaps) > 0.9
-    assert sink.result()["ended"] == "eof" and sink.corrupt_at is None
+    assert sink.result()["ended"] == "eof" and intact(sink)
 
 
 def test_planned_reset_surfaces_at_both_ends():
     world, source, sink = stream_world([{"at": 1.0, "kind": "reset", "conn": 0}])
     assert sink.result()["ended"] == "reset"
     assert source.result()["ended"] == "reset"
-    assert sink.received < 1.2e6
+    assert sink.core.received < 1.2e6
 
 
 def test_vanish_stops_all_traffic_without_a_fin():
     world, source, sink = stream_world([{"at": 1.0, "kind": "vanish", "conn": 0,
                                          "side": "server"}])
-    assert sink.received < 1.2e6
-    assert sink.result()["ended"] is None         # no EOF and no reset ever came
-    assert source.sent < 1.2e6 + 2 * 65536         # held by the closed window
+    assert sink.core.received < 1.2e6
+    assert sink.ended is None                      # no EOF and no reset ever came
+    assert source.core.sent < 1.2e6 + 2 * 65536    # held by the closed window
 
 
 def test_slow_reader_fault_limits_the_rate():
     world, source, sink = stream_world([{"at": 0.5, "kind": "slow", "conn": 0, "side": "server",
                                          "duration_s": 2.0, "rate_Bps": 100_000}])
-    during = [n for t, n in zip(sink.arrival_times, sink.arrival_totals) if 0.6 <= t <= 2.5]
+    during = [n for t, n in sink.reads if 0.6 <= t <= 2.5]
     assert (during[-1] - during[0]) / 1.9 < 150_000
 
 
@@ -511,14 +540,16 @@ def test_fault_on_a_missing_connection_is_logged_not_fatal():
 
 def test_stalled_and_delayed_readers():
     world = World(0)
-    stalled = StalledReader(world).listen(A)
-    delayed = DelayedReader(world, 2.0).listen(B)
-    s1 = Source(world, total_bytes=1_000_000).connect(A)
-    s2 = Source(world, total_bytes=100_000).connect(B)
+    stalled = play(world, peers.sink("stalled", start_after_s=50.0), listen=A)
+    delayed = play(world, peers.sink("delayed", start_after_s=2.0), listen=B)
+    delayed_reads = reads(delayed)
+    s1 = play(world, peers.source(total_bytes=1_000_000), connect=A)
+    play(world, peers.source(total_bytes=100_000), connect=B)
     world.run(until=3.0)
-    assert stalled.received == 0
-    assert s1.sent == 2 * 65536 and s1.ended is None   # both buffers, then stuck
-    assert delayed.received == 100_000 and delayed.arrival_times[0] >= 2.0
+    assert stalled.core.received == 0
+    # both buffers (four whole 32 KiB frames), then stuck
+    assert s1.core.sent == 2 * 65536 and s1.ended is None
+    assert delayed.core.received == 100_000 and delayed_reads[0][0] >= 2.0
 
 
 def test_pipelining_client_floods_a_server_that_does_not_read():
@@ -528,10 +559,16 @@ def test_pipelining_client_floods_a_server_that_does_not_read():
     ls.setblocking(False)
     ls.bind(A)
     ls.listen(1)
-    client = PipeliningClient(world, request=b"x" * 100, count=10_000).connect(A)
+    client = play(world, peers.pipeline_client(count=20_000, hold_s=5.0), connect=A)
     world.run(until=1.0)
     conn, _ = ls.accept()
-    assert client.requests_sent == 2 * 65536 // 100
+    # The role's requests are b"REQ i\n", so they grow with i (the old test
+    # peer sent 100-byte ones): the whole requests that fit in both buffers.
+    fits = took = 0
+    while took + len(b"REQ %d\n" % fits) <= 2 * 65536:
+        took += len(b"REQ %d\n" % fits)
+        fits += 1
+    assert client.core.result["requests_sent"] == fits
     assert conn.unread_bytes == 65536
     conn.close()
     ls.close()
@@ -544,30 +581,28 @@ def test_resetting_peer_after_bytes():
     ls.setblocking(False)
     ls.bind(A)
     ls.listen(1)
-    peer = ResettingPeer(world, after_bytes=1000, send_bytes=10).connect(A)
+    peer = play(world, peers.reset_peer(after_bytes=1000), connect=A)
     world.run(until=0.1)
     conn, _ = ls.accept()
     conn.setblocking(False)
     assert conn.send(b"y" * 2000) == 2000
     world.run(until=0.2)
-    assert peer.result()["ended"] == "reset_sent"
-    assert conn.recv(100) == _pattern_prefix(10)
+    r = peer.result()
+    # exactly after_bytes read, the rest left unread: the close is an RST (the
+    # role sends nothing first; the old test peer sent 10 bytes before it)
+    assert r["ended"] == "reset_sent" and r["reset_sent"] and r["received_bytes"] == 1000
     with pytest.raises(ConnectionResetError):
         conn.recv(100)
     conn.close()
     ls.close()
 
 
-def _pattern_prefix(n):
-    return bytes(range(n))
-
-
-def test_queue_delays_need_no_framing():
+def test_frame_latency_grows_behind_a_slower_reader():
     world = World(0)
-    sink = Sink(world, rate_Bps=100_000).listen(B)
-    source = Source(world, rate_Bps=200_000, duration_s=2.0).connect(B)
+    sink = play(world, peers.sink(rate_Bps=100_000, **FRAMED), listen=B)
+    play(world, peers.source(rate_Bps=200_000, duration_s=2.0), connect=B)
     world.run(until=3.0)
-    delays = queue_delays(source, sink)
+    delays = sink.result()["latency_series"]
     assert delays and all(d >= 0 for _, d in delays)
     assert delays[-1][1] > delays[0][1]           # the reader is slower: the queue grows
     assert not math.isnan(delays[-1][1])
@@ -697,8 +732,8 @@ def test_asyncio_selector_loop_and_transports_run_on_simselector():
         def time(self):
             return world.now
 
-    sink = Sink(world, rate_Bps=1_000_000).listen(B)
-    source = Source(world, rate_Bps=3_000_000, duration_s=duration).connect(A)
+    sink = play(world, peers.sink(rate_Bps=1_000_000, **FRAMED), listen=B)
+    source = play(world, peers.source(rate_Bps=3_000_000, duration_s=duration), connect=A)
     peak = [0]
 
     class Relay(asyncio.Protocol):
@@ -738,8 +773,8 @@ def test_asyncio_selector_loop_and_transports_run_on_simselector():
         loop.close()
     assert world.now == pytest.approx(duration)
     assert 0.8 * 2e6 * duration < peak[0] < 1.1 * 2e6 * duration
-    assert source.sent > 0.95 * 3e6 * duration
-    assert sink.corrupt_at is None and sink.received > 0.9e6 * duration
+    assert source.core.sent > 0.95 * 3e6 * duration
+    assert intact(sink) and sink.core.received > 0.9e6 * duration
 
 
 def test_send_after_a_refused_connect_raises_the_refusal_once():
@@ -772,7 +807,7 @@ def test_the_docs_first_run_snippet():
 
 def test_exit_process_closes_only_that_programs_sockets_as_the_os_would():
     world = World(3)
-    sink = Sink(world).listen(("127.0.0.1", 9100))
+    sink = play(world, peers.sink(), listen=("127.0.0.1", 9100))
     app = world.io("app")
     s = app.socket()
     s.setblocking(False)
@@ -973,7 +1008,8 @@ def test_wake_s_delays_a_program_that_waited_not_one_that_was_busy():
     t1 = world.now
     assert p.wait(None) == [(s.fileno(), READ)] and world.now == t1
     # a peer is a sleeping process too: it reads wake_s after the data lands
-    sink = Sink(world, verify=False).listen(B)
+    sink = play(world, peers.sink(), listen=B)
+    sink_reads = reads(sink)
     c2 = world.io().socket()
     c2.setblocking(False)
     c2.connect_ex(B)
@@ -981,7 +1017,7 @@ def test_wake_s_delays_a_program_that_waited_not_one_that_was_busy():
     t2 = world.now
     c2.send(b"z" * 10)
     settle(world, 0.1)
-    assert sink.arrival_times == [pytest.approx(t2 + 50e-6 + 1e-3)]
+    assert [t for t, _ in sink_reads] == [pytest.approx(t2 + 50e-6 + 1e-3)]
     with pytest.raises(ValueError, match="wake_s"):
         World(0, wake_s=-1)
 

@@ -15,8 +15,9 @@ import warnings
 
 import pytest
 
-from bench import programs, simruns
+from bench import peers, programs, simruns
 from bench import run as matrix
+from bench.peers.sim import play
 from kernels import simnet
 from kernels.simnet import READ, WRITE, World
 
@@ -100,7 +101,7 @@ def test_a_waker_wakes_a_poller_that_saw_nothing():
 
 def test_a_peer_socket_keeps_its_watcher_and_the_poller_still_sees_it():
     world = World(seed=1)
-    sink = simnet.Sink(world).listen(("127.0.0.1", 9001))
+    sink = play(world, peers.sink(), listen=("127.0.0.1", 9001))
     io = world.io()
     c = io.socket()
     c.setblocking(False)
@@ -144,15 +145,15 @@ def test_roles_skipping_idle_pokes_give_the_same_results_as_acting_on_each():
 
 
 def _reader_world(act_every_poke: bool, **sink):
-    """A simnet Source at 3 MB/s into a sink role with ``sink`` fields, to the end."""
+    """A source role at 3 MB/s into a sink role with ``sink`` fields, to the end."""
     from bench import peers, simcells
     from bench.peers import sim as simpeers
     cell = simcells.SimCell(simcells.new_world(3, jitter_s=3e-5))
     cfg = peers.check_role({**peers.sink(**sink), "deferred": True}, 10.0)
     role = simpeers.make_role(cell, cfg)
     role.listen(cell.address())
-    simnet.Source(cell.world, rate_Bps=3_000_000, frame_bytes=32768, duration_s=2.0,
-                  finish="close").connect(role.address())
+    play(cell.world, peers.source(rate_Bps=3_000_000, frame_bytes=32768, duration_s=2.0,
+                                  finish="close"), connect=role.address(), stage=cell)
     if act_every_poke:
         role._poked = role._act
     cell.world.run(until=12.0)

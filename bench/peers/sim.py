@@ -4,7 +4,8 @@
 ``kernels.simnet.Peer`` of a ``bench.simcells.SimCell``, with virtual times
 where the real driver reports ``time.monotonic()``. Like the real driver it
 carries out the core's actions and reports what the socket did; it decides
-nothing about the role. ``make_role(cell, cfg)`` builds one.
+nothing about the role. ``make_role(cell, cfg)`` builds one; ``play(world,
+spec, ...)`` puts a role in a bare world (tests, ``docs/simnet.md``).
 
 What differs from the real driver is what a world can see: there is no idle
 time to sample (the core gets no ``tick``), and a wait is a timer or the
@@ -20,9 +21,9 @@ from kernels import simnet
 from kernels.simnet import Peer
 
 from bench.peers.core import Duplex, End, Hold, Recv, Send, Shutdown, Sleep, UnknownAction
-from bench.peers.spec import ROLES
+from bench.peers.spec import ROLES, check_role
 
-__all__ = ["SimPeer", "SimRole", "make_role"]
+__all__ = ["SimPeer", "SimRole", "make_role", "play", "Stage"]
 
 _READ_OR_ERR = simnet.READ | simnet._ERR
 
@@ -252,3 +253,31 @@ SimRole = SimPeer     # the name bench.simcells and older code use
 def make_role(cell, cfg: dict) -> SimPeer:
     """The in-world peer for the checked role spec ``cfg``."""
     return SimPeer(cell, cfg)
+
+
+class Stage:
+    """The least a ``SimPeer`` needs from its cell: the world and the roles in
+    it by name (``bench.simcells.SimCell`` is the full one)."""
+
+    def __init__(self, world):
+        self.world = world
+        self.roles: dict[str, SimPeer] = {}
+
+    def role_ended(self, role) -> None:
+        pass
+
+
+def play(world, spec: dict, *, listen=None, connect=None, at: float = 0.0,
+         max_s: float = 60.0, stage: Stage | None = None) -> SimPeer:
+    """Role ``spec`` (``bench.peers.sink(...)`` and the like) in ``world``,
+    listening on ``listen`` or dialing ``connect`` at virtual time ``at``.
+    ``max_s`` is the role's default bound; ``stage`` collects the roles of one
+    world (one is made per role without it)."""
+    if (listen is None) == (connect is None):
+        raise ValueError("play: give exactly one of listen= and connect=")
+    spec = {k: v for k, v in spec.items() if k not in ("listen", "connect")}
+    cfg = check_role({**spec, "deferred": True}, max_s)
+    role = SimPeer(stage if stage is not None else Stage(world), cfg)
+    if listen is not None:
+        return role.listen(tuple(listen))
+    return role.connect(tuple(connect), at)

@@ -121,12 +121,11 @@ any real descriptor, so passing one to the real OS fails loudly).
 
 Peers
 -----
-``Source``, ``Sink`` (and its ``StalledReader`` and ``DelayedReader``
-settings), ``PipeliningClient`` and ``ResettingPeer`` are sans-IO participants
-in the same world: they hold simulated sockets, act when the world tells them a
-socket changed or their timer fires, count every byte and timestamp it with
-the virtual clock. They are the ground truth, independent of the program under
-test.
+``Peer`` is a participant in the same world: it holds simulated sockets and
+acts when the world tells it a socket changed or its timer fires. The roles
+that play the peers (sources, sinks, readers, clients; the ground truth,
+independent of the program under test) are the bench's, one implementation
+for real sockets and for this world: ``bench.peers.sim`` runs them here.
 
 Replay
 ------
@@ -142,8 +141,8 @@ The package
 ``world`` (``World``: clock, events, addresses, faults, log), ``model`` (the
 ``TcpModel`` interface and ``ByteModel``) and ``linux`` (``LinuxModel``),
 ``sockets`` (``SimSocket``, the wire), ``poller`` (``SimPoller``,
-``SimWaker``, ``SimIO``, ``SimSelector``) and ``testpeers`` (the peers above).
-Each imports only the ones before it.
+``SimWaker``, ``SimIO``, ``SimSelector``). Each imports only the ones before it;
+``world`` also holds ``Peer``.
 
 Standard library only, and no imports from the rest of looplab.
 """
@@ -157,20 +156,14 @@ from .linux import LinuxModel
 from .model import ByteModel, TcpModel
 from .poller import SimIO, SimPoller, SimSelector, SimWaker
 from .sockets import SimSocket
-from .testpeers import (
-    _PATTERN, _PATTERN_PERIOD, DelayedReader, Peer, PipeliningClient, ResettingPeer, Sink,
-    Source, StalledReader, _Bucket, _pattern, queue_delays,
-)
-from .world import World
+from .world import Peer, World
 
 __all__ = ["World", "SimIO", "SimSocket", "SimPoller", "SimWaker", "SimSelector",
            "SimDeadlock", "SimStopped", "SimBlockingError", "READ", "WRITE", "FD_BASE", "FAULT_KINDS", "ACCOUNTING",
            "TcpModel", "ByteModel", "LinuxModel",
-           "Peer", "Source", "Sink", "StalledReader", "DelayedReader", "PipeliningClient",
-           "ResettingPeer", "queue_delays"]
+           "Peer"]
 
-# Names the bench's sim roles use from before the split (kept until those roles
-# move off them): the error bit, the listening state, the test peers' payload
-# pattern and rate limiter.
+# Names the bench's in-world peers use from before the split: the error bit and
+# the listening state.
 _ERR = ERR
 _LISTENING = LISTENING

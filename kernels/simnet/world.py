@@ -388,3 +388,92 @@ def _draw_faults(rng, p) -> list:
 # ---------------------------------------------------------------------------
 # Simulated TCP sockets
 
+
+# ---------------------------------------------------------------------------
+# A participant of the world
+
+class Peer:
+    """A participant that owns one connection's end, acting in the world's own
+    time (no poller, no process): the base of the bench's in-world peers
+    (``bench.peers.sim.SimPeer``), which give it a role to play. It hears its
+    socket through the socket's ``_watcher`` hook (called after every change,
+    see ``SimSocket._changed``). ``listen(addr)`` accepts the
+    first connection there; ``connect(addr)`` dials out. Acts when its socket
+    changes or its timer fires; ``result()`` reports what it saw."""
+
+    def __init__(self, world, name):
+        self.world = world
+        self.name = name
+        self.sock = None
+        self._lsock = None
+        self._timer = None
+        self._timer_at = math.inf
+        self.t0 = None
+        self.ended = None          # "eof" | "reset" | "closed" | "vanished" | ...
+        self.ended_at = None
+
+    def listen(self, address, backlog=1):
+        s = self.world.socket()
+        s.setblocking(False)
+        s.bind(address)
+        s.listen(backlog)
+        s._watcher = self._on_listen
+        self._lsock = s
+        return self
+
+    def address(self):
+        return (self._lsock or self.sock).getsockname()
+
+    def connect(self, address, at=0.0):
+        def dial():
+            s = self.world.socket()
+            s.setblocking(False)
+            s.connect_ex(address)
+            self._attach(s)
+        self.world.call_at(at, dial)
+        return self
+
+    def _on_listen(self):
+        try:
+            s, _ = self._lsock.accept()
+        except BlockingIOError:
+            return
+        s.setblocking(False)
+        self._lsock.close()
+        self._lsock = None
+        self._attach(s)
+
+    def _attach(self, s):
+        self.sock = s
+        self.t0 = self.world.now
+        s._watcher = self._act
+        self._start()
+        s._changed()
+
+    def _start(self):
+        pass
+
+    def _wake_at(self, t):
+        if self._timer is not None and self._timer_at <= t:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = t
+        self._timer = self.world.call_at(t, self._on_timer)
+
+    def _on_timer(self):
+        self._timer = None
+        self._timer_at = math.inf
+        if self.sock is not None and self.ended is None:
+            self._act()
+
+    def _end(self, how):
+        if self.ended is None:
+            self.ended = how
+            self.ended_at = self.world.now
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def result(self) -> dict:
+        return {"name": self.name, "ended": self.ended, "ended_at_s": self.ended_at}
