@@ -840,6 +840,22 @@ def test_signal_handler_runs_on_the_loop(factory):
     assert run(factory, main) == ("sig", True, False)
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
+def test_an_uncatchable_signal_is_a_runtime_error(factory):
+    """add_signal_handler: "Raise RuntimeError if there is a problem setting up the
+    handler" -- SIGKILL cannot be caught (the observatory's probe found our loop raising
+    the OSError itself)."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals need the main thread")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        with pytest.raises(RuntimeError):
+            loop.add_signal_handler(signal.SIGKILL, lambda: None)
+        return loop.remove_signal_handler(signal.SIGKILL)
+    assert run(factory, main) is False
+
+
 # --------------------------------------------------------------------- TLS
 
 @pytest.fixture(scope="module")

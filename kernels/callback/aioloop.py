@@ -581,8 +581,12 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
             Loop.add_signal_handler(self, sig, _copy_context().run, callback, *args)
         except RuntimeError as exc:
             cause = exc.__cause__
-            if isinstance(cause, OSError):
+            # asyncio's contract: an uncatchable signal (EINVAL: SIGKILL, SIGSTOP) is a
+            # RuntimeError; any other OS error is raised as itself
+            if isinstance(cause, OSError) and cause.errno != errno.EINVAL:
                 raise cause from None
+            if isinstance(cause, OSError):
+                raise RuntimeError(f"sig {sig} cannot be caught") from None
             raise
 
     def remove_signal_handler(self, sig):
