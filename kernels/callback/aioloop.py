@@ -429,39 +429,26 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         if self._debug and sock.gettimeout() != 0:
             raise ValueError("the socket must be non-blocking")
 
-    async def sock_recv(self, sock, nbytes):
+    async def _sock_read(self, sock, call, *args):
+        """One read call now; if it would block, again when ``sock`` is readable."""
         self._check_sock(sock)
         try:
-            return sock.recv(nbytes)
+            return call(*args)
         except (BlockingIOError, InterruptedError):
             pass
-        return await self._sock_wait(sock, False, self._sock_call, sock.recv, nbytes)
+        return await self._sock_wait(sock, False, self._sock_call, call, *args)
+
+    async def sock_recv(self, sock, nbytes):
+        return await self._sock_read(sock, sock.recv, nbytes)
 
     async def sock_recv_into(self, sock, buf):
-        self._check_sock(sock)
-        try:
-            return sock.recv_into(buf)
-        except (BlockingIOError, InterruptedError):
-            pass
-        return await self._sock_wait(sock, False, self._sock_call, sock.recv_into, buf)
+        return await self._sock_read(sock, sock.recv_into, buf)
 
     async def sock_recvfrom(self, sock, bufsize):
-        self._check_sock(sock)
-        try:
-            return sock.recvfrom(bufsize)
-        except (BlockingIOError, InterruptedError):
-            pass
-        return await self._sock_wait(sock, False, self._sock_call, sock.recvfrom, bufsize)
+        return await self._sock_read(sock, sock.recvfrom, bufsize)
 
     async def sock_recvfrom_into(self, sock, buf, nbytes=0):
-        self._check_sock(sock)
-        nbytes = nbytes or len(buf)
-        try:
-            return sock.recvfrom_into(buf, nbytes)
-        except (BlockingIOError, InterruptedError):
-            pass
-        return await self._sock_wait(sock, False, self._sock_call, sock.recvfrom_into,
-                                     buf, nbytes)
+        return await self._sock_read(sock, sock.recvfrom_into, buf, nbytes or len(buf))
 
     async def sock_sendto(self, sock, data, address):
         self._check_sock(sock)
