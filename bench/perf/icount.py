@@ -112,12 +112,12 @@ def micro_instructions(op, runtime, n, out_dir, extra=()):
     """Instructions of one process that runs micro-benchmark ``op`` once with ``n``
     operations on ``runtime`` (imports and port set-up included: they cancel out)."""
     out = os.path.join(out_dir, f"cg.micro.{op}.{runtime.replace(':', '_')}.{n}.out")
-    env = dict(os.environ, PYTHONHASHSEED="0")
+    env = procs.child_env({"PYTHONHASHSEED": "0"})
     code = ("import sys; from bench.perf.micro import micro; r = micro(sys.argv[1], sys.argv[2], "
             "int(sys.argv[3])); sys.exit(r.error)")
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *extra,
            sys.executable, "-c", code, op, runtime, str(n)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.run(cmd, cwd=procs.ROOT, env=env, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"{op} on {runtime} failed: {proc.stderr.strip()[-300:]}")
