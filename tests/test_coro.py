@@ -1418,14 +1418,16 @@ def test_probe_counts_spawns_switches_and_cancellations():
     assert p.ready_max >= 1
 
 
-@pytest.mark.parametrize("spawn, switches, iterations", [("lazy", 3, 3), ("eager", 2, 1)])
+@pytest.mark.parametrize("spawn, switches, iterations", [("lazy", 2, 1), ("eager", 2, 1)])
 def test_probe_counts_are_exact_for_one_spawn_and_join(spawn, switches, iterations):
     # The loop keeps these counters in locals and writes them back when it
-    # returns; each send/throw is one switch. lazy: main runs to its join (1
-    # send: spawn calls the kernel directly, it yields nothing), the child
-    # (1), main again (1), in three passes. eager: the child's first step runs
-    # inside main's spawn call (1 each) and is done before the join, which
-    # then doesn't block.
+    # returns; each send/throw is one switch. lazy: main runs to its join
+    # (spawn calls the kernel directly, it yields nothing); the child is the
+    # only task ready, so the join steps it in place (1) and main carries on
+    # without yielding: two switches in one pass, where the loop would have
+    # taken three passes. eager: the child's first step runs inside main's
+    # spawn call (1 each) and is done before the join, which then doesn't
+    # block.
     async def child():
         return 7
 
@@ -1556,3 +1558,88 @@ def test_deadline_check_option_trio_1626(deadline_check, raised):
         return got, later.cancelled_caught
     got, later = c.run(main, deadline_check=deadline_check)
     assert got == ["timed out" if raised else "passed"] * 3 and later is True
+
+
+def _handoff_program(seed, log):
+    """A random tree of tasks that spawn, join, yield, cancel, raise and use an
+    Event, logging each step: the join hand-off must not change a line."""
+    rng = random.Random(seed)
+
+    async def node(name, depth, parent_task):
+        ev = c.Event()
+        for i in range(rng.randint(1, 4)):
+            op = "spawn_join" if depth == i == 0 else rng.choice((
+                "spawn_join", "spawn_join", "spawn_nojoin", "yield", "cancel_parent", "raise",
+                "event", "timeout_join", "return"))
+            log.append((name, i, op))
+            if op.startswith("spawn") and depth < 3:
+                me = await c.current_task()
+                t = await c.spawn(node, f"{name}.{i}", depth + 1, me, daemon=op == "spawn_nojoin")
+                if op == "spawn_join":
+                    try:
+                        log.append((name, "joined", await t.join()))
+                    except c.TaskError as e:
+                        log.append((name, "join-error", type(e.__cause__).__name__))
+            elif op == "yield":
+                await c.sleep(0)
+            elif op == "cancel_parent" and parent_task is not None:
+                await parent_task.cancel(blocking=False)
+            elif op == "raise":
+                raise ValueError(name)
+            elif op == "event":
+                waiter = await c.spawn(ev.wait)
+                await ev.set()
+                await waiter.join()
+            elif op == "timeout_join" and depth < 3:
+                t = await c.spawn(node, f"{name}.t{i}", depth + 1, None)
+                async with c.move_on_after(5):
+                    await t.join()
+            elif op == "return":
+                return name
+        return name
+
+    async def main():
+        try:
+            return await node("m", 0, None)
+        except BaseException as e:          # Cancelled or the ValueError: logged, not raised
+            log.append(("main", "ended", type(e).__name__))
+
+    return main
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_join_hand_off_is_invisible(seed, capsys):
+    # engine.join_now runs a joined child in place when nothing else could run
+    # first. trace=True turns the hand-off off, so the same program run both
+    # ways must log the same lines in the same order and end the same way.
+    logs, passes = [], []
+    for trace in (False, True):
+        log = []
+        with c.Kernel(trace=trace, exit="cancel") as k:
+            log.append(("result", k.run(_handoff_program(seed, log))))
+            passes.append(k.probe.loop_iterations)
+        logs.append(log)
+    assert logs[0] == logs[1]
+    assert passes[0] < passes[1]        # the hand-off did happen (it saves passes)
+
+
+def test_spawn_sets_every_slot_task_init_sets():
+    # spawn_task builds its Task without calling __init__ (a measurable share
+    # of a spawn); the two must set the same slots to the same values.
+    from kernels.coro.task import Task
+
+    async def child():
+        pass
+
+    async def main():
+        t = await c.spawn(child)
+        ref = Task(t.id, t.coro, t.daemon)
+        for name in Task.__slots__:
+            if name == "__weakref__":
+                continue
+            assert hasattr(t, name) == hasattr(ref, name), name
+            if hasattr(ref, name):
+                assert getattr(t, name) == getattr(ref, name), name
+        await t.join()
+
+    c.run(main)

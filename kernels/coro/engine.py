@@ -61,7 +61,7 @@ from .. import io as _io
 from .errors import Cancelled, TaskTimeout, flavour
 from .handlers import POLL_MASK
 from .task import Task, _checked_coro, _instantiate
-from .traps import OPCODES, W_READ, W_SHIELDED, W_SLEEP, W_WRITE
+from .traps import OPCODES, W_PARK, W_READ, W_SHIELDED, W_SLEEP, W_WRITE
 
 # run() phases: what makes the loop stop.
 UNTIL_MAIN, UNTIL_NONDAEMON, UNTIL_EMPTY = range(3)
@@ -147,11 +147,13 @@ def build_scheduler(rt) -> None:
     trace = rt.trace
     ready = rt.ready
     ready_append = ready.append
+    ready_popleft = ready.popleft
     tasks = rt.tasks
     run = rt.run
     dead_timer = rt.dead_timer
+    new_object = object.__new__
     eager = rt.options["spawn"] == "eager"
-    next_id = itertools.count(1).__next__
+    last_id = 0             # task ids count from 1 (a plain cell: cheaper than a count())
     current = None          # the task being stepped (None between steps)
     switches = 0            # task steps not yet added to probe.task_switches
     spawns = 0              # tasks made, not yet added to probe.spawns
@@ -159,6 +161,14 @@ def build_scheduler(rt) -> None:
     phase = UNTIL_MAIN      # what makes the loop stop (Kernel.run sets it)
     main_task = None
     nondaemon = 0           # live non-daemon tasks
+    left = 0                # tasks of the running pass's batch not stepped yet
+    fdmap = rt.fdmap
+    sleeping = rt.sleeping
+    monotonic = rt.monotonic
+    # A join may run the child in place (join_now) only where that is
+    # invisible: no trace to show the nesting, no eager spawn whose parent is
+    # still half-way through its own step.
+    handoff = trace is None and not eager
 
     def reschedule(task, value):
         task._wait = 0
@@ -197,7 +207,7 @@ def build_scheduler(rt) -> None:
     def spawn_task(fn, args, daemon, on_done):
         # Make a task and queue it (or, with spawn="eager" inside a task,
         # step it now).
-        nonlocal spawns, nondaemon
+        nonlocal spawns, nondaemon, last_id
         try:
             coro = fn(*args)               # the common case: an async function
         except TypeError:
@@ -207,8 +217,16 @@ def build_scheduler(rt) -> None:
         else:
             if type(coro) is not CoroutineType:
                 coro = _checked_coro(fn, coro)
-        tid = next_id()
-        task = Task(tid, coro, True if daemon else False)
+        tid = last_id = last_id + 1
+        # Task.__init__'s slots, set here: a call of __init__ costs as much
+        # as the stores themselves (tests/test_coro.py holds the two equal).
+        task = new_object(Task)
+        task.id = tid
+        task.coro = coro
+        task.daemon = True if daemon else False
+        task._value = task._exc = task._scopes = task._joiners = task._callbacks = None
+        task._wait = task._cancel = 0
+        task._pending = task._done = False
         if on_done is not None:
             task.add_done_callback(on_done)
         tasks[tid] = task
@@ -288,6 +306,83 @@ def build_scheduler(rt) -> None:
             # joined or not (its "Task Crash" log); join() still raises TaskError.
             print(f"coro: task {task.id} {task.name!r} crashed: {exc!r}", file=sys.stderr)
 
+    def run_batch(n):
+        # Step the `n` tasks that were ready when this pass began. Tasks made
+        # ready meanwhile wait for the next pass (join_now reads `left`).
+        nonlocal left
+        left = n
+        while left:
+            left -= 1
+            step(ready_popleft())
+
+    def join_now(target):
+        # ``await task.join()`` on a child that has not finished. When the
+        # child is the one task ready and nothing else could run before the
+        # joiner resumes -- no batch left, no fd to poll, no timer due, no stop
+        # -- the loop's next two passes would step the child and then the
+        # joiner, alone. Do exactly that here, in place: park the joiner as the
+        # join trap does, step the child, and if it finished and made nothing
+        # else ready, take the joiner back out of the queue and carry on.
+        # 0: not taken (yield the join trap); 1: the child finished, the join
+        # is over; 2: the joiner is parked or already rescheduled, so it must
+        # yield without asking anything (the PARKED trap).
+        nonlocal current, switches
+        task = current
+        if (left or len(ready) != 1 or ready[0] is not target or fdmap or run.stop
+                or task is None or task._pending
+                or (sleeping and sleeping[0][0] <= monotonic())):
+            return 0
+        joiners = target._joiners
+        if joiners is None:
+            target._joiners = joiners = [task]
+        else:
+            joiners.append(task)
+        task._wait = W_PARK
+        task._wait_obj = joiners
+        ready_popleft()
+        # step(target), with its first send inlined: the child usually ends
+        # there, and a frame less is a measurable share of a spawn+join.
+        current = target
+        switches += 1
+        exc = target._exc
+        try:
+            if exc is None:
+                trap = target.coro.send(target._value)
+            else:
+                target._exc = None
+                trap = target.coro.throw(exc)
+        except StopIteration as e:
+            finish(target, e.value, None)
+        except BaseException as e:
+            finish(target, None, e)
+        else:
+            answer(target, trap)
+        current = task
+        if (len(ready) == 1 and ready[0] is task and task._exc is None and not run.stop
+                and not fdmap and not (sleeping and sleeping[0][0] <= monotonic())):
+            ready_popleft()
+            return 1
+        return 2
+
+    if not handoff:
+        def join_now(target):           # noqa: F811 -- chosen once, here
+            return 0
+
+    def answer(task, trap):
+        # What step does with a trap `task` yielded, then the rest of its step.
+        try:
+            handler = traps[trap[0]]
+        except (TypeError, IndexError, KeyError):
+            task._exc = not_a_trap(task, trap)
+            step(task)
+            return
+        if not handler(task, trap):
+            step(task)
+
+    def not_a_trap(task, trap):
+        return TypeError(f"task {task.name!r} awaited {trap!r}, which is not a coro kernel trap "
+                         "(asyncio/trio/curio objects can't be awaited here)")
+
     def step(task):
         # Run `task` until it blocks or ends. Non-blocking traps are answered
         # in place and the task is stepped again at once. The loop calls it
@@ -326,9 +421,7 @@ def build_scheduler(rt) -> None:
             try:
                 handler = traps[trap[0]]
             except (TypeError, IndexError, KeyError):
-                task._exc = TypeError(
-                    f"task {task.name!r} awaited {trap!r}, which is not a coro kernel trap "
-                    "(asyncio/trio/curio objects can't be awaited here)")
+                task._exc = not_a_trap(task, trap)
                 continue
             if handler(task, trap):
                 break
@@ -343,6 +436,8 @@ def build_scheduler(rt) -> None:
     rt.live_nondaemon = live_nondaemon
     rt.spawn_task = spawn_task
     rt.step = step
+    rt.run_batch = run_batch
+    rt.join_now = join_now
 
 
 # --------------------------------------------------------------------------
@@ -461,7 +556,7 @@ def build_loop(rt) -> None:
     readable = _io.READABLE
     writable = _io.WRITABLE
     poll_mask = POLL_MASK
-    step = rt.step
+    run_batch = rt.run_batch
     reschedule = rt.reschedule
     scope_cancelled = rt.scope_cancelled
     purge = rt.purge
@@ -552,9 +647,7 @@ def build_loop(rt) -> None:
                     # the explorer picks which of the n ready now steps next
                     batch = [ready_popleft() for _ in range(n)]
                     ready.extendleft(reversed(_choice.permute(chooser.choose, READY, batch)))
-                while n:
-                    n -= 1
-                    step(ready_popleft())
+                run_batch(n)
         finally:
             probe.loop_iterations += iterations
             probe.ready_max = ready_max

@@ -179,6 +179,9 @@ def build_task_handlers(rt) -> dict:
         task._wait_obj = joiners
         return True
 
+    def trap_parked(task, trap):                       # blocks: join_now parked it
+        return True
+
     def trap_join(task, trap):                         # blocks unless target is done
         target = trap[1]
         if target._done:

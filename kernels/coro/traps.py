@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import types
+from threading import get_ident
 
 from .errors import TaskError
 
@@ -52,24 +53,39 @@ _lock = threading.Lock()
 _live = 0               # coro kernels running in this process, any thread
 _checkpointing = 0      # of those, how many have io_schedule_point=True
 
+# The usual process runs one kernel. While it is the only one, ``spawn`` and
+# ``join`` reach it through these globals, after comparing the thread's
+# ident with its thread's: cheaper than the thread-local, and as strict (a
+# call from another thread takes the thread-local path and its error). A
+# second kernel starting anywhere turns this off until all have stopped.
+_solo_thread = None     # get_ident() of the solo kernel's thread, or None
+_solo_spawn = None      # its spawn_task(fn, args, daemon, on_done)
+_solo_join = None       # its join_now(target)
+
 
 def _enter(kernel, checkpoint: bool) -> None:
     """``kernel`` starts running in this thread (the caller checked it is the only one)."""
-    global _live, _checkpointing
+    global _live, _checkpointing, _solo_thread, _solo_spawn, _solo_join
     with _lock:
         _state.kernel = kernel
         _state.checkpoint = checkpoint
         _live += 1
         _checkpointing += checkpoint
+        if _live == 1:
+            _solo_thread = get_ident()
+            _solo_spawn, _solo_join = kernel._spawn, kernel._join_now
+        else:
+            _solo_thread = _solo_spawn = _solo_join = None
 
 
 def _leave(checkpoint: bool) -> None:
-    global _live, _checkpointing
+    global _live, _checkpointing, _solo_thread, _solo_spawn, _solo_join
     with _lock:
         _state.kernel = None
         _state.checkpoint = False
         _live -= 1
         _checkpointing -= checkpoint
+        _solo_thread = _solo_spawn = _solo_join = None
 
 
 def io_checkpoint() -> bool:
@@ -91,9 +107,9 @@ def _running_kernel(what: str):
 # its table is indexed by the opcode, the name's position here.
 
 OPCODES = ("yield", "sleep", "io_wait", "io_release", "join", "cancel", "current",
-           "park", "scope_enter", "scope_exit")
+           "park", "scope_enter", "scope_exit", "parked")
 (_YIELD, _SLEEP, _IO_WAIT, _IO_RELEASE, _JOIN, _CANCEL,
- _CURRENT, _PARK, _SCOPE_ENTER, _SCOPE_EXIT) = range(len(OPCODES))
+ _CURRENT, _PARK, _SCOPE_ENTER, _SCOPE_EXIT, _PARKED) = range(len(OPCODES))
 
 # What a blocked task waits on (Task._wait); 0 means "not blocked" (ready or
 # running). W_READ/W_WRITE double as the reader/writer index in an fd record
@@ -102,6 +118,7 @@ W_READ, W_WRITE, W_SLEEP, W_PARK, W_SHIELDED = 1, 2, 3, 4, 5
 
 _YIELD_TRAP = (_YIELD,)
 _CURRENT_TRAP = (_CURRENT,)
+_PARKED_TRAP = (_PARKED,)   # "I am already parked (or requeued): just switch away"
 
 
 # --------------------------------------------------------------------------
@@ -147,6 +164,8 @@ def spawn(fn, *args, daemon=False, on_done=None):
     the kernel directly instead of yielding a trap: a trap would cost a
     round trip through every frame of the caller's await chain and one more
     step. It is still awaited, as curio's is."""
+    if _solo_thread == get_ident():
+        return _solo_spawn(fn, args, daemon, on_done)
     return _running_kernel("spawn()")._spawn(fn, args, daemon, on_done)
     yield       # never reached: makes this a generator, so that it can be awaited
 
@@ -193,11 +212,22 @@ def io_release(fileobj):
 @types.coroutine
 def join(task):
     """Wait for the task to finish; return its result, or raise ``TaskError``
-    chained from the exception it ended with (curio)."""
+    chained from the exception it ended with (curio).
+
+    A join on a child that is the only task ready may run the child in place
+    (``join_now`` in ``engine.py``, where it is invisible): then nothing is
+    yielded, or only the PARKED trap if the child blocked."""
     if not task._done:
-        if not _live:
-            _running_kernel("Task.join()")
-        yield (_JOIN, task)
+        if _solo_thread == get_ident():
+            how = _solo_join(task)
+            if how == 0:
+                yield (_JOIN, task)
+            elif how == 2:
+                yield _PARKED_TRAP
+        else:
+            if not _live:
+                _running_kernel("Task.join()")
+            yield (_JOIN, task)
     if task._exception is not None:
         raise TaskError(f"task {task.id} {task.name!r} crashed") from task._exception
     return task._result
