@@ -169,6 +169,9 @@ def build_scheduler(rt) -> None:
     # invisible: no trace to show the nesting, no eager spawn whose parent is
     # still half-way through its own step.
     handoff = trace is None and not eager
+    parked = []             # joiners waiting on a child join_now is stepping
+    parked_append = parked.append
+    parked_pop = parked.pop
 
     def reschedule(task, value):
         task._wait = 0
@@ -320,9 +323,12 @@ def build_scheduler(rt) -> None:
         # child is the one task ready and nothing else could run before the
         # joiner resumes -- no batch left, no fd to poll, no timer due, no stop
         # -- the loop's next two passes would step the child and then the
-        # joiner, alone. Do exactly that here, in place: park the joiner as the
-        # join trap does, step the child, and if it finished and made nothing
-        # else ready, take the joiner back out of the queue and carry on.
+        # joiner, alone. Do exactly that here, in place: park the joiner, step
+        # the child, and if it finished and made nothing else ready, carry on.
+        # The joiner waits in `parked` rather than in the child's joiners list
+        # while the child runs, so a child that finishes never wakes it (a
+        # wake and an unwake saved); a child that cancels it takes it out of
+        # `parked` and reschedules it, exactly as from the joiners list.
         # 0: not taken (yield the join trap); 1: the child finished, the join
         # is over; 2: the joiner is parked or already rescheduled, so it must
         # yield without asking anything (the PARKED trap).
@@ -332,13 +338,9 @@ def build_scheduler(rt) -> None:
                 or task is None or task._pending
                 or (sleeping and sleeping[0][0] <= monotonic())):
             return 0
-        joiners = target._joiners
-        if joiners is None:
-            target._joiners = joiners = [task]
-        else:
-            joiners.append(task)
+        parked_append(task)
         task._wait = W_PARK
-        task._wait_obj = joiners
+        task._wait_obj = parked
         ready_popleft()
         # step(target), with its first send inlined: the child usually ends
         # there, and a frame less is a measurable share of a spawn+join.
@@ -358,10 +360,23 @@ def build_scheduler(rt) -> None:
         else:
             answer(target, trap)
         current = task
-        if (len(ready) == 1 and ready[0] is task and task._exc is None and not run.stop
-                and not fdmap and not (sleeping and sleeping[0][0] <= monotonic())):
-            ready_popleft()
-            return 1
+        if task._wait != W_PARK:        # the child cancelled it: already rescheduled
+            return 2
+        parked_pop()                    # its own entry: nested hand-offs end first
+        if target._done:
+            task._wait = 0
+            if not ready and not run.stop and not fdmap and not (
+                    sleeping and sleeping[0][0] <= monotonic()):
+                return 1
+            task._value = None          # where the child's finish would have put it
+            ready_append(task)
+            return 2
+        joiners = target._joiners       # the child blocked: wait for it as the trap does
+        if joiners is None:
+            target._joiners = joiners = [task]
+        else:
+            joiners.append(task)
+        task._wait_obj = joiners
         return 2
 
     if not handoff:
