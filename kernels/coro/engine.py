@@ -156,9 +156,10 @@ def build_scheduler(rt) -> None:
     last_id = 0             # task ids count from 1 (a plain cell: cheaper than a count())
     current = None          # the task being stepped (None between steps)
     switches = 0            # task steps not yet added to probe.task_switches
-    spawns = 0              # tasks made, not yet added to probe.spawns
+    counted_id = 0          # last_id when probe.spawns was last brought up to date
     traps = ()
     phase = UNTIL_MAIN      # what makes the loop stop (Kernel.run sets it)
+    doomed_at_birth = False  # phase == UNTIL_EMPTY, read by every spawn
     main_task = None
     nondaemon = 0           # live non-daemon tasks
     left = 0                # tasks of the running pass's batch not stepped yet
@@ -186,18 +187,21 @@ def build_scheduler(rt) -> None:
     def flush_counters():
         # The step and spawn counters live in cells while the loop runs (an
         # attribute update per step is measurable); read from a task they lag.
-        nonlocal switches, spawns
+        # Every task made takes the next id, so the ids count the spawns.
+        nonlocal switches, counted_id
         probe.task_switches += switches
-        probe.spawns += spawns
-        switches = spawns = 0
+        probe.spawns += last_id - counted_id
+        counted_id = last_id
+        switches = 0
 
     def set_traps(table):
         nonlocal traps
         traps = table
 
     def set_phase(new_phase, new_main=None):
-        nonlocal phase, main_task
+        nonlocal phase, main_task, doomed_at_birth
         phase = new_phase
+        doomed_at_birth = new_phase == UNTIL_EMPTY
         if new_phase == UNTIL_MAIN:
             main_task = new_main
 
@@ -210,7 +214,7 @@ def build_scheduler(rt) -> None:
     def spawn_task(fn, args, daemon, on_done):
         # Make a task and queue it (or, with spawn="eager" inside a task,
         # step it now).
-        nonlocal spawns, nondaemon, last_id
+        nonlocal nondaemon, last_id
         try:
             coro = fn(*args)               # the common case: an async function
         except TypeError:
@@ -235,10 +239,9 @@ def build_scheduler(rt) -> None:
         tasks[tid] = task
         if not daemon:
             nondaemon += 1
-        if phase == UNTIL_EMPTY:       # spawned during teardown: doomed at birth
+        if doomed_at_birth:            # spawned during teardown
             task._cancel = 3
             task._pending = True
-        spawns += 1
         if trace is not None:
             trace.track(task.id, task.name)
             parent = current.id if current is not None else 0

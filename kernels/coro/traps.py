@@ -220,10 +220,8 @@ def join(task):
     if not task._done:
         if _solo_thread == get_ident():
             how = _solo_join(task)
-            if how == 0:
-                yield (_JOIN, task)
-            elif how == 2:
-                yield _PARKED_TRAP
+            if how != 1:
+                yield (_JOIN, task) if how == 0 else _PARKED_TRAP
         else:
             if not _live:
                 _running_kernel("Task.join()")
