@@ -147,11 +147,15 @@ _CORO_PROBE_DIFFERENCES = {
 # server CPU per request, the rest on rates (see bench.goals).
 
 _ECHO, _RATE, _CPU, _OPS = "echo 1 KiB x 10 conns", "req/s", "server CPU/req", "ops/s"
-_CALLBACK_GOALS = (PerformanceGoal("echo", "uvloop-protocol", 0.9, _ECHO, _CPU),
+_RLOOP_PROTOCOL, _RLOOP_STREAMS = "asyncio-protocol:loop=rloop", "asyncio-streams:loop=rloop"
+_CALLBACK_GOALS = (PerformanceGoal("echo", "uvloop-protocol", 0.9, _ECHO, _CPU,
+                                   beside=(_RLOOP_PROTOCOL,)),
                    PerformanceGoal("echo", "asyncio-protocol", 1.1, _ECHO, _RATE))
-_HYBRID_GOALS = (PerformanceGoal("echo", "uvloop-streams", 1.2, _ECHO, _CPU),
+_HYBRID_GOALS = (PerformanceGoal("echo", "uvloop-streams", 1.2, _ECHO, _CPU,
+                                 beside=(_RLOOP_STREAMS,)),
                  PerformanceGoal("echo", "asyncio-streams", 1.0, _ECHO, _RATE))
-_CORO_GOALS = (PerformanceGoal("echo", "uvloop-streams", 1.2, _ECHO, _CPU),
+_CORO_GOALS = (PerformanceGoal("echo", "uvloop-streams", 1.2, _ECHO, _CPU,
+                               beside=(_RLOOP_STREAMS,)),
                PerformanceGoal("echo", "curio", 1.25, _ECHO, _CPU),
                PerformanceGoal("echo", "trio", 2.0, _ECHO, _CPU),
                PerformanceGoal("spawn_join", "curio", 10.0, "spawn+join/s", _OPS),

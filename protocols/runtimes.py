@@ -95,12 +95,15 @@ class ProbeDifference(NamedTuple):
 class PerformanceGoal(NamedTuple):
     """A performance goal of this runtime against a reference (``looplab bench goals``):
     ``kind`` is "echo" or a micro-benchmark op; the median paired ratio, judged on
-    ``judged_on`` ("req/s", "server CPU/req" or "ops/s"), should reach ``target``."""
+    ``judged_on`` ("req/s", "server CPU/req" or "ops/s"), should reach ``target``.
+    ``beside``: more references measured in the same rounds and shown next to the
+    judged ratio (rloop beside uvloop), never judged."""
     kind: str
     reference: str
     target: float
     what: str
     judged_on: str
+    beside: tuple = ()
 
 
 class Tracing(NamedTuple):

@@ -200,6 +200,7 @@ def test_goals_judge_uvloop_rows_on_server_cpu_per_request():
     cells = [_echo("uvloop-protocol", [100, 100, 100], cpu=[10e-6, 10e-6, 10e-6]),
              _echo("callback", [50, 60, 70], cpu=[10e-6 / 0.95, 10e-6 / 0.9, 10e-6 / 0.8]),
              _echo("asyncio-protocol", [100, 100, 100], cpu=[20e-6] * 3),
+             _echo("asyncio-protocol:loop=rloop", [100, 100, 100], cpu=[20e-6] * 3),
              _echo("coro", [100, 130, 130], cpu=[8e-6] * 3), _echo("curio", [100, 100, 100], cpu=[9e-6] * 3),
              _micro_cell("coro", "yield", [300, 300, 300]), _micro_cell("curio", "yield", [100, 100, 100])]
     rows = {(r["kind"], r["subject"], r["reference"]): r for r in goals.evaluate_goals(cells)}
@@ -208,6 +209,8 @@ def test_goals_judge_uvloop_rows_on_server_cpu_per_request():
     assert uv["ratio"] == pytest.approx(0.9) and uv["min"] == pytest.approx(0.8)
     assert uv["status"] == "met (borderline)"
     assert uv["rate"]["ratio"] == pytest.approx(0.6)          # req/s, beside it
+    # rloop beside uvloop, on the same metric, shown but never judged
+    assert uv["beside"]["asyncio-protocol:loop=rloop"]["ratio"] == pytest.approx(1.8)
     old = rows[("echo", "callback", "asyncio-protocol")]
     assert old["judged_on"] == "req/s" and old["ratio"] == pytest.approx(0.6)
     assert old["status"].startswith("not met (gap 45%)")
@@ -221,6 +224,7 @@ def test_goals_judge_uvloop_rows_on_server_cpu_per_request():
     table = goals.goals_table(list(rows.values()))
     assert "callback echo 1 KiB x 10 conns >= 0.9x uvloop-protocol" in table
     assert "0.90 (0.80-0.95)" in table
+    assert "asyncio-protocol:loop=rloop: 1.80 (1.60-1.90)" in table
 
 
 def test_goals_are_judged_per_interpreter_against_the_same_interpreter():
@@ -236,8 +240,9 @@ def test_goals_are_judged_per_interpreter_against_the_same_interpreter():
     assert rows[("3.13", "spawn_join")]["status"] == "not measured"
     table = goals.goals_table(list(rows.values()))
     assert table.splitlines()[0].startswith("python") and "3.13" in table
-    assert [rt.spec for rt in goals.goal_runtimes(("3.12",))][:2] == ["callback@3.12",
-                                                                      "uvloop-protocol@3.12"]
+    specs = [rt.spec for rt in goals.goal_runtimes(("3.12",))]
+    assert specs[:2] == ["callback@3.12", "uvloop-protocol@3.12"]
+    assert "asyncio-protocol@3.12:loop=rloop" in specs      # the pin goes before the options
 
 
 def test_goals_refuse_an_interpreter_that_is_not_here(capsys):

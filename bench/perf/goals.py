@@ -39,6 +39,7 @@ class Goal:
     target: float
     what: str
     judged_on: str = RATE   # echo goals: RATE or CPU; micro goals: operations per second
+    beside: tuple = ()      # references shown next to the judged ratio, not judged
 
     @property
     def text(self) -> str:
@@ -47,7 +48,7 @@ class Goal:
 
 def declared_goals() -> list[Goal]:
     """Every registered runtime's goals (``RuntimeInfo.goals``), in registry order."""
-    return [Goal(g.kind, info.id, g.reference, g.target, g.what, g.judged_on)
+    return [Goal(g.kind, info.id, g.reference, g.target, g.what, g.judged_on, tuple(g.beside))
             for info in runtimes.RUNTIMES.values() for g in info.goals]
 
 
@@ -55,7 +56,7 @@ def _runtimes_of(goals, echo: bool) -> list[str]:
     out: list[str] = []
     for g in goals:
         if (g.kind == "echo") == echo:
-            out += [r for r in (g.subject, g.reference) if r not in out]
+            out += [r for r in (g.subject, g.reference, *g.beside) if r not in out]
     return out
 
 
@@ -97,7 +98,11 @@ def unjudged_if_interrupted(rows: list[dict], interrupted: bool) -> list[dict]:
 
 
 def _at(spec: str, python: str | None) -> str:
-    return spec if python is None else f"{spec}@{python}"
+    """``spec`` on interpreter ``python``: the pin goes after the id, before options."""
+    if python is None:
+        return spec
+    rid, sep, options = spec.partition(":")
+    return f"{rid}@{python}{sep}{options}"
 
 
 def evaluate_goals(cells: list[dict], pythons=(None,)) -> list[dict]:
@@ -133,6 +138,14 @@ def _goal_row(g: Goal, python: str | None, by: dict) -> dict:
         cpu = _summary(paired(b, a, "server_cpu_per_request_s") if a and b else [])
         row.update(rate=rate, cpu=cpu)
         judged = cpu if g.judged_on == CPU else rate
+        beside = {}
+        for spec in g.beside:
+            c = by.get((g.kind, _at(spec, python)))
+            pairs = (paired(c, a, "server_cpu_per_request_s") if g.judged_on == CPU
+                     else paired(a, c, "requests_per_s")) if a and c else []
+            beside[spec] = _summary(pairs)
+        if beside:
+            row["beside"] = beside
     else:
         judged = _summary(paired(a, b, "ops_per_s") if a and b else [])
     row.update(judged, status=_status(judged, g.target))
@@ -147,13 +160,20 @@ def _ratio_text(s: dict | None) -> str:
     return f"{s['ratio']:.2f}"
 
 
+def _beside_text(beside: dict | None) -> str:
+    if not beside:
+        return ""
+    return "; ".join(f"{spec}: {_ratio_text(s)}" for spec, s in beside.items())
+
+
 def goals_table(rows: list[dict], markdown: bool = False) -> str:
     """The goal table: judged ratio beside both echo ratios, each a median (range)."""
     table = [[r["goal"], r["judged_on"], _ratio_text(r), _ratio_text(r.get("rate")),
-              _ratio_text(r.get("cpu")), r["n"], r["status"]] for r in rows]
+              _ratio_text(r.get("cpu")), r["n"], r["status"], _beside_text(r.get("beside"))]
+             for r in rows]
     head = ["goal", "judged on", "median (range)", "req/s ratio", "server CPU/req ratio",
-            "rounds", "status"]
-    align = "llrrrrl"
+            "rounds", "status", "same ratio against (not judged)"]
+    align = "llrrrrll"
     if any(r.get("python") for r in rows):
         table = [[r.get("python") or "looplab's"] + line for r, line in zip(rows, table)]
         head, align = ["python"] + head, "l" + align
