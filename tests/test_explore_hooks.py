@@ -119,3 +119,33 @@ def test_the_fixed_cancellation_programs_are_proved_within_two_delays(bug_id):
     t = targets.resolve(bug_id)
     r = runner.explore(t, "asyncio", "fixed", "delays:2", 600)
     assert r.get("proved", "").startswith("proved: no failing schedule within 2 delays"), r
+
+
+@pytest.mark.parametrize("answers, woken", [([], ["a", "b"]), ([1], ["b", "a"])])
+def test_curio_wakes_the_tasks_of_one_select_in_the_chosen_order(answers, woken):
+    curio = pytest.importorskip("curio")
+    from protocols import simports
+    w = simnet.World(0, log=False)
+    script = Script(io_order=answers)
+    w.install_chooser(script)
+    io = w.io()
+    (a, pa), (b, pb) = io.socketpair(), io.socketpair()
+    order = []
+
+    async def reader(name, sock):
+        await curio.traps._read_wait(sock)
+        order.append(name)
+
+    async def main():
+        tasks = [await curio.spawn(reader, "a", a), await curio.spawn(reader, "b", b)]
+        w.call_at(0.5, pa.send, b"x")
+        w.call_at(0.5, pb.send, b"x")       # both readable in one select
+        for t in tasks:
+            await t.join()
+
+    with simports.curio_kernel(io) as kernel:
+        kernel.run(main)
+    for s in (a, pa, b, pb):
+        s.close()
+    assert order == woken
+    assert ("io-order", 2) in script.asked
