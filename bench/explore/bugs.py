@@ -1,4 +1,4 @@
-"""The benchmark of interleaving bugs, and three small programs from real threads.
+"""The benchmark of interleaving bugs, and six small programs from real threads.
 
 ``BENCHMARK`` lists every bug the benchmark runs, by target id
 (``bench.explore.targets.resolve``): the S3 ``drain`` race, zoo entries, and
@@ -23,6 +23,18 @@ timers due together -- so only some orders of that one instant fail:
   cancellation vanished and the worker never stopped (a liveness failure).
   Its race is two timers due at one deadline, an order asyncio leaves
   undefined and our callback kernel promises (scheduling order).
+
+Three more race a cancellation against the event it cancels, where the zoo's
+entries of the same ids (``zoo:ID``) place the cancellation themselves:
+
+* ``cpython-102780``: a CancelledError caught without ``uncancel()`` inside
+  ``timeout()``; when the budget expires, CancelledError comes out instead
+  of TimeoutError.
+* ``redis-py-2624``: a command cancelled with its reply already in the
+  connection's buffer; the pooled connection hands that reply to the next
+  command (off by one).
+* ``httpcore-830`` (httpcore#1093): a request cancelled during its new
+  connection's handshake keeps the pool's only slot (PoolTimeout).
 """
 from __future__ import annotations
 
