@@ -235,8 +235,9 @@ _TC = "protocols.trio_curio_ports"
 # asyncio promises call_soon FIFO, not the order of readiness across file descriptors,
 # and calls timers due at the same time in an undefined order (call_later's docs); our
 # callback kernel promises equal deadlines in scheduling order (kernels/callback/loop.py);
-# coro's batch order is a design option (ready_order); trio's batch order is seeded
-# from the world and curio is FIFO, and neither is hooked.
+# coro's batch order is a design option (ready_order); trio randomizes each batch by
+# design, so the chooser draws it (protocols.simports._trio_batch_order); curio promises
+# a FIFO ready queue but not the order of one select's events (SimSelector orders them).
 _ASYNCIO_CHOICES = frozenset({_ch.IO_ORDER, _ch.IO_DEFER, _ch.TIMER_TIE})
 _OURS_CALLBACK_CHOICES = dict(schedule_choices=frozenset({_ch.IO_ORDER, _ch.IO_DEFER}),
                               portable_choices=frozenset({_ch.READY, _ch.TIMER_TIE}))
@@ -315,11 +316,13 @@ for _info in (
                 library="curio", probe_side=f"{_SIDES}.coro:CurioSide",
                 tracing=Tracing(refused="its public hooks (curio's Activation) are fixed when "
                                         "the port makes its kernel"),
+                schedule_choices=frozenset({_ch.IO_ORDER}),
                 summary="curio, recv/sendall through a thin Stream shim", **SIM),
     RuntimeInfo("trio", "task", f"{_TC}:TrioPort", reference_options("trio"),
                 requires=("trio",), fingerprint=Fingerprint(_TRIO, **_REFERENCE),
                 library="trio", probe_side=f"{_SIDES}.coro:TrioSide",
                 tracing=Tracing(port=f"{_TR}:TracedTrioPort", hook="trio.abc.Instrument"),
+                schedule_choices=frozenset({_ch.READY}),
                 summary="trio, SocketStream", **SIM),
 ):
     register(replace(_info, origin="builtin"))

@@ -19,7 +19,9 @@ and, if so, builds what it needs from here, explicitly:
   and sets trio's per-run socket factory and hostname resolver to the world's;
   ``trio_socket(sock)`` turns a socket into a trio socket, a ``SimTrioSocket``
   (a ``trio.socket.SocketType``) when it is simulated. Public hooks, and one
-  private generator seeded for the run (trio's batch order, ``_trio_batch_order``).
+  private generator seeded for the run (trio's batch order, ``_trio_batch_order``);
+  under an explorer, that generator and trio's deterministic-scheduling flag are
+  swapped for the run so that the explorer draws each batch's order.
 * **curio** -- ``curio_kernel(io, ...)``: a ``curio.Kernel`` with
   ``selector=SimSelector``. curio's kernel reads ``time.monotonic`` and calls
   ``socket.socketpair()`` through its module's globals and takes neither as a
@@ -27,8 +29,9 @@ and, if so, builds what it needs from here, explicitly:
   with a private copy of those globals in which they are the virtual clock and
   a ``SimWaker``. Nothing of curio is modified.
 
-Nothing here replaces an attribute of a module: outside a simulated cell every
-library is untouched. The libraries are imported only when a port needs them;
+Nothing here replaces an attribute of a module, except trio's two scheduler
+globals while an explored run lasts (put back after it): outside a simulated
+cell every library is untouched. The libraries are imported only when a port needs them;
 a missing one (or a curio whose kernel no longer has the shape above) raises
 ``Unavailable`` with the reason. Which runtimes can run on the simulated network
 at all is declared on their ``RuntimeInfo`` (``real_network_only``).
@@ -41,6 +44,7 @@ import heapq
 import importlib
 import math
 import os
+import random
 import socket as _socket
 import sys
 import types
@@ -97,7 +101,9 @@ def _asyncio_loop_class():
 
         def __init__(self, io):
             self._sim_io = io          # before super(): it makes the self-pipe
-            super().__init__(io.world.selector())
+            selector = io.world.selector()
+            selector.orders_events = False     # _process_events orders them (below)
+            super().__init__(selector)
 
         def _make_self_pipe(self):
             self._sim_waker = self._sim_io.waker()
@@ -246,7 +252,7 @@ def run_trio(io, main, *args, **kw):
     clock.on_failure = on_sigint
     ports.sim_sigint().append(on_sigint)
     try:
-        with _trio_batch_order(trio, io.world):
+        with _trio_batch_order(trio, io.world, io.chooser):
             out = trio.run(cancellable, clock=clock, **kw)
     except trio.TrioInternalError as exc:
         # What the clock raised inside trio's scheduler, when cancelling the run
@@ -269,31 +275,78 @@ class _trio_batch_order:
     different orders in different processes. While a simulated run lasts, that
     generator is seeded from the world's seed; afterwards its state is put
     back, so trio outside a simulated cell draws as if nothing had happened.
-    Only the generator's state changes -- no attribute of trio is replaced. It
-    is private to trio (checked on 0.35): if it is missing, the order stays
+    It is private to trio (checked on 0.35): if it is missing, the order stays
     unseeded and ``seeded`` says so. trio's supported way to a deterministic
-    order is its Hypothesis plugin, which also only seeds this generator."""
+    order is its Hypothesis plugin, which also only seeds this generator.
 
-    def __init__(self, trio, world):
+    With an explorer's chooser on the world (``kernels.choice``), the chooser
+    draws the whole batch instead (``ready``). trio's own Hypothesis mode is
+    the way in: with ``_ALLOW_DETERMINISTIC_SCHEDULING`` set, trio sorts each
+    batch by spawn order and hands it to ``_r.shuffle``, so any permutation
+    of a batch is an order trio itself runs (its scheduler's comment: the
+    batch is randomized "to avoid assumptions about scheduling order sneaking
+    in"). For the run only, the flag is set and ``_r`` is a generator, seeded
+    as above, whose ``shuffle`` asks the chooser; both are put back after.
+    Index 0 everywhere runs each batch in spawn order. If trio's scheduler no
+    longer has that shape, the chooser is not used (``chosen`` is False) and
+    the batch order is seeded as without one."""
+
+    def __init__(self, trio, world, chooser=None):
         core = sys.modules.get("trio._core._run")
         rng = getattr(core, "_r", None)
+        self.core = core
         self.rng = rng if hasattr(rng, "getstate") and hasattr(rng, "seed") else None
         self.seed = f"{world.seed}:trio"
         self.saved = None
+        self.chooser = chooser
+        self.chosen = (chooser is not None and self.rng is not None
+                       and type(getattr(core, "_ALLOW_DETERMINISTIC_SCHEDULING", None)) is bool
+                       and _trio_shuffles(core))
+        self.replaced = None
 
     @property
     def seeded(self) -> bool:
         return self.rng is not None
 
     def __enter__(self):
-        if self.rng is not None:
+        if self.chosen:
+            chooser_rng = _ChosenBatches(self.chooser, self.seed)
+            self.replaced = (self.core._r, self.core._ALLOW_DETERMINISTIC_SCHEDULING)
+            self.core._r = chooser_rng
+            self.core._ALLOW_DETERMINISTIC_SCHEDULING = True
+        elif self.rng is not None:
             self.saved = self.rng.getstate()
             self.rng.seed(self.seed)
         return self
 
     def __exit__(self, *exc):
-        if self.rng is not None:
+        if self.replaced is not None:
+            self.core._r, self.core._ALLOW_DETERMINISTIC_SCHEDULING = self.replaced
+            self.replaced = None
+        elif self.rng is not None:
             self.rng.setstate(self.saved)
+
+
+def _trio_shuffles(core) -> bool:
+    """Whether trio's scheduler loop (``unrolled_run``) reads the flag and calls
+    ``_r.shuffle``, as trio 0.35 does."""
+    run = getattr(core, "unrolled_run", None)
+    code = getattr(run, "__code__", None)
+    return code is not None and {"_ALLOW_DETERMINISTIC_SCHEDULING", "_r", "shuffle"} <= \
+        _code_names(code)
+
+
+class _ChosenBatches(random.Random):
+    """trio's ``_r`` under an explorer: seeded draws for everything else (a
+    clock's offset), and ``shuffle(batch)`` in the order the chooser picks.
+    trio pops the batch from its end, so the chosen order is stored reversed."""
+
+    def __init__(self, chooser, seed):
+        super().__init__(seed)
+        self._choose = chooser.choose
+
+    def shuffle(self, x):
+        x[:] = _choice.permute(self._choose, _choice.READY, list(x))[::-1]
 
 
 def trio_socket(sock):

@@ -1,4 +1,4 @@
-"""The benchmark of interleaving bugs, and three small programs from real threads.
+"""The benchmark of interleaving bugs, and six small programs from real threads.
 
 ``BENCHMARK`` lists every bug the benchmark runs, by target id
 (``bench.explore.targets.resolve``): the S3 ``drain`` race, zoo entries, and
@@ -23,12 +23,25 @@ timers due together -- so only some orders of that one instant fail:
   cancellation vanished and the worker never stopped (a liveness failure).
   Its race is two timers due at one deadline, an order asyncio leaves
   undefined and our callback kernel promises (scheduling order).
+
+Three more race a cancellation against the event it cancels, where the zoo's
+entries of the same ids (``zoo:ID``) place the cancellation themselves:
+
+* ``cpython-102780``: a CancelledError caught without ``uncancel()`` inside
+  ``timeout()``; when the budget expires, CancelledError comes out instead
+  of TimeoutError.
+* ``redis-py-2624``: a command cancelled with its reply already in the
+  connection's buffer; the pooled connection hands that reply to the next
+  command (off by one).
+* ``httpcore-830`` (httpcore#1093): a request cancelled during its new
+  connection's handshake keeps the pool's only slot (PoolTimeout).
 """
 from __future__ import annotations
 
 import asyncio
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 
 __all__ = ["Bug", "PROGRAMS", "BENCHMARK", "HANGS", "register"]
 
@@ -36,8 +49,10 @@ AT = 1.0        # the instant both racing events happen (virtual seconds)
 
 
 class Context:
-    """What a program gets: the world, its seam, and two connections whose
-    peers each send one message at ``AT`` (``ctx.conns[i]``: the app's end)."""
+    """What a program gets: the world, its seam, and one connection per entry of
+    ``messages`` (``ctx.conns[i]``: the app's end). An entry that is bytes is
+    what its peer sends at ``AT``; otherwise it is the peer's script,
+    ``((t, bytes), ...)``."""
 
     def __init__(self, world, io, messages=(b"stop", b"item")):
         self.world = world
@@ -49,11 +64,19 @@ class Context:
             app.setblocking(False)
             self.conns.append(app)
             self._peers.append(peer)
-            world.call_at(AT, peer.send, msg)
+            for t, data in ((AT, msg),) if isinstance(msg, bytes) else msg:
+                world.call_at(t, _send, peer, data)
 
     def close(self):
         for s in self.conns + self._peers:
             s.close()
+
+
+def _send(peer, data):
+    try:
+        peer.send(data)
+    except OSError:
+        pass                # the program closed its end first: a script goes unheard
 
 
 @dataclass
@@ -282,6 +305,200 @@ async def wait_for_fixed(ctx):
     await _wait_for_program(ctx, fixed=True)
 
 
+# ---------------------------------------------------------------------------
+# cpython-102780: a cancellation caught without uncancel() inside timeout()
+
+async def _timeout_program(ctx, fixed):
+    """A worker reads a request under a budget (``timeout_at``); a shutdown
+    interrupts the read, if it is still waiting, by cancelling the worker,
+    which catches that and carries on. The work then overruns the budget, so
+    the worker must end in TimeoutError. Naive: the CancelledError is caught
+    without ``uncancel()``, so timeout() sees a cancellation it did not
+    cause and lets CancelledError out instead. The race: the request and
+    the shutdown arrive at one instant; only when the shutdown's task runs
+    first is the read still waiting."""
+    reading = True
+    ended = []
+
+    async def worker():
+        nonlocal reading
+        me = asyncio.current_task()
+        try:
+            async with asyncio.timeout_at(AT + 0.5):
+                try:
+                    await _recv(ctx.conns[1])            # the request
+                except asyncio.CancelledError:
+                    if fixed:
+                        me.uncancel()                    # the documented rule
+                finally:
+                    reading = False
+                await asyncio.sleep(10)                  # the work overruns the budget
+            ended.append("returned")
+        except TimeoutError:
+            ended.append("TimeoutError")
+        except asyncio.CancelledError:
+            ended.append("CancelledError")
+
+    w = asyncio.ensure_future(worker())
+
+    async def on_shutdown():
+        await _recv(ctx.conns[0])
+        if reading:
+            w.cancel()                                   # interrupt the read
+
+    await asyncio.gather(on_shutdown(), w)
+    assert ended == ["TimeoutError"], \
+        f"the budget's overrun ended the worker with {ended[0] if ended else 'nothing'}, " \
+        f"not TimeoutError"
+
+
+async def timeout_naive(ctx):
+    await _timeout_program(ctx, fixed=False)
+
+
+async def timeout_fixed(ctx):
+    await _timeout_program(ctx, fixed=True)
+
+
+# ---------------------------------------------------------------------------
+# redis-py-2624: a cancelled command's reply is left for the next command
+
+async def _pool_program(ctx, fixed):
+    """A pool of one connection (asyncio streams, as redis-py's client). The
+    first command is sent; its reply and the caller's cancellation arrive
+    at one instant. If the cancellation runs first, the reply is already in
+    the connection's StreamReader buffer; the naive pool takes the
+    connection back and the next command reads the old reply. Fixed (redis-py
+    4.4.4/4.5.4): a cancelled command disconnects its connection."""
+    pool = [await asyncio.open_connection(sock=ctx.conns[1])]
+    spare = [ctx.conns[2]]                  # a new connection, when the pool is empty
+    opened = []
+
+    async def command(key):
+        if pool:
+            reader, writer = pool.pop()
+        else:
+            reader, writer = await asyncio.open_connection(sock=spare.pop())
+            opened.append(writer)
+        ok = False
+        try:
+            writer.write(b"GET " + key + b"\n")
+            reply = await reader.readline()
+            ok = True
+            return reply
+        finally:
+            if ok or not fixed:
+                pool.append((reader, writer))   # naive: back to the pool, reply unread
+            else:
+                writer.close()                  # the fix: a cancelled command disconnects
+
+    first = asyncio.ensure_future(command(b"key0"))
+
+    async def on_deadline():                    # the caller gives up on the first command
+        await _recv(ctx.conns[0])
+        first.cancel()
+
+    await asyncio.gather(on_deadline(), asyncio.gather(first, return_exceptions=True))
+    reply = await command(b"key1")
+    for _, writer in pool:
+        writer.close()
+    assert reply == b"VAL key1\n", f"command key1 read {reply!r}: a cancelled command's reply"
+
+
+async def pool_naive(ctx):
+    await _pool_program(ctx, fixed=False)
+
+
+async def pool_fixed(ctx):
+    await _pool_program(ctx, fixed=True)
+
+
+# the caller's deadline; the pooled connection answers key0 at AT and key1 later;
+# a fresh connection answers key1 (the fixed pool's second command)
+_POOL_SCRIPT = (b"stop", ((AT, b"VAL key0\n"), (AT + 0.5, b"VAL key1\n")),
+                ((AT + 0.5, b"VAL key1\n"),))
+
+
+# ---------------------------------------------------------------------------
+# httpcore-830: a request cancelled while its connection connects keeps the slot
+
+class _Slot:
+    def __init__(self):
+        self.state, self.rw = "CONNECTING", None
+
+
+async def _slot_program(ctx, fixed):
+    """A pool of one slot. A request takes the slot before its connection
+    exists and waits for the connection's handshake (a greeting, as TLS or
+    a proxy's CONNECT); the greeting and the caller's cancellation arrive at
+    one instant. Cancelled first, the naive request leaves a CONNECTING
+    connection that nobody owns, so the next request times out against a
+    healthy server. Fixed (httpcore PRs 1094/1099, httpx2 PR 983): a
+    connection no request owns is reclaimed."""
+    slots = []
+    free = asyncio.Event()
+
+    async def acquire(wait_s):
+        async with asyncio.timeout(wait_s):
+            while True:
+                idle = [c for c in slots if c.state == "IDLE"]
+                if idle:
+                    return idle[0]
+                if not slots:
+                    c = _Slot()
+                    slots.append(c)             # the slot is taken before the connection
+                    return c
+                free.clear()
+                await free.wait()
+
+    async def request(sock):
+        conn = await acquire(0.5)
+        try:
+            if conn.state == "CONNECTING":
+                conn.rw = await asyncio.open_connection(sock=sock)
+                await conn.rw[0].readline()     # the handshake
+        except BaseException:
+            if fixed:                           # the fix: reclaim the orphaned connection
+                slots.remove(conn)
+                if conn.rw:
+                    conn.rw[1].close()
+                free.set()
+            raise
+        conn.state = "ACTIVE"
+        try:
+            conn.rw[1].write(b"GET /\n")
+            return await conn.rw[0].readline()
+        finally:
+            conn.state = "IDLE"
+            free.set()
+
+    first = asyncio.ensure_future(request(ctx.conns[1]))
+    await asyncio.sleep(AT / 2)                 # the request is connecting
+
+    async def on_cancel():                      # the caller goes away
+        await _recv(ctx.conns[0])
+        first.cancel()
+
+    await asyncio.gather(on_cancel(), asyncio.gather(first, return_exceptions=True))
+    try:
+        await acquire(0.5)
+    except TimeoutError:
+        raise AssertionError("PoolTimeout against a healthy server: a cancelled request's "
+                             "connecting connection keeps the only slot") from None
+    finally:
+        for c in slots:
+            if c.rw:
+                c.rw[1].close()
+
+
+async def slot_naive(ctx):
+    await _slot_program(ctx, fixed=False)
+
+
+async def slot_fixed(ctx):
+    await _slot_program(ctx, fixed=True)
+
+
 PROGRAMS = {b.id: b for b in (
     Bug("cpython-27585", "a lock waiter cancelled after it was handed the lock: the next "
         "waiter hangs", "https://github.com/python/cpython/pull/1031",
@@ -298,10 +515,29 @@ PROGRAMS = {b.id: b for b in (
         "The task in wait_for() is cancelled just as the awaited call finishes; 3.8-3.11 return "
         "the result and drop the cancellation, so a worker told to stop keeps running.",
         wait_for_naive, wait_for_fixed),
+    Bug("cpython-102780", "a cancellation caught without uncancel() turns timeout()'s "
+        "TimeoutError into CancelledError", "https://github.com/python/cpython/issues/102780",
+        "A worker under timeout() catches the CancelledError that interrupts its read and "
+        "carries on without task.uncancel(); when the budget expires, timeout() counts that "
+        "cancellation as an outer one and lets CancelledError out.",
+        timeout_naive, timeout_fixed),
+    Bug("redis-py-2624", "a cancelled command's reply is read by the next command",
+        "https://github.com/redis/redis-py/issues/2624",
+        "The command is cancelled after its reply reached the connection's buffer and before "
+        "it read it; the pool takes the connection back and the next command reads the old "
+        "reply (off by one).",
+        pool_naive, pool_fixed, context=partial(Context, messages=_POOL_SCRIPT)),
+    Bug("httpcore-830", "a request cancelled during its connection's handshake keeps the "
+        "pool's slot", "https://github.com/encode/httpcore/issues/1093",
+        "The pool assigns the request a new connection (a slot) before it is established; "
+        "cancelled during the handshake, the request leaves a CONNECTING connection nobody "
+        "owns or reclaims, and the next request times out (PoolTimeout).",
+        slot_naive, slot_fixed, context=partial(Context, messages=(b"stop", b"HELLO\n"))),
 )}
 
 #: The benchmark, by target id, in table order.
-BENCHMARK: list = ["S3:drain", "trio-1626", "cpython-27585", "cpython-23812", "cpython-86296"]
+BENCHMARK: list = ["S3:drain", "trio-1626", "cpython-27585", "cpython-23812", "cpython-86296",
+                   "cpython-102780", "redis-py-2624", "httpcore-830"]
 
 #: Zoo entries whose bug is a hang: what waits for ever when ``bug_shown``
 #: holds. The entry's own oracle is a bounded wait (the task is still parked
@@ -320,9 +556,9 @@ def register(target_id: str) -> None:
 
 
 # The zoo's cancellation entries (bench/zoo/cancel.py) that run on the simulated
-# network, all five. cpython-86296's id names the program above; ``zoo:`` names
-# the zoo entry of the same bug.
-for _id in ("zoo:cpython-86296", "cpython-102780", "cpython-109321", "redis-py-2624",
-            "httpcore-830"):
+# network, all five. Where a program above has the entry's id, the id names the
+# program; ``zoo:`` names the zoo entry of the same bug.
+for _id in ("zoo:cpython-86296", "zoo:cpython-102780", "cpython-109321", "zoo:redis-py-2624",
+            "zoo:httpcore-830"):
     register(_id)
 register("uvicorn-336")     # a hang of the zoo, reported as a liveness violation

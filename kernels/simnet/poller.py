@@ -19,6 +19,8 @@ import selectors
 import socket as _socket
 from collections.abc import Mapping
 
+from kernels import choice as _choice
+
 from . import constants as _c
 from .constants import BOTH, ERR, READ, WRITE, SimDeadlock
 from .sockets import SimSocket, socketpair
@@ -307,6 +309,12 @@ class SimSelector(selectors.BaseSelector):
     (asyncio's selector event loop): ``select(timeout)`` advances the virtual
     clock as ``SimPoller.wait`` does."""
 
+    #: Whether ``select`` lets the world's explorer order one call's events
+    #: (``io-order``). A loop that orders them itself sets it False
+    #: (``protocols.simports``' asyncio loop, in ``_process_events``), so no
+    #: runtime is asked twice.
+    orders_events = True
+
     def __init__(self, world):
         self._world = world
         self._poller = SimPoller(world)
@@ -351,6 +359,10 @@ class SimSelector(selectors.BaseSelector):
                   | (selectors.EVENT_WRITE if mask & WRITE else 0)) & key.events
             if ev:
                 out.append((key, ev))
+        chooser = self._world.chooser
+        if chooser is not None and len(out) > 1 and self.orders_events:
+            # readiness across file descriptors carries no order (epoll's is its own)
+            out = _choice.permute(chooser.choose, _choice.IO_ORDER, out)
         return out
 
     def close(self):
