@@ -311,7 +311,7 @@ class LinuxModel(TcpModel):
         peer = s._peer
         if peer is not None and not s._reset and not s._link.dead:
             world = s._world
-            world.call_at(world.now + s._link.latency, peer._model.on_ack, self.rcv_nxt,
+            world.call_at(s._link.ack_at(world), peer._model.on_ack, self.rcv_nxt,
                           self.rcv_nxt + wnd, wnd)
 
     def delack_fires(self):
