@@ -260,3 +260,41 @@ def test_shrink_lowers_a_loss_probability_and_respects_its_budget():
     assert f["at"] < 0.5 / 8 and f["duration_s"] < 1.0 / 8       # 4 halvings each
     _, few = simruns.shrink(None, u, lambda u2: bool(u2["net"]["faults"]), max_field_runs=2)
     assert few == 1 + 2
+
+
+# -- the run verb: --fault-kinds --------------------------------------------------
+
+def _cli(*argv):
+    from bench.cli import main
+    return main(list(argv))
+
+
+def test_fault_kinds_draws_the_wire_faults_and_the_failing_universe_replays(tmp_path):
+    import json
+    out = tmp_path / "ex"
+    assert _cli("run", "--net", "sim", "--seeds", "4", "--faults", "2", "--fault-kinds",
+                "partition,clog", "--scenarios", "S6", "--runtimes", "callback", "--variants",
+                "block", "--preset", "tiny", "--out", str(out)) == 0
+    ex = json.loads((out / "explore.json").read_text())["explorations"][0]
+    assert ex["net"]["fault_kinds"] == ["partition", "clog"]
+    f = ex["failing"]                    # block never serves the healthy client
+    assert {x["kind"] for x in f["universe"]["net"]["faults"]} <= {"partition", "clog"}
+    assert f["universe"]["net"]["faults"]
+    assert f["replayed_outcome"] == f["outcome"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (("--faults", "1", "--fault-kinds", "loss,flood"), "unknown fault kind 'flood'"),
+    (("--fault-kinds", "loss"), "give it with --faults"),
+])
+def test_bad_fault_kinds_are_one_line_and_exit_2(tmp_path, capsys, argv, says):
+    try:
+        code = _cli("run", "--net", "sim", "--seeds", "2", *argv, "--scenarios", "S3",
+                    "--runtimes", "callback", "--variants", "naive", "--preset", "tiny",
+                    "--out", str(tmp_path / "o"))
+    except SystemExit as exc:            # argparse's own exit for a bad value
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert says in err, err
+    assert not (tmp_path / "o" / "explore.json").exists()
