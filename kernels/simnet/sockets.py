@@ -36,9 +36,11 @@ class Link:
     ``(kind, start, end, p)``, "hold" (a clog or a partition: what would
     arrive in [start, end) arrives at ``end``) or "loss" (a segment that leaves
     in [start, end) is lost with probability ``p`` and sent again after an
-    RTO, doubling). ``sock`` is the end that sends on it, for the log."""
+    RTO, doubling). ``sock`` is the end that sends on it, for the log;
+    ``resent`` how much later than sent the last data segment's delivered try
+    left (an RTT sample is taken from that try, as TCP timestamps do)."""
     __slots__ = ("latency", "bandwidth", "jitter", "free_at", "last_arrival", "dead",
-                 "faults", "sock")
+                 "faults", "sock", "resent")
 
     def __init__(self, p):
         self.latency = p["latency_s"]
@@ -49,6 +51,7 @@ class Link:
         self.dead = False
         self.faults = None
         self.sock = None
+        self.resent = 0.0
 
     def arrival(self, world, nbytes) -> float:
         start = world.now if world.now > self.free_at else self.free_at
@@ -101,6 +104,7 @@ class Link:
                 world.record("loss", s._conn, s._side, tries)
                 go += rto
                 rto = rto * 2 if rto * 2 < RTO_MAX_S else RTO_MAX_S
+            self.resent = go - sent
             t += go - sent
         return self._held(t)
 
