@@ -298,3 +298,26 @@ def test_bad_fault_kinds_are_one_line_and_exit_2(tmp_path, capsys, argv, says):
     err = capsys.readouterr().err
     assert says in err, err
     assert not (tmp_path / "o" / "explore.json").exists()
+
+
+def test_under_an_explorer_each_lost_try_is_a_choice_and_none_means_delivered():
+    class Always:
+        def __init__(self, pick):
+            self.pick, self.asked = pick, []
+
+        def choose(self, kind, n):
+            self.asked.append(kind)
+            return self.pick
+
+    for pick, lost in ((0, 0), (1, 2)):      # 1: every try inside the window is lost
+        w = World(1, faults=[{"at": 0.001, "kind": "loss", "conn": 0, "side": "server",
+                              "duration_s": 0.5, "p": 0.5}])
+        chooser = Always(pick)
+        w.install_chooser(chooser)
+        (c, s), = pairs(w)
+        w.run(until=0.001)
+        s.send(b"x" * 100)
+        w.run(until=2.0)
+        assert len([e for e in w.log if e[1] == "loss"]) == lost
+        assert "net" in chooser.asked
+        assert c.recv(1000) == b"x" * 100

@@ -23,11 +23,11 @@ import struct
 from collections import deque
 
 from .constants import (
-    BOTH, CLOSED, CONNECTED, CONNECTING, ERR, LISTENING, MSG_PEEK, NEW, READ, RTO_MAX_S,
-    RTO_MIN_S, SLOW_SLICE_S,
+    BOTH, CLOSED, CONNECTED, CONNECTING, ERR, LISTENING, MSG_PEEK, NEW, READ, SLOW_SLICE_S,
     STATE_NAMES, WRITE, SimBlockingError, error_exc, oserror,
 )
 from .model import ByteModel
+from .constants import RTO_MAX_S, RTO_MIN_S      # the loss fault's retransmissions
 
 
 class Link:
