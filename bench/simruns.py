@@ -100,10 +100,25 @@ def failed(result: dict) -> bool:
     return bool(result.get("errors")) or not all(result["verdicts"].values())
 
 
-def shrink(cell, universe_: dict, still_fails) -> tuple[dict, int]:
-    """The smallest fault schedule (greedy: drop one fault at a time while the
-    run still fails the same way) that reproduces ``still_fails``. Returns the
-    shrunk universe and how many runs it took."""
+#: How many bisection steps ``shrink`` spends on one field of one fault, and
+#: how many runs it spends on times and parameters in all.
+SHRINK_STEPS = 4
+SHRINK_FIELD_RUNS = 40
+
+#: The fields ``shrink`` makes smaller, and the least each may become: a time
+#: moves toward the cell's start (0), a duration and a probability toward 0.
+_SHRINKABLE = ("at", "duration_s", "p", "step_s")
+
+
+def shrink(cell, universe_: dict, still_fails, max_field_runs: int = SHRINK_FIELD_RUNS
+           ) -> tuple[dict, int]:
+    """The smallest fault schedule that reproduces ``still_fails``. First
+    greedily drop one fault at a time while the run still fails the same way;
+    then, for each fault left, bisect each of its times and parameters toward
+    0 (``at`` earlier, ``duration_s``, ``p`` and a clog's ``step_s`` smaller,
+    a clog's connections fewer), keeping a change only if the run still fails
+    the same way. At most ``max_field_runs`` runs go to the second pass.
+    Returns the shrunk universe and how many runs it took."""
     u = copy.deepcopy(universe_)
     faults = list(u["net"]["faults"])
     runs = 0
@@ -118,6 +133,48 @@ def shrink(cell, universe_: dict, still_fails) -> tuple[dict, int]:
             if still_fails(u2):
                 faults, u, changed = trial, u2, True
                 break
+    budget = max_field_runs
+
+    def holds(i, f):
+        nonlocal budget, runs
+        if budget <= 0:
+            return False
+        budget -= 1
+        runs += 1
+        u2 = copy.deepcopy(u)
+        u2["net"]["faults"][i] = f
+        return still_fails(u2)
+
+    for i in range(len(faults)):
+        f = dict(u["net"]["faults"][i])
+        conns = f.get("conns")
+        while conns and len(conns) > 1:          # a clog of fewer connections
+            for j in range(len(conns)):
+                trial = {**f, "conns": conns[:j] + conns[j + 1:]}
+                if holds(i, trial):
+                    f, conns = trial, trial["conns"]
+                    u["net"]["faults"][i] = f
+                    break
+            else:
+                break
+        for key in _SHRINKABLE:
+            v = f.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 \
+                    or (key == "step_s" and len(f.get("conns", ())) < 2):
+                continue                 # a one-connection clog has no steps
+            # bisect between lo (not known to fail; 0 is never tried for a
+            # duration or a probability, which must stay > 0) and v (fails)
+            lo = 0.0
+            for _ in range(SHRINK_STEPS):
+                mid = round((lo + v) / 2, 6)
+                if mid <= lo or mid >= v or budget <= 0:
+                    break
+                trial = {**f, key: mid}
+                if holds(i, trial):
+                    f, v = trial, mid
+                    u["net"]["faults"][i] = f
+                else:
+                    lo = mid
     return u, runs
 
 
@@ -205,6 +262,8 @@ def cells_for(args, planned: list) -> list:
         # what --seeds does; one way to ask for it keeps results honest.
         raise UsageError("--repeat does not vary a simulated cell (every repeat is the same "
                          "universe): under --net sim/both or --replay use --seeds N")
+    if getattr(args, "fault_kinds", None) and not getattr(args, "faults", 0):
+        raise UsageError("--fault-kinds says which kinds --faults draws: give it with --faults K")
     if getattr(args, "replay", None):
         return replay_cells(args.replay)
     if net == "real":
@@ -334,7 +393,9 @@ def _explore_cells(cells, args, out_dir, failing, done, stop) -> None:
         if why:
             print(f"{cell.id}: skipped: {why}", file=sys.stderr)
             continue
-        ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing, stop=stop)
+        kinds = getattr(args, "fault_kinds", None)
+        ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing, stop=stop,
+                     net={"fault_kinds": kinds} if kinds else None)
         done.append(ex)
         print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall, "
               f"{ex['cpu_s']:.2f} s CPU ({ex['sim_s']:.1f} s simulated)")

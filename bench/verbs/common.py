@@ -24,6 +24,17 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
+def fault_kinds(text: str) -> list:
+    """``--fault-kinds A,B``: which kinds ``--faults`` draws (simnet's FAULT_KINDS)."""
+    from kernels.simnet import FAULT_KINDS
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in FAULT_KINDS]
+    if not kinds or bad:
+        raise argparse.ArgumentTypeError(f"unknown fault kind {bad[0] if bad else text!r}; "
+                                         f"valid: {', '.join(FAULT_KINDS)}")
+    return list(dict.fromkeys(kinds))
+
+
 def add_net_options(p: argparse.ArgumentParser, *, skipped: str = "", explored: str) -> None:
     """--net, --seeds, --faults and --replay (bench.simruns carries them out).
     ``skipped``: what else the verb skips on the simulated network; ``explored``:
@@ -36,7 +47,10 @@ def add_net_options(p: argparse.ArgumentParser, *, skipped: str = "", explored: 
                    help="with --net sim: run each cell in N universes (network, CPU and coro "
                         f"ready-order seeds), {explored}")
     p.add_argument("--faults", type=non_negative_int, default=0, metavar="K",
-                   help="with --seeds: draw K random faults (stall, slow, reset, vanish) per seed")
+                   help="with --seeds: draw K random faults per seed (of the --fault-kinds)")
+    p.add_argument("--fault-kinds", type=fault_kinds, default=None, metavar="A,B,...",
+                   help="with --faults: the kinds to draw, of stall, slow, reset, vanish, loss, "
+                        "clog, partition (default: the first four)")
     p.add_argument("--replay", default=None, metavar="FILE",
                    help="rerun the simulated universe(s) in FILE exactly: a results file of a "
                         "--net sim run, a universe --seeds wrote, or its explore.json")

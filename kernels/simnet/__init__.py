@@ -110,8 +110,21 @@ Faults, planned or drawn from the seed, act on connection ``conn`` (numbered in
   the connection in either direction, and nothing ever tells the survivor
   (no keep-alive, no retransmission time-out).
 
+The wire faults hit the segments that ``side`` sends ("both": both ways),
+from ``at`` for ``duration_s``, in ``Link``:
+
+* ``loss``: each data segment is lost with probability ``p`` and sent again
+  after an RTO (``TCP_RTO_MIN``, 200 ms, doubling per retry): late, never lost;
+* ``clog`` (FoundationDB's swizzle): the connections in ``conns`` are clogged
+  one by one ``step_s`` apart, then unclogged in reverse order; a clogged
+  direction holds every segment and ACK and delivers them in order after;
+* ``partition``: both directions hold everything, then deliver it.
+
+Drawn faults are of the kinds in ``fault_kinds`` (default: the first four).
+
 What it does not model: congestion control, slow start and Nagle; packet loss
-and retransmission (except the SYN retries above) -- a Linux receiver whose
+and retransmission (except the SYN retries above and the ``loss`` fault; no
+fast retransmit, SACK or tail-loss probe) -- a Linux receiver whose
 memory overflows drops the segment and the sender retransmits it, here it is
 kept; delayed ACKs and everything skb-shaped unless ``accounting="linux"``; the
 ACK a loopback receiver sends within the sender's own system call (here it

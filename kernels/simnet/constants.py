@@ -29,7 +29,13 @@ MSG_PEEK = int(_socket.MSG_PEEK)   # a plain int: flags & the enum runs enum cod
 #: OS fails loudly.
 FD_BASE = 1 << 20
 
-FAULT_KINDS = ("stall", "slow", "reset", "vanish")
+FAULT_KINDS = ("stall", "slow", "reset", "vanish", "loss", "clog", "partition")
+#: The kinds a world draws (``random_faults``) unless its ``fault_kinds`` says
+#: otherwise: the first four, so that a seed draws the schedule it always drew.
+CLASSIC_FAULTS = FAULT_KINDS[:4]
+#: The faults that act on the wire (``Link``) rather than on an end: their side
+#: names whose outgoing segments they hit.
+LINK_FAULTS = ("loss", "clog", "partition")
 FAULT_SIDES = ("client", "server", "both")
 ACCOUNTING = ("bytes", "linux")
 
@@ -67,6 +73,7 @@ DEFAULTS = {
     "skb_overhead": 832,         # accounting="linux": bytes of truesize per skb beyond its data
                                  # (Linux's truesize beyond the payload: 832 on 6.18 x86-64)
     "wake_s": 0.0,               # a program or peer waiting on a socket runs this long after it readies
+    "fault_kinds": CLASSIC_FAULTS,   # which kinds random_faults draws from
 }
 
 # accounting="linux": the constants of Linux's TCP that shape a loopback
@@ -83,6 +90,15 @@ SOCK_MIN_RCVBUF = 2304         # SOCK_MIN_RCVBUF: setsockopt floor, 1 x TCP_SKB_
 PROBE_S = 0.2                  # TCP_RTO_MIN: when the persist timer fires
 DELACK_S = 0.04                # TCP_DELACK_MIN: a delayed ACK waits this long at most
 MAX_QUICKACKS = 16             # TCP_MAX_QUICKACKS
+
+# The ``loss`` fault's retransmissions (include/net/tcp.h, 6.18). On loopback
+# the measured RTT is microseconds, so Linux's RTO (srtt + 4 rttvar, rttvar at
+# least TCP_RTO_MIN) is TCP_RTO_MIN; each retry doubles it (tcp_retransmit_timer's
+# backoff) up to TCP_RTO_MAX. Fast retransmit needs three duplicate ACKs, which
+# a loopback window of one or two 64 KB segments never produces, so the RTO is
+# what recovers a lost segment there.
+RTO_MIN_S = 0.2                # TCP_RTO_MIN (HZ / 5)
+RTO_MAX_S = 120.0              # TCP_RTO_MAX (120 * HZ)
 
 
 class SimDeadlock(RuntimeError):

@@ -225,11 +225,14 @@ class LinuxModel(TcpModel):
         s._unacked += n
         now = world.now
         self.last_tx = now
-        self.rtx.append((n, now))
+        link = s._link
+        at = link.arrival(world, n)
+        # a segment the loss fault delayed: its RTT sample is from the try
+        # that got through (TCP timestamps echo that try's time)
+        self.rtx.append((n, now if link.faults is None else now + link.resent))
         if self.ack_pending:
             self.send_ack()               # the segment carries it
-        world.call_at(s._link.arrival(world, n), peer._model.deliver, data,
-                      mss_now if n > mss_now else n)
+        world.call_at(at, peer._model.deliver, data, mss_now if n > mss_now else n)
 
     def persist_fires(self):
         """The persist timer: a window too small for the next segment and
@@ -311,7 +314,7 @@ class LinuxModel(TcpModel):
         peer = s._peer
         if peer is not None and not s._reset and not s._link.dead:
             world = s._world
-            world.call_at(world.now + s._link.latency, peer._model.on_ack, self.rcv_nxt,
+            world.call_at(s._link.ack_at(world), peer._model.on_ack, self.rcv_nxt,
                           self.rcv_nxt + wnd, wnd)
 
     def delack_fires(self):

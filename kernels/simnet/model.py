@@ -129,7 +129,7 @@ class ByteModel(TcpModel):
         world.record("deliver", s._conn, s._side, n)
         reverse = s._link
         if not reverse.dead:
-            world.call_at(world.now + reverse.latency, s._peer._model.on_ack, n, s._read_total)
+            world.call_at(reverse.ack_at(world), s._peer._model.on_ack, n, s._read_total)
         s._changed()
 
     def on_ack(self, n, peer_read):
@@ -159,7 +159,7 @@ class ByteModel(TcpModel):
             # the window update travels back like an ACK
             reverse = s._link
             if not reverse.dead:
-                world.call_at(world.now + reverse.latency, peer._model.on_window, s._read_total)
+                world.call_at(reverse.ack_at(world), peer._model.on_window, s._read_total)
         s._changed()
 
     def drop(self):

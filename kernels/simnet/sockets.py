@@ -27,11 +27,20 @@ from .constants import (
     STATE_NAMES, WRITE, SimBlockingError, error_exc, oserror,
 )
 from .model import ByteModel
+from .constants import RTO_MAX_S, RTO_MIN_S      # the loss fault's retransmissions
 
 
 class Link:
-    """One direction of a connection: serialization and propagation."""
-    __slots__ = ("latency", "bandwidth", "jitter", "free_at", "last_arrival", "dead")
+    """One direction of a connection: serialization and propagation, and the
+    wire's faults (``World._fault``): ``faults`` is ``None`` or a list of
+    ``(kind, start, end, p)``, "hold" (a clog or a partition: what would
+    arrive in [start, end) arrives at ``end``) or "loss" (a segment that leaves
+    in [start, end) is lost with probability ``p`` and sent again after an
+    RTO, doubling). ``sock`` is the end that sends on it, for the log;
+    ``resent`` how much later than sent the last data segment's delivered try
+    left (an RTT sample is taken from that try, as TCP timestamps do)."""
+    __slots__ = ("latency", "bandwidth", "jitter", "free_at", "last_arrival", "dead",
+                 "faults", "sock", "resent")
 
     def __init__(self, p):
         self.latency = p["latency_s"]
@@ -40,6 +49,9 @@ class Link:
         self.free_at = 0.0
         self.last_arrival = 0.0
         self.dead = False
+        self.faults = None
+        self.sock = None
+        self.resent = 0.0
 
     def arrival(self, world, nbytes) -> float:
         start = world.now if world.now > self.free_at else self.free_at
@@ -49,10 +61,52 @@ class Link:
         t = start + self.latency
         if self.jitter:
             t += world._rng.random() * self.jitter
+        if self.faults is not None:
+            t = self._faulted(world, start, t, nbytes)
         if t < self.last_arrival:
             t = self.last_arrival          # a direction never reorders
         self.last_arrival = t
         return t
+
+    def ack_at(self, world) -> float:
+        """When an ACK or window update sent now arrives (held, never lost)."""
+        t = world.now + self.latency
+        return t if self.faults is None else self._held(t)
+
+    def _held(self, t) -> float:
+        moved = True
+        while moved:
+            moved = False
+            for kind, start, end, _ in self.faults:
+                if kind == "hold" and start <= t < end:
+                    t, moved = end, True
+        return t
+
+    def _faulted(self, world, sent, t, nbytes) -> float:
+        """A data segment leaving at ``sent`` under a loss window: each try is
+        lost with probability ``p`` (drawn from the world's stream: under an
+        explorer, choice 0 is "delivered"), and the next one leaves an RTO
+        later, the RTO doubling (TCP's in-order delivery keeps the segments
+        behind it waiting: ``last_arrival``)."""
+        if nbytes:
+            rto = RTO_MIN_S
+            tries = 0
+            go = sent
+            while True:
+                p = 0.0
+                for kind, start, end, q in self.faults:
+                    if kind == "loss" and start <= go < end and q > p:
+                        p = q
+                if not p or world._rng.random() < 1.0 - p:
+                    break
+                tries += 1
+                s = self.sock
+                world.record("loss", s._conn, s._side, tries)
+                go += rto
+                rto = rto * 2 if rto * 2 < RTO_MAX_S else RTO_MAX_S
+            self.resent = go - sent
+            t += go - sent
+        return self._held(t)
 
 
 class SimSocket:

@@ -20,7 +20,9 @@ from collections import deque
 from collections.abc import Mapping
 
 from . import constants as _c
-from .constants import ACCOUNTING, DEFAULTS, FAULT_KINDS, FAULT_SIDES, FD_BASE, SimStopped
+from .constants import (
+    ACCOUNTING, DEFAULTS, FAULT_KINDS, FAULT_SIDES, FD_BASE, LINK_FAULTS, SimStopped,
+)
 from .linux import LinuxModel
 from .model import ByteModel
 from .poller import SimIO, SimSelector
@@ -262,15 +264,28 @@ class World:
     # -- faults -----------------------------------------------------------
 
     def _fault(self, fault):
+        kind = fault["kind"]
+        if kind == "clog":
+            self._clog(fault)
+            return
         i = fault["conn"]
+        side = fault["side"]
         if i >= len(self._conns):
-            self.record("fault-missed", i, fault["side"], fault["kind"])
+            self.record("fault-missed", i, side, kind)
             return
         client, server = self._conns[i]
-        side = fault["side"]
         targets = (client, server) if side == "both" else (client if side == "client" else server,)
-        kind = fault["kind"]
+        if None in targets:              # not accepted yet: no server end to act on
+            self.record("fault-missed", i, side, kind)
+            return
         self.record("fault", i, side, kind)
+        if kind in LINK_FAULTS:
+            now = self.now
+            entry = (("loss", now, now + fault["duration_s"], fault["p"]) if kind == "loss"
+                     else ("hold", now, now + fault["duration_s"], 0.0))
+            for ep in targets:
+                self._link_fault(ep, entry)
+            return
         for ep in targets:
             if kind == "stall":
                 ep.fault_stall(fault["duration_s"])
@@ -280,6 +295,41 @@ class World:
                 ep.fault_reset()
             elif kind == "vanish":
                 ep.fault_vanish()
+
+    def _clog(self, fault):
+        """FoundationDB's swizzle: clog the connections one by one, ``step_s``
+        apart; ``duration_s`` after the last, unclog them in reverse order,
+        ``step_s`` apart. A clogged link holds every segment (ACKs too) and
+        delivers them, in order, when it is unclogged."""
+        conns = fault["conns"]
+        n = len(conns)
+        step = fault["step_s"]
+        last_unclog = self.now + (n - 1) * step + fault["duration_s"] + (n - 1) * step
+        side = fault["side"]
+        for k, i in enumerate(conns):
+            targets = ()
+            if i < len(self._conns):
+                client, server = self._conns[i]
+                targets = ((client, server) if side == "both"
+                           else (client if side == "client" else server,))
+            if not targets or None in targets:
+                self.record("fault-missed", i, side, "clog")
+                continue
+            self.record("fault", i, side, "clog")
+            start = self.now + k * step
+            end = last_unclog - k * step
+            for ep in targets:
+                self._link_fault(ep, ("hold", start, end, 0.0))
+
+    def _link_fault(self, ep, entry):
+        """Put a wire fault on the link ``ep`` sends on, and wake the link's
+        receiver at its end (a hold ends: what it held arrives then)."""
+        link = ep._link
+        link.sock = ep
+        if link.faults is None:
+            link.faults = []
+        link.faults.append(entry)
+        self.call_at(entry[2], self.record, "fault-end", ep._conn, ep._side, entry[0])
 
 
 class _Event:
@@ -336,6 +386,12 @@ def _check_params(p):
                          + ", ".join(ACCOUNTING))
     num("skb_overhead", 0, integer=True)
     num("wake_s", 0)
+    kinds = p["fault_kinds"]
+    if isinstance(kinds, str) or not isinstance(kinds, (list, tuple)) or not kinds \
+            or any(k not in FAULT_KINDS for k in kinds):
+        raise ValueError(f"simnet: bad value {kinds!r} for fault_kinds: must be a non-empty "
+                         f"list of {', '.join(FAULT_KINDS)}")
+    p["fault_kinds"] = list(kinds)
 
 
 def _check_fault(f) -> dict:
@@ -345,7 +401,7 @@ def _check_fault(f) -> dict:
     if kind not in FAULT_KINDS:
         raise ValueError(f"simnet: bad fault kind {kind!r}; valid: {', '.join(FAULT_KINDS)}")
     out = {"at": f.get("at"), "kind": kind, "conn": f.get("conn", 0),
-           "side": f.get("side", "both" if kind == "reset" else "server")}
+           "side": f.get("side", "both" if kind in ("reset", "clog", "partition") else "server")}
     if isinstance(out["at"], bool) or not isinstance(out["at"], (int, float)) \
             or not math.isfinite(out["at"]) or out["at"] < 0:
         raise ValueError(f"simnet: fault 'at' must be a time >= 0, got {out['at']!r}")
@@ -353,7 +409,7 @@ def _check_fault(f) -> dict:
         raise ValueError(f"simnet: fault 'conn' must be an index >= 0, got {out['conn']!r}")
     if out["side"] not in FAULT_SIDES:
         raise ValueError(f"simnet: bad fault side {out['side']!r}; valid: {', '.join(FAULT_SIDES)}")
-    if kind in ("stall", "slow"):
+    if kind in ("stall", "slow", "loss", "clog", "partition"):
         d = f.get("duration_s")
         if isinstance(d, bool) or not isinstance(d, (int, float)) or not (0 < d < math.inf):
             raise ValueError(f"simnet: a {kind} fault needs duration_s > 0, got {d!r}")
@@ -363,23 +419,59 @@ def _check_fault(f) -> dict:
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0 < r < math.inf):
             raise ValueError(f"simnet: a slow fault needs rate_Bps > 0, got {r!r}")
         out["rate_Bps"] = r
-    extra = set(f) - set(out) - {"duration_s", "rate_Bps"}
+    if kind == "loss":
+        q = f.get("p")
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not (0 < q <= 1):
+            raise ValueError(f"simnet: a loss fault needs a probability p in (0, 1], got {q!r}")
+        out["p"] = q
+    if kind == "partition" and out["side"] != "both":
+        raise ValueError(f"simnet: a partition cuts both directions: side must be 'both', "
+                         f"got {out['side']!r}")
+    if kind == "clog":
+        if "conn" in f:
+            raise ValueError("simnet: a clog fault names its connections in 'conns', not 'conn'")
+        del out["conn"]
+        cs = f.get("conns")
+        if not isinstance(cs, (list, tuple)) or not cs or len(set(cs)) != len(cs) or any(
+                isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in cs):
+            raise ValueError(f"simnet: a clog fault needs 'conns', a non-empty list of distinct "
+                             f"connection indexes >= 0, got {cs!r}")
+        out["conns"] = list(cs)
+        st = f.get("step_s", 0.0)
+        if isinstance(st, bool) or not isinstance(st, (int, float)) or not (0 <= st < math.inf):
+            raise ValueError(f"simnet: a clog fault's step_s must be a time >= 0, got {st!r}")
+        out["step_s"] = st
+    extra = set(f) - set(out)
     if extra:
         raise ValueError(f"simnet: unknown fault field {sorted(extra)[0]!r}")
     return out
 
 
 def _draw_faults(rng, p) -> list:
+    """``random_faults`` faults of the kinds in ``fault_kinds``, in [0, horizon).
+    The classic four draw exactly what they always drew, so old seeds keep
+    their schedules."""
     faults = []
+    kinds = tuple(p["fault_kinds"])
+    horizon = p["fault_horizon_s"]
     for _ in range(p["random_faults"]):
-        kind = rng.choice(FAULT_KINDS)
-        f = {"at": round(rng.uniform(0, p["fault_horizon_s"]), 6), "kind": kind,
-             "conn": rng.randrange(p["fault_connections"]),
-             "side": rng.choice(FAULT_SIDES if kind == "reset" else FAULT_SIDES[:2])}
-        if kind in ("stall", "slow"):
-            f["duration_s"] = round(rng.uniform(0.05, 0.2 * p["fault_horizon_s"]), 6)
+        kind = rng.choice(kinds)
+        f = {"at": round(rng.uniform(0, horizon), 6), "kind": kind}
+        if kind == "clog":
+            k = rng.randint(1, p["fault_connections"])
+            f["conns"] = sorted(rng.sample(range(p["fault_connections"]), k))
+            f["side"] = "both"
+            f["step_s"] = round(rng.uniform(0, 0.02 * horizon), 6)
+        else:
+            f["conn"] = rng.randrange(p["fault_connections"])
+            f["side"] = ("both" if kind == "partition" else
+                         rng.choice(FAULT_SIDES if kind in ("reset", "loss") else FAULT_SIDES[:2]))
+        if kind in ("stall", "slow", "loss", "clog", "partition"):
+            f["duration_s"] = round(rng.uniform(0.05, 0.2 * horizon), 6)
         if kind == "slow":
             f["rate_Bps"] = float(rng.choice((16384, 65536, 262144)))
+        if kind == "loss":
+            f["p"] = float(rng.choice((0.1, 0.3, 0.5, 1.0)))
         faults.append(f)
     faults.sort(key=lambda f: f["at"])
     return faults
