@@ -10,6 +10,7 @@ missing here (``Unavailable``), 130 interrupted. Nothing imports this module.
 from __future__ import annotations
 
 import argparse
+import select
 import sys
 
 import kernels
@@ -94,9 +95,22 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("looplab: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
-    except BrokenPipeError:      # `looplab list runtimes | head`
-        sys.stderr.close()
+    except BrokenPipeError:
+        if not _stdout_gone():   # a pipe of the work itself broke: not a quiet exit
+            raise
+        sys.stderr.close()       # `looplab list runtimes | head`
         return ExitCode.OK
+
+
+def _stdout_gone() -> bool:
+    """Whether standard output is a pipe whose reader has gone (poll says POLLERR):
+    only that BrokenPipeError means the user closed the pipe on purpose."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return True
 
 
 if __name__ == "__main__":

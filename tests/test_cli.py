@@ -321,3 +321,40 @@ def test_a_missing_runtime_library_is_exit_3_in_run_and_serve(monkeypatch, capsy
 
 
 # Import structure (no cycles, nobody imports the CLI): tests/test_structure.py.
+
+
+def test_a_closed_output_pipe_is_a_quiet_exit():
+    # `looplab list runtimes | head -1`: the reader goes, looplab stops quietly.
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "list", "runtimes"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    proc.stdout.close()             # before it has written anything: its first write breaks
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert b"Traceback" not in err
+
+
+def test_a_broken_pipe_inside_the_work_is_not_swallowed(monkeypatch):
+    # A BrokenPipeError from a socket of the work (once seen from a simulated
+    # program under explore) is a failure, not the user closing `| head`.
+    from bench import cli
+
+    def broken(args):
+        raise BrokenPipeError(32, "a socket of the work")
+
+    parser = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda: _with_func(parser(), broken))
+    with pytest.raises(BrokenPipeError):
+        cli.main(["list", "runtimes"])
+
+
+def _with_func(parser, fn):
+    real = parser.parse_args
+
+    def parse_args(argv=None):
+        args = real(argv)
+        args.func = fn
+        return args
+
+    parser.parse_args = parse_args
+    return parser
