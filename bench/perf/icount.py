@@ -22,6 +22,9 @@ nothing to do, so only the scheduling operations are reproducible::
 
     python -m bench.perf.icount --micro spawn_join coro curio [--small 2000] [--large 10000]
 
+``floor`` in place of a runtime counts ``bench.perf.floor``: spawn+join with no
+kernel at all, the least the API itself costs in this interpreter.
+
 Needs valgrind on PATH. Every process it starts is stopped before it returns.
 """
 from __future__ import annotations
@@ -115,6 +118,10 @@ def micro_instructions(op, runtime, n, out_dir, extra=()):
     env = procs.child_env({"PYTHONHASHSEED": "0"})
     code = ("import sys; from bench.perf.micro import micro; r = micro(sys.argv[1], sys.argv[2], "
             "int(sys.argv[3])); sys.exit(r.error)")
+    if runtime == "floor":      # bench.perf.floor: spawn+join with no kernel at all
+        if op != "spawn_join":
+            raise SystemExit("python -m bench.perf.icount: the floor is measured for spawn_join only")
+        code = "import sys; from bench.perf.floor import run; run(int(sys.argv[3]))"
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *extra,
            sys.executable, "-c", code, op, runtime, str(n)]
     proc = subprocess.run(cmd, cwd=procs.ROOT, env=env, stdout=subprocess.DEVNULL,
