@@ -58,39 +58,42 @@ agree within ~2-4 %):
 * ``recv`` returns its own ``bytes``; after a short read one ``poll(0)``
   replaces the failed ``recv`` and its exception (see ``sockets.py``).
 
-What a spawn costs, decided for spawn+join (issue 27). ``spawn`` can't block,
-deliver a cancellation or let another task run, so it is not a trap: it calls
-the kernel directly and returns without yielding (it is still awaited, as
-curio's is). A trap cost a round trip up and down every frame of the
-caller's await chain and one more step; ``task_switches`` now counts one send
-fewer per spawn, because that send no longer happens -- it still counts every
-send and throw, and ``spawns`` every task. The kernel running in a thread is
-known to the thread (one per thread, checked once when ``run`` starts), but
-the await traps no longer ask the thread-local on every call: they test a
-process-wide count of running kernels, which is all they need to refuse a
-trap awaited outside any kernel (``traps.py``); only the direct calls (spawn
-and the synchronous entry points) read the thread-local, once each. What is
-left per spawn+join is the Task, the child's coroutine and the spawn and join
-generators, three steps (the parent to its join, the child, the parent
-again) and two loop passes. The two passes are what ``spawn="lazy"`` means:
-the child runs after the parent yields, in the next pass, and the parent
-resumes in the pass after it, behind whatever became ready meanwhile; a
-join of a child that has already finished (``spawn="eager"``, or a later
-join) takes no pass at all. Moving the joiner into the running batch would
-change the order the S4 fingerprints record, so it stays. Measured with
-``python -m bench.perf.icount --micro OP coro`` (whole process under callgrind,
-1,000 and 5,000 operations, the difference divided; previous and new code
-in one run): spawn+join 29.9k -> 27.1k instructions (curio: 113k, so 4.2x);
-chained_spawn 19.9k -> 18.1k; and, from the count test alone, a ``sleep(0)``
-6.9k -> 6.3k (two tasks) and 5.4k -> 4.9k (100 tasks). On CPython 3.12 and
-3.13 spawn+join goes 30.6k -> 27.6k and 30.1k -> 27.1k. The socket calls ask "is every I/O call a
-checkpoint?" the same way (a process-wide count of running kernels with
-``io_schedule_point`` first, the thread-local only when it isn't zero): echo
-(10 connections, 1 KiB, ``--small 1000 --large 3000 --pause 0.005``)
-went from 24.6k and 23.6k to 22.2k and 22.8k instructions per request (two
-runs of each, alternating; with 2,000 requests between the two counts the
-spread is a few per cent, so call it 3-10 % fewer). A Task built without its ``__init__`` frame
-measured no fewer instructions and was not kept.
+What a spawn costs, decided for spawn+join (issue 27):
+
+* ``spawn`` can't block, deliver a cancellation or let another task run, so
+  it is not a trap: it calls the kernel directly and returns without
+  yielding (it is still awaited, as curio's is). ``task_switches`` counts
+  every send and throw, ``spawns`` every task (from the task ids).
+* One kernel per thread, checked once when ``run`` starts. While it is the
+  only kernel in the process, ``spawn`` and ``join`` reach it through module
+  globals after comparing ``threading.get_ident()`` with its thread's; a
+  second kernel anywhere sends them back to the thread-local. The await
+  traps test a process-wide count of running kernels, which is all they
+  need to refuse a trap awaited outside any kernel (``traps.py``).
+* A join hands off. ``spawn="lazy"`` means the child runs after the parent
+  yields, and the parent resumes behind whatever became ready meanwhile.
+  When the child is the only task ready, no batch is left, no fd is
+  registered, no timer is due and nothing stops the loop, the next two
+  passes would step the child and then the parent, alone; ``join_now``
+  (``engine.py``) does exactly that in place and the parent carries on
+  without yielding. Where any condition fails it takes the join trap as
+  before. ``tests/test_coro.py`` runs 40 random task trees (spawn, join,
+  cancel the parent, raise, events, timeouts) with the hand-off and without
+  it (``trace=True`` turns it off) and requires the same log, line by line.
+* The Task's slots are set by ``spawn_task`` without calling
+  ``Task.__init__`` (a test holds the two equal).
+
+Measured with ``python -m bench.perf.icount --micro spawn_join floor coro
+curio`` (whole process under callgrind, 1,000 and 5,000 operations, the
+difference divided; CPython 3.11.7): spawn+join 27,169 -> 18,409
+instructions (curio 113,134, so 6.1x). ``floor`` is ``bench.perf.floor``, the
+same API with no kernel at all -- a coroutine, a 12-field task, two awaited
+generators and a ``StopIteration``: 8,738. Ten times curio's count would
+leave 2,575 instructions for a whole kernel on top of that floor: in
+instructions, 10x is out of reach of any kernel in this interpreter's
+bytecode. The goal is judged in operations per second (``looplab bench
+goals``), where the ratio comes out higher than the count's: curio's
+instructions cost more time each (docs/benchmarking.md has the figures).
 
 Layout: ``traps.py`` (the only functions that yield to the kernel: opcodes,
 trap coroutines, the synchronous entry points), ``kernel.py`` (``Kernel``,
