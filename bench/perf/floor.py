@@ -20,13 +20,13 @@ __all__ = ["run"]
 
 
 class _Task:
-    __slots__ = ("id", "coro", "daemon", "_value", "_exc", "_wait", "_pending", "_cancel",
+    __slots__ = ("id", "body", "daemon", "_value", "_exc", "_wait", "_pending", "_cancel",
                  "_scopes", "_done", "_joiners", "_callbacks", "_result", "_exception",
                  "__weakref__")
 
     def __init__(self, coro):
         self.id = 1
-        self.coro = coro
+        self.body = coro
         self.daemon = False
         self._value = self._exc = self._scopes = self._joiners = self._callbacks = None
         self._wait = self._cancel = 0
@@ -43,7 +43,7 @@ def _spawn(fn):
 def _join(task):
     if not task._done:
         try:
-            task.coro.send(None)
+            task.body.send(None)
         except StopIteration as e:
             task._done, task._result, task._exception = True, e.value, None
     return task._result
