@@ -41,12 +41,14 @@ KINDS = ("always", "eventually", "sometimes")
 class Property:
     """One declared property. ``within_s`` (eventually only): virtual seconds
     from the run's start, a number or ``within_s(params) -> seconds``.
-    ``variants``: the variants it is declared for (empty: every one)."""
+    ``variants``, ``styles``: the variants and port styles (callback, stream,
+    task) it is declared for (empty: every one)."""
     kind: str
     name: str
     predicate: Callable
     within_s: object = None
     variants: tuple = ()
+    styles: tuple = ()
 
     def problem(self) -> str | None:
         if self.kind not in KINDS:
@@ -62,28 +64,29 @@ class Property:
                 return f"property {self.name!r}: within_s must be seconds > 0 or a function"
         return None
 
-    def applies(self, variant: str) -> bool:
-        return not self.variants or variant in self.variants
+    def applies(self, variant: str, style: str | None = None) -> bool:
+        return ((not self.variants or variant in self.variants)
+                and (not self.styles or style is None or style in self.styles))
 
     def deadline(self, params) -> float:
         w = self.within_s
         return float(w(params) if callable(w) else w)
 
 
-def always(name: str, predicate: Callable, *, variants=()) -> Property:
+def always(name: str, predicate: Callable, *, variants=(), styles=()) -> Property:
     """``predicate(s)`` holds at every step of every explored schedule."""
-    return Property("always", name, predicate, None, tuple(variants))
+    return Property("always", name, predicate, None, tuple(variants), tuple(styles))
 
 
-def eventually(name: str, predicate: Callable, within_s, *, variants=()) -> Property:
+def eventually(name: str, predicate: Callable, within_s, *, variants=(), styles=()) -> Property:
     """``predicate(s)`` holds at some step by virtual time ``within_s``."""
-    return Property("eventually", name, predicate, within_s, tuple(variants))
+    return Property("eventually", name, predicate, within_s, tuple(variants), tuple(styles))
 
 
-def sometimes(name: str, predicate: Callable, *, variants=()) -> Property:
+def sometimes(name: str, predicate: Callable, *, variants=(), styles=()) -> Property:
     """``predicate(s)`` holds at some step of at least one explored schedule.
     Never reached, the exploration is vacuous for it: not a proof."""
-    return Property("sometimes", name, predicate, None, tuple(variants))
+    return Property("sometimes", name, predicate, None, tuple(variants), tuple(styles))
 
 
 # What the code under test shows (``observe``), and who watches (the explorer's
@@ -103,7 +106,9 @@ def observe(**values) -> None:
 
 
 def watch(check) -> None:
-    """Start a run's watch: ``STATE`` emptied, ``check()`` called at each
-    ``observe`` (None: nobody watches)."""
-    STATE.clear()
+    """Start a run's watch (``STATE`` emptied, ``check()`` called at each
+    ``observe``), or end it (None: nobody watches; ``STATE`` is kept for the
+    run's last check)."""
+    if check is not None:
+        STATE.clear()
     _watcher[0] = check

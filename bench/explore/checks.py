@@ -43,28 +43,44 @@ class Watch:
         return self.world.now if self.world is not None else 0.0
 
     def _role(self, name):
+        """The peer ``name``; None before the cell placed its peers."""
         cell = getattr(self.world, "cell", None)
-        role = cell.roles.get(name) if cell is not None else None
+        if cell is None or not cell.roles:
+            return None
+        role = cell.roles.get(name)
         if role is None:
-            raise LookupError(f"no peer {name!r} in this run")
+            raise LookupError(f"no peer {name!r} in this run "
+                              f"(its peers: {', '.join(sorted(cell.roles))})")
         return role
 
     def received(self, peer: str) -> int:
-        """Bytes the peer has received so far."""
-        return self._role(peer).core.received
+        """Bytes the peer has received so far (0 before it exists)."""
+        role = self._role(peer)
+        return role.core.received if role is not None else 0
 
     def sent(self, peer: str) -> int:
-        """Bytes the peer has sent so far."""
-        return self._role(peer).core.sent
+        """Bytes the peer has sent so far (0 before it exists)."""
+        role = self._role(peer)
+        return role.core.sent if role is not None else 0
 
     def ended(self, peer: str):
         """How the peer ended ("eof", "reset", "timeout", ...), None while it runs."""
-        return self._role(peer).ended
+        role = self._role(peer)
+        return role.ended if role is not None else None
 
 
-def declared(target, variant: str) -> tuple:
-    """The properties ``target`` declares for ``variant``."""
-    return tuple(p for p in getattr(target, "properties", ()) or () if p.applies(variant))
+def declared(target, variant: str, runtime: str | None = None) -> tuple:
+    """The properties ``target`` declares for ``variant`` (and the port style
+    of ``runtime``, where the target is a cell)."""
+    style = None
+    if runtime is not None and getattr(target, "kind", "") == "cell":
+        from protocols import runtimes as rtmod
+        try:
+            style = rtmod.parse(runtime).style
+        except Exception:       # a spec that does not parse runs nowhere anyway
+            style = None
+    return tuple(p for p in getattr(target, "properties", ()) or ()
+                 if p.applies(variant, style))
 
 
 class Watched(Recorder):
@@ -92,8 +108,12 @@ class Watched(Recorder):
     # -- the run's life ------------------------------------------------------
 
     def attach(self, world) -> None:
-        """The world of this run (the target calls it when it installs us)."""
+        """The world of this run (the target calls it when it installs us).
+        Each ``eventually`` is also checked at its deadline exactly, by a
+        world event (no choice point need fall there)."""
         self.watch.world = world
+        for _, T in self.eventually:
+            world.call_at(T, self.check)
 
     def begin(self) -> None:
         _props.watch(self.check if (self.always or self.eventually or self.sometimes)
@@ -102,6 +122,7 @@ class Watched(Recorder):
     def end(self) -> None:
         _props.watch(None)
         self.check(final=True)
+        _props.STATE.clear()        # the run's objects are not kept until the next run
 
     # -- the kernels' side ---------------------------------------------------
 

@@ -46,7 +46,7 @@ def recorder(target, runtime, variant, legal, decide, trace=False):
     """The chooser of one run: a plain ``Recorder``, or a ``checks.Watched``
     one when the target declares properties for ``variant`` (or a trace is
     wanted)."""
-    declared = checks.declared(target, variant)
+    declared = checks.declared(target, variant, runtime)
     if not declared and not trace:
         return Recorder(legal, decide)
     watch = checks.Watch(getattr(target, "params", None), variant, runtime)
@@ -197,7 +197,7 @@ def schedule_doc(target, runtime, variant, legal, deviations, rec, result, strat
             "delays": sum(deviations.values()), "choice_points": len(rec.points),
             "points_digest": points_digest(rec.points), "outcome": result.outcome,
             "pending": result.pending,
-            "properties": [[p.kind, p.name] for p in checks.declared(target, variant)]}
+            "properties": [[p.kind, p.name] for p in checks.declared(target, variant, runtime)]}
 
 
 def replay(doc: dict, target) -> dict:
@@ -226,7 +226,7 @@ def explore(target, runtime: str, variant: str, strategy_text: str, budget: int,
     runs = 0
     points = []
     first = None
-    declared = checks.declared(target, variant)
+    declared = checks.declared(target, variant, runtime)
     reached: dict = {}          # sometimes property -> the first schedule that reached it
     while runs < budget:
         decide = strategy.next()
