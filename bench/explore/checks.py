@@ -243,9 +243,9 @@ def name_of(item) -> str:
     cb = getattr(item, "_callback", None)
     if cb is not None:
         return _callable_name(cb)
-    coro = getattr(item, "coro", None)              # a coro kernel Task
-    if coro is not None:
-        return f"task {getattr(item, 'id', '?')} {_coro_name(coro)}"
+    name = getattr(item, "name", None)
+    if isinstance(name, str) and hasattr(item, "daemon"):    # our coro kernel's Task
+        return f"task {item.id} {name}"
     if hasattr(item, "get_coro"):
         return "task " + _coro_name(item.get_coro())
     return _callable_name(item) if callable(item) else type(item).__name__
