@@ -71,6 +71,11 @@ blocks:
 ``bench.peers`` roles: ``sink``, ``source``, ``reader``, ``pipeline_client``,
     ``push_client``, ``echo_client``, ``reset_peer`` (each ``peers.ROLE(name=..., **fields)``).
 
+``properties=(always(...), eventually(...), sometimes(...))`` declares what ``looplab
+explore`` checks beyond the verdicts, at every choice point of every schedule it runs;
+the program shows its state to them with ``observe(**values)`` (``bench.props``,
+docs/explore.md).
+
 Programs are looked up per runtime: ``programs`` maps a runtime id, a port style
 (``callback``, ``stream``, ``task``) or ``"*"`` to a function. The cell process is a
 fresh interpreter: its spec names the scenario files and modules this process loaded
