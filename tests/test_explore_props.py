@@ -215,3 +215,20 @@ def test_a_scenario_checks_its_declarations():
     assert any("within_s" in p for p in problems)
     assert any("variant 'nope'" in p for p in problems)
     assert any("always/eventually/sometimes" in p for p in problems)
+
+
+def test_a_cells_properties_read_its_peers():
+    t = targets.resolve("S3")
+    t.properties = (always("nothing arrives", lambda s: s.received("reader") == 0),)
+    r = runner.explore(t, "callback", "fixed", "delays:0", 3)
+    assert r["found"] and r["outcome"] == "violated: always nothing arrives"
+    assert r["violation_at"] >= t.params["start_after_s"] and r["replay_exact"]
+    eof = lambda s: s.ended("reader") == "eof"     # noqa: E731
+    t.properties = (eventually("EOF", eof, within_s=0.1),)
+    r = runner.explore(t, "callback", "fixed", "delays:0", 3, do_shrink=False)
+    assert r["outcome"] == "violated: eventually EOF: not by t=0.1s"
+    t.properties = (eventually("EOF", eof, within_s=lambda p: p["max_s"]),)
+    assert not runner.explore(t, "callback", "fixed", "delays:0", 3)["found"]
+    t.properties = (always("a typo", lambda s: s.received("raeder") >= 0),)
+    r = runner.explore(t, "callback", "fixed", "delays:0", 3, do_shrink=False)
+    assert r["outcome"].startswith("error: property predicate raised LookupError: no peer 'raeder'")

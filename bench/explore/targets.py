@@ -123,7 +123,7 @@ class CellTarget(Target):
             if attach is not None:
                 attach(world)
             # a deadlock is looked at before it unwinds: the tasks and where each waits
-            world.on_deadlock = lambda: waits.extend(checks.running_tasks())
+            world.on_deadlock = lambda: waits or waits.extend(checks.running_tasks())
         simcells.WORLD_HOOKS.append(install)
         try:
             r = scenarios.run_cell(cell)
