@@ -7,6 +7,14 @@ by one, then each choice lowered to 1), keeping only changes under which
 the run still fails with the same outcome. ``schedule_doc`` / ``replay``
 write and rerun a schedule; a replay is exact when it makes the same
 choices at the same points (``points_digest``) and ends the same way.
+
+Every run goes through ``recorder`` and ``execute``: a target that declares
+properties (``bench.props``) gets a ``checks.Watched`` recorder, and a
+violated ``always`` or ``eventually`` is that run's failure. ``sometimes``
+properties reached are counted over the exploration; one never reached is
+reported vacuous, and a ``delays:D`` search without failures is then not a
+proof. The failing schedule's choices are written beside those of the
+nearest passing run (``nearest_passing``, ``trace_beside``).
 """
 from __future__ import annotations
 
@@ -89,15 +97,13 @@ def nearest_passing(target, runtime, variant, legal, failing: dict, tried=(),
     candidates = [{}] if failing else []
     candidates += [{k: v for k, v in failing.items() if k != drop} for drop in sorted(failing)]
     seen = set()
-    rec = None
     for cand in candidates:
         key = tuple(sorted(cand.items()))
         if key in seen or cand == failing:
             continue
         seen.add(key)
         runs += 1
-        rec, r = _run(target, runtime, variant, legal, cand)
-        if not r.failed:
+        if not _run(target, runtime, variant, legal, cand)[1].failed:
             return cand, runs
     # one more deviation at a point of the failing run (a different choice there)
     rec, _ = _run(target, runtime, variant, legal, failing)
