@@ -232,3 +232,59 @@ def test_a_cells_properties_read_its_peers():
     t.properties = (always("a typo", lambda s: s.received("raeder") >= 0),)
     r = runner.explore(t, "callback", "fixed", "delays:0", 3, do_shrink=False)
     assert r["outcome"].startswith("error: property predicate raised LookupError: no peer 'raeder'")
+
+
+USER_SCENARIO = '''
+from bench import peers
+from bench.scenario import Metric, Scenario, always, observe, run_program, sometimes
+
+
+async def send(port, host, tcp_port, n):
+    stream = await port.open_tcp_stream(host, tcp_port)
+    observe(written_bytes=n)
+    await stream.send_all(b"x" * n)
+    await stream.aclose()
+
+
+def program(job):
+    port = job.runtime.open()
+    try:
+        port.run(send, *job.peer("reader"), job.params["total_bytes"])
+    finally:
+        port.close()
+    return {"written_bytes": job.params["total_bytes"]}
+
+
+def run(ctx):
+    ran = run_program(ctx, peers=[peers.reader(max_s=10)], max_s=10)
+    got = ran.peers["reader"]["received_bytes"]
+    return ({"delivered_bytes": got}, {"all_arrived": got == ran.app["written_bytes"]}, [])
+
+
+SCENARIO = Scenario(
+    id="UPROPS", title="user send and close", run=run, programs={"task": program},
+    styles=("task",), summary="Sends then closes. Does every byte arrive?",
+    metrics=[Metric("delivered_bytes", "higher", "delivered")],
+    verdicts={"all_arrived": "the reader got every byte written"},
+    presets={"tiny": {"total_bytes": 100_000}},
+    properties=(
+        always("delivered <= written",
+               lambda s: s.received("reader") <= s.app.get("written_bytes", 0)),
+        sometimes("the reader has half", lambda s: s.received("reader") >= 50_000),
+        sometimes("the reader has twice", lambda s: s.received("reader") >= 200_000)))
+'''
+
+
+def test_a_users_scenario_file_declares_properties_explore_checks(tmp_path, capsys):
+    path = tmp_path / "user_props.py"
+    path.write_text(USER_SCENARIO)
+    out = tmp_path / "ex"
+    rc = cli.main(["explore", "UPROPS", "--scenario-file", str(path), "--runtimes", "coro",
+                   "--strategy", "delays:0", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 1, text                   # one sometimes is never reached: vacuous
+    assert "sometimes the reader has half: reached (schedule 1)" in text
+    assert "vacuous: the reader has twice never reached in 1 schedules" in text
+    assert "not a proof: no failing schedule within 0 delays (1 schedules)" in text
+    doc = json.loads((out / "explore.json").read_text())["explorations"][0]
+    assert doc["properties"]["reached"] == {"the reader has half": 1}

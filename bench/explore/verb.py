@@ -3,7 +3,8 @@
     looplab explore TARGET [--runtimes R,...] [--strategy random|pct:d=N|delays:D]
                     [--budget N] [--variant naive|fixed|both] [--preset P] [--seed S]
                     [--net-choices on|off] [--portability] [--jobs J] [--out DIR]
-    looplab explore --replay FILE
+                    [--scenario-file FILE] [--scenario-module M] [--runtime-module M]
+    looplab explore --replay FILE [--scenario-file FILE]
     looplab explore --bench [--seeds S] [--budget N] [--only ID,...] [--out DIR]
 
 One unit is one target x runtime x variant. ``--jobs`` runs units in
@@ -216,6 +217,8 @@ def _replay(path: str) -> int:
 
 def cmd_explore(args) -> int:
     from bench.explore import bugs, search, targets
+    from bench.verbs.common import load_plugins
+    load_plugins(args)          # a user's scenario file (its declared properties too)
     if args.replay:
         return _replay(args.replay)
     if args.bench:
@@ -373,7 +376,7 @@ def _bench(args) -> int:
 
 
 def add_parser(sub) -> None:
-    from bench.verbs.common import positive_int
+    from bench.verbs.common import add_plugin_options, positive_int
     p = sub.add_parser("explore", help="explore a target's schedules: find, shrink and replay "
                                        "a failing interleaving, or prove a delay bound")
     p.add_argument("target", nargs="?", help="a scenario (S3), a variant (S3:drain), a zoo id, "
@@ -396,4 +399,5 @@ def add_parser(sub) -> None:
     p.add_argument("--seeds", type=positive_int, default=5,
                    help="--bench: seeds per random/PCT measurement (default 5)")
     p.add_argument("--only", default=None, help="--bench: these benchmark ids only")
+    add_plugin_options(p)
     p.set_defaults(func=cmd_explore)
