@@ -288,3 +288,12 @@ def test_a_users_scenario_file_declares_properties_explore_checks(tmp_path, caps
     assert "not a proof: no failing schedule within 0 delays (1 schedules)" in text
     doc = json.loads((out / "explore.json").read_text())["explorations"][0]
     assert doc["properties"]["reached"] == {"the reader has half": 1}
+
+
+def test_a_zoo_entry_declares_a_sometimes_its_fix_reaches():
+    t = targets.resolve("uvicorn-336")
+    r = runner.explore(t, "callback", "fixed", "delays:1", 200)
+    assert r["proved"] and r["properties"]["reached"] == {
+        "the writer is parked when the connection is lost": 1}
+    # declared for the callback port only: nothing to reach on a stream port
+    assert checks.declared(t, "fixed", "asyncio-streams") == ()
