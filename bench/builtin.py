@@ -15,8 +15,8 @@ error that says what was missing, never a pass or a fail.
 from __future__ import annotations
 
 from bench import causality, peers, programs
-from bench.scenario import (APP, Bars, Metric, Minimum, Outcome, Scenario, register, run_program,
-                            serve_app)
+from bench.scenario import (APP, Bars, Metric, Minimum, Outcome, Scenario, always, register,
+                            run_program, serve_app, sometimes)
 
 KiB, MiB = 1024, 1024 * 1024
 _SB = {"sockbuf": 64 * KiB}
@@ -303,6 +303,26 @@ def run_s3(ctx) -> Outcome:
                    notes)
 
 
+def _s3_drain_parked(s) -> bool:
+    """A writer waits for the transport to drain: the callback program's hook
+    for resume_writing is set, or a task waits in the stream's drain()."""
+    proto = s.app.get("s3_protocol")
+    if proto is None:
+        return False
+    if hasattr(proto, "on_resume"):          # the callback program's protocol
+        return proto.on_resume is not None
+    return bool(getattr(proto, "_drain_waiters", None))   # asyncio's and hybrid's streams
+
+
+# Checked by ``looplab explore`` at every choice point (docs/explore.md, "Properties").
+_S3_PROPERTIES = (
+    always("bytes delivered <= bytes written",
+           lambda s: s.received("reader") <= s.app.get("s3_written_bytes", 0)),
+    sometimes("the drain waiter is parked", _s3_drain_parked, variants=("drain", "limits0"),
+              styles=("callback", "stream")),
+)
+
+
 S3 = Scenario(
     id="S3", title="shutdown data loss (bug 3)", run=run_s3, programs={"*": _s3_program},
     summary="A program writes to a late-starting reader, closes and ends its loop. Does every "
@@ -324,7 +344,8 @@ S3 = Scenario(
               "close_completed": "the reader saw EOF within eof_within_s of the loop's end"},
     decided_by={"no_loss": ("delivered_bytes",), "close_completed": ("peer_saw_eof",)},
     columns=("accepted_bytes", "delivered_bytes", "lost_bytes", "eof_after_stop_s"),
-    plots=(Bars("delivered_bytes", "bytes delivered (MB)", 1e-6),), main_job=True)
+    plots=(Bars("delivered_bytes", "bytes delivered (MB)", 1e-6),), main_job=True,
+    properties=_S3_PROPERTIES)
 
 
 # ---------------------------------------------------------------------------

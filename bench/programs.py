@@ -63,6 +63,7 @@ import time
 import warnings
 
 from bench.errors import CRASH_KEY
+from bench.props import observe
 from protocols import runtimes
 
 __all__ = ["s3_shutdown", "s7_timeout", "s8_background", "S3_VARIANTS", "HELD", "release_held",
@@ -361,6 +362,7 @@ def _s3_callback(port, addr, total, variant, sockbuf, max_s):
     def start(port, transport, proto, state):
         if variant in ("limits0", "stop-2016"):
             transport.set_write_buffer_limits(0)
+        observe(s3_written_bytes=total, s3_protocol=proto)   # what S3's properties read
         transport.write(_zeros(total))
 
         def close():
@@ -390,6 +392,8 @@ async def _s3_stream_main(port, addr, total, variant, sockbuf, state):
     reader, writer = await port.open_connection(addr[0], addr[1], sockbuf=sockbuf)
     if variant in ("limits0", "stop-2016"):
         writer.transport.set_write_buffer_limits(0)
+    # what S3's properties read (the protocol: whether a drain() waiter is parked)
+    observe(s3_written_bytes=total, s3_protocol=getattr(writer, "_protocol", None))
     writer.write(_zeros(total))
     if variant in ("drain", "limits0", "stop-2016"):
         await writer.drain()
@@ -457,6 +461,7 @@ def _s3_task(port, addr, total, sockbuf, max_s):
                 state["error"] = f"{type(exc).__name__}: {exc}"
                 return
             try:
+                observe(s3_written_bytes=total)      # what S3's properties read
                 await stream.send_all(_zeros(total))
             except Exception as exc:  # noqa: BLE001 -- trio's BrokenResourceError is no OSError
                 state["error"] = f"{type(exc).__name__}: {exc}"

@@ -71,6 +71,11 @@ blocks:
 ``bench.peers`` roles: ``sink``, ``source``, ``reader``, ``pipeline_client``,
     ``push_client``, ``echo_client``, ``reset_peer`` (each ``peers.ROLE(name=..., **fields)``).
 
+``properties=(always(...), eventually(...), sometimes(...))`` declares what ``looplab
+explore`` checks beyond the verdicts, at every choice point of every schedule it runs;
+the program shows its state to them with ``observe(**values)`` (``bench.props``,
+docs/explore.md).
+
 Programs are looked up per runtime: ``programs`` maps a runtime id, a port style
 (``callback``, ``stream``, ``task``) or ``"*"`` to a function. The cell process is a
 fresh interpreter: its spec names the scenario files and modules this process loaded
@@ -100,11 +105,12 @@ from bench.cellrun import (
     run_program, serve_app,
 )
 from bench.errors import CRASH_KEY, UsageError
+from bench.props import Property, always, eventually, observe, sometimes
 
 __all__ = ["Scenario", "Metric", "Minimum", "Bars", "Job", "CellContext", "Outcome", "Served",
            "Ran", "APP", "STYLES", "UNITS", "CRASH_KEY", "NOT_MEASURED", "register", "get", "scenarios", "load_scenario_file",
            "load_plugins", "plugin_spec", "serve_app", "run_program", "AppProcess",
-           "abort_running"]
+           "abort_running", "Property", "always", "eventually", "sometimes", "observe"]
 
 STYLES = ("callback", "stream", "task")
 UNITS = {"_bytes": "bytes", "_Bps": "bytes/s", "_per_s": "1/s", "_s": "seconds",
@@ -247,6 +253,9 @@ class Scenario:
     minimum: tuple = ()
     decided_by: Mapping[str, tuple] = field(default_factory=dict)
     symptoms: tuple = ()      # verdicts whose True is the bug showing (the zoo's bug_shown)
+    # Declared properties beyond the verdicts (``always``, ``eventually``,
+    # ``sometimes``: bench.props), checked by ``looplab explore``.
+    properties: tuple = ()
 
     def __post_init__(self):
         self.metrics = tuple(self.metrics)
@@ -257,6 +266,7 @@ class Scenario:
         self.programs = dict(self.programs)
         self.minimum = tuple(self.minimum)
         self.decided_by = {k: tuple(v) for k, v in dict(self.decided_by).items()}
+        self.properties = tuple(self.properties)
         if not self.columns:
             self.columns = tuple(m.name for m in self.metrics if m.direction is not None) \
                 or tuple(m.name for m in self.metrics[:4])
@@ -322,6 +332,18 @@ class Scenario:
                     for m in ms if m not in names]
         out += [f"symptom {v!r} is not a declared verdict" for v in self.symptoms
                 if v not in self.verdicts]
+        for p in self.properties:
+            if not isinstance(p, Property):
+                out.append(f"properties must be always/eventually/sometimes, got {p!r}")
+                continue
+            why = p.problem()
+            if why:
+                out.append(why)
+            out += [f"property {p.name!r} names variant {v!r}, which is not declared"
+                    for v in p.variants if v not in self.variants]
+        names = [p.name for p in self.properties if isinstance(p, Property)]
+        if len(set(names)) != len(names):
+            out.append("properties with unique names")
         return out
 
     def judge(self, params: dict, metrics: dict, verdicts: dict,

@@ -335,7 +335,9 @@ def cell_world(cell, repeat: int, result: dict) -> SimCell:
         result["universe"] = u
     else:
         result.setdefault("universes", [result["universe"]]).append(u)
-    return SimCell(world)
+    sc = SimCell(world)
+    world.cell = sc        # what an explorer's declared properties read (the peers)
+    return sc
 
 
 def universe(cell, world: simnet.World) -> dict:

@@ -45,10 +45,15 @@ KINDS = (READY, IO_ORDER, IO_DEFER, TIMER_TIE, NET, CPU)
 
 def permute(choose, kind: str, items: list) -> list:
     """``items`` in the order ``choose`` picks them one by one (``n - 1``
-    choices for ``n`` items; all zeros keep the order)."""
+    choices for ``n`` items; all zeros keep the order). A chooser with an
+    ``offer(candidates)`` method hears the candidates before each choice."""
     rest = list(items)
     out = []
+    # an explorer that labels its choices (a trace) is shown the candidates first
+    offer = getattr(getattr(choose, "__self__", None), "offer", None)
     while len(rest) > 1:
+        if offer is not None:
+            offer(rest)
         out.append(rest.pop(choose(kind, len(rest))))
     out.extend(rest)
     return out

@@ -10,6 +10,10 @@ that order, and prove a fix within a bound of delays.
   programs; their properties and the liveness phase;
 * ``bugs``    -- the benchmark list and three interleaving bugs from real
   threads as small programs;
+* ``checks``  -- declared properties (``always``, ``eventually``,
+  ``sometimes``: ``bench.props``) checked during a run, the labelled trace
+  of a failing run beside the nearest passing one, and the tasks of a
+  deadlocked cell;
 * ``runner``  -- one exploration: strategy loop, shrinking, replay files;
 * ``verb``    -- the command line (``explore``, ``explore --bench``).
 

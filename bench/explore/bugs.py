@@ -43,6 +43,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 
+from bench.props import always, eventually, observe, sometimes
+
 __all__ = ["Bug", "PROGRAMS", "BENCHMARK", "HANGS", "register"]
 
 AT = 1.0        # the instant both racing events happen (virtual seconds)
@@ -90,6 +92,7 @@ class Bug:
     T: float = 5.0                  # the liveness bound, virtual seconds
     net: dict = field(default_factory=lambda: {"latency_s": 2e-6, "wake_s": 0.0})
     context: object = Context
+    properties: tuple = ()          # always / eventually / sometimes (bench.props)
 
 
 async def _recv(sock):
@@ -108,16 +111,19 @@ class Lock36:
         self.fixed = fixed
         self.locked = False
         self.waiters = deque()
+        self.holders = 0            # what the properties read: who holds it now
 
     async def acquire(self):
         if not self.locked and all(w.cancelled() for w in self.waiters):
             self.locked = True
+            self.holders += 1
             return
         fut = asyncio.get_running_loop().create_future()
         self.waiters.append(fut)
         try:
             await fut
             self.locked = True
+            self.holders += 1
         except asyncio.CancelledError:
             if self.fixed and not self.locked:
                 self._wake_first()
@@ -127,6 +133,7 @@ class Lock36:
 
     def release(self):
         self.locked = False
+        self.holders -= 1
         self._wake_first()
 
     def _wake_first(self):
@@ -138,6 +145,7 @@ class Lock36:
 
 async def _lock_program(ctx, fixed):
     lock = Lock36(fixed)
+    observe(lock=lock)
     await lock.acquire()
 
     async def user(name):
@@ -150,6 +158,9 @@ async def _lock_program(ctx, fixed):
 
     async def on_disconnect():       # the peer of b goes away: b is cancelled
         await _recv(ctx.conns[0])
+        # the race window: the lock was handed to a waiter that has not run yet
+        observe(cancel_in_window=bool(lock.waiters) and lock.waiters[0].done()
+                and not lock.locked)
         b.cancel()
 
     async def on_done():             # the holder's work finishes: it releases
@@ -182,11 +193,13 @@ class Queue34:
         self.fixed = fixed
         self.items = deque()
         self.getters = deque()
+        self.woken = None           # a getter's future set, its getter not yet run
 
     def put_nowait(self, item):
         while self.getters:
             g = self.getters.popleft()
             if not g.done():
+                self.woken = g
                 if self.fixed:
                     self.items.append(item)
                     g.set_result(None)
@@ -201,7 +214,9 @@ class Queue34:
             self.getters.append(g)
             try:
                 got = await g
+                self.woken = None
             except asyncio.CancelledError:
+                self.woken = None
                 if self.fixed and self.items and not g.cancelled():
                     self.put_nowait(self.items.popleft())    # wake the next getter
                 raise
@@ -218,9 +233,12 @@ async def _queue_program(ctx, fixed):
         received.append(await q.get())
 
     getter = asyncio.ensure_future(consumer())
+    observe(queue=q, received=received)
 
     async def on_stop():             # the client's deadline: stop waiting
         await _recv(ctx.conns[0])
+        # the race window: the getter was woken (handed the item) and has not run
+        observe(cancel_in_window=q.woken is not None)
         getter.cancel()
 
     async def on_item():             # an item arrives from the producer
@@ -286,6 +304,7 @@ async def _wait_for_program(ctx, fixed):
                 continue
 
     w = asyncio.ensure_future(worker())
+    observe(worker=w)
     await asyncio.sleep(0)
     # two timers due at the same deadline: the shutdown and the last item
     loop.call_at(AT, w.cancel)
@@ -498,23 +517,34 @@ async def slot_naive(ctx):
 async def slot_fixed(ctx):
     await _slot_program(ctx, fixed=True)
 
+_WINDOW = "the cancellation lands in the race window"
 
 PROGRAMS = {b.id: b for b in (
     Bug("cpython-27585", "a lock waiter cancelled after it was handed the lock: the next "
         "waiter hangs", "https://github.com/python/cpython/pull/1031",
         "release() hands the lock to the first waiter's future; that waiter is cancelled "
         "before it runs, and 3.6's acquire() re-raises without waking the next waiter.",
-        lock_naive, lock_fixed),
+        lock_naive, lock_fixed,
+        properties=(always("the lock has at most one holder",
+                           lambda s: s.app["lock"].holders <= 1 if "lock" in s.app else True),
+                    sometimes(_WINDOW, lambda s: s.app.get("cancel_in_window")))),
     Bug("cpython-23812", "Queue.put_nowait then cancelling the getter loses the item",
         "https://github.com/python/asyncio/pull/256",
         "put_nowait() hands the item to the waiting getter's future; the getter is cancelled "
         "before it runs, and the item goes with the cancelled task.",
-        queue_naive, queue_fixed),
+        queue_naive, queue_fixed,
+        properties=(always("the item is in one place at most",
+                           lambda s: "queue" not in s.app
+                           or len(s.app["received"]) + len(s.app["queue"].items) <= 1),
+                    sometimes(_WINDOW, lambda s: s.app.get("cancel_in_window")))),
     Bug("cpython-86296", "wait_for swallows a cancellation that races the inner result",
         "https://github.com/python/cpython/issues/86296",
         "The task in wait_for() is cancelled just as the awaited call finishes; 3.8-3.11 return "
         "the result and drop the cancellation, so a worker told to stop keeps running.",
-        wait_for_naive, wait_for_fixed),
+        wait_for_naive, wait_for_fixed,
+        properties=(eventually("the worker has stopped",
+                               lambda s: "worker" in s.app and s.app["worker"].done(),
+                               within_s=AT + 1.0),)),
     Bug("cpython-102780", "a cancellation caught without uncancel() turns timeout()'s "
         "TimeoutError into CancelledError", "https://github.com/python/cpython/issues/102780",
         "A worker under timeout() catches the CancelledError that interrupts its read and "

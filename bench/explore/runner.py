@@ -7,6 +7,14 @@ by one, then each choice lowered to 1), keeping only changes under which
 the run still fails with the same outcome. ``schedule_doc`` / ``replay``
 write and rerun a schedule; a replay is exact when it makes the same
 choices at the same points (``points_digest``) and ends the same way.
+
+Every run goes through ``recorder`` and ``execute``: a target that declares
+properties (``bench.props``) gets a ``checks.Watched`` recorder, and a
+violated ``always`` or ``eventually`` is that run's failure. ``sometimes``
+properties reached are counted over the exploration; one never reached is
+reported vacuous, and a ``delays:D`` search without failures is then not a
+proof. The failing schedule's choices are written beside those of the
+nearest passing run (``nearest_passing``, ``trace_beside``).
 """
 from __future__ import annotations
 
@@ -15,10 +23,11 @@ import os
 import subprocess
 import time
 
-from bench.explore import search
+from bench.explore import checks, search
 from bench.explore.search import Recorder, fixed, legal_kinds, points_digest
 
-__all__ = ["explore", "shrink", "schedule_doc", "replay", "code_version", "SCHEDULE_MODEL"]
+__all__ = ["explore", "shrink", "schedule_doc", "replay", "code_version", "SCHEDULE_MODEL",
+           "recorder", "execute", "nearest_passing", "trace_beside"]
 
 SCHEDULE_MODEL = "looplab.explore.schedule"
 
@@ -41,22 +50,108 @@ def code_version() -> str:
     return f"looplab {VERSION}"
 
 
-def _run(target, runtime, variant, legal, deviations):
-    rec = Recorder(legal, fixed(deviations))
-    return rec, target.run(runtime, variant, rec)
+def recorder(target, runtime, variant, legal, decide, trace=False):
+    """The chooser of one run: a plain ``Recorder``, or a ``checks.Watched``
+    one when the target declares properties for ``variant`` (or a trace is
+    wanted)."""
+    declared = checks.declared(target, variant, runtime)
+    if not declared and not trace:
+        return Recorder(legal, decide)
+    watch = checks.Watch(getattr(target, "params", None), variant, runtime)
+    return checks.Watched(legal, decide, properties=declared, watch=watch, trace=trace)
+
+
+def execute(target, runtime, variant, rec):
+    """Run ``target`` under ``rec``; a violated declared property is the failure."""
+    begin = getattr(rec, "begin", None)
+    if begin is None:
+        return target.run(runtime, variant, rec)
+    begin()
+    try:
+        r = target.run(runtime, variant, rec)
+    finally:
+        rec.end()
+    return checks.judge(rec, r)
+
+
+def _run(target, runtime, variant, legal, deviations, trace=False):
+    rec = recorder(target, runtime, variant, legal, fixed(deviations), trace)
+    return rec, execute(target, runtime, variant, rec)
+
+
+def _distance(a: dict, b: dict) -> int:
+    """How many steps two schedules choose differently at."""
+    return sum(1 for k in set(a) | set(b) if a.get(k, 0) != b.get(k, 0))
+
+
+def nearest_passing(target, runtime, variant, legal, failing: dict, tried=(),
+                    max_runs: int = 12):
+    """The passing schedule closest to ``failing`` (fewest differing
+    deviations): among the runs already ``tried`` ((deviations, failed)
+    pairs, the shrinker's), else the default order, else single changes of
+    the failing schedule's choices. Returns (deviations, runs) or (None, runs)."""
+    passing = [d for d, failed in tried if not failed]
+    if passing:
+        return min(passing, key=lambda d: (_distance(d, failing), sorted(d.items()))), 0
+    runs = 0
+    candidates = [{}] if failing else []
+    candidates += [{k: v for k, v in failing.items() if k != drop} for drop in sorted(failing)]
+    seen = set()
+    for cand in candidates:
+        key = tuple(sorted(cand.items()))
+        if key in seen or cand == failing:
+            continue
+        seen.add(key)
+        runs += 1
+        if not _run(target, runtime, variant, legal, cand)[1].failed:
+            return cand, runs
+    # one more deviation at a point of the failing run (a different choice there)
+    rec, _ = _run(target, runtime, variant, legal, failing)
+    runs += 1
+    for k, (_, n, c) in enumerate(rec.points):
+        for alt in range(n):
+            if alt == c or runs >= max_runs:
+                continue
+            cand = {**failing, k: alt}
+            if not alt:
+                del cand[k]
+            runs += 1
+            if not _run(target, runtime, variant, legal, cand)[1].failed:
+                return cand, runs
+        if runs >= max_runs:
+            break
+    return None, runs
+
+
+def trace_beside(target, runtime, variant, legal, failing: dict, passing: dict) -> dict:
+    """Both runs again, labelled: their choices and where they first differ."""
+    frec, fr = _run(target, runtime, variant, legal, failing, trace=True)
+    prec, pr = _run(target, runtime, variant, legal, passing, trace=True)
+    ftr, ptr = checks.trace_of(frec), checks.trace_of(prec)
+    at = checks.first_difference(ftr, ptr)
+    return {"first_difference": at,
+            "failing": {"deviations": sorted(failing.items()), "outcome": fr.outcome,
+                        "choices": ftr},
+            "passing": {"deviations": sorted(passing.items()), "outcome": pr.outcome,
+                        "choices": ptr},
+            "lines": checks.trace_lines(ftr, ptr, at)}
 
 
 def shrink(target, runtime, variant, legal, deviations: dict, outcome: str,
-           max_runs: int = 300) -> tuple[dict, int]:
+           max_runs: int = 300, tried: list | None = None) -> tuple[dict, int]:
     """The fewest deviations (then the smallest choices) under which the run
-    still ends in ``outcome``. Returns them and how many runs it took."""
+    still ends in ``outcome``. Returns them and how many runs it took; each
+    run's (deviations, failed) goes into ``tried`` when given."""
     runs = 0
     devs = dict(deviations)
 
     def still(d):
         nonlocal runs
         runs += 1
-        return _run(target, runtime, variant, legal, d)[1].outcome == outcome
+        r = _run(target, runtime, variant, legal, d)[1]
+        if tried is not None:
+            tried.append((d, r.failed))
+        return r.outcome == outcome
 
     chunk = max(len(devs) // 2, 1)
     while devs and runs < max_runs:
@@ -77,8 +172,10 @@ def shrink(target, runtime, variant, legal, deviations: dict, outcome: str,
         # Removing a deviation can move the steps after it, so a greedy pass
         # may stop above the minimum: try each single deviation of the
         # default run (while the budget lasts).
-        base, _ = _run(target, runtime, variant, legal, {})
+        base, r0 = _run(target, runtime, variant, legal, {})
         runs += 1
+        if tried is not None:
+            tried.append(({}, r0.failed))
         for k, (_, n, _) in enumerate(base.points):
             if runs >= max_runs:
                 break
@@ -105,7 +202,8 @@ def schedule_doc(target, runtime, variant, legal, deviations, rec, result, strat
                            for k, v in sorted(deviations.items())],
             "delays": sum(deviations.values()), "choice_points": len(rec.points),
             "points_digest": points_digest(rec.points), "outcome": result.outcome,
-            "pending": result.pending}
+            "pending": result.pending,
+            "properties": [[p.kind, p.name] for p in checks.declared(target, variant, runtime)]}
 
 
 def replay(doc: dict, target) -> dict:
@@ -134,14 +232,18 @@ def explore(target, runtime: str, variant: str, strategy_text: str, budget: int,
     runs = 0
     points = []
     first = None
+    declared = checks.declared(target, variant, runtime)
+    reached: dict = {}          # sometimes property -> the first schedule that reached it
     while runs < budget:
         decide = strategy.next()
         if decide is None:
             break
-        rec = Recorder(legal, decide)
-        r = target.run(runtime, variant, rec)
+        rec = recorder(target, runtime, variant, legal, decide)
+        r = execute(target, runtime, variant, rec)
         runs += 1
         points.append(len(rec.points))
+        for name in getattr(rec, "seen", ()):
+            reached.setdefault(name, runs)
         strategy.done(rec, r.failed)
         if r.outcome.startswith("skipped"):
             out["skipped"] = r.outcome
@@ -153,24 +255,57 @@ def explore(target, runtime: str, variant: str, strategy_text: str, budget: int,
                 "cpu_s": round(time.process_time() - c0, 3),
                 "choice_points": {"min": min(points, default=0), "max": max(points, default=0)},
                 "strategy_info": strategy.summary()})
+    if declared:
+        out["properties"] = _properties(declared, reached, runs)
+    vacuous = out.get("properties", {}).get("vacuous")
     if first is None:
         out["found"] = False
         if isinstance(strategy, search.DelayBounded) and strategy.exhausted:
-            out["proved"] = (f"proved: no failing schedule within {strategy.D} "
-                             f"delay{'' if strategy.D == 1 else 's'} ({runs} schedules)")
+            line = (f"no failing schedule within {strategy.D} "
+                    f"delay{'' if strategy.D == 1 else 's'} ({runs} schedules)")
+            if vacuous:
+                # a sometimes never reached: the schedules never got where the
+                # property says they should, so their passing proves nothing
+                out["not_proved"] = f"not a proof: {line}, but {len(vacuous)} vacuous"
+            else:
+                out["proved"] = "proved: " + line
         return out
     index, rec, r = first
     devs = rec.deviations()
     out.update({"found": True, "first_failure": index, "outcome": r.outcome,
                 "pending": r.pending, "liveness": bool(r.detail.get("liveness")),
                 "deviations_found": len(devs), "delays_found": sum(devs.values())})
-    shrunk, shrink_runs = (shrink(target, runtime, variant, legal, devs, r.outcome)
+    if r.detail.get("property"):
+        out["violation_at"] = r.detail.get("at")
+        out["target_outcome"] = r.detail.get("target_outcome")
+    tried: list = []
+    shrunk, shrink_runs = (shrink(target, runtime, variant, legal, devs, r.outcome,
+                                  tried=tried)
                            if do_shrink else (devs, 0))
     rec2, r2 = _run(target, runtime, variant, legal, shrunk)
     doc = schedule_doc(target, runtime, variant, legal, shrunk, rec2, r2, strategy.name,
                        net, portability)
+    if do_shrink:
+        passing, near_runs = nearest_passing(target, runtime, variant, legal, shrunk, tried)
+        if passing is not None:
+            doc["trace"] = trace_beside(target, runtime, variant, legal, shrunk, passing)
+            out["trace_lines"] = doc["trace"]["lines"]
+        else:
+            out["trace_lines"] = [f"no passing schedule near the failing one "
+                                  f"({near_runs} tried)"]
     again = replay(doc, target)
     out.update({"shrunk_deviations": len(shrunk), "shrunk_delays": sum(shrunk.values()),
                 "shrink_runs": shrink_runs, "shrunk_outcome": r2.outcome,
                 "replay_exact": again["exact"], "schedule": doc})
+    return out
+
+
+def _properties(declared, reached: dict, runs: int) -> dict:
+    """The declared properties' summary: each one, the first schedule that
+    reached each ``sometimes``, and the vacuous ones (never reached)."""
+    out = {"declared": [[p.kind, p.name] for p in declared],
+           "reached": {p.name: reached[p.name] for p in declared
+                       if p.kind == "sometimes" and p.name in reached}}
+    out["vacuous"] = [f"vacuous: {p.name} never reached in {runs} schedules"
+                      for p in declared if p.kind == "sometimes" and p.name not in reached]
     return out

@@ -25,6 +25,7 @@ import copy
 from dataclasses import dataclass, field
 
 from bench.errors import UsageError
+from bench.explore import checks
 
 __all__ = ["RunResult", "Target", "CellTarget", "ProgramTarget", "resolve", "EXPLORE_NET"]
 
@@ -47,6 +48,8 @@ class Target:
     kind = "?"
     variants = ("naive", "fixed")
     runtimes: tuple = ()
+    properties: tuple = ()          # declared beyond the verdicts (bench.props)
+    params: dict = {}               # what a property's predicate reads as ``s.params``
 
     def run(self, runtime: str, variant: str, chooser) -> RunResult:
         raise NotImplementedError
@@ -76,6 +79,8 @@ class CellTarget(Target):
             raise UsageError(f"{sid} has no variant {variant!r}; its variants: "
                              f"{', '.join(self.sc.variants)}")
         self.name = sid if variant is None else f"{sid}:{variant}"
+        self.properties = self.sc.properties
+        self.params = self.sc.presets[preset]
         if self.zoo:
             self.variants = ("naive", "fixed") if variant is None else (variant,)
         else:
@@ -110,8 +115,15 @@ class CellTarget(Target):
                     {**copy.deepcopy(self.sc.presets[self.preset]), "net": "sim"}, 1,
                     world={"seed": 0, "params": dict(EXPLORE_NET)})
 
+        waits: list = []
+
         def install(world):
             world.install_chooser(chooser)
+            attach = getattr(chooser, "attach", None)
+            if attach is not None:
+                attach(world)
+            # a deadlock is looked at before it unwinds: the tasks and where each waits
+            world.on_deadlock = lambda: waits or waits.extend(checks.running_tasks())
         simcells.WORLD_HOOKS.append(install)
         try:
             r = scenarios.run_cell(cell)
@@ -122,7 +134,7 @@ class CellTarget(Target):
         if r["errors"]:
             err = r["errors"][0].split("\n")[0]
             if err.startswith("SimDeadlock"):
-                return RunResult(True, "hang: " + err[:160], detail={"liveness": True})
+                return RunResult(True, "hang: " + err[:160], waits, detail={"liveness": True})
             return RunResult(True, "error: " + err[:160])
         v = r["verdicts"]
         failed = bool(v.get("bug_shown")) if self.zoo else not all(v.values())
@@ -147,6 +159,7 @@ class ProgramTarget(Target):
     def __init__(self, bug):
         self.bug = bug
         self.name = bug.id
+        self.properties = tuple(getattr(bug, "properties", ()))
 
     def applies(self, runtime):
         if runtime not in self.runtimes:
@@ -160,6 +173,9 @@ class ProgramTarget(Target):
         bug = self.bug
         world = simnet.World(0, log=False, **{**bug.net, **EXPLORE_NET})
         world.install_chooser(chooser)
+        attach = getattr(chooser, "attach", None)
+        if attach is not None:
+            attach(world)
         io = world.io()
         if runtime == "asyncio":
             from protocols import simports

@@ -3,14 +3,16 @@
     looplab explore TARGET [--runtimes R,...] [--strategy random|pct:d=N|delays:D]
                     [--budget N] [--variant naive|fixed|both] [--preset P] [--seed S]
                     [--net-choices on|off] [--portability] [--jobs J] [--out DIR]
-    looplab explore --replay FILE
+                    [--scenario-file FILE] [--scenario-module M] [--runtime-module M]
+    looplab explore --replay FILE [--scenario-file FILE]
     looplab explore --bench [--seeds S] [--budget N] [--only ID,...] [--out DIR]
 
 One unit is one target x runtime x variant. ``--jobs`` runs units in
 parallel processes (a random or PCT unit is split into shards of the budget
 with their own seeds when there are fewer units than jobs); the shards'
-results merge. Exit 0 when no failing schedule was found, 1 when one was,
-2 for a usage mistake.
+results merge. Exit 0 when no failing schedule was found, 1 when one was
+or when a declared ``sometimes`` property was never reached (vacuous), 2 for
+a usage mistake.
 """
 from __future__ import annotations
 
@@ -104,12 +106,41 @@ def _merge(shards: list, results: list) -> list:
         m["schedules"] += r["schedules"]
         m["wall_s"] = max(m["wall_s"], r["wall_s"])
         m["cpu_s"] = round(m["cpu_s"] + r["cpu_s"], 3)
+        reached = dict((r.get("properties") or {}).get("reached", {}))
+        reached.update((m.get("properties") or {}).get("reached", {}))
         if r.get("found") and not m.get("found"):
             keep = {k: m[k] for k in ("schedules", "wall_s", "cpu_s", "shards")}
             m.clear()
             m.update(r)
             m.update(keep)
+        if m.get("properties"):
+            # a sometimes reached in any shard is reached; vacuous only in none
+            props = m["properties"]
+            props["reached"] = reached
+            props["vacuous"] = [f"vacuous: {name} never reached in {m['schedules']} schedules"
+                                for kind, name in props["declared"]
+                                if kind == "sometimes" and name not in reached]
     return [merged[k] for k in sorted(merged)]
+
+
+def _vacuous(r: dict) -> list:
+    return (r.get("properties") or {}).get("vacuous") or []
+
+
+def _property_lines(r: dict) -> list:
+    props = r.get("properties")
+    if not props:
+        return []
+    reached = props.get("reached", {})
+    parts = []
+    for kind, name in props["declared"]:
+        if kind == "sometimes":
+            at = reached.get(name)
+            parts.append(f"sometimes {name}: " + (f"reached (schedule {at})" if at
+                                                  else "never reached"))
+        else:
+            parts.append(f"{kind} {name}")
+    return ["properties: " + "; ".join(parts)] + list(props.get("vacuous") or [])
 
 
 def _file_name(r: dict) -> str:
@@ -127,18 +158,28 @@ def _report(r: dict, out_dir: str | None) -> None:
     info = r.get("strategy_info", {}).get("line")
     if not r.get("found"):
         print(f"{head} no failing schedule ({rate})")
-        for line in (info, r.get("proved")):
+        for line in [info, r.get("proved"), r.get("not_proved")] + _property_lines(r):
             if line:
                 print(f"    {line}")
         return
     print(f"{head} FAILED at schedule {r['first_failure']} ({rate}): {r['outcome']}")
     if info:
         print(f"    {info}")
+    if r.get("violation_at") is not None:
+        print(f"    seen at t={r['violation_at']:.6f}s; the target's own outcome: "
+              f"{r.get('target_outcome')}")
+    for line in _property_lines(r):
+        print(f"    {line}")
     print(f"    deviations from the default order: {r['deviations_found']}, shrunk to "
           f"{r['shrunk_deviations']} ({r['shrunk_delays']} delays, {r['shrink_runs']} runs): "
           f"{r['shrunk_outcome']}; replay exact: {'yes' if r['replay_exact'] else 'NO'}")
     for line in r.get("pending") or []:
         print(f"    pending: {line}")
+    trace = r.get("trace_lines")
+    if trace:
+        print("    beside the nearest passing schedule (>> the first differing choice):")
+        for line in trace:
+            print(f"      {line}")
     if out_dir:
         path = os.path.join(out_dir, _file_name(r))
         _write(path, r["schedule"])
@@ -176,6 +217,8 @@ def _replay(path: str) -> int:
 
 def cmd_explore(args) -> int:
     from bench.explore import bugs, search, targets
+    from bench.verbs.common import load_plugins
+    load_plugins(args)          # a user's scenario file (its declared properties too)
     if args.replay:
         return _replay(args.replay)
     if args.bench:
@@ -204,7 +247,9 @@ def cmd_explore(args) -> int:
           + (f" (load average {load:.1f})" if load is not None else ""))
     if args.out:
         _write(os.path.join(args.out, "explore.json"), {"explorations": results})
-    return ExitCode.FAILED if any(r.get("found") for r in results) else ExitCode.OK
+    # a failing schedule, or a sometimes property no schedule reached (vacuous)
+    return ExitCode.FAILED if any(r.get("found") or _vacuous(r) for r in results) \
+        else ExitCode.OK
 
 
 # ---------------------------------------------------------------------------
@@ -249,7 +294,7 @@ def _bench_row(job: tuple) -> dict:
             break
     if fixed != naive:
         p = runner.explore(proof_t, rt, fixed, "delays:2", 20 * budget)
-        row["fixed"] = p.get("proved") or (
+        row["fixed"] = p.get("proved") or p.get("not_proved") or (
             f"FAILED: {p['outcome']}" if p.get("found") else
             f"not exhausted in {p['schedules']} schedules")
     return row
@@ -331,7 +376,7 @@ def _bench(args) -> int:
 
 
 def add_parser(sub) -> None:
-    from bench.verbs.common import positive_int
+    from bench.verbs.common import add_plugin_options, positive_int
     p = sub.add_parser("explore", help="explore a target's schedules: find, shrink and replay "
                                        "a failing interleaving, or prove a delay bound")
     p.add_argument("target", nargs="?", help="a scenario (S3), a variant (S3:drain), a zoo id, "
@@ -354,4 +399,5 @@ def add_parser(sub) -> None:
     p.add_argument("--seeds", type=positive_int, default=5,
                    help="--bench: seeds per random/PCT measurement (default 5)")
     p.add_argument("--only", default=None, help="--bench: these benchmark ids only")
+    add_plugin_options(p)
     p.set_defaults(func=cmd_explore)

@@ -8,7 +8,7 @@ under fail_after(0)).
 from __future__ import annotations
 
 from bench import peers
-from bench.scenario import Metric, Minimum, run_program
+from bench.scenario import Metric, Minimum, observe, run_program, sometimes
 from bench.zoo.plumbing import (_CAP, KiB, SOCKBUF, _block, _by_style, _callback, _notes, _now,
                                 _open, _open_task, _presets, _stream, _task, _unless_cut)
 from bench.zoo.registry import Entry, Flip, _add
@@ -368,6 +368,8 @@ def _parked_cb(job):
 
         def on_lost():
             out["lost_at"] = _now()
+            # what the entry's property reads: the loss found the writer parked
+            observe(parked_at_loss=proto.on_resume is not None)
             if job.variant == "fixed" and proto.on_resume is not None:
                 proto.on_resume = None
                 out.update(released=True, release_reason="connection_lost")
@@ -447,7 +449,9 @@ _add(Entry(
              "in today's uvicorn (it resumes the flow); 0.7.0 as the release is taken from the "
              "issue brief, the repository's release notes start later; the installed 0.54.0 "
              "serving a 20 MB StreamingResponse to a client that resets after 100 kB: the "
-             "handler ended by itself, shutdown 0.1 s (tests/test_frameworks.py)"),
+             "handler ended by itself, shutdown 0.1 s (tests/test_frameworks.py)",
+    properties=(sometimes("the writer is parked when the connection is lost",
+                          lambda s: s.app.get("parked_at_loss"), styles=("callback",)),)),
     _run_parked,
     [Metric("released", None, "released", unit="flag"),
      Metric("release_reason", None, "released by", unit="text")],

@@ -73,6 +73,8 @@ class Entry:
     # The least activity the oracle needs: (metric, at least, in words) triples.
     # Below it the verdict is not measured (the oracle also returns None itself).
     minimum: tuple = ()
+    # Declared properties beyond bug_shown (bench.props), checked by looplab explore.
+    properties: tuple = ()
 
     def runs_on(self) -> str:
         """Where the bug is measured: the real library here, or what stands in for it;
@@ -142,7 +144,8 @@ def register_in_order(order) -> None:
             id=e.id, title=e.title, run=_noted_on_sim(e, run), summary=e.mechanism, variants=("naive", "fixed"),
             presets=presets, programs=programs_ or {}, styles=e.styles, verdicts=VERDICT,
             metrics=tuple(metrics), symptoms=tuple(VERDICT),
-            decided_by={"bug_shown": e.decided_by} if e.decided_by else {}, **_evidence(e)))
+            decided_by={"bug_shown": e.decided_by} if e.decided_by else {},
+            properties=e.properties, **_evidence(e)))
         e.scenario.origin = "bench.zoo"
         ENTRIES[e.id] = e
         for name in e.names():

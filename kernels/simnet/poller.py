@@ -177,6 +177,10 @@ class SimPoller:
                 heappop(heap)
             if not heap:
                 if deadline == math.inf:
+                    # whoever watches (an explorer) looks at what waits before it unwinds
+                    hook = getattr(world, "on_deadlock", None)
+                    if hook is not None:
+                        hook()
                     raise SimDeadlock(f"simnet: wait(None) at t={world.now:.6f}s with nothing "
                                       f"ready and nothing scheduled: it would block forever")
                 world.now = deadline

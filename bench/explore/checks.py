@@ -1,0 +1,335 @@
+"""What a run is checked against beyond its verdicts, and what a failure shows.
+
+* **Declared properties** (``bench.props``: ``always``, ``eventually``,
+  ``sometimes``). ``Watched`` is the recorder of a run whose target declares
+  some: at every choice point it sees (before the choice) and at every
+  ``observe`` of the code under test it evaluates the predicates on a
+  ``Watch`` of the run. The plain ``Recorder`` stays as it was, so a target
+  without declarations pays nothing.
+* **Traces.** A ``Watched`` recorder with ``trace=True`` also keeps a short
+  label of what each choice picked (which task, callback, fd or timer: the
+  kernels offer the candidates through ``offer``, ``kernels.choice.permute``).
+  ``first_difference`` and ``trace_lines`` put a failing run's choices beside
+  the nearest passing run's.
+* **Where tasks wait** when a cell's world deadlocks: the running asyncio or
+  hybrid loop's tasks and the running coro kernel's tasks, read at the moment
+  the simulated poller finds that nothing can happen (``world.on_deadlock``).
+"""
+from __future__ import annotations
+
+from bench import props as _props
+from bench.explore.search import Recorder
+
+__all__ = ["Watch", "Watched", "declared", "judge", "label", "first_difference",
+           "trace_lines", "running_tasks", "where_coro_waits"]
+
+
+class Watch:
+    """What a predicate reads: the run's virtual time, what the code under test
+    published (``app``, from ``bench.props.observe``), a cell's peers, the
+    preset's ``params``, the ``variant``, the ``runtime`` and the ``world``."""
+
+    __slots__ = ("world", "app", "params", "variant", "runtime")
+
+    def __init__(self, params=None, variant="", runtime=""):
+        self.world = None
+        self.app = _props.STATE
+        self.params = dict(params or {})
+        self.variant = variant
+        self.runtime = runtime
+
+    @property
+    def now(self) -> float:
+        return self.world.now if self.world is not None else 0.0
+
+    def _role(self, name):
+        """The peer ``name``; None before the cell placed its peers."""
+        cell = getattr(self.world, "cell", None)
+        if cell is None or not cell.roles:
+            return None
+        role = cell.roles.get(name)
+        if role is None:
+            raise LookupError(f"no peer {name!r} in this run "
+                              f"(its peers: {', '.join(sorted(cell.roles))})")
+        return role
+
+    def received(self, peer: str) -> int:
+        """Bytes the peer has received so far (0 before it exists)."""
+        role = self._role(peer)
+        return role.core.received if role is not None else 0
+
+    def sent(self, peer: str) -> int:
+        """Bytes the peer has sent so far (0 before it exists)."""
+        role = self._role(peer)
+        return role.core.sent if role is not None else 0
+
+    def ended(self, peer: str):
+        """How the peer ended ("eof", "reset", "timeout", ...), None while it runs."""
+        role = self._role(peer)
+        return role.ended if role is not None else None
+
+
+def declared(target, variant: str, runtime: str | None = None) -> tuple:
+    """The properties ``target`` declares for ``variant`` (and the port style
+    of ``runtime``, where the target is a cell)."""
+    style = None
+    if runtime is not None and getattr(target, "kind", "") == "cell":
+        from protocols import runtimes as rtmod
+        try:
+            style = rtmod.parse(runtime).style
+        except Exception:       # a spec that does not parse runs nowhere anyway
+            style = None
+    return tuple(p for p in getattr(target, "properties", ()) or ()
+                 if p.applies(variant, style))
+
+
+class Watched(Recorder):
+    """A recorder that checks declared properties at each choice point and
+    each ``observe``, and (``trace``) labels each recorded choice."""
+
+    __slots__ = ("watch", "always", "eventually", "sometimes", "seen", "violation", "at",
+                 "trace", "labels", "_offered", "_busy")
+
+    def __init__(self, legal, decide=None, *, properties=(), watch=None, trace=False):
+        super().__init__(legal, decide)
+        self.watch = watch if watch is not None else Watch()
+        self.always = [p for p in properties if p.kind == "always"]
+        self.eventually = [(p, p.deadline(self.watch.params)) for p in properties
+                           if p.kind == "eventually"]
+        self.sometimes = [p for p in properties if p.kind == "sometimes"]
+        self.seen: list = []            # the sometimes properties this run reached
+        self.violation = None           # the first property that failed: one line
+        self.at = None                  # and the virtual time it was seen failing
+        self.trace = trace
+        self.labels: list = []
+        self._offered = None
+        self._busy = False
+
+    # -- the run's life ------------------------------------------------------
+
+    def attach(self, world) -> None:
+        """The world of this run (the target calls it when it installs us).
+        Each ``eventually`` is also checked at its deadline exactly, by a
+        world event (no choice point need fall there)."""
+        self.watch.world = world
+        for _, T in self.eventually:
+            world.call_at(T, self.check)
+
+    def begin(self) -> None:
+        _props.watch(self.check if (self.always or self.eventually or self.sometimes)
+                     else None)
+
+    def end(self) -> None:
+        _props.watch(None)
+        self.check(final=True)
+        _props.STATE.clear()        # the run's objects are not kept until the next run
+
+    # -- the kernels' side ---------------------------------------------------
+
+    def offer(self, items) -> None:
+        """The candidates of the next choice, in default order (labels only)."""
+        if self.trace:
+            self._offered = items
+
+    def choose(self, kind, n):
+        if self.violation is None and (self.always or self.eventually or self.sometimes):
+            self.check()
+        before = len(self.points)
+        c = Recorder.choose(self, kind, n)
+        if self.trace and len(self.points) > before:
+            self.labels.append(label(kind, c, self._offered))
+        self._offered = None
+        return c
+
+    # -- the properties ------------------------------------------------------
+
+    def check(self, final: bool = False) -> None:
+        if self.violation is not None or self._busy:
+            return
+        self._busy = True          # a predicate that observes must not recurse
+        s = self.watch
+        try:
+            now = s.now
+            for p in self.always:
+                if not p.predicate(s):
+                    self.violation, self.at = f"violated: always {p.name}", now
+                    return
+            if self.sometimes:
+                for p in [p for p in self.sometimes if p.predicate(s)]:
+                    self.sometimes.remove(p)
+                    self.seen.append(p.name)
+            if self.eventually:
+                left = []
+                for p, T in self.eventually:
+                    if p.predicate(s):
+                        continue
+                    if now >= T or final:
+                        self.violation = (f"violated: eventually {p.name}: not by t={T:g}s"
+                                          if now >= T else
+                                          f"violated: eventually {p.name}: the run ended first")
+                        self.at = now
+                        return
+                    left.append((p, T))
+                self.eventually = left
+        except Exception as exc:        # a predicate that breaks is the author's to fix
+            self.violation = (f"error: property predicate raised {type(exc).__name__}: "
+                              f"{exc}"[:200])
+            self.at = s.now
+        finally:
+            self._busy = False
+
+
+def judge(rec, result):
+    """The run's result with its declared properties folded in: a violated
+    ``always`` or ``eventually`` is the failure (its outcome first, the
+    target's own after it in ``detail``)."""
+    v = getattr(rec, "violation", None)
+    if v is None:
+        return result
+    result.detail = dict(result.detail, target_outcome=result.outcome, property=True,
+                         at=rec.at)
+    result.failed, result.outcome = True, v
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Labels and the trace beside the nearest passing run
+
+_BINARY = {"io-defer": ("I/O now", "I/O deferred"), "net": ("no jitter", "most jitter"),
+           "cpu": ("no CPU time", "most CPU time")}
+
+
+def label(kind, c, offered) -> str:
+    """A short, run-independent name of what choice ``c`` picked."""
+    two = _BINARY.get(kind)
+    if two is not None:
+        return two[1 if c else 0]
+    if offered is None or not 0 <= c < len(offered):
+        return ""
+    return name_of(offered[c])[:70]
+
+
+def _callable_name(cb) -> str:
+    owner = getattr(cb, "__self__", None)
+    if owner is not None and hasattr(owner, "get_coro"):        # a task's step or wake-up
+        return "task " + _coro_name(owner.get_coro())
+    inner = getattr(cb, "func", None)                            # functools.partial
+    if inner is not None:
+        return _callable_name(inner)
+    return getattr(cb, "__qualname__", type(cb).__name__)
+
+
+def _coro_name(coro) -> str:
+    return getattr(coro, "__qualname__", type(coro).__name__)
+
+
+def name_of(item) -> str:
+    """A ready callback or task, an I/O event, a timer entry: by what runs,
+    never by an address or a process-wide counter (a task's number)."""
+    if isinstance(item, tuple):
+        if len(item) == 2:                          # an I/O event: (fd or key, mask)
+            key, mask = item
+            fd = getattr(key, "fd", key)
+            text = f"fd {fd} {'r' if mask & 1 else ''}{'w' if mask & 2 else ''}"
+            data = getattr(key, "data", None)       # asyncio's selector key: (reader, writer)
+            if isinstance(data, tuple) and len(data) == 2:
+                handle = data[0] if mask & 1 else data[1]
+                cb = getattr(handle, "_callback", None)
+                if cb is not None:
+                    text += ": " + _callable_name(cb)
+            return text
+        if len(item) >= 3:                          # a timer heap entry (when, seq, what)
+            return name_of(item[2])
+    cb = getattr(item, "_callback", None)
+    if cb is not None:
+        return _callable_name(cb)
+    name = getattr(item, "name", None)
+    if isinstance(name, str) and hasattr(item, "daemon"):    # our coro kernel's Task
+        return f"task {item.id} {name}"
+    if hasattr(item, "get_coro"):
+        return "task " + _coro_name(item.get_coro())
+    return _callable_name(item) if callable(item) else type(item).__name__
+
+
+def first_difference(a: list, b: list) -> int | None:
+    """The first step where two runs' choices differ (kind, n or index); the
+    shorter run's length when one is a prefix of the other; None if equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if tuple(x[:3]) != tuple(y[:3]):
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def trace_of(rec) -> list:
+    """A run's choices as ``[kind, n, index, label]``."""
+    labels = getattr(rec, "labels", [])
+    return [[k, n, c, labels[i] if i < len(labels) else ""]
+            for i, (k, n, c) in enumerate(rec.points)]
+
+
+def trace_lines(failing: list, passing: list, at: int | None, context: int = 3) -> list:
+    """Both runs' choices around their first difference, a few on each side."""
+    if at is None:
+        return ["the failing and the passing run made the same choices"]
+    lo = max(at - context, 0)
+    out = []
+    for name, tr in (("failing", failing), ("passing", passing)):
+        out.append(f"{name}:")
+        for i in range(lo, min(at + context + 1, len(tr))):
+            k, n, c, lab = tr[i]
+            mark = ">>" if i == at else "  "
+            out.append(f"  {mark} step {i}: {k} {c}/{n}" + (f"  {lab}" if lab else ""))
+        if at >= len(tr):
+            out.append(f"  >> step {at}: (the run made no more choices)")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Where the tasks of a deadlocked cell wait
+
+def where_coro_waits(coro) -> str:
+    """The innermost frame of a suspended coroutine chain: 'fn at line N'."""
+    frame = None
+    seen = 0
+    while coro is not None and seen < 50:
+        f = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if f is None:
+            break
+        frame = f
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        seen += 1
+    if frame is None:
+        return "not started" if seen == 0 else "finishing"
+    return f"{frame.f_code.co_name} at line {frame.f_lineno}"
+
+
+def running_tasks() -> list:
+    """The tasks of whatever runs now in this thread, not done, each with where
+    it waits: the running asyncio loop's, the running callback loop's hybrid
+    tasks, the running coro kernel's. Called at the moment a world deadlocks."""
+    out = []
+    import asyncio
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        for t in asyncio.all_tasks(loop):
+            out.append(f"{_coro_name(t.get_coro())}: waits in {where_coro_waits(t.get_coro())}")
+    try:
+        from kernels.callback import get_running_loop
+        from kernels.hybrid import all_tasks
+        cb_loop = get_running_loop()
+    except (ImportError, RuntimeError):
+        cb_loop = None
+    if cb_loop is not None and cb_loop is not loop:
+        for t in all_tasks(cb_loop):
+            out.append(f"{_coro_name(t.get_coro())}: waits in {where_coro_waits(t.get_coro())}")
+    try:
+        from kernels.coro.traps import _state
+        kernel = _state.kernel
+    except ImportError:
+        kernel = None
+    if kernel is not None:
+        tasks = getattr(getattr(kernel, "_rt", None), "tasks", {}) or {}
+        for t in list(tasks.values() if isinstance(tasks, dict) else tasks):
+            if not t.done():
+                out.append(f"coro task {t.id} {t.name}: waits in {where_coro_waits(t.coro)}")
+    return sorted(out)
