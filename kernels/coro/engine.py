@@ -162,7 +162,6 @@ def build_scheduler(rt) -> None:
     doomed_at_birth = False  # phase == UNTIL_EMPTY, read by every spawn
     main_task = None
     nondaemon = 0           # live non-daemon tasks
-    left = 0                # tasks of the running pass's batch not stepped yet
     fdmap = rt.fdmap
     sleeping = rt.sleeping
     monotonic = rt.monotonic
@@ -234,6 +233,7 @@ def build_scheduler(rt) -> None:
         task._value = task._exc = task._scopes = task._joiners = task._callbacks = None
         task._wait = task._cancel = 0
         task._pending = task._done = False
+        task._born = switches
         if on_done is not None:
             task.add_done_callback(on_done)
         tasks[tid] = task
@@ -312,21 +312,15 @@ def build_scheduler(rt) -> None:
             # joined or not (its "Task Crash" log); join() still raises TaskError.
             print(f"coro: task {task.id} {task.name!r} crashed: {exc!r}", file=sys.stderr)
 
-    def run_batch(n):
-        # Step the `n` tasks that were ready when this pass began. Tasks made
-        # ready meanwhile wait for the next pass (join_now reads `left`).
-        nonlocal left
-        left = n
-        while left:
-            left -= 1
-            step(ready_popleft())
-
     def join_now(target):
         # ``await task.join()`` on a child that has not finished. When the
         # child is the one task ready and nothing else could run before the
         # joiner resumes -- no batch left, no fd to poll, no timer due, no stop
         # -- the loop's next two passes would step the child and then the
-        # joiner, alone. Do exactly that here, in place: park the joiner, step
+        # joiner, alone. (No batch left: the child was spawned during the
+        # joiner's running send -- no send since, `_born == switches` -- so it
+        # is not part of the batch being stepped, and with it the only task
+        # ready, nothing of the batch is left.) Do exactly that here, in place: park the joiner, step
         # the child, and if it finished and made nothing else ready, carry on.
         # The joiner waits in `parked` rather than in the child's joiners list
         # while the child runs, so a child that finishes never wakes it (a
@@ -337,7 +331,8 @@ def build_scheduler(rt) -> None:
         # yield without asking anything (the PARKED trap).
         nonlocal current, switches
         task = current
-        if (left or len(ready) != 1 or ready[0] is not target or fdmap or run.stop
+        if (len(ready) != 1 or ready[0] is not target or target._born != switches
+                or fdmap or run.stop
                 or task is None or task._pending
                 or (sleeping and sleeping[0][0] <= monotonic())):
             return 0
@@ -454,7 +449,6 @@ def build_scheduler(rt) -> None:
     rt.live_nondaemon = live_nondaemon
     rt.spawn_task = spawn_task
     rt.step = step
-    rt.run_batch = run_batch
     rt.join_now = join_now
 
 
@@ -574,7 +568,7 @@ def build_loop(rt) -> None:
     readable = _io.READABLE
     writable = _io.WRITABLE
     poll_mask = POLL_MASK
-    run_batch = rt.run_batch
+    step = rt.step
     reschedule = rt.reschedule
     scope_cancelled = rt.scope_cancelled
     purge = rt.purge
@@ -665,7 +659,9 @@ def build_loop(rt) -> None:
                     # the explorer picks which of the n ready now steps next
                     batch = [ready_popleft() for _ in range(n)]
                     ready.extendleft(reversed(_choice.permute(chooser.choose, READY, batch)))
-                run_batch(n)
+                while n:
+                    n -= 1
+                    step(ready_popleft())
         finally:
             probe.loop_iterations += iterations
             probe.ready_max = ready_max

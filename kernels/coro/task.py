@@ -37,7 +37,7 @@ class Task:
     """
     __slots__ = ("id", "coro", "daemon", "_value", "_exc", "_wait", "_wait_obj", "_timer",
                  "_pending", "_cancel", "_scopes", "_done", "_result", "_exception",
-                 "_joiners", "_callbacks", "_flow", "__weakref__")
+                 "_joiners", "_callbacks", "_flow", "_born", "__weakref__")
 
     def __init__(self, task_id: int, coro, daemon: bool):
         self.id = task_id
@@ -52,6 +52,7 @@ class Task:
         self._done = False
         self._joiners = None        # list of tasks blocked in join()/cancel()
         self._callbacks = None      # on_done callables
+        self._born = -1             # the kernel's send count when spawned (engine.join_now)
 
     @property
     def name(self) -> str:
