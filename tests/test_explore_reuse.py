@@ -107,3 +107,9 @@ def test_delays_parts_merge_into_one_proof_or_none():
     naive = verb._shard([dict(unit, variant="naive", strategy="delays:1")], 2)
     [failed] = verb._merge(naive, verb.run_units(naive, 1))
     assert failed["found"] and failed["replay_exact"] and not failed.get("proved")
+
+
+def test_the_echo_pattern_is_byte_i_mod_the_period_at_every_size():
+    from bench.peers import roles
+    for size in (0, 1, roles.ECHO_PERIOD - 1, roles.ECHO_PERIOD, roles.ECHO_PERIOD + 1, 70_000):
+        assert roles._echo_pattern(size) == bytes(i % roles.ECHO_PERIOD for i in range(size))
