@@ -113,3 +113,19 @@ def test_the_echo_pattern_is_byte_i_mod_the_period_at_every_size():
     from bench.peers import roles
     for size in (0, 1, roles.ECHO_PERIOD - 1, roles.ECHO_PERIOD, roles.ECHO_PERIOD + 1, 70_000):
         assert roles._echo_pattern(size) == bytes(i % roles.ECHO_PERIOD for i in range(size))
+
+
+def test_a_kernels_options_validated_again_are_the_same_values_in_a_new_dict():
+    from kernels.callback import loop
+    from kernels.options import OptionError
+    schema = loop.OPTIONS
+    for given in ({}, {"high_water": "1k"}, {"trace": True}, {"trace": "true"}):
+        first, again = schema.validate(given), schema.validate(given)
+        assert first == again == schema._validate(given) and first is not again
+        again["trace"] = "changed"               # a caller's copy is its own
+        assert schema.validate(given) == first
+    assert schema.validate({"high_water": 1})["high_water"] == 1
+    for bad in ({"high_water": True}, {"nope": 1}, {"high_water": "lots"}):
+        for _ in range(2):                        # refused every time, never remembered
+            with pytest.raises(OptionError):
+                schema.validate(bad)
