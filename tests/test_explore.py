@@ -293,7 +293,7 @@ def test_shards_split_the_budget_and_merge_back():
     # a delays:D unit is dealt out in parts of its space, not seeds
     parts = [s for s in shards if s["unit"] == 1]
     assert [p["shard"] for p in parts] == [(0, 2), (1, 2)]
-    assert {p["seed"] for p in parts} == {0}
+    assert {p["seed"] for p in parts} == {0} and {p["budget"] for p in parts} == {100}
     results = [{"schedules": 10, "wall_s": 1.0, "cpu_s": 1.0, "found": False}] * len(shards)
     merged = verb._merge(shards, results)
     # each part re-ran the default schedule, which counts once

@@ -99,6 +99,11 @@ def test_delays_parts_merge_into_one_proof_or_none():
     assert alone["proved"].startswith("proved: no failing schedule within 2 delays")
     assert merged["schedules"] == alone["schedules"] and merged["shards"] == 2
     assert merged["proved"] == alone["proved"][:-1] + ", 2 parts)"
+    # each part may run the unit's whole budget: a space one process proves
+    # within its budget, the parts prove too, however unevenly it splits
+    tight = dict(unit, budget=alone["schedules"])
+    [both] = verb._merge(verb._shard([tight], 2), verb.run_units(verb._shard([tight], 2), 1))
+    assert both["proved"] == merged["proved"]
     # a part that ran out of budget proves nothing
     short = verb._shard([dict(unit, budget=20)], 2)
     [partial] = verb._merge(short, verb.run_units(short, 1))

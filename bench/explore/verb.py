@@ -8,8 +8,8 @@
 
 One unit is one target x runtime x variant. ``--jobs`` runs units in
 parallel processes; when there are fewer units than jobs, a unit is split
-into shards of its budget: random and PCT shards with their own seeds, a
-``delays:D`` unit into disjoint parts of its bounded space
+into shards: random and PCT shards with their own seeds and shares of the
+budget, a ``delays:D`` unit into disjoint parts of its bounded space
 (``search.DelayBounded``). The shards' results merge; a bound is proved
 when every part of it is. Exit 0 when no failing schedule was found, 1 when one was,
 2 for a usage mistake.
@@ -80,9 +80,11 @@ def run_units(units: list, jobs: int = 1) -> list:
 
 
 def _shard(units: list, jobs: int) -> list:
-    """Split units into shards (a share of the budget each) so that ``jobs``
-    processes have work: random/PCT shards get their own seeds, ``delays:D``
-    shards their own part of the space. Each shard names its unit."""
+    """Split units into shards so that ``jobs`` processes have work: random/PCT
+    shards get their own seeds and a share of the budget; ``delays:D`` shards
+    their own part of the space and the whole budget each (the parts are
+    uneven, and a part never runs more than the whole space would: they prove
+    the bound whenever one process would). Each shard names its unit."""
     if jobs <= len(units):
         return [dict(u, unit=i) for i, u in enumerate(units)]
     per = -(-jobs // len(units))
@@ -94,7 +96,7 @@ def _shard(units: list, jobs: int) -> list:
         share = -(-u["budget"] // per)
         for k in range(per):
             if u["strategy"].startswith("delays"):
-                out.append(dict(u, unit=i, shard=(k, per), budget=share))
+                out.append(dict(u, unit=i, shard=(k, per)))
             else:
                 out.append(dict(u, unit=i, seed=u["seed"] * 1000 + k, budget=share))
     return out
