@@ -73,8 +73,12 @@ def seed_cell(cell, seed: int, faults: int = 0, net: dict | None = None):
     params = {**EXPLORE_NET, **(net or {}), "random_faults": faults}
     if faults:
         params.setdefault("fault_horizon_s", _horizon(cell))
-    return Cell(cell.scenario, with_ready_order(cell.runtime, seed), cell.variant, cell.preset,
-                {**cell.params, "net": "sim"}, 1, world={"seed": seed, "params": params})
+    spec = with_ready_order(cell.runtime, seed)
+    # the objects behind the names go along (none is looked up again per
+    # universe), the parsed runtime only where the spec did not change
+    return Cell(cell.scenario, spec, cell.variant, cell.preset,
+                {**cell.params, "net": "sim"}, 1, world={"seed": seed, "params": params},
+                _sc=cell._sc, _rt=cell._rt if spec == cell.runtime else None)
 
 
 def _horizon(cell) -> float:

@@ -118,6 +118,12 @@ class Schema:
     options: tuple[Option, ...]
     check: Callable[[dict, set], None] | None = None
 
+    def __post_init__(self):
+        # given options -> the values ``validate`` made of them: every loop a
+        # kernel builds validates its options, and a process that builds
+        # thousands (an exploration's schedules) asks for the same few sets
+        object.__setattr__(self, "_valid", {})
+
     def __iter__(self):
         return iter(self.options)
 
@@ -140,6 +146,20 @@ class Schema:
     def validate(self, given: Mapping[str, object]) -> dict:
         """Full option values from ``given`` (text or Python values), defaults for
         the rest. Unknown names and bad values raise OptionError."""
+        try:
+            # the type too: 1 == 1.0 == True, but they need not parse alike
+            key = tuple((name, type(raw), raw) for name, raw in given.items())
+            seen = self._valid.get(key)
+        except TypeError:          # an unhashable value: validated every time
+            key = seen = None
+        if seen is not None:
+            return dict(seen)      # the caller's own copy (the values are immutable)
+        values = self._validate(given)
+        if key is not None and len(self._valid) < 256:
+            self._valid[key] = dict(values)
+        return values
+
+    def _validate(self, given: Mapping[str, object]) -> dict:
         by_name = {o.name: o for o in self.options}
         values = self.defaults()
         for name, raw in given.items():

@@ -290,7 +290,30 @@ def test_shards_split_the_budget_and_merge_back():
     shards = verb._shard(units, 4)
     assert sum(s["budget"] for s in shards if s["unit"] == 0) >= 100
     assert len({s["seed"] for s in shards if s["unit"] == 0}) > 1
-    assert [s for s in shards if s["unit"] == 1] == [dict(units[1], unit=1)]
+    # a delays:D unit is dealt out in parts of its space, not seeds
+    parts = [s for s in shards if s["unit"] == 1]
+    assert [p["shard"] for p in parts] == [(0, 2), (1, 2)]
+    assert {p["seed"] for p in parts} == {0} and {p["budget"] for p in parts} == {100}
     results = [{"schedules": 10, "wall_s": 1.0, "cpu_s": 1.0, "found": False}] * len(shards)
     merged = verb._merge(shards, results)
-    assert len(merged) == 2 and merged[0]["schedules"] == 10 * (len(shards) - 1)
+    # each part re-ran the default schedule, which counts once
+    assert len(merged) == 2 and [m["schedules"] for m in merged] == [20, 19]
+
+
+def test_an_error_out_of_a_programs_world_is_an_error_outcome_not_a_pass():
+    # A world event that raises (a peer script's send to a closed socket, say)
+    # comes out of run_forever; it must be reported, never read as "ok".
+    class Boom(bugs.Context):
+        def __init__(self, world, io, messages=(b"stop", b"item")):
+            super().__init__(world, io, messages)
+
+            def boom():
+                raise BrokenPipeError(32, "a peer's send to a closed socket")
+            world.call_at(0.5, boom)
+
+    async def program(ctx):
+        await asyncio.sleep(1)
+
+    bug = bugs.Bug("boom", "a world event raises", "", "", program, program, context=Boom)
+    r = targets.ProgramTarget(bug).run("asyncio", "naive", search.Recorder(search.legal_kinds("asyncio")))
+    assert r.failed and r.outcome.startswith("error: BrokenPipeError")

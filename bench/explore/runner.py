@@ -220,11 +220,12 @@ def replay(doc: dict, target) -> dict:
 
 def explore(target, runtime: str, variant: str, strategy_text: str, budget: int, *,
             seed: int = 0, net: bool = True, portability: bool = False,
-            do_shrink: bool = True) -> dict:
+            do_shrink: bool = True, shard: tuple = (0, 1)) -> dict:
     """Run up to ``budget`` schedules; stop at the first failure, shrink it and
     check its replay. Under ``delays:D`` with no failure and the bounded
-    space exhausted, the result carries the proof line."""
-    strategy = search.parse_strategy(strategy_text, seed, budget)
+    space exhausted, the result carries the proof line (of shard ``k`` of
+    ``J`` only, with ``shard=(k, J)``: ``search.DelayBounded``)."""
+    strategy = search.parse_strategy(strategy_text, seed, budget, shard)
     legal = legal_kinds(runtime, net, portability)
     out = {"target": target.name, "runtime": runtime, "variant": variant,
            "strategy": strategy.name, "seed": seed, "budget": budget, "legal": sorted(legal)}

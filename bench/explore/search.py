@@ -18,6 +18,13 @@ Strategies (``parse_strategy``):
 * ``delays:D`` -- every schedule with at most ``D`` delays, breadth first
   (a child adds one deviation after its parent's last one, so each schedule
   is run once). Exhausting them is a proof for that bound.
+  Shard ``k`` of ``J`` (``--jobs``) keeps, of the default run's children,
+  every ``J``-th from the ``k``-th, and all their descendants: a schedule's
+  first deviation decides its shard, so the shards' schedules are disjoint,
+  together they are the whole bounded space, and the bound is proved when
+  every shard exhausted its part. Each shard runs the default schedule to
+  learn its choice points (the same in every shard: a run is a function of
+  its choices).
 """
 from __future__ import annotations
 
@@ -168,9 +175,10 @@ class PCT(Strategy):
 class DelayBounded(Strategy):
     """Every schedule within ``D`` delays, breadth first."""
 
-    def __init__(self, D: int, max_queue: int = 1_000_000):
+    def __init__(self, D: int, max_queue: int = 1_000_000, shard: tuple = (0, 1)):
         self.name = f"delays:{D}"
         self.D = D
+        self.shard = shard          # (k, J): this process explores part k of J
         self.max_queue = max_queue
         self.overflow = False       # schedules left out: the space is not exhausted
         self.queue = [({}, -1, 0)]   # (deviations, last step, delays used)
@@ -192,11 +200,17 @@ class DelayBounded(Strategy):
         if failed:
             return
         # children: one more deviation after the last one, within the bound
+        k, J = self.shard
+        split = J > 1 and not devs   # the default run's children are dealt out
+        i = -1
         for step in range(last + 1, len(recorder.points)):
             n = recorder.points[step][1]
             for c in range(1, n):
                 if used + c > self.D:
                     break
+                i += 1
+                if split and i % J != k:
+                    continue
                 if len(self.queue) >= self.max_queue:
                     self.overflow = True
                     return
@@ -208,11 +222,14 @@ class DelayBounded(Strategy):
 
     def summary(self):
         return {"D": self.D, "schedules": self.runs, "exhausted": self.exhausted,
-                "pending": len(self.queue)}
+                "pending": len(self.queue), "shard": list(self.shard)}
 
 
-def parse_strategy(text: str, seed: int = 0, budget: int = 1000) -> Strategy:
-    """``random``, ``pct:d=N`` or ``delays:D``; ValueError with one line."""
+def parse_strategy(text: str, seed: int = 0, budget: int = 1000,
+                   shard: tuple = (0, 1)) -> Strategy:
+    """``random``, ``pct:d=N`` or ``delays:D``; ValueError with one line.
+    ``shard=(k, J)``: part ``k`` of ``J`` of a ``delays:D`` space (random and
+    PCT shards differ by seed instead)."""
     t = (text or "").strip()
     if t == "random":
         return RandomWalk(seed)
@@ -224,6 +241,6 @@ def parse_strategy(text: str, seed: int = 0, budget: int = 1000) -> Strategy:
     if t.startswith("delays:"):
         D = t[len("delays:"):]
         if D.isdigit() and int(D) <= 6:
-            return DelayBounded(int(D), max_queue=max(budget, 1) * 4)
+            return DelayBounded(int(D), max_queue=max(budget, 1) * 4, shard=tuple(shard))
         raise ValueError(f"--strategy {t}: D must be a whole number from 0 to 6")
     raise ValueError(f"--strategy must be random, pct:d=N or delays:D, got {text!r}")

@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 from bench.errors import UsageError
 from bench.explore import checks
 
-__all__ = ["RunResult", "Target", "CellTarget", "ProgramTarget", "resolve", "EXPLORE_NET"]
+__all__ = ["RunResult", "Target", "CellTarget", "ProgramTarget", "resolve", "EXPLORE_NET",
+           "REUSE"]
+
+#: Whether a target keeps what its schedules share between runs (the parsed
+#: runtime, the scenario, the preset's params; see ``CellTarget.run``). Off,
+#: every run looks them up again, as a single run would: the tests compare the
+#: two, and a schedule's outcome and choices must not depend on it.
+REUSE = True
 
 #: The network under exploration: the cells' own (bench.simcells.NET_DEFAULTS)
 #: plus the jitter and per-wait CPU time of ``--seeds``, whose every draw is a
@@ -92,6 +99,8 @@ class CellTarget(Target):
         from protocols import runtimes as rtmod
         self.runtimes = tuple(rid for rid, info in rtmod.RUNTIMES.items()
                               if info.real_network_only is None and info.variant_of is None)
+        self._params = {**self.sc.presets[preset], "net": "sim"}
+        self._rts: dict = {}         # runtime spec -> (parsed Runtime, canonical spec)
 
     def applies(self, runtime) -> str | None:
         """Why this target does not run on ``runtime`` (None: it does)."""
@@ -105,15 +114,26 @@ class CellTarget(Target):
             why = self.entry.sim_skip()
         return why
 
+    def _runtime(self, runtime):
+        got = self._rts.get(runtime) if REUSE else None
+        if got is None:
+            from protocols import runtimes as rtmod
+            rt = rtmod.parse(runtime)
+            got = self._rts[runtime] = (rt, rt.spec)
+        return got
+
     def run(self, runtime, variant, chooser):
         from bench import run as scenarios
         from bench import simcells
         from bench.run import Cell
-        from protocols import runtimes as rtmod
-        rt = rtmod.parse(runtime)
-        cell = Cell(self.sid, rt.spec, variant, self.preset,
-                    {**copy.deepcopy(self.sc.presets[self.preset]), "net": "sim"}, 1,
-                    world={"seed": 0, "params": dict(EXPLORE_NET)})
+        # One schedule's cell. Everything but the world is the same for every
+        # schedule, and the cell carries the objects its names stand for (as
+        # the planner's cells do) so the run looks none of them up again. The
+        # params are copied: a run may change its own.
+        rt, spec = self._runtime(runtime)
+        shared = {"_sc": self.sc, "_rt": rt} if REUSE else {}
+        cell = Cell(self.sid, spec, variant, self.preset, copy.deepcopy(self._params), 1,
+                    world={"seed": 0, "params": dict(EXPLORE_NET)}, **shared)
 
         waits: list = []
 
@@ -195,6 +215,8 @@ class ProgramTarget(Target):
                 loop.run_forever()
             except simnet.SimDeadlock as exc:
                 failure = f"hang: {exc}"
+            except Exception as exc:         # out of the loop itself (a world event's error)
+                failure = f"error: {type(exc).__name__}: {exc}"
             bound.cancel()
             if task.done() and failure is None:
                 exc = task.exception()

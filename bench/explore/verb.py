@@ -8,11 +8,13 @@
     looplab explore --bench [--seeds S] [--budget N] [--only ID,...] [--out DIR]
 
 One unit is one target x runtime x variant. ``--jobs`` runs units in
-parallel processes (a random or PCT unit is split into shards of the budget
-with their own seeds when there are fewer units than jobs); the shards'
-results merge. Exit 0 when no failing schedule was found, 1 when one was
-or when a declared ``sometimes`` property was never reached (vacuous), 2 for
-a usage mistake.
+parallel processes; when there are fewer units than jobs, a unit is split
+into shards: random and PCT shards with their own seeds and shares of the
+budget, a ``delays:D`` unit into disjoint parts of its bounded space
+(``search.DelayBounded``). The shards' results merge; a bound is proved
+when every part of it is. Exit 0 when no failing schedule was found, 1 when
+one was or when a declared ``sometimes`` property was never reached
+(vacuous), 2 for a usage mistake.
 """
 from __future__ import annotations
 
@@ -64,7 +66,8 @@ def _run_unit(u: dict) -> dict:
     t = targets.resolve(u["target"], u["preset"])
     return runner.explore(t, u["runtime"], u["variant"], u["strategy"], u["budget"],
                           seed=u["seed"], net=u["net"], portability=u["portability"],
-                          do_shrink=u.get("shrink", True))
+                          do_shrink=u.get("shrink", True),
+                          shard=tuple(u.get("shard", (0, 1))))
 
 
 def run_units(units: list, jobs: int = 1) -> list:
@@ -79,31 +82,41 @@ def run_units(units: list, jobs: int = 1) -> list:
 
 
 def _shard(units: list, jobs: int) -> list:
-    """Split random/PCT units into shards (own seed, a share of the budget)
-    so that ``jobs`` processes have work; each shard names its unit."""
+    """Split units into shards so that ``jobs`` processes have work: random/PCT
+    shards get their own seeds and a share of the budget; ``delays:D`` shards
+    their own part of the space and the whole budget each (the parts are
+    uneven, and a part never runs more than the whole space would: they prove
+    the bound whenever one process would). Each shard names its unit."""
     if jobs <= len(units):
         return [dict(u, unit=i) for i, u in enumerate(units)]
     per = -(-jobs // len(units))
     out = []
     for i, u in enumerate(units):
-        if u["strategy"].startswith("delays") or per < 2:
+        if per < 2:
             out.append(dict(u, unit=i))
             continue
         share = -(-u["budget"] // per)
         for k in range(per):
-            out.append(dict(u, unit=i, seed=u["seed"] * 1000 + k, budget=share))
+            if u["strategy"].startswith("delays"):
+                out.append(dict(u, unit=i, shard=(k, per)))
+            else:
+                out.append(dict(u, unit=i, seed=u["seed"] * 1000 + k, budget=share))
     return out
 
 
 def _merge(shards: list, results: list) -> list:
     merged: dict = {}
+    parts: dict = {}              # unit -> how many of its delays:D parts proved theirs
     for s, r in zip(shards, results):
-        m = merged.get(s["unit"])
+        u = s["unit"]
+        parts[u] = parts.get(u, 0) + bool(r.get("proved"))
+        m = merged.get(u)
         if m is None:
-            merged[s["unit"]] = dict(r, shards=1)
+            merged[u] = dict(r, shards=1)
             continue
         m["shards"] += 1
-        m["schedules"] += r["schedules"]
+        # every delays:D part re-ran the default schedule; it counts once
+        m["schedules"] += r["schedules"] - (1 if "shard" in s and r["schedules"] else 0)
         m["wall_s"] = max(m["wall_s"], r["wall_s"])
         m["cpu_s"] = round(m["cpu_s"] + r["cpu_s"], 3)
         reached = dict((r.get("properties") or {}).get("reached", {}))
@@ -120,6 +133,15 @@ def _merge(shards: list, results: list) -> list:
             props["vacuous"] = [f"vacuous: {name} never reached in {m['schedules']} schedules"
                                 for kind, name in props["declared"]
                                 if kind == "sometimes" and name not in reached]
+    for u, m in merged.items():
+        if m["shards"] > 1 and m.get("proved"):
+            if m.get("found") or parts[u] < m["shards"]:
+                m.pop("proved")       # a part not exhausted (or a failure): no proof
+            else:
+                D = m["strategy_info"]["D"]
+                m["proved"] = (f"proved: no failing schedule within {D} "
+                               f"delay{'' if D == 1 else 's'} ({m['schedules']} schedules, "
+                               f"{m['shards']} parts)")
     return [merged[k] for k in sorted(merged)]
 
 

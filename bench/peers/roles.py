@@ -371,6 +371,13 @@ class PushClient(Role):
         return Recv(self.cfg["recv_bytes"], until)
 
 
+def _echo_pattern(size: int) -> bytes:
+    """``size`` bytes of the echo pattern (byte i is i % ECHO_PERIOD), made by
+    repeating one period: a byte at a time took milliseconds, more than a
+    short simulated cell's whole run."""
+    return (bytes(range(ECHO_PERIOD)) * (size // ECHO_PERIOD + 1))[:size]
+
+
 class EchoClient(Role):
     """Send ``total_bytes`` of a deterministic pattern (byte i is i % 251) in
     ``chunk_bytes`` pieces while reading the echo and checking it byte for
@@ -383,7 +390,7 @@ class EchoClient(Role):
     def setup(self):
         cfg = self.cfg
         size = ECHO_PERIOD + max(cfg["chunk_bytes"], cfg["recv_bytes"])
-        self.pattern = memoryview(bytes(i % ECHO_PERIOD for i in range(size)))
+        self.pattern = memoryview(_echo_pattern(size))
         self.result.update(ok=False, mismatch_at=None)
         self._out = None
         self._shut = False

@@ -53,7 +53,7 @@ class World:
                              + ", ".join(sorted(DEFAULTS)))
         p = dict(DEFAULTS)
         p.update(params)
-        _check_params(p)
+        _check_params_once(p)
         self.seed = seed
         self.params = p
         self.now = 0.0
@@ -72,12 +72,14 @@ class World:
         self._stop_reason = None      # World.stop / the watchdog: every step raises SimStopped
         self._wall_limit = None       # (monotonic deadline, seconds) of the watchdog
         self._ticks = _c.WATCH_EVERY
-        self._rng = random.Random(f"{seed}:net")
-        self._cpu_rng = random.Random(f"{seed}:cpu")
+        # seeded on first use: an explorer's world (install_chooser) never draws
+        self._rng = _Seeded(self, "_rng", f"{seed}:net")
+        self._cpu_rng = _Seeded(self, "_cpu_rng", f"{seed}:cpu")
         self.chooser = None           # an explorer's (install_chooser); the seams carry it
         self.log = [] if log else None
         if faults is None:
-            faults = _draw_faults(random.Random(f"{seed}:faults"), p)
+            faults = (_draw_faults(random.Random(f"{seed}:faults"), p)
+                      if p["random_faults"] else [])
         self.faults = [_check_fault(f) for f in faults]
         for fault in sorted(self.faults, key=lambda f: f["at"]):
             self.call_at(fault["at"], self._fault, fault)
@@ -343,6 +345,24 @@ class _Event:
         self.fn = None
 
 
+class _Seeded:
+    """A world's random stream before its first draw: seeding one costs about
+    as much as a short world's whole construction, and a world whose draws an
+    explorer makes (``install_chooser``) never uses its own. The first use
+    puts the seeded ``random.Random`` in its place on the world, so every
+    draw after that is the plain generator's, and the sequence is the one a
+    generator seeded at construction would give."""
+    __slots__ = ("world", "attr", "text")
+
+    def __init__(self, world, attr, text):
+        self.world, self.attr, self.text = world, attr, text
+
+    def __getattr__(self, name):
+        rng = random.Random(self.text)
+        setattr(self.world, self.attr, rng)
+        return getattr(rng, name)
+
+
 class _Chosen:
     """Stands in for a world's random stream under an explorer: ``random()``
     is 0.0 or just under 1.0, as the chooser picks."""
@@ -354,6 +374,27 @@ class _Chosen:
 
     def random(self) -> float:
         return 0.999999 if self.choose(self.kind, 2) else 0.0
+
+
+#: Parameter sets already found valid (as sorted item tuples): a process that
+#: builds thousands of worlds of one set checks it once.
+_CHECKED: set = set()
+
+
+def _check_params_once(p):
+    try:
+        # the type too: True == 1 and 1.0 == 1, but only some of them are valid
+        key = tuple((k, type(v), v) for k, v in sorted(p.items()))
+        hash(key)
+    except TypeError:            # an unhashable value: check it (and let it fail) every time
+        key = None
+    if key is not None and key in _CHECKED:
+        return
+    _check_params(p)
+    if key is not None:
+        if len(_CHECKED) > 1024:
+            _CHECKED.clear()
+        _CHECKED.add(key)
 
 
 def _check_params(p):
