@@ -197,6 +197,9 @@ def cells_for(args, planned: list) -> list:
     if getattr(args, "seeds", None) and (net != "sim" or getattr(args, "replay", None)):
         raise UsageError("--seeds explores simulated universes: give it with --net sim "
                          "(and without --replay)")
+    if getattr(args, "buggify", None) and not getattr(args, "seeds", None):
+        raise UsageError("--buggify enables the seam's fault points per universe: give it "
+                         "with --net sim --seeds N (a replay carries its own)")
     if (getattr(args, "repeat", None) or 1) > 1 and (net != "real" or getattr(args, "replay", None)):
         # A sim cell's network has no randomness of its own (no jitter, no drawn
         # CPU time, FIFO ready order), so a repeat would run the identical
@@ -334,7 +337,9 @@ def _explore_cells(cells, args, out_dir, failing, done, stop) -> None:
         if why:
             print(f"{cell.id}: skipped: {why}", file=sys.stderr)
             continue
-        ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing, stop=stop)
+        bug = getattr(args, "buggify", None)
+        ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0,
+                     net={"buggify": bug} if bug else None, failing=failing, stop=stop)
         done.append(ex)
         print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall, "
               f"{ex['cpu_s']:.2f} s CPU ({ex['sim_s']:.1f} s simulated)")

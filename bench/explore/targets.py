@@ -47,6 +47,13 @@ class Target:
     kind = "?"
     variants = ("naive", "fixed")
     runtimes: tuple = ()
+    #: the seam's fault points its world is given (``World(buggify=...)``), or None
+    buggify = None
+
+    def net_params(self) -> dict:
+        """The exploration network, with the fault points when there are some."""
+        return {**EXPLORE_NET, "buggify": list(self.buggify)} if self.buggify else \
+            dict(EXPLORE_NET)
 
     def run(self, runtime: str, variant: str, chooser) -> RunResult:
         raise NotImplementedError
@@ -108,7 +115,7 @@ class CellTarget(Target):
         rt = rtmod.parse(runtime)
         cell = Cell(self.sid, rt.spec, variant, self.preset,
                     {**copy.deepcopy(self.sc.presets[self.preset]), "net": "sim"}, 1,
-                    world={"seed": 0, "params": dict(EXPLORE_NET)})
+                    world={"seed": 0, "params": self.net_params()})
 
         def install(world):
             world.install_chooser(chooser)
@@ -158,7 +165,7 @@ class ProgramTarget(Target):
 
         from kernels import simnet
         bug = self.bug
-        world = simnet.World(0, log=False, **{**bug.net, **EXPLORE_NET})
+        world = simnet.World(0, log=False, **{**bug.net, **self.net_params()})
         world.install_chooser(chooser)
         io = world.io()
         if runtime == "asyncio":
