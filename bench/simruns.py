@@ -354,6 +354,12 @@ def _explore_cells(cells, args, out_dir, failing, done, stop) -> None:
             path = os.path.join(out_dir, name)
             resmod.write_json(f["shrunk_universe"], path)
             f["file"] = path
+            points = f["universe"]["net"]["params"].get("buggify")
+            if points:
+                from kernels.simnet import World
+                on = sorted(World(f["universe"]["net"]["seed"], buggify=points).buggify_on)
+                print(f"    first failing seed {f['seed']}: fault points enabled: "
+                      f"{', '.join(on) or 'none'}")
             print(f"    first failing seed {f['seed']}: faults {f['faults_before']} -> "
                   f"{f['faults_after']} after shrinking; replayed: {f['replayed_outcome']}; "
                   f"universe: {path}")

@@ -79,6 +79,7 @@ class World:
         # the seam's fault points enabled in this universe (empty: every site is one test)
         self._bug = _Buggify(seed, p["buggify"])
         self.buggify_on = self._bug.on
+        self.buggify_fired = {}       # point -> how many times it fired
         self.log = [] if log else None
         if faults is None:
             faults = _draw_faults(random.Random(f"{seed}:faults"), p)
@@ -131,6 +132,7 @@ class World:
         poller calls it only when ``point in buggify_on``). A firing is logged."""
         if point not in self.buggify_on or not self._bug.fires():
             return False
+        self.buggify_fired[point] = self.buggify_fired.get(point, 0) + 1
         self.record("buggify", conn, side, point)
         return True
 
