@@ -143,9 +143,14 @@ class World:
 
     def buggify_pick(self, candidates):
         """One of ``candidates`` (the sockets a poll could report spuriously), or
-        None when ``spurious-ready`` does not fire. They take turns."""
-        if not candidates or not self.buggify("spurious-ready"):
+        None when ``spurious-ready`` does not fire. They take turns. At most one
+        fires per virtual instant: a program that retries at once must meet a
+        poll that tells the truth, or time could never move (a real kernel's
+        spurious wake-ups are rare, not a loop)."""
+        if not candidates or self.now == self._bug.spurious_at \
+                or not self.buggify("spurious-ready"):
             return None
+        self._bug.spurious_at = self.now
         self._bug.turn += 1
         return candidates[self._bug.turn % len(candidates)]
 
@@ -332,7 +337,7 @@ class _Buggify:
     """The fault points of one universe: which are enabled (each with
     ``BUGGIFY_ENABLE``, drawn from the seed once) and, at each site, whether
     it fires (``BUGGIFY_FIRE`` from the same stream, or the explorer's choice)."""
-    __slots__ = ("points", "on", "rng", "choose", "turn")
+    __slots__ = ("points", "on", "rng", "choose", "turn", "spurious_at")
 
     def __init__(self, seed, points):
         self.points = tuple(points or ())
@@ -340,6 +345,7 @@ class _Buggify:
         self.on = frozenset(p for p in self.points if self.rng.random() < BUGGIFY_ENABLE)
         self.choose = None
         self.turn = 0
+        self.spurious_at = -1.0
 
     def explore(self, chooser):
         self.on = frozenset(self.points)
