@@ -307,3 +307,49 @@ def test_explored_buggify_choice_replays_exactly():
     doc2 = dict(doc)
     del doc2["buggify"]
     assert not runner.replay(doc2, targets.resolve("cpython-23812"))["same_points"]
+
+
+# -- the command line ------------------------------------------------------------------
+
+def _looplab(tmp_path, *args):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_buggify_usage_mistakes_are_one_line_exit_2(tmp_path):
+    for args in (["run", "--net", "sim", "--buggify", "--scenarios", "S3"],
+                 ["run", "--net", "sim", "--seeds", "2", "--buggify", "nope", "--scenarios", "S3"],
+                 ["explore", "S3", "--buggify", "short-write,bogus"]):
+        r = _looplab(tmp_path, *args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+        assert "buggify" in r.stderr or "fault point" in r.stderr, r.stderr
+
+
+def test_cli_seeds_with_buggify_find_the_drain_loss_and_replay_it(tmp_path):
+    """Short writes make S3's ``drain`` race lose bytes at the tiny preset, where
+    the seeds alone never do; the failing universe carries its fault points and
+    replays to the same loss."""
+    import json
+    common = ["--scenarios", "S3", "--variants", "drain", "--runtimes", "callback",
+              "--preset", "tiny"]
+    r = _looplab(tmp_path, "run", "--net", "sim", "--seeds", "60", *common, "--out", "plain")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "no_loss=NO" not in r.stdout
+    r = _looplab(tmp_path, "run", "--net", "sim", "--seeds", "60", "--buggify", "short-write",
+                 *common, "--out", "ex")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "no_loss=NO" in r.stdout and "fault points enabled: short-write" in r.stdout
+    path = tmp_path / "ex" / "failing-S3_callback_drain_tiny_sim.json"
+    u = json.loads(path.read_text())
+    assert u["net"]["params"]["buggify"] == ["short-write"]
+    r = _looplab(tmp_path, "run", "--replay", str(path), "--out", "again")
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    cells = json.loads((tmp_path / "again" / "results.json").read_text())["cells"]
+    assert cells[0]["verdicts"]["no_loss"] is False
+    assert cells[0]["metrics"]["buggify_fired"] > 0
