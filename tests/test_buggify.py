@@ -353,3 +353,27 @@ def test_cli_seeds_with_buggify_find_the_drain_loss_and_replay_it(tmp_path):
     cells = json.loads((tmp_path / "again" / "results.json").read_text())["cells"]
     assert cells[0]["verdicts"]["no_loss"] is False
     assert cells[0]["metrics"]["buggify_fired"] > 0
+
+
+# -- a finding: coro's send_all waited after every short write -----------------------
+
+def test_coro_send_all_retries_a_short_write_before_it_waits():
+    """A short write is not a full buffer (POSIX allows one at any time), so
+    ``send_all`` sends the rest at once and waits only for EAGAIN. It used to
+    wait for writability after every short write: the task blocked although
+    the socket had room, and an expired deadline (delivered when a task
+    blocks) failed a send that needed no wait -- trio-1626's bug, on coro,
+    whose card says an expired deadline never fails a send that does not
+    block."""
+    from bench.explore import search, targets
+    t = targets.resolve("trio-1626")
+    t.buggify = ["short-write"]
+    legal = search.legal_kinds("coro", buggify=True)
+    rec = search.Recorder(legal, lambda step, kind, n: 1 if kind == choice.BUGGIFY else 0)
+    r = t.run("coro", "naive", rec)
+    assert any(c for kind, _, c in rec.points if kind == choice.BUGGIFY), "no short write"
+    assert r.outcome == "bug_shown=NO", r.outcome
+    # trio's rule is the same with or without short writes: every send is a checkpoint
+    r = t.run("coro:io_schedule_point=true,deadline_check=at-checkpoint", "naive",
+              search.Recorder(legal, lambda step, kind, n: 1 if kind == choice.BUGGIFY else 0))
+    assert r.outcome == "bug_shown=yes", r.outcome
