@@ -53,7 +53,7 @@ def buggify_points(text: str) -> list:
     if bad or not names:
         raise argparse.ArgumentTypeError(
             f"unknown fault point {bad[0] if bad else text!r}; valid: all, "
-            + ", ".join(BUGGIFY_POINTS))
+            + ", ".join(BUGGIFY_POINTS) + " (a target goes before --buggify)")
     return [p for p in BUGGIFY_POINTS if p in names]
 
 
