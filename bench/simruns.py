@@ -258,6 +258,9 @@ def cells_for(args, planned: list) -> list:
     if getattr(args, "seeds", None) and (net != "sim" or getattr(args, "replay", None)):
         raise UsageError("--seeds explores simulated universes: give it with --net sim "
                          "(and without --replay)")
+    if getattr(args, "buggify", None) and not getattr(args, "seeds", None):
+        raise UsageError("--buggify enables the seam's fault points per universe: give it "
+                         "with --net sim --seeds N (a replay carries its own)")
     if (getattr(args, "repeat", None) or 1) > 1 and (net != "real" or getattr(args, "replay", None)):
         # A sim cell's network has no randomness of its own (no jitter, no drawn
         # CPU time, FIFO ready order), so a repeat would run the identical
@@ -398,8 +401,10 @@ def _explore_cells(cells, args, out_dir, failing, done, stop) -> None:
             print(f"{cell.id}: skipped: {why}", file=sys.stderr)
             continue
         kinds = getattr(args, "fault_kinds", None)
+        bug = getattr(args, "buggify", None)
+        net = {**({"fault_kinds": kinds} if kinds else {}), **({"buggify": bug} if bug else {})}
         ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing, stop=stop,
-                     net={"fault_kinds": kinds} if kinds else None)
+                     net=net or None)
         done.append(ex)
         print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall, "
               f"{ex['cpu_s']:.2f} s CPU ({ex['sim_s']:.1f} s simulated)")
@@ -414,6 +419,12 @@ def _explore_cells(cells, args, out_dir, failing, done, stop) -> None:
             path = os.path.join(out_dir, name)
             resmod.write_json(f["shrunk_universe"], path)
             f["file"] = path
+            points = f["universe"]["net"]["params"].get("buggify")
+            if points:
+                from kernels.simnet import World
+                on = sorted(World(f["universe"]["net"]["seed"], buggify=points).buggify_on)
+                print(f"    first failing seed {f['seed']}: fault points enabled: "
+                      f"{', '.join(on) or 'none'}")
             print(f"    first failing seed {f['seed']}: faults {f['faults_before']} -> "
                   f"{f['faults_after']} after shrinking; replayed: {f['replayed_outcome']}; "
                   f"universe: {path}")

@@ -23,7 +23,11 @@ freely is the explorer's legality model, not the kernel's business):
   poll a moment earlier would have given (timer against I/O);
 * ``TIMER_TIE`` -- which of ``n`` timers due at the same deadline fires next;
 * ``NET``, ``CPU`` -- the simulated network's own timing (``World`` asks:
-  a segment's jitter, the CPU time charged at a wait; 0 means none).
+  a segment's jitter, the CPU time charged at a wait; 0 means none);
+* ``BUGGIFY`` -- ``n == 2``: 1 fires a fault point of the simulated seam
+  here (a short write or read, a spurious readiness, a FIN or RST reported
+  one poll late: ``kernels.simnet.constants.BUGGIFY_POINTS``); 0 behaves.
+  Asked only at the sites of the points a world was given (``buggify``).
 
 Standard library only, and no imports from the rest of looplab.
 """
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 
-__all__ = ["READY", "IO_ORDER", "IO_DEFER", "TIMER_TIE", "NET", "CPU", "KINDS", "permute",
+__all__ = ["READY", "IO_ORDER", "IO_DEFER", "TIMER_TIE", "NET", "CPU", "BUGGIFY", "KINDS", "permute",
            "poll_order", "order_ties"]
 
 READY = "ready"
@@ -40,7 +44,8 @@ IO_DEFER = "io-defer"
 TIMER_TIE = "timer-tie"
 NET = "net"
 CPU = "cpu"
-KINDS = (READY, IO_ORDER, IO_DEFER, TIMER_TIE, NET, CPU)
+BUGGIFY = "buggify"
+KINDS = (READY, IO_ORDER, IO_DEFER, TIMER_TIE, NET, CPU, BUGGIFY)
 
 
 def permute(choose, kind: str, items: list) -> list:

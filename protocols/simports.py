@@ -398,6 +398,23 @@ def _trio_clock_class():
                     woke = True
             return woke
 
+        def _spurious(self):
+            """The seam's ``spurious-ready`` point (``kernels.simnet``) where
+            trio's epoll would be: a task waiting on a socket that is not ready
+            is woken anyway, and its call gets EAGAIN and waits again."""
+            world = self.world
+            if not (world.buggify_on and "spurious-ready" in world.buggify_on):
+                return False
+            from kernels.simnet.constants import CONNECTED, LISTENING
+            task = world.buggify_pick([t for t, (sock, mask) in self.waiters.items()
+                                       if not sock.closed
+                                       and sock._state in (CONNECTED, LISTENING)])
+            if task is None:
+                return False
+            del self.waiters[task]
+            trio.lowlevel.reschedule(task)
+            return True
+
         def deadline_to_sleep_time(self, deadline):
             if self.failure is not None:
                 # unwinding after the world's error: tasks only finish now; one
@@ -421,7 +438,7 @@ def _trio_clock_class():
             world = self.world
             while True:
                 world._run_due()
-                if self._wake_ready() or self.kicked:
+                if self._wake_ready() or self.kicked or self._spurious():
                     # a task is runnable again (a socket it waits on, or an event
                     # that cancelled it): let trio run it before time moves
                     self.kicked = False

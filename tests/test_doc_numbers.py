@@ -65,5 +65,20 @@ def test_the_s3_drain_race_frequency(tmp_path):
     assert f"| callback | {lost} of 1000 seeds ({lost / 10:.1f} %) | 0 / 0 / 1,203 |" in _page()
 
 
+@pytest.mark.timeout(300)
+def test_the_short_write_drain_losses(tmp_path):
+    out = _looplab(tmp_path, "run", "--net", "sim", "--seeds", "200", "--buggify", "short-write",
+                   "--scenarios", "S3", "--variants", "drain", "--preset", "tiny",
+                   "--runtimes", "callback,hybrid,asyncio-protocol", "--out", "bg")
+    lost = []
+    for rt in ("callback", "hybrid", "asyncio-protocol"):
+        part = out.split(f"S3/{rt}/drain/tiny/sim:", 1)[1].split("exploration:", 1)[0]
+        part = part.split("S3/", 1)[0]
+        lost.append(sum(int(n) for n in re.findall(r"^\s+(\d+)\s+[\d.]+ %\s+.*no_loss=NO",
+                                                    part, re.M)))
+    assert (f"counted {lost[0]}, {lost[1]} and {lost[2]} losing seeds of 200 on callback, "
+            f"hybrid and asyncio-protocol") in _page(), lost
+
+
 def _words(n: int) -> str:
     return {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}.get(n, str(n))

@@ -194,7 +194,7 @@ def shrink(target, runtime, variant, legal, deviations: dict, outcome: str,
 
 def schedule_doc(target, runtime, variant, legal, deviations, rec, result, strategy,
                  net, portability) -> dict:
-    return {"model": SCHEDULE_MODEL, "version": 1, "code": code_version(),
+    doc = {"model": SCHEDULE_MODEL, "version": 1, "code": code_version(),
             "target": target.name, "preset": getattr(target, "preset", None),
             "runtime": runtime, "variant": variant, "strategy": strategy,
             "net_choices": net, "portability": portability, "legal": sorted(legal),
@@ -204,6 +204,9 @@ def schedule_doc(target, runtime, variant, legal, deviations, rec, result, strat
             "points_digest": points_digest(rec.points), "outcome": result.outcome,
             "pending": result.pending,
             "properties": [[p.kind, p.name] for p in checks.declared(target, variant, runtime)]}
+    if getattr(target, "buggify", None):
+        doc["buggify"] = list(target.buggify)     # absent: no fault points (older files too)
+    return doc
 
 
 def replay(doc: dict, target) -> dict:
@@ -211,6 +214,7 @@ def replay(doc: dict, target) -> dict:
     the same points and the run ended the same way."""
     legal = frozenset(doc["legal"])
     devs = {int(k): int(v) for k, v, *_ in doc["deviations"]}
+    target.buggify = doc.get("buggify") or None
     rec, r = _run(target, doc["runtime"], doc["variant"], legal, devs)
     same_points = points_digest(rec.points) == doc["points_digest"]
     return {"outcome": r.outcome, "failed": r.failed, "same_points": same_points,
@@ -220,15 +224,20 @@ def replay(doc: dict, target) -> dict:
 
 def explore(target, runtime: str, variant: str, strategy_text: str, budget: int, *,
             seed: int = 0, net: bool = True, portability: bool = False,
-            do_shrink: bool = True, shard: tuple = (0, 1)) -> dict:
+            do_shrink: bool = True, shard: tuple = (0, 1), buggify=None) -> dict:
     """Run up to ``budget`` schedules; stop at the first failure, shrink it and
     check its replay. Under ``delays:D`` with no failure and the bounded
     space exhausted, the result carries the proof line (of shard ``k`` of
-    ``J`` only, with ``shard=(k, J)``: ``search.DelayBounded``)."""
+    ``J`` only, with ``shard=(k, J)``: ``search.DelayBounded``). ``buggify``:
+    the seam's fault points (``kernels.simnet.BUGGIFY_POINTS``) whose every
+    site becomes a choice."""
     strategy = search.parse_strategy(strategy_text, seed, budget, shard)
-    legal = legal_kinds(runtime, net, portability)
+    target.buggify = list(buggify) if buggify else None
+    legal = legal_kinds(runtime, net, portability, bool(buggify))
     out = {"target": target.name, "runtime": runtime, "variant": variant,
            "strategy": strategy.name, "seed": seed, "budget": budget, "legal": sorted(legal)}
+    if buggify:
+        out["buggify"] = list(buggify)
     t0, c0 = time.perf_counter(), time.process_time()
     runs = 0
     points = []

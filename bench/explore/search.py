@@ -42,10 +42,14 @@ __all__ = ["legal_kinds", "Recorder", "parse_strategy", "Strategy",
 _NET = {_choice.NET, _choice.CPU}
 
 
-def legal_kinds(runtime: str, net: bool = True, portability: bool = False) -> frozenset:
+def legal_kinds(runtime: str, net: bool = True, portability: bool = False,
+                buggify: bool = False) -> frozenset:
     """The choice kinds exploration may take on ``runtime``: what its RuntimeInfo says
     its documented contract leaves open (``schedule_choices``; with ``portability``
-    also ``portable_choices``), plus the network's own choices."""
+    also ``portable_choices``), plus the network's own choices, plus with
+    ``buggify`` the seam's fault points (``BUGGIFY``): the OS allows a short write,
+    a spurious readiness or a late notification whatever runtime sits above it,
+    so no runtime's contract can rule them out."""
     from protocols import runtimes as rtmod
     try:
         info = rtmod.parse(runtime).info
@@ -62,6 +66,8 @@ def legal_kinds(runtime: str, net: bool = True, portability: bool = False) -> fr
         kinds |= set(info.portable_choices)
     if net:
         kinds |= _NET
+    if buggify:
+        kinds.add(_choice.BUGGIFY)
     return frozenset(kinds)
 
 

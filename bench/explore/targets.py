@@ -58,6 +58,14 @@ class Target:
     properties: tuple = ()          # declared beyond the verdicts (bench.props)
     params: dict = {}               # what a property's predicate reads as ``s.params``
 
+    #: the seam's fault points its world is given (``World(buggify=...)``), or None
+    buggify = None
+
+    def net_params(self) -> dict:
+        """The exploration network, with the fault points when there are some."""
+        return {**EXPLORE_NET, "buggify": list(self.buggify)} if self.buggify else \
+            dict(EXPLORE_NET)
+
     def run(self, runtime: str, variant: str, chooser) -> RunResult:
         raise NotImplementedError
 
@@ -133,7 +141,7 @@ class CellTarget(Target):
         rt, spec = self._runtime(runtime)
         shared = {"_sc": self.sc, "_rt": rt} if REUSE else {}
         cell = Cell(self.sid, spec, variant, self.preset, copy.deepcopy(self._params), 1,
-                    world={"seed": 0, "params": dict(EXPLORE_NET)}, **shared)
+                    world={"seed": 0, "params": self.net_params()}, **shared)
 
         waits: list = []
 
@@ -191,7 +199,7 @@ class ProgramTarget(Target):
 
         from kernels import simnet
         bug = self.bug
-        world = simnet.World(0, log=False, **{**bug.net, **EXPLORE_NET})
+        world = simnet.World(0, log=False, **{**bug.net, **self.net_params()})
         world.install_chooser(chooser)
         attach = getattr(chooser, "attach", None)
         if attach is not None:

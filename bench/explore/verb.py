@@ -2,7 +2,8 @@
 
     looplab explore TARGET [--runtimes R,...] [--strategy random|pct:d=N|delays:D]
                     [--budget N] [--variant naive|fixed|both] [--preset P] [--seed S]
-                    [--net-choices on|off] [--portability] [--jobs J] [--out DIR]
+                    [--net-choices on|off] [--portability] [--buggify [POINT,...]]
+                    [--jobs J] [--out DIR]
                     [--scenario-file FILE] [--scenario-module M] [--runtime-module M]
     looplab explore --replay FILE [--scenario-file FILE]
     looplab explore --bench [--seeds S] [--budget N] [--only ID,...] [--out DIR]
@@ -57,7 +58,8 @@ def _units(args, target) -> list:
             units.append({"target": args.target, "preset": args.preset, "runtime": rt,
                           "variant": v, "strategy": args.strategy, "budget": args.budget,
                           "seed": args.seed, "net": args.net_choices == "on",
-                          "portability": args.portability})
+                          "portability": args.portability,
+                          "buggify": getattr(args, "buggify", None)})
     return units
 
 
@@ -67,7 +69,7 @@ def _run_unit(u: dict) -> dict:
     return runner.explore(t, u["runtime"], u["variant"], u["strategy"], u["budget"],
                           seed=u["seed"], net=u["net"], portability=u["portability"],
                           do_shrink=u.get("shrink", True),
-                          shard=tuple(u.get("shard", (0, 1))))
+                          shard=tuple(u.get("shard", (0, 1))), buggify=u.get("buggify"))
 
 
 def run_units(units: list, jobs: int = 1) -> list:
@@ -172,7 +174,8 @@ def _file_name(r: dict) -> str:
 
 
 def _report(r: dict, out_dir: str | None) -> None:
-    head = f"{r['target']} {r['runtime']} {r['variant']} {r['strategy']}:"
+    head = (f"{r['target']} {r['runtime']} {r['variant']} {r['strategy']}"
+            + (f" buggify={','.join(r['buggify'])}" if r.get("buggify") else "") + ":")
     if r.get("skipped"):
         print(f"{head} {r['skipped']}")
         return
@@ -413,6 +416,9 @@ def add_parser(sub) -> None:
                    help="the network's timing choices join the scheduler's (default on)")
     p.add_argument("--portability", action="store_true",
                    help="also take orders another runtime's contract allows")
+    from bench.verbs.common import add_buggify_option
+    add_buggify_option(p, "every point given is enabled and each site it reaches is a "
+                          "choice (kind buggify: behave or fire), legal on every runtime")
     p.add_argument("--jobs", type=positive_int, default=1, help="processes (default 1)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="write explore.json and each failing schedule here")

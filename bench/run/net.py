@@ -75,6 +75,8 @@ class SimNetwork(Network):
                 yield ctx, seen
             finally:
                 seen["sim_s"] = ctx.sim.world.now
+                if ctx.sim.world.buggify_on:
+                    seen["buggify_fired"] = sum(ctx.sim.world.buggify_fired.values())
                 del ctx
 
     def metrics(self, seen, cpu_start):
@@ -82,8 +84,12 @@ class SimNetwork(Network):
         # under sim, where the whole cell runs in this thread (on real sockets the app
         # and the peers are other processes); the thread's, not the process's: the
         # matrix writes the last cell's results from another thread while this one runs.
-        return {"cell_cpu_s": round(time.thread_time() - cpu_start, 4),
-                "sim_s": round(seen["sim_s"], 6)}
+        out = {"cell_cpu_s": round(time.thread_time() - cpu_start, 4),
+               "sim_s": round(seen["sim_s"], 6)}
+        if "buggify_fired" in seen:
+            # the seam's fault points that fired (only in a universe that enabled some)
+            out["buggify_fired"] = seen["buggify_fired"]
+        return out
 
 
 NETWORKS = {"real": RealNetwork(), "sim": SimNetwork()}

@@ -56,6 +56,32 @@ def add_net_options(p: argparse.ArgumentParser, *, skipped: str = "", explored: 
                         "--net sim run, a universe --seeds wrote, or its explore.json")
 
 
+def buggify_points(text: str) -> list:
+    """``--buggify [POINT,...]``: the seam's fault points it names (``all``:
+    every one), in their canonical order."""
+    from kernels.simnet import BUGGIFY_POINTS
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        return list(BUGGIFY_POINTS)
+    bad = [n for n in names if n not in BUGGIFY_POINTS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown fault point {bad[0] if bad else text!r}; valid: all, "
+            + ", ".join(BUGGIFY_POINTS) + " (a target goes before --buggify)")
+    return [p for p in BUGGIFY_POINTS if p in names]
+
+
+def add_buggify_option(p: argparse.ArgumentParser, how: str) -> None:
+    """``--buggify [POINT,...]`` (docs/simnet.md, "Fault points in the seam")."""
+    # argparse does not pass a const through ``type``: the bare flag's list is built here
+    p.add_argument("--buggify", nargs="?", const=buggify_points("all"), default=None,
+                   type=buggify_points,
+                   metavar="POINT,...",
+                   help="fault points in the simulated seam, each legal on a real OS: "
+                        "short-write, short-read, spurious-ready, late-notify (default with "
+                        f"the flag: all); {how}. Off unless given")
+
+
 def add_plugin_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario-file", action="append", default=[], metavar="FILE",
                    help="load a scenario file (repeatable); it is loaded in every cell process too. "

@@ -19,7 +19,9 @@ from bench import scenario as scmod
 from bench.errors import ExitCode, Unavailable, UsageError
 from bench.run import document as docmod
 from bench.run.runner import interrupted_line
-from bench.verbs.common import add_net_options, add_plugin_options, load_plugins, positive_int
+from bench.verbs.common import (
+    add_buggify_option, add_net_options, add_plugin_options, load_plugins, positive_int,
+)
 from protocols import runtimes as rtmod
 
 APPS = ("echo", "sink", "proxy", "reqresp", "push")
@@ -286,6 +288,8 @@ def add_parser(sub) -> None:
     rn.add_argument("--baseline", default=None, metavar="RESULTS.json",
                     help="for --fail-on verdict: the results whose verdicts must keep holding")
     add_net_options(rn, explored="count outcomes, write and shrink a failing one")
+    add_buggify_option(rn, "with --net sim --seeds N: each point enabled with probability "
+                           "1/4 per seed, then firing with 1/4 at each site it reaches")
     add_plugin_options(rn)
     rn.set_defaults(func=cmd_run)
 

@@ -199,17 +199,21 @@ class Socket:
             await self._send_rest(send, data, flags, sent, total)
 
     async def _send_rest(self, send, data, flags, sent, total):
-        # sendall after a first send() that didn't take everything: wait for
-        # room and send the rest. Split off so that the common case -- the OS
-        # takes it all at once -- stays short enough to inline (SocketStream).
+        # sendall after a first send() that didn't take everything: send the
+        # rest, waiting for room only when the OS says EAGAIN. A short write is
+        # not a full buffer (POSIX lets send take fewer bytes at any time), and
+        # a task that waits blocks -- where an expired deadline is delivered --
+        # though the socket had room. On a full buffer the retry costs one
+        # EAGAIN. Split off so that the common case -- the OS takes it all at
+        # once -- stays short enough to inline (SocketStream).
         stats = self.stats
         try:
             with memoryview(data).cast("B") as view:
                 while sent < total:
-                    await write_wait(self._sock)
                     try:
                         n = send(view[sent:], flags)
                     except BlockingIOError:
+                        await write_wait(self._sock)
                         continue
                     sent += n
                     stats.accepted_bytes += n

@@ -162,7 +162,7 @@ Standard library only, and no imports from the rest of looplab.
 from __future__ import annotations
 
 from .constants import (
-    ACCOUNTING, ERR, FAULT_KINDS, FD_BASE, LISTENING, MAX_EVENTS_AT_ONE_TIME, READ, WRITE,
+    ACCOUNTING, BUGGIFY_POINTS, ERR, FAULT_KINDS, FD_BASE, LISTENING, MAX_EVENTS_AT_ONE_TIME, READ, WRITE,
     SimBlockingError, SimDeadlock, SimStopped,
 )
 from .linux import LinuxModel
@@ -173,6 +173,7 @@ from .world import Peer, World
 
 __all__ = ["World", "SimIO", "SimSocket", "SimPoller", "SimWaker", "SimSelector",
            "SimDeadlock", "SimStopped", "SimBlockingError", "READ", "WRITE", "FD_BASE", "FAULT_KINDS", "ACCOUNTING",
+           "BUGGIFY_POINTS",
            "TcpModel", "ByteModel", "LinuxModel",
            "Peer"]
 

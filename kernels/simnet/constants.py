@@ -74,7 +74,24 @@ DEFAULTS = {
                                  # (Linux's truesize beyond the payload: 832 on 6.18 x86-64)
     "wake_s": 0.0,               # a program or peer waiting on a socket runs this long after it readies
     "fault_kinds": CLASSIC_FAULTS,   # which kinds random_faults draws from
+    "buggify": None,             # None: off; a list of BUGGIFY_POINTS the seam may fire (below)
 }
+
+#: The seam's fault points (FoundationDB's BUGGIFY), each a behaviour a real
+#: OS is allowed to show a program's sockets. With ``buggify=[...]`` each
+#: listed point is enabled or not once per universe (probability
+#: ``BUGGIFY_ENABLE``, drawn from the seed) and an enabled one fires with
+#: ``BUGGIFY_FIRE`` at each site it reaches; under an explorer every listed
+#: point is enabled and each site is a choice (``kernels.choice.BUGGIFY``).
+#: docs/simnet.md ("Fault points in the seam") cites the man pages.
+BUGGIFY_POINTS = (
+    "short-write",      # send(2) takes fewer bytes than it could (at least 1)
+    "short-read",       # recv(2) returns fewer bytes than are there (at least 1)
+    "spurious-ready",   # a poll reports a socket ready; the call then raises EAGAIN
+    "late-notify",      # a FIN or RST arrived; one poll does not report it yet
+)
+BUGGIFY_ENABLE = 0.25
+BUGGIFY_FIRE = 0.25
 
 # accounting="linux": the constants of Linux's TCP that shape a loopback
 # stream (net/ipv4/tcp*.c and include/net/tcp.h, checked against 6.18 on

@@ -164,6 +164,7 @@ class SimSocket:
         self._watcher = None
         self._poke_pending = False
         # wake_s: when readiness that appeared becomes visible to a waiting program
+        self._late = None                 # late-notify: the mask one poll still reports
         self._wake = world.params["wake_s"]
         self._asleep = 0                  # READ/WRITE a program found missing and waits for
         self._read_at = 0.0
@@ -240,6 +241,8 @@ class SimSocket:
         """What a poll reports now: ``READ``, ``WRITE``, or ``ERR`` (an error or
         a hang-up). Asking counts as waiting for what is missing (``wake_s``)."""
         ev = self._raw_events()
+        if self._late is not None:
+            ev = self._late_report()
         if self._wake and not ev & ERR:
             self._asleep |= ~ev & BOTH       # whoever asks waits for what is missing
             if ev:
@@ -486,6 +489,9 @@ class SimSocket:
             raise error_exc(self._take_err())
         if self._wr_shut or self._reset:
             raise BrokenPipeError(errno.EPIPE, "Broken pipe (simulated)")
+        if self._world.buggify_on and "short-write" in self._world.buggify_on \
+                and self.owner is not None:
+            data = self._short_write(data)
         return self._model.send(data)
 
     def recv(self, bufsize, flags=0) -> bytes:
@@ -532,6 +538,10 @@ class SimSocket:
         rcv = self._rcv
         if rcv and not self._rd_shut:
             n = bufsize if bufsize < len(rcv) else len(rcv)
+            if n > 1 and self._world.buggify_on and "short-read" in self._world.buggify_on \
+                    and self.owner is not None \
+                    and self._world.buggify("short-read", self._conn, self._side):
+                n = self._world.buggify_size(n)
             if self._slow_rate is not None:
                 cap = max(1, int(self._slow_rate * SLOW_SLICE_S))
                 if n > cap:
@@ -549,6 +559,38 @@ class SimSocket:
         if bufsize == 0:
             return 0
         self._would_block("recv")
+
+    # -- the seam's fault points (World.buggify; docs/simnet.md) ---------------
+
+    def _short_write(self, data):
+        """``short-write``: offer the model only part of ``data`` (send(2) may
+        take fewer bytes than it could; POSIX: "the number of bytes sent")."""
+        view = memoryview(data).cast("B")
+        n = len(view)
+        # a send that will say EAGAIN anyway is no site (a retry loop would
+        # otherwise meet it at every spurious wake-up)
+        if n > 1 and self.sndbuf > self._model.send_used() \
+                and self._world.buggify("short-write", self._conn, self._side):
+            return view[:self._world.buggify_size(n)]
+        return data
+
+    def _late_site(self):
+        """``late-notify`` at a FIN or RST arriving now: the mask a poll reported
+        before it, which the next look still gets (None: on time)."""
+        world = self._world
+        if "late-notify" in world.buggify_on and self.owner is not None and self._fd >= 0 \
+                and world.buggify("late-notify", self._conn, self._side):
+            return self._raw_events()
+        return None
+
+    def _late_report(self) -> int:
+        """One look at a socket whose FIN or RST is late: the old mask, and a
+        mark at this instant so that the next look reports the news (a
+        waiting poll is not left blocked by it)."""
+        hidden, self._late = self._late, None
+        world = self._world
+        world.call_at(world.now, self._changed)
+        return hidden
 
     def _consumed(self, n):
         if not n:
@@ -587,7 +629,9 @@ class SimSocket:
     def _on_fin(self):
         if self._reset or self._vanished or self._peer._link.dead:
             return
+        late = self._late_site() if self._world.buggify_on else None
         self._eof = True
+        self._late = late
         self._world.record("fin", self._conn, self._side, None)
         self._changed()
 
@@ -610,7 +654,9 @@ class SimSocket:
     def _on_rst(self):
         if self._reset or self._vanished:
             return
+        late = self._late_site() if self._world.buggify_on else None
         self._reset = True
+        self._late = late
         if not self._app_closed and self._state == CONNECTED:
             # Linux's tcp_reset: in CLOSE_WAIT (the peer's FIN arrived, ours not
             # sent) the error is EPIPE, elsewhere ECONNRESET. Checked on loopback

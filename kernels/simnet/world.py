@@ -21,7 +21,8 @@ from collections.abc import Mapping
 
 from . import constants as _c
 from .constants import (
-    ACCOUNTING, DEFAULTS, FAULT_KINDS, FAULT_SIDES, FD_BASE, LINK_FAULTS, SimStopped,
+    ACCOUNTING, BUGGIFY_ENABLE, BUGGIFY_FIRE, BUGGIFY_POINTS, DEFAULTS, FAULT_KINDS,
+    FAULT_SIDES, FD_BASE, LINK_FAULTS, SimStopped,
 )
 from .linux import LinuxModel
 from .model import ByteModel
@@ -76,6 +77,10 @@ class World:
         self._rng = _Seeded(self, "_rng", f"{seed}:net")
         self._cpu_rng = _Seeded(self, "_cpu_rng", f"{seed}:cpu")
         self.chooser = None           # an explorer's (install_chooser); the seams carry it
+        # the seam's fault points enabled in this universe (empty: every site is one test)
+        self._bug = _Buggify(seed, p["buggify"])
+        self.buggify_on = self._bug.on
+        self.buggify_fired = {}       # point -> how many times it fired
         self.log = [] if log else None
         if faults is None:
             faults = (_draw_faults(random.Random(f"{seed}:faults"), p)
@@ -109,6 +114,10 @@ class World:
         self.chooser = chooser
         self._rng = _Chosen(chooser, "net")
         self._cpu_rng = _Chosen(chooser, "cpu")
+        # every point the world was given is enabled, and each site it reaches
+        # is a choice (kernels.choice.BUGGIFY): 0 behaves, 1 fires
+        self._bug.explore(chooser)
+        self.buggify_on = self._bug.on
 
     def digest(self) -> str:
         """SHA-256 of the event log: equal digests, equal event sequences."""
@@ -117,6 +126,35 @@ class World:
     def record(self, kind, conn=None, side=None, value=None):
         if self.log is not None:
             self.log.append((self.now, kind, conn, side, value))
+
+    # -- the seam's fault points (BUGGIFY) ---------------------------------
+
+    def buggify(self, point, conn=None, side=None) -> bool:
+        """Whether fault point ``point`` fires at this site (a socket or a
+        poller calls it only when ``point in buggify_on``). A firing is logged."""
+        if point not in self.buggify_on or not self._bug.fires():
+            return False
+        self.buggify_fired[point] = self.buggify_fired.get(point, 0) + 1
+        self.record("buggify", conn, side, point)
+        return True
+
+    def buggify_size(self, n: int) -> int:
+        """How many of ``n`` (> 1) bytes a short write or read moves: uniform in
+        ``[1, n - 1]`` from the seed, or half under an explorer (one choice)."""
+        return self._bug.size(n)
+
+    def buggify_pick(self, candidates):
+        """One of ``candidates`` (the sockets a poll could report spuriously), or
+        None when ``spurious-ready`` does not fire. They take turns. At most one
+        fires per virtual instant: a program that retries at once must meet a
+        poll that tells the truth, or time could never move (a real kernel's
+        spurious wake-ups are rare, not a loop)."""
+        if not candidates or self.now == self._bug.spurious_at \
+                or not self.buggify("spurious-ready"):
+            return None
+        self._bug.spurious_at = self.now
+        self._bug.turn += 1
+        return candidates[self._bug.turn % len(candidates)]
 
     # -- clock and events -------------------------------------------------
 
@@ -363,6 +401,36 @@ class _Seeded:
         return getattr(rng, name)
 
 
+class _Buggify:
+    """The fault points of one universe: which are enabled (each with
+    ``BUGGIFY_ENABLE``, drawn from the seed once) and, at each site, whether
+    it fires (``BUGGIFY_FIRE`` from the same stream, or the explorer's choice)."""
+    __slots__ = ("points", "on", "rng", "choose", "turn", "spurious_at")
+
+    def __init__(self, seed, points):
+        self.points = tuple(points or ())
+        # seeding costs a short world's whole construction: only with points
+        self.rng = random.Random(f"{seed}:buggify") if self.points else None
+        self.on = frozenset(p for p in self.points if self.rng.random() < BUGGIFY_ENABLE)
+        self.choose = None
+        self.turn = 0
+        self.spurious_at = -1.0
+
+    def explore(self, chooser):
+        self.on = frozenset(self.points)
+        self.choose = chooser.choose
+
+    def fires(self) -> bool:
+        if self.choose is not None:
+            return bool(self.choose("buggify", 2))    # kernels.choice.BUGGIFY
+        return self.rng.random() < BUGGIFY_FIRE
+
+    def size(self, n):
+        if self.choose is not None:
+            return max(1, n // 2)
+        return self.rng.randrange(1, n)
+
+
 class _Chosen:
     """Stands in for a world's random stream under an explorer: ``random()``
     is 0.0 or just under 1.0, as the chooser picks."""
@@ -433,6 +501,16 @@ def _check_params(p):
         raise ValueError(f"simnet: bad value {kinds!r} for fault_kinds: must be a non-empty "
                          f"list of {', '.join(FAULT_KINDS)}")
     p["fault_kinds"] = list(kinds)
+    bug = p["buggify"]
+    if bug is not None:
+        if not isinstance(bug, (list, tuple)) or not all(isinstance(x, str) for x in bug) \
+                or set(bug) - set(BUGGIFY_POINTS):
+            bad = [x for x in (bug if isinstance(bug, (list, tuple)) else [bug])
+                   if x not in BUGGIFY_POINTS]
+            raise ValueError(f"simnet: bad value {bad[0] if bad else bug!r} for buggify: a "
+                             f"list of {', '.join(BUGGIFY_POINTS)}, or None")
+        # one spelling per set, so a universe's params compare equal after JSON
+        p["buggify"] = [x for x in BUGGIFY_POINTS if x in bug] or None
 
 
 def _check_fault(f) -> dict:
