@@ -1093,6 +1093,54 @@ def test_a_read_after_the_socket_was_drained_takes_data_that_arrived_since_witho
     assert quiet_turns == 0
 
 
+def test_the_poll_before_a_drained_read_stops_when_it_keeps_finding_data():
+    # A poll that finds data means the next read may as well try recv at once (under
+    # load the next request is usually there); a recv that then finds the socket
+    # empty (EAGAIN) turns the poll back on. Either way nothing is taken early or late.
+    async def main():
+        client, server = await tcp_pair()
+        async with client, server:
+            sock = server.socket
+            polls = []
+
+            def counting_check(timeout):
+                polls.append(timeout)
+                return real_check(timeout)
+
+            real_check = sock._poller()
+            sock._readable = counting_check
+
+            async def arrive(data):
+                await client.send_all(data)
+                assert select.select([sock._sock], [], [], 5)[0]
+
+            async def later(data):
+                await c.sleep(0.02)
+                await client.send_all(data)
+
+            got = []
+            async with c.timeout_after(5):
+                await arrive(b"ab")
+                got.append(await server.receive_some(100))   # short read: drained
+                await arrive(b"cd")
+                got.append(await server.receive_some(100))   # polls, finds data
+                after_hit = len(polls)
+                await arrive(b"ef")
+                got.append(await server.receive_some(100))   # no poll this time
+                after_skip = len(polls)
+                t = await c.spawn(later, b"gh")
+                got.append(await server.receive_some(100))   # recv: EAGAIN, then waits
+                await t.join()
+                await arrive(b"ij")
+                got.append(await sock.recv(100))             # polls again (Socket path)
+                after_miss = len(polls)
+            return got, after_hit, after_skip, after_miss
+
+    got, after_hit, after_skip, after_miss = run(main)
+    assert got == [b"ab", b"cd", b"ef", b"gh", b"ij"]
+    assert (after_hit, after_skip, after_miss) == (1, 1, 2)
+
+
 def test_a_drained_read_waits_for_data_that_comes_later():
     async def main():
         client, server = await tcp_pair()

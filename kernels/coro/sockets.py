@@ -20,7 +20,12 @@ the next one first asks ``poll()`` with a zero timeout whether anything has
 arrived since, and waits for readability straight away if not. That is the
 same test the failed syscall makes, so the rule is unchanged: a call traps
 only when the socket has nothing for it, and never when it has. A wrong guess
-costs one cheap poll.
+costs one poll, which is a system call too: under load the next request has
+usually arrived by the time the handler reads again, and the poll was the third
+syscall of every echo round trip (beside recv and send). So the guess learns, per
+socket: a poll that finds data turns polling off, and the next ``recv`` that
+fails with EAGAIN turns it back on. A connection that keeps finding its socket
+empty polls as before; one that keeps finding data pays no poll.
 
 When ``sendall`` is interrupted -- cancelled, timed out, or the peer reset the
 connection -- the exception carries ``bytes_sent``: exactly how many bytes the
@@ -101,7 +106,7 @@ class Socket:
     ``ClosedResourceError``.
     """
     __slots__ = ("_sock", "stats", "_recv", "_recv_into", "_send", "_closed", "_drained",
-                 "_readable")
+                 "_readable", "_poll_first")
 
     def __init__(self, sock: socket.socket):
         if not _is_socket(sock):
@@ -114,7 +119,9 @@ class Socket:
         self._recv_into = sock.recv_into
         self._send = sock.send
         self._closed = False
-        self._drained = False     # the last recv() emptied the socket (a hint only)
+        self._drained = False     # poll before the next recv: the last one emptied the
+                                  # socket and polling has paid off (a hint only)
+        self._poll_first = True   # the last guess was "empty" (see the module's essay)
         self._readable = None     # poll(0) on this fd alone, made on first need
         self.stats = _stats_for(sock)
 
@@ -132,16 +139,20 @@ class Socket:
     async def recv(self, maxsize: int, flags: int = 0) -> bytes:
         if _traps._checkpointing and _state.checkpoint:
             await checkpoint()
-        if self._drained and not (self._readable or self._poller())(0):
-            await read_wait(self._sock)    # empty, as recv would have said with EAGAIN
+        if self._drained:
+            if (self._readable or self._poller())(0):
+                self._poll_first = False   # it had data: don't poll before the next read
+            else:
+                await read_wait(self._sock)    # empty, as recv would have said with EAGAIN
         while True:
             try:
                 data = self._recv(maxsize, flags)
                 break
             except BlockingIOError:
+                self._poll_first = True
                 await read_wait(self._sock)
         n = len(data)
-        self._drained = n < maxsize
+        self._drained = n < maxsize and self._poll_first
         self.stats.received_bytes += n
         return data
 
@@ -320,16 +331,20 @@ class SocketStream:
             # task and its trap on every read (this is the echo hot path).
             if _traps._checkpointing and _state.checkpoint:
                 await checkpoint()
-            if sock._drained and not (sock._readable or sock._poller())(0):
-                await read_wait(sock._sock)
+            if sock._drained:
+                if (sock._readable or sock._poller())(0):
+                    sock._poll_first = False
+                else:
+                    await read_wait(sock._sock)
             while True:
                 try:
                     data = sock._recv(max_bytes)
                     break
                 except BlockingIOError:
+                    sock._poll_first = True
                     await read_wait(sock._sock)
             n = len(data)
-            sock._drained = n < max_bytes
+            sock._drained = n < max_bytes and sock._poll_first
             sock.stats.received_bytes += n
             return data
         finally:
