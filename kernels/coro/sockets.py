@@ -23,9 +23,12 @@ only when the socket has nothing for it, and never when it has. A wrong guess
 costs one poll, which is a system call too: under load the next request has
 usually arrived by the time the handler reads again, and the poll was the third
 syscall of every echo round trip (beside recv and send). So the guess learns, per
-socket: a poll that finds data turns polling off, and the next ``recv`` that
-fails with EAGAIN turns it back on. A connection that keeps finding its socket
-empty polls as before; one that keeps finding data pays no poll.
+socket: two polls in a row that find data turn polling off, and the next ``recv``
+that fails with EAGAIN (or a poll that finds nothing) turns it back on. A
+connection that keeps finding its socket empty polls as before; one that keeps
+finding data pays no poll; one that alternates (data there every other time: the
+last connection of a lock-step round) keeps polling, since one EAGAIN costs more
+than the polls it saves.
 
 When ``sendall`` is interrupted -- cancelled, timed out, or the peer reset the
 connection -- the exception carries ``bytes_sent``: exactly how many bytes the
@@ -106,7 +109,7 @@ class Socket:
     ``ClosedResourceError``.
     """
     __slots__ = ("_sock", "stats", "_recv", "_recv_into", "_send", "_closed", "_drained",
-                 "_readable", "_poll_first")
+                 "_readable", "_poll_hits")
 
     def __init__(self, sock: socket.socket):
         if not _is_socket(sock):
@@ -120,8 +123,8 @@ class Socket:
         self._send = sock.send
         self._closed = False
         self._drained = False     # poll before the next recv: the last one emptied the
-                                  # socket and polling has paid off (a hint only)
-        self._poll_first = True   # the last guess was "empty" (see the module's essay)
+                                  # socket and polling pays off (a hint only)
+        self._poll_hits = 0       # polls in a row that found data (see the module's essay)
         self._readable = None     # poll(0) on this fd alone, made on first need
         self.stats = _stats_for(sock)
 
@@ -141,18 +144,19 @@ class Socket:
             await checkpoint()
         if self._drained:
             if (self._readable or self._poller())(0):
-                self._poll_first = False   # it had data: don't poll before the next read
+                self._poll_hits += 1       # it had data: the poll was a wasted syscall
             else:
+                self._poll_hits = 0
                 await read_wait(self._sock)    # empty, as recv would have said with EAGAIN
         while True:
             try:
                 data = self._recv(maxsize, flags)
                 break
             except BlockingIOError:
-                self._poll_first = True
+                self._poll_hits = 0
                 await read_wait(self._sock)
         n = len(data)
-        self._drained = n < maxsize and self._poll_first
+        self._drained = n < maxsize and self._poll_hits < 2
         self.stats.received_bytes += n
         return data
 
@@ -333,18 +337,19 @@ class SocketStream:
                 await checkpoint()
             if sock._drained:
                 if (sock._readable or sock._poller())(0):
-                    sock._poll_first = False
+                    sock._poll_hits += 1
                 else:
+                    sock._poll_hits = 0
                     await read_wait(sock._sock)
             while True:
                 try:
                     data = sock._recv(max_bytes)
                     break
                 except BlockingIOError:
-                    sock._poll_first = True
+                    sock._poll_hits = 0
                     await read_wait(sock._sock)
             n = len(data)
-            sock._drained = n < max_bytes and sock._poll_first
+            sock._drained = n < max_bytes and sock._poll_hits < 2
             sock.stats.received_bytes += n
             return data
         finally:
