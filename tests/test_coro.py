@@ -1277,6 +1277,22 @@ def test_socket_wrapper_basics():
         c.Socket("not a socket")
 
 
+def test_socket_wrapper_forwards_the_stdlib_sockets_other_attributes():
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s = c.Socket(raw)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        assert raw.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR)
+        s.bind(("127.0.0.1", 0))
+        assert s.getsockname() == raw.getsockname()
+        assert (s.family, s.type, s.timeout) == (socket.AF_INET, socket.SOCK_STREAM, 0.0)
+        for missing in ("_recv_later", "no_such_call"):
+            with pytest.raises(AttributeError):
+                getattr(s, missing)
+    finally:
+        raw.close()
+
+
 def test_stream_and_listener_reject_bad_input():
     async def main():
         client, server = await tcp_pair()
