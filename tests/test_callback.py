@@ -430,6 +430,37 @@ def test_exception_handler_receives_errors_and_the_loop_continues(loop):
     assert all(lp is loop and ctx["message"] for lp, ctx in contexts)
 
 
+def test_a_reader_with_arguments_gets_them_and_its_failure_names_it(loop):
+    # Registrations with arguments are bound to them once; the report of a failure
+    # still names the callback that was registered, not the binding.
+    contexts = []
+    loop.set_exception_handler(lambda lp, ctx: contexts.append(ctx))
+    a, b = socket.socketpair()
+    got = []
+    try:
+        def reader_with_args(sock, tag, *, n=100):
+            got.append((tag, sock.recv(n)))
+            raise KeyError("reader")
+
+        def writer_with_args(tag):
+            got.append(tag)
+            loop.remove_writer(a)
+
+        loop.add_reader(a, reader_with_args, a, "r")
+        loop.add_writer(a, writer_with_args, "w")
+        b.send(b"x")
+        loop.call_later(0.05, loop.stop)
+        run(loop)
+        assert loop.remove_reader(a) is True
+    finally:
+        a.close()
+        b.close()
+    assert "w" in got
+    assert ("r", b"x") in got
+    assert contexts and contexts[0]["callback"] is reader_with_args
+    assert "reader_with_args" in contexts[0]["message"]
+
+
 def test_reader_removed_earlier_in_the_same_batch_does_not_run(loop):
     pairs = [socket.socketpair() for _ in range(2)]
     try:

@@ -1093,6 +1093,104 @@ def test_a_read_after_the_socket_was_drained_takes_data_that_arrived_since_witho
     assert quiet_turns == 0
 
 
+def test_the_poll_before_a_drained_read_stops_when_it_keeps_finding_data():
+    # Two polls in a row that find data mean the next read may as well try recv at
+    # once (under load the next request is usually there); a recv that then finds
+    # the socket empty (EAGAIN) turns the poll back on. Either way nothing is taken
+    # early or late.
+    async def main():
+        client, server = await tcp_pair()
+        async with client, server:
+            sock = server.socket
+            polls = []
+
+            def counting_check(timeout):
+                polls.append(timeout)
+                return real_check(timeout)
+
+            real_check = sock._poller()
+            sock._readable = counting_check
+
+            async def arrive(data):
+                await client.send_all(data)
+                assert select.select([sock._sock], [], [], 5)[0]
+
+            async def later(data):
+                await c.sleep(0.02)
+                await client.send_all(data)
+
+            got, counts = [], []
+            async with c.timeout_after(5):
+                await arrive(b"ab")
+                got.append(await server.receive_some(100))   # short read: drained
+                for data in (b"cd", b"ef", b"gh"):           # polls, polls, then no poll
+                    await arrive(data)
+                    got.append(await server.receive_some(100))
+                    counts.append(len(polls))
+                t = await c.spawn(later, b"ij")
+                got.append(await server.receive_some(100))   # recv: EAGAIN, then waits
+                await t.join()
+                counts.append(len(polls))
+                await arrive(b"kl")
+                got.append(await sock.recv(100))             # polls again (Socket path)
+                counts.append(len(polls))
+            return got, counts
+
+    got, counts = run(main)
+    assert got == [b"ab", b"cd", b"ef", b"gh", b"ij", b"kl"]
+    assert counts == [1, 2, 2, 2, 3]
+
+
+def test_a_drained_read_that_finds_data_every_other_time_keeps_polling():
+    # The last connection of a lock-step round: its next request is there once
+    # (a poll finds it), then not (a poll finds nothing). One EAGAIN costs more
+    # than a poll, so the alternation never turns polling off.
+    async def main():
+        client, server = await tcp_pair()
+        async with client, server:
+            sock = server.socket
+            polls, eagain = [], []
+            real_check = sock._poller()
+            real_recv = sock._recv
+
+            def counting_check(timeout):
+                found = real_check(timeout)
+                polls.append(bool(found))
+                return found
+
+            def counting_recv(n, *flags):
+                try:
+                    return real_recv(n, *flags)
+                except BlockingIOError:
+                    eagain.append(n)
+                    raise
+
+            sock._readable = counting_check
+            sock._recv = counting_recv
+
+            async def later(data):
+                await c.sleep(0.01)
+                await client.send_all(data)
+
+            async with c.timeout_after(5):
+                await client.send_all(b"0")
+                assert await server.receive_some(100) == b"0"
+                for i in range(1, 7):
+                    data = str(i).encode()
+                    if i % 2:
+                        await client.send_all(data)
+                        assert select.select([sock._sock], [], [], 5)[0]
+                    else:
+                        t = await c.spawn(later, data)
+                    assert await server.receive_some(100) == data
+                    if not i % 2:
+                        await t.join()
+            return polls, eagain
+
+    polls, eagain = run(main)
+    assert polls == [True, False] * 3 and eagain == []
+
+
 def test_a_drained_read_waits_for_data_that_comes_later():
     async def main():
         client, server = await tcp_pair()
@@ -1177,6 +1275,22 @@ def test_socket_wrapper_basics():
     run(main)
     with pytest.raises(TypeError):
         c.Socket("not a socket")
+
+
+def test_socket_wrapper_forwards_the_stdlib_sockets_other_attributes():
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s = c.Socket(raw)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        assert raw.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR)
+        s.bind(("127.0.0.1", 0))
+        assert s.getsockname() == raw.getsockname()
+        assert (s.family, s.type, s.timeout) == (socket.AF_INET, socket.SOCK_STREAM, 0.0)
+        for missing in ("_recv_later", "no_such_call"):
+            with pytest.raises(AttributeError):
+                getattr(s, missing)
+    finally:
+        raw.close()
 
 
 def test_stream_and_listener_reject_bad_input():

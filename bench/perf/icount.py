@@ -57,6 +57,8 @@ def _round_trips(socks, size, requests, pause=0.0):
                     raise RuntimeError("server closed")
                 got += len(chunk)
         done += len(batch)
+        if pause:
+            time.sleep(pause)
 
 
 def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):

@@ -20,7 +20,15 @@ the next one first asks ``poll()`` with a zero timeout whether anything has
 arrived since, and waits for readability straight away if not. That is the
 same test the failed syscall makes, so the rule is unchanged: a call traps
 only when the socket has nothing for it, and never when it has. A wrong guess
-costs one cheap poll.
+costs one poll, which is a system call too: under load the next request has
+usually arrived by the time the handler reads again, and the poll was the third
+syscall of every echo round trip (beside recv and send). So the guess learns, per
+socket: two polls in a row that find data turn polling off, and the next ``recv``
+that fails with EAGAIN (or a poll that finds nothing) turns it back on. A
+connection that keeps finding its socket empty polls as before; one that keeps
+finding data pays no poll; one that alternates (data there every other time: the
+last connection of a lock-step round) keeps polling, since one EAGAIN costs more
+than the polls it saves.
 
 When ``sendall`` is interrupted -- cancelled, timed out, or the peer reset the
 connection -- the exception carries ``bytes_sent``: exactly how many bytes the
@@ -93,15 +101,16 @@ def _set_sockbuf(sock: socket.socket, sockbuf) -> None:
 class Socket:
     """A stdlib socket made non-blocking, with async versions of its blocking
     calls (curio's shape): ``recv``, ``recv_into``, ``send``, ``sendall``,
-    ``accept``, ``connect``, ``shutdown``, ``close``. Other attributes (``bind``,
-    ``listen``, ``setsockopt``, ``getsockname``, ...) are the stdlib socket's.
+    ``accept``, ``connect``, ``shutdown``, ``close``. The stdlib socket's other
+    public attributes (``bind``, ``listen``, ``setsockopt``, ``getsockname``,
+    ``family``, ...) are forwarded to the wrapped socket.
 
     One task may wait to read and one to write at a time; a second one gets
     ``BusyResourceError`` from the kernel. After ``close()`` every call raises
     ``ClosedResourceError``.
     """
     __slots__ = ("_sock", "stats", "_recv", "_recv_into", "_send", "_closed", "_drained",
-                 "_readable")
+                 "_readable", "_poll_hits")
 
     def __init__(self, sock: socket.socket):
         if not _is_socket(sock):
@@ -114,14 +123,11 @@ class Socket:
         self._recv_into = sock.recv_into
         self._send = sock.send
         self._closed = False
-        self._drained = False     # the last recv() emptied the socket (a hint only)
+        self._drained = False     # poll before the next recv: the last one emptied the
+                                  # socket and polling pays off (a hint only)
+        self._poll_hits = 0       # polls in a row that found data (see the module's essay)
         self._readable = None     # poll(0) on this fd alone, made on first need
         self.stats = _stats_for(sock)
-
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._sock, name)
 
     def fileno(self) -> int:
         return self._sock.fileno()
@@ -132,16 +138,21 @@ class Socket:
     async def recv(self, maxsize: int, flags: int = 0) -> bytes:
         if _traps._checkpointing and _state.checkpoint:
             await checkpoint()
-        if self._drained and not (self._readable or self._poller())(0):
-            await read_wait(self._sock)    # empty, as recv would have said with EAGAIN
+        if self._drained:
+            if (self._readable or self._poller())(0):
+                self._poll_hits += 1       # it had data: the poll was a wasted syscall
+            else:
+                self._poll_hits = 0
+                await read_wait(self._sock)    # empty, as recv would have said with EAGAIN
         while True:
             try:
                 data = self._recv(maxsize, flags)
                 break
             except BlockingIOError:
+                self._poll_hits = 0
                 await read_wait(self._sock)
         n = len(data)
-        self._drained = n < maxsize
+        self._drained = n < maxsize and self._poll_hits < 2
         self.stats.received_bytes += n
         return data
 
@@ -280,6 +291,23 @@ class Socket:
         await self.close()
 
 
+def _forwarded(name):
+    def get(self):
+        return getattr(self._sock, name)
+    return property(get, doc=f"The wrapped socket's ``{name}``.")
+
+
+# The stdlib socket's other public names, forwarded one by one. A __getattr__ would
+# do it in one place, but on CPython 3.11 a class with __getattr__ gets none of the
+# interpreter's specialised attribute loads: every ``sock._recv`` or ``sock.stats``
+# on the I/O path went through the slow generic lookup, about 200 machine
+# instructions each and some 1,500 per echo round trip.
+for _name in dir(socket.socket):
+    if not _name.startswith("_") and not hasattr(Socket, _name):
+        setattr(Socket, _name, _forwarded(_name))
+del _name
+
+
 class SocketStream:
     """trio's ``Stream`` over a ``Socket``: ``receive_some``, ``send_all``,
     ``send_eof``, ``aclose``; ``.socket`` and ``.stats`` (the socket's ConnStats).
@@ -324,16 +352,21 @@ class SocketStream:
             # task and its trap on every read (this is the echo hot path).
             if _traps._checkpointing and _state.checkpoint:
                 await checkpoint()
-            if sock._drained and not (sock._readable or sock._poller())(0):
-                await read_wait(sock._sock)
+            if sock._drained:
+                if (sock._readable or sock._poller())(0):
+                    sock._poll_hits += 1
+                else:
+                    sock._poll_hits = 0
+                    await read_wait(sock._sock)
             while True:
                 try:
                     data = sock._recv(max_bytes)
                     break
                 except BlockingIOError:
+                    sock._poll_hits = 0
                     await read_wait(sock._sock)
             n = len(data)
-            sock._drained = n < max_bytes
+            sock._drained = n < max_bytes and sock._poll_hits < 2
             sock.stats.received_bytes += n
             return data
         finally:
