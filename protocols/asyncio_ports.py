@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+import time
 import weakref
 
 from protocols import simports
@@ -361,6 +362,7 @@ class AsyncioCallbackPort(_AsyncioMixin, CallbackPortBase):
         super().__init__(runtime)
         self._init_tracking(runtime, opts)
         self.loop = self.loop_factory()
+        self._connecting = set()        # connect() tasks not finished yet
 
     def _wrap(self, factory):
         wrapper = _MeasuredProtocol if self._instrument else _Tracked
@@ -395,11 +397,35 @@ class AsyncioCallbackPort(_AsyncioMixin, CallbackPortBase):
                 shown = getattr(proto, "mt", None) or transport
                 on_done(shown, inner, None)
 
-        loop.create_task(go()).add_done_callback(done)
+        task = loop.create_task(go())
+        task.add_done_callback(done)
+        self._connecting.add(task)
+        task.add_done_callback(self._connecting.discard)
 
     def close(self) -> None:
         if not self.loop.is_closed():
+            self._finish_connects()
             self.loop.close()
+
+    def _finish_connects(self, bound_s: float = 1.0) -> None:
+        # A connect still resolving its address when the server stops: let it
+        # end before the loop closes. uvloop resolves even a numeric host in
+        # libuv's thread pool, and a resolution that completes after close()
+        # raises "Event loop is closed" inside uvloop and leaves the task
+        # pending ("Task was destroyed but it is pending!"). Bounded: what is
+        # still connecting after bound_s is cancelled.
+        loop = self.loop
+        if not self._connecting or loop.is_running():
+            return
+        deadline = time.monotonic() + bound_s
+        while self._connecting and time.monotonic() < deadline:
+            loop.call_later(0.01, loop.stop)
+            loop.run_forever()
+        for task in list(self._connecting):
+            task.cancel()
+        if self._connecting:
+            loop.call_soon(loop.stop)
+            loop.run_forever()
 
 
 class _PendingServer:
