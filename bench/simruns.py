@@ -397,6 +397,9 @@ def _explore_cells(cells, args, out_dir, failing, done, stop) -> None:
         if cell.params.get("net") != "sim":
             continue
         why = sim_capable(cell.rt)
+        if why is None and cell.rt.interpreter is not None:
+            why = (f"{cell.runtime}: seeds run in looplab's own process; for another "
+                   "interpreter, run looplab itself with it")
         if why:
             print(f"{cell.id}: skipped: {why}", file=sys.stderr)
             continue

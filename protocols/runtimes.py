@@ -489,9 +489,6 @@ class Runtime:
         """None if this runtime can run on the simulated network, else one line:
         "ID runs only on the real network: REASON"."""
         why = self.info.real_network_only
-        if why is None and self.interpreter is not None:
-            why = ("a simulated cell runs inside looplab's own process, so it cannot "
-                   "change interpreter (@)")
         if why is None:
             check = getattr(_port_class(self.info), "real_network_only", None)
             why = check(self.options) if check is not None else None

@@ -118,7 +118,8 @@ def test_a_non_selector_loop_is_declared_real_network_only(user_loop):
     assert runtimes.parse("asyncio-streams").real_network_only() is None
     why = runtimes.parse("asyncio-streams:loop=userloop_mod:new_loop").real_network_only()
     assert "simulated network" in why
-    assert "cannot change interpreter" in runtimes.parse("asyncio-streams@3.12").real_network_only()
+    # another interpreter is no reason: its simulated cell runs in that interpreter
+    assert runtimes.parse("asyncio-streams@3.12").real_network_only() is None
 
 
 def test_eager_tasks_run_before_create_task_returns_or_are_refused():
@@ -252,6 +253,25 @@ def test_a_cell_records_its_interpreter_and_loop(built, tmp_path):
     assert got["loop"] == {"name": "asyncio", "target": "asyncio:SelectorEventLoop",
                            "version": env.interpreter.version}
     assert "looplab" in got["libraries"]
+
+
+def test_a_simulated_cell_runs_in_its_own_interpreter(built, tmp_path):
+    # The world lives in one process, so a sim cell bound to another
+    # interpreter runs there as a whole and its result comes back here.
+    rt, env, cache = built
+    envv = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    out = tmp_path / "out"
+    r = _looplab(["run", "--net", "sim", "--scenarios", "S3", "--variants", "drain",
+                  "--runtimes", f"{rt.spec},asyncio-streams", "--preset", "tiny",
+                  "--out", str(out)], env=envv)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    cells = {c["runtime"]: c for c in json.loads((out / "results.json").read_text())["cells"]}
+    there, here = cells[rt.spec], cells["asyncio-streams"]
+    assert not there.get("skipped") and not there["errors"], there
+    assert there["net"] == "sim" and there["universe"]["net"] == here["universe"]["net"]
+    assert there["universe"]["runtime"] == rt.spec        # its replay runs there again
+    assert there["environment"]["interpreter"]["version"] == env.interpreter.version
+    assert set(there["verdicts"]) == set(here["verdicts"]) and there["metrics"]["sim_s"] > 0
 
 
 def test_a_failing_build_is_one_line_and_leaves_nothing(built, tmp_path):
@@ -489,3 +509,12 @@ def test_a_users_loop_runs_through_fidelity_against_asyncio_on_the_same_interpre
     assert m and int(m.group(1)) == int(m.group(2)) >= 3, r.stdout[-2000:]
     made = mark.read_text().split()
     assert made.count("f1") >= 1
+
+
+def test_seeds_and_explore_on_another_interpreter_say_to_run_looplab_there():
+    # A pinned sim cell runs in its interpreter in the default universe only:
+    # what varies the universe (explore, --seeds) says so instead of running.
+    from bench.explore import targets
+    why = targets.resolve("S3:drain").applies("asyncio-streams@3.12")
+    assert why and "run looplab itself with it" in why
+    assert targets.resolve("S3:drain").applies("asyncio-streams") is None

@@ -118,6 +118,9 @@ class CellTarget(Target):
         if rt.style not in self.sc.styles:
             return f"{self.sid} has no {rt.style} program"
         why = rt.unavailable_reason() or simcells.sim_capable(rt)
+        if not why and rt.interpreter is not None:
+            why = (f"{runtime}: exploration runs in looplab's own process; for another "
+                   "interpreter, run looplab itself with it")
         if not why and self.entry is not None:
             why = self.entry.sim_skip()
         return why

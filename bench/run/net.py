@@ -16,6 +16,9 @@ import time
 
 __all__ = ["Network", "RealNetwork", "SimNetwork", "network_of"]
 
+#: How long a simulated cell bound to another interpreter may take as a whole.
+SIM_CHILD_TIMEOUT_S = 900
+
 
 class Network:
     name = ""
@@ -39,6 +42,11 @@ class Network:
         """What the cell's own interpreter runs it with, for its result (or None)."""
         return None
 
+    def elsewhere(self, cell, result: dict) -> dict | None:
+        """The cell's result when this network runs it in another process as a
+        whole (``result`` filled in), or None: the runner runs it here."""
+        return None
+
 
 class RealNetwork(Network):
     name = "real"
@@ -60,6 +68,11 @@ class SimNetwork(Network):
         why = getattr(cell.sc, "real_network_only", "")
         if why:
             return f"{cell.scenario} runs only on the real network: {why}"
+        if cell.rt.interpreter is not None and cell.world is not None:
+            # elsewhere() hands the other interpreter a plain `run --net sim`
+            return (f"{cell.runtime}: a simulated cell on another interpreter runs in the "
+                    "default universe only; for --seeds, --replay or explore, run looplab "
+                    "itself with that interpreter")
         return simcells.sim_capable(cell.rt)
 
     @contextlib.contextmanager
@@ -78,6 +91,62 @@ class SimNetwork(Network):
                 if ctx.sim.world.buggify_on:
                     seen["buggify_fired"] = sum(ctx.sim.world.buggify_fired.values())
                 del ctx
+
+    def environment(self, cell):
+        if cell.rt.interpreter is None:
+            return None
+        from bench import envs
+        return {k: v for k, v in envs.describe(cell.rt).items() if k != "unavailable"}
+
+    def elsewhere(self, cell, result):
+        # A world runs in looplab's own process, so a cell bound to another
+        # interpreter (@3.12) runs as a whole in that interpreter's environment:
+        # `looplab run --net sim` there, for this one cell, read back from its JSON.
+        if cell.rt.interpreter is None:
+            return None
+        import dataclasses
+        import json
+        import subprocess
+        import tempfile
+
+        from bench import cellrun, envs, procs
+        here = dataclasses.replace(cell.rt, interpreter=None, pins=()).spec
+        plugins = cellrun.plugin_spec()
+        with tempfile.TemporaryDirectory(prefix="looplab-simcell-") as tmp:
+            out = f"{tmp}/cell.json"
+            args = ["run", "--net", "sim", "--scenarios", cell.scenario, "--variants",
+                    cell.variant, "--runtimes", here, "--preset", cell.preset,
+                    "--json", out, "--out", tmp]
+            for flag, key in (("--scenario-file", "scenario_files"),
+                              ("--scenario-module", "scenario_modules"),
+                              ("--runtime-module", "runtime_modules")):
+                for value in plugins[key]:
+                    args += [flag, value]
+            python = envs.interpreter_for(cell.rt)
+            try:
+                proc = subprocess.run(procs.python_command("bench", *args, python=python),
+                                      env=procs.child_env(), capture_output=True, text=True,
+                                      timeout=SIM_CHILD_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                result["errors"].append(f"the simulated cell in {python} did not finish "
+                                        f"within {SIM_CHILD_TIMEOUT_S} s")
+                return result
+            try:
+                with open(out) as f:
+                    (got,) = json.load(f)["cells"]
+            except (OSError, ValueError, KeyError) as exc:
+                tail = (proc.stderr.strip().splitlines() or [repr(exc)])[-1]
+                result["errors"].append(f"the simulated cell in {python} wrote no result "
+                                        f"(exit {proc.returncode}): {tail}")
+                return result
+        for key in ("metrics", "verdicts", "samples", "errors", "notes", "load", "series",
+                    "skipped", "net", "universe", "universes"):
+            if key in got:
+                result[key] = got[key]
+        for u in [result.get("universe"), *(result.get("universes") or [])]:
+            if isinstance(u, dict) and "runtime" in u:
+                u["runtime"] = cell.runtime         # a replay of it runs there again
+        return result
 
     def metrics(self, seen, cpu_start):
         # CPU time, which holds on a loaded machine where wall time does not. Only

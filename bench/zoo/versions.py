@@ -17,7 +17,8 @@ Each point runs on the entry's ``version_runtimes`` or, by default, on every run
 its styles whose ``RuntimeInfo.library`` is the requirement's distribution (``python``:
 asyncio's own runtimes). A point expects the naive program to show the bug where the
 role is ``affected`` and not to show it elsewhere; the fixed program never. Cells run
-on the real network only (a simulated cell cannot change interpreter).
+on the real network (a version pin is a library's, which the simulated network cannot
+carry for uvloop; the interpreter alone could be simulated, ``docs/axes.md``).
 ``summarize`` reads the results back, with the exact versions each cell measured in
 its own interpreter (the cell's ``environment`` block).
 

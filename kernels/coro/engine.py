@@ -567,6 +567,7 @@ def build_loop(rt) -> None:
     wait_timeout = _io.wait_timeout
     readable = _io.READABLE
     writable = _io.WRITABLE
+    only_read = _io.READ
     poll_mask = POLL_MASK
     step = rt.step
     reschedule = rt.reschedule
@@ -604,8 +605,18 @@ def build_loop(rt) -> None:
                     # Wake the waiter of each ready direction (reschedule(),
                     # inline); drop interest nobody waits on any more.
                     rec = fdrecs[fd]
-                    drop = 0
                     mask = rec[0]
+                    if ev == only_read and mask == 1 and trace is None:
+                        # The common event, a reader's socket readable, in two
+                        # compares (an int & is not specialised on 3.11).
+                        waiter = rec[1]
+                        if waiter is not None:
+                            rec[1] = None
+                            waiter._wait = 0
+                            waiter._value = None
+                            ready_append(waiter)
+                            continue
+                    drop = 0
                     if mask & 1 and ev & readable:
                         waiter = rec[1]
                         if waiter is not None:

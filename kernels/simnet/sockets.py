@@ -494,6 +494,14 @@ class SimSocket:
             data = self._short_write(data)
         return self._model.send(data)
 
+    def sendmsg(self, buffers, ancdata=(), flags=0, address=None) -> int:
+        """A gather write (asyncio's selector transport on 3.12+ writes its
+        buffer with it): the buffers in order, as one ``send`` of them joined,
+        which takes what fits exactly as ``send`` does. No ancillary data."""
+        if ancdata or address is not None:
+            raise oserror(errno.EOPNOTSUPP)
+        return self.send(b"".join(buffers), flags)
+
     def recv(self, bufsize, flags=0) -> bytes:
         n = self._recv_size(bufsize, flags)
         if n is None:
