@@ -1109,3 +1109,14 @@ def test_the_watchdog_ends_a_world_that_runs_too_long_in_wall_time():
     with pytest.raises(SimStopped, match="watchdog"):
         world.run()
     assert time.monotonic() - t < 5.0
+
+
+def test_sendmsg_gathers_its_buffers_in_order_as_one_send():
+    # asyncio's selector transport writes its buffer with sendmsg on 3.12+
+    world = World(0)
+    c, s = pair(world)
+    assert c.sendmsg([b"GET ", memoryview(b"/x"), bytearray(b" HTTP")]) == 11
+    settle(world)
+    assert s.recv(100) == b"GET /x HTTP"
+    with pytest.raises(OSError):
+        c.sendmsg([b"x"], [(socket.SOL_SOCKET, 1, b"")])    # no ancillary data
