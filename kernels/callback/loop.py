@@ -585,8 +585,9 @@ class Loop(Networking):
                     entry = fds_get(fd)
                     if entry is None:
                         continue
-                    if mask == read_only:
-                        # only readable: the same as below, one compare instead of two ands
+                    # only readable, the common event, takes one compare where the
+                    # general test is two ands (an int & is not specialised on 3.11)
+                    if mask == read_only or mask & readable:
                         cb = entry[0]
                         if cb is not None:
                             ran += 1
@@ -596,18 +597,7 @@ class Loop(Networking):
                                 raise
                             except BaseException as exc:
                                 failed(_registered(cb), exc)
-                        continue
-                    if mask & readable:
-                        cb = entry[0]
-                        if cb is not None:
-                            ran += 1
-                            try:
-                                cb()
-                            except (SystemExit, KeyboardInterrupt):
-                                raise
-                            except BaseException as exc:
-                                failed(_registered(cb), exc)
-                    if mask & writable:
+                    if mask != read_only and mask & writable:
                         cb = entry[1]   # re-read: the reader may just have removed it
                         if cb is not None:
                             ran += 1

@@ -606,18 +606,12 @@ def build_loop(rt) -> None:
                     # inline); drop interest nobody waits on any more.
                     rec = fdrecs[fd]
                     mask = rec[0]
-                    if ev == only_read and mask == 1 and trace is None:
-                        # The common event, a reader's socket readable, in two
-                        # compares (an int & is not specialised on 3.11).
-                        waiter = rec[1]
-                        if waiter is not None:
-                            rec[1] = None
-                            waiter._wait = 0
-                            waiter._value = None
-                            ready_append(waiter)
-                            continue
                     drop = 0
-                    if mask & 1 and ev & readable:
+                    # The common event, a reader's socket readable, is told in two
+                    # compares where the general test is two ands and skips the
+                    # writer's (an int & is not specialised on 3.11).
+                    plain_read = ev == only_read and mask == 1
+                    if plain_read or (mask & 1 and ev & readable):
                         waiter = rec[1]
                         if waiter is not None:
                             rec[1] = None
@@ -632,7 +626,7 @@ def build_loop(rt) -> None:
                             continue
                         else:
                             drop = 1
-                    if mask & 2 and ev & writable:
+                    if not plain_read and mask & 2 and ev & writable:
                         waiter = rec[2]
                         if waiter is not None:
                             rec[2] = None
