@@ -368,3 +368,24 @@ def test_a_refused_connection_is_the_same_error_on_both_networks():
         assert res["ended"] == "error" and res["connected"] is False, res
         assert "connect to 127.0.0.1:" in res["error"] and "refused" in res["error"], res
         assert res["sent_bytes"] == res["received_bytes"] == 0 and res["series"] == []
+
+
+def test_a_peer_reset_before_the_driver_looks_still_counts_as_connected(monkeypatch):
+    # On a loaded machine the RST of a peer that resets at once can arrive
+    # between connect() and the driver's getpeername(), which then fails with
+    # ENOTCONN: the connection was made all the same.
+    import errno
+    import socket
+
+    from bench.peers import real
+
+    def unconnected(self):
+        raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
+    with socket.create_server(("127.0.0.1", 0)) as lsock:
+        addr = lsock.getsockname()[:2]
+        cfg = peers.check_role(peers.pipeline_client("c", connect=addr, count=0, hold_s=0.1,
+                                                     max_s=5))
+        monkeypatch.setattr(socket.socket, "getpeername", unconnected)
+        res = real.play(cfg, lambda event: None)
+    assert res["connected"] is True and res.get("error") is None, res
+    assert tuple(res["peer"]) == tuple(addr)

@@ -102,7 +102,7 @@ class _Driver:
             s.settimeout(TICK_S)
             while True:
                 try:
-                    conn, _ = s.accept()
+                    conn, self.peer = s.accept()
                     break
                 except socket.timeout:
                     now = time.monotonic()
@@ -119,6 +119,7 @@ class _Driver:
                 s.connect((host, port))
             except OSError as e:
                 raise OSError(e.errno, f"connect to {host}:{port}: {e.strerror or e}") from None
+            self.peer = (host, port)
         s.settimeout(TICK_S)
         return s
 
@@ -143,7 +144,11 @@ class _Driver:
         core = self.core
         s = self.s = self.open()
         if s is not None:
-            core.connected(time.monotonic(), peer=s.getpeername()[:2],
+            try:
+                peer = s.getpeername()[:2]
+            except OSError:     # reset at once: the socket is unconnected (ENOTCONN) by now
+                peer = tuple(self.peer)[:2]
+            core.connected(time.monotonic(), peer=peer,
                            sockbuf=[s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
                                     s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)])
         while True:
