@@ -155,8 +155,9 @@ def build_scheduler(rt) -> None:
     eager = rt.options["spawn"] == "eager"
     last_id = 0             # task ids count from 1 (a plain cell: cheaper than a count())
     current = None          # the task being stepped (None between steps)
-    switches = 0            # task steps not yet added to probe.task_switches
+    switches = 0            # sends so far, never reset (flush_counters reports the new ones)
     counted_id = 0          # last_id when probe.spawns was last brought up to date
+    counted_switches = 0    # switches when probe.task_switches was
     traps = ()
     phase = UNTIL_MAIN      # what makes the loop stop (Kernel.run sets it)
     doomed_at_birth = False  # phase == UNTIL_EMPTY, read by every spawn
@@ -187,11 +188,12 @@ def build_scheduler(rt) -> None:
         # The step and spawn counters live in cells while the loop runs (an
         # attribute update per step is measurable); read from a task they lag.
         # Every task made takes the next id, so the ids count the spawns.
-        nonlocal switches, counted_id
-        probe.task_switches += switches
+        # `switches` itself only grows: a task's `_born` is compared with it.
+        nonlocal counted_id, counted_switches
+        probe.task_switches += switches - counted_switches
         probe.spawns += last_id - counted_id
         counted_id = last_id
-        switches = 0
+        counted_switches = switches
 
     def set_traps(table):
         nonlocal traps
