@@ -361,18 +361,26 @@ def validate(doc) -> list[str]:
     return problems
 
 
-def load_json(path: str) -> dict:
-    """Read a results document; anything else is a one-line Usage error naming the file."""
+def read_json(path: str, where: str | None = None):
+    """The JSON value in the file at ``path``; a file that can't be read or isn't
+    JSON is a one-line UsageError that starts with ``where`` (default: the path)."""
+    where = path if where is None else where
     try:
         with open(path) as f:
             text = f.read()
     except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{where}: not JSON ({exc})") from None
     try:
-        doc = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path} is not a looplab results file (not JSON: {exc})") from None
-    doc = check_document(doc, path)
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: not JSON ({exc})") from None
+
+
+def load_json(path: str) -> dict:
+    """Read a results document; anything else is a one-line Usage error naming the file."""
+    doc = check_document(read_json(path, f"{path} is not a looplab results file"), path)
     try:
         problems = validate(doc)
     except ImportError:     # jsonschema missing: the checks above are all there is

@@ -293,15 +293,9 @@ def replay_cells(path: str) -> list:
     """The cells a ``--replay FILE`` reruns: a cell universe (what ``--seeds``
     writes for a failing seed), an exploration file (its failing universe) or
     a results file (every sim cell in it)."""
-    import json
     from bench.errors import UsageError
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except OSError as exc:
-        raise UsageError(f"--replay {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise UsageError(f"--replay {path}: not JSON ({exc})") from None
+    from bench.results import read_json
+    doc = read_json(path, f"--replay {path}")
     found = []
     if isinstance(doc, dict) and doc.get("model") == UNIVERSE_MODEL:
         found = [doc]

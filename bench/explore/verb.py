@@ -219,13 +219,8 @@ def _write(path, doc) -> None:
 
 def _replay(path: str) -> int:
     from bench.explore import runner, targets
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except OSError as exc:
-        raise UsageError(f"--replay {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise UsageError(f"--replay {path}: not JSON ({exc})") from None
+    from bench.results import read_json
+    doc = read_json(path, f"--replay {path}")
     if not isinstance(doc, dict) or doc.get("model") != runner.SCHEDULE_MODEL:
         raise UsageError(f"--replay {path}: not a schedule file (model {runner.SCHEDULE_MODEL})")
     t = targets.resolve(doc["target"], doc.get("preset") or "tiny")

@@ -51,13 +51,7 @@ def cmd_merge(args) -> int:
 def cmd_validate(args) -> int:
     bad = 0
     for path in args.files:
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except OSError as exc:
-            raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-        except ValueError as exc:
-            raise UsageError(f"{path} is not JSON: {exc}") from None
+        doc = resmod.read_json(path)
         problems = resmod.validate(doc)
         if problems:
             bad += 1
