@@ -24,6 +24,7 @@ import random
 import subprocess
 import sys
 import time
+from functools import partial
 
 from bench import envs, procs, results
 from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop,
@@ -217,7 +218,8 @@ async def _st_spawn_join(port, n, box):
     box.t1 = time.perf_counter()
 
 
-async def _st_yield(port, n, box):
+async def _st_yielders(port, n, box, tasks):
+    # yield: two tasks; yield_many: YIELD_MANY_TASKS; each yields n times
     sleep = port.sleep
 
     async def worker():
@@ -225,7 +227,7 @@ async def _st_yield(port, n, box):
             await sleep(0)
             box.ops += 1
     box.t0 = time.perf_counter()
-    await port.gather(worker(), worker())
+    await port.gather(*[worker() for _ in range(tasks)])
     box.t1 = time.perf_counter()
 
 
@@ -254,18 +256,6 @@ async def _st_chained_spawn(port, n, box):
     box.t0 = time.perf_counter()
     create(link(1))
     await done.wait()
-    box.t1 = time.perf_counter()
-
-
-async def _st_yield_many(port, n, box):
-    sleep = port.sleep
-
-    async def worker():
-        for _ in range(n):
-            await sleep(0)
-            box.ops += 1
-    box.t0 = time.perf_counter()
-    await port.gather(*[worker() for _ in range(YIELD_MANY_TASKS)])
     box.t1 = time.perf_counter()
 
 
@@ -324,7 +314,8 @@ async def _tk_spawn_join(port, n, box):
     box.t1 = time.perf_counter()
 
 
-async def _tk_yield(port, n, box):
+async def _tk_yielders(port, n, box, tasks):
+    # yield: two tasks; yield_many: YIELD_MANY_TASKS; each yields n times
     sleep = port.sleep
 
     async def worker():
@@ -333,8 +324,8 @@ async def _tk_yield(port, n, box):
             box.ops += 1
     box.t0 = time.perf_counter()
     async with port.open_nursery() as nursery:
-        await nursery.spawn(worker)
-        await nursery.spawn(worker)
+        for _ in range(tasks):
+            await nursery.spawn(worker)
     box.t1 = time.perf_counter()
 
 
@@ -378,20 +369,6 @@ async def _tk_chained_spawn(port, n, box):
     box.t1 = time.perf_counter()
 
 
-async def _tk_yield_many(port, n, box):
-    sleep = port.sleep
-
-    async def worker():
-        for _ in range(n):
-            await sleep(0)
-            box.ops += 1
-    box.t0 = time.perf_counter()
-    async with port.open_nursery() as nursery:
-        for _ in range(YIELD_MANY_TASKS):
-            await nursery.spawn(worker)
-    box.t1 = time.perf_counter()
-
-
 async def _tk_pingpong(port, n, box, listener):
     lst = port.listen(listener)
     host, p = listener.getsockname()[:2]
@@ -425,12 +402,14 @@ async def _tk_pingpong(port, n, box, listener):
 
 _BODIES = {
     "callback": {"yield": _cb_yield, "timers": _cb_timers, "pingpong": _cb_pingpong},
-    "stream": {"spawn_join": _st_spawn_join, "yield": _st_yield, "timers": _st_timers,
-               "pingpong": _st_pingpong, "chained_spawn": _st_chained_spawn,
-               "yield_many": _st_yield_many, "many_timers": _st_timers},
-    "task": {"spawn_join": _tk_spawn_join, "yield": _tk_yield, "timers": _tk_timers,
-             "pingpong": _tk_pingpong, "chained_spawn": _tk_chained_spawn,
-             "yield_many": _tk_yield_many, "many_timers": _tk_timers},
+    "stream": {"spawn_join": _st_spawn_join, "yield": partial(_st_yielders, tasks=2),
+               "timers": _st_timers, "pingpong": _st_pingpong,
+               "chained_spawn": _st_chained_spawn, "many_timers": _st_timers,
+               "yield_many": partial(_st_yielders, tasks=YIELD_MANY_TASKS)},
+    "task": {"spawn_join": _tk_spawn_join, "yield": partial(_tk_yielders, tasks=2),
+             "timers": _tk_timers, "pingpong": _tk_pingpong,
+             "chained_spawn": _tk_chained_spawn, "many_timers": _tk_timers,
+             "yield_many": partial(_tk_yielders, tasks=YIELD_MANY_TASKS)},
 }
 
 
