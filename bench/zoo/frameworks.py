@@ -94,6 +94,28 @@ async def _connect(addr, sockbuf):
     return sock
 
 
+async def _uvicorn_on_peers(app, job, p, out, **options):
+    """uvicorn's ``Server`` for ``app``, started programmatically in the running loop
+    (no signal handlers, no listening socket), with ``job``'s peer connections handed
+    to its HTTP protocol. (server, its open connections), or None when the hand-over
+    failed (the server is already shut down)."""
+    import uvicorn
+    config = uvicorn.Config(app, lifespan="off", log_config=None, log_level="critical",
+                            access_log=False, http="h11", **options)
+    config.load()
+    server = uvicorn.Server(config)
+    server.lifespan = config.lifespan_class(config)
+    await server.startup(sockets=[])
+
+    def protocol():
+        return config.http_protocol_class(config=config, server_state=server.server_state,
+                                          app_state=server.lifespan.state)
+    if not await _hand_over(job, p, protocol, out):
+        await server.shutdown()
+        return None
+    return server, server.server_state.connections
+
+
 async def _hand_over(job, p, factory, out) -> bool:
     """Connect to every listening peer and give each socket to ``factory`` as an
     accepted connection. False (with ``out["unsupported"]``, every socket closed so the
@@ -340,23 +362,12 @@ def uvicorn_serve(job) -> dict:
     p = _params(job)
 
     async def main(port, out):
-        import uvicorn
         st = {"requests": 0}
-        config = uvicorn.Config(_starlette_app(p, st), lifespan="off", log_config=None,
-                                log_level="critical", access_log=False, http="h11",
-                                timeout_graceful_shutdown=p["shutdown_timeout_s"])
-        config.load()
-        server = uvicorn.Server(config)
-        server.lifespan = config.lifespan_class(config)
-        await server.startup(sockets=[])
-
-        def protocol():
-            return config.http_protocol_class(config=config, server_state=server.server_state,
-                                              app_state=server.lifespan.state)
-        if not await _hand_over(job, p, protocol, out):
-            await server.shutdown()
+        got = await _uvicorn_on_peers(_starlette_app(p, st), job, p, out,
+                                      timeout_graceful_shutdown=p["shutdown_timeout_s"])
+        if got is None:
             return
-        conns = server.server_state.connections
+        server, conns = got
         out["served_until"] = await _serve_until(port, p, st, lambda: len(conns))
         out["requests_count"] = st["requests"]
         out["open_at_shutdown_count"] = len(conns)
@@ -398,7 +409,6 @@ def starlette_stream_serve(job) -> dict:
     p = _params(job)
 
     async def main(port, out):
-        import uvicorn
         from starlette.applications import Starlette
         from starlette.middleware.base import BaseHTTPMiddleware
         from starlette.responses import StreamingResponse
@@ -423,20 +433,10 @@ def starlette_stream_serve(job) -> dict:
         app = Starlette(routes=[Route("/produce/{n:int}", produce)])
         if p.get("middleware"):
             app.add_middleware(BaseHTTPMiddleware, dispatch=passthrough)
-        config = uvicorn.Config(_lead_app(app, p, st), lifespan="off", log_config=None,
-                                log_level="critical", access_log=False, http="h11")
-        config.load()
-        server = uvicorn.Server(config)
-        server.lifespan = config.lifespan_class(config)
-        await server.startup(sockets=[])
-
-        def protocol():
-            return config.http_protocol_class(config=config, server_state=server.server_state,
-                                              app_state=server.lifespan.state)
-        if not await _hand_over(job, p, protocol, out):
-            await server.shutdown()
+        got = await _uvicorn_on_peers(_lead_app(app, p, st), job, p, out)
+        if got is None:
             return
-        conns = server.server_state.connections
+        server, conns = got
         out["served_until"] = await _serve_until(port, p, st, lambda: len(conns))
         st["peak"] = max(st["peak"], st["produced"] - st["handed"])
         out.update(requests_count=st["requests"], produced_bytes=st["produced"],
