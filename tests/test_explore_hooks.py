@@ -11,17 +11,7 @@ from bench.explore import bugs, runner, search, targets
 from kernels import choice, simnet
 
 
-class Script:
-    """A chooser that answers from a list per kind and logs every question."""
-
-    def __init__(self, **answers):
-        self.answers = {k.replace("_", "-"): list(v) for k, v in answers.items()}
-        self.asked = []
-
-    def choose(self, kind, n):
-        self.asked.append((kind, n))
-        q = self.answers.get(kind)
-        return q.pop(0) if q else 0
+from test_explore import Script     # the chooser that answers from a list per kind
 
 
 def test_legality_now_reaches_trio_and_curio():
