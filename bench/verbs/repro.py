@@ -115,17 +115,6 @@ def plan(zoo, entries, runtimes_text, knobs, preset) -> list:
 # ---------------------------------------------------------------------------
 # What the results say
 
-def _cell_word(cell) -> str:
-    if cell is None:
-        return "n/a"
-    if cell.get("skipped"):
-        return "skipped"
-    if "bug_shown" not in (cell.get("verdicts") or {}):
-        return "error"
-    shown = cell["verdicts"]["bug_shown"]
-    return "not measured" if shown is None else "shown" if shown else "not shown"
-
-
 def _net(cell) -> str:
     return (cell.get("params") or {}).get("net", "real")
 
@@ -148,7 +137,8 @@ def summarize(zoo, e, cells: list[dict]) -> dict:
     main = nets[0] if nets else "real"
     rows = {}
     for spec, per_net in by.items():
-        words = {n: {"naive": _cell_word(v.get("naive")), "fixed": _cell_word(v.get("fixed"))}
+        words = {n: {"naive": zoo_versions.cell_word(v.get("naive")),
+                     "fixed": zoo_versions.cell_word(v.get("fixed"))}
                  for n, v in per_net.items()}
         rows[spec] = dict(words.get(main, {"naive": "n/a", "fixed": "n/a"}))
         if len(nets) > 1:
@@ -282,9 +272,10 @@ def result_table(e, cells) -> str:
     for spec, per_net in by.items():
         for net in sorted(per_net, key=("real", "sim").index):
             v = per_net[net]
+            naive, fixed = v.get("naive"), v.get("fixed")
             rows.append([spec] + ([net] if with_net else [])
-                        + [_cell_word(v.get("naive")), _cell_word(v.get("fixed")),
-                           f"{_measure(e, v.get('naive'))} | {_measure(e, v.get('fixed'))}"])
+                        + [zoo_versions.cell_word(naive), zoo_versions.cell_word(fixed),
+                           f"{_measure(e, naive)} | {_measure(e, fixed)}"])
     header = ["runtime"] + (["net"] if with_net else []) + ["naive", "fixed", f"{label} (naive | fixed)"]
     return format_table(header, rows, align="l" * len(header))
 
@@ -456,7 +447,7 @@ def cmd_repro(args) -> int:
             print(result_table(e, results))
         print()
         for r in results:
-            print(f"replayed {r['id']}: bug {_cell_word(r)}"
+            print(f"replayed {r['id']}: bug {zoo_versions.cell_word(r)}"
                   + (f" ({r['skipped']})" if r.get("skipped") else ""))
     elif len(entries) > 1:
         print(zoo_table(zoo, summaries))

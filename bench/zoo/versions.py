@@ -206,7 +206,9 @@ def check(entries) -> None:
 # ---------------------------------------------------------------------------
 # Reading the results back
 
-def _word(cell) -> str:
+def cell_word(cell) -> str:
+    """One zoo cell's outcome in a word: shown, not shown, not measured (below its
+    evidence minimum), error, skipped, or n/a (no cell)."""
     if cell is None:
         return "n/a"
     if cell.get("skipped"):
@@ -247,7 +249,7 @@ def summarize(e, planned, cells) -> dict:
                          "expected": None, "agrees": None, "versions": None, "reason": p.reason})
             continue
         v = by.get(spec, {})
-        naive, fixed = _word(v.get("naive")), _word(v.get("fixed"))
+        naive, fixed = cell_word(v.get("naive")), cell_word(v.get("fixed"))
         expected = "shown" if p.expect_shown else "not shown"
         ran = naive in ("shown", "not shown") and fixed in ("shown", "not shown")
         rows.append({"role": p.role, "requirement": p.requirement, "runtime": spec,
