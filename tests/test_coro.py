@@ -1595,11 +1595,52 @@ def test_kernel_module_exposes_the_running_kernel_only_while_running():
     seen = []
 
     async def main():
-        seen.append(kernel_module._state.kernel)
+        seen.append(kernel_module.running_kernel())
 
     with c.Kernel() as k:
         k.run(main)
-        assert seen == [k] and kernel_module._state.kernel is None
+        assert seen == [k] and kernel_module.running_kernel() is None
+
+
+def test_spawn_and_join_from_a_thread_without_a_kernel_are_refused():
+    # spawn and join find the kernel through context variables, which each
+    # thread has its own of: a coroutine driven in another thread while a
+    # kernel runs here must not reach this thread's kernel.
+    import threading
+
+    async def child():
+        pass
+
+    def drive(coro):
+        try:
+            coro.send(None)
+        except BaseException as e:     # noqa: BLE001 -- the outcome under test
+            return e
+        return None
+
+    outcome = {}
+
+    async def main():
+        task = await c.spawn(child)
+
+        async def foreign_spawn():
+            await c.spawn(child)
+
+        async def foreign_join():
+            await task.join()
+
+        def other():
+            outcome["spawn"] = drive(foreign_spawn())
+            outcome["join"] = drive(foreign_join())
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        await task.join()
+
+    c.run(main)
+    for what in ("spawn", "join"):
+        assert isinstance(outcome[what], RuntimeError), (what, outcome[what])
+        assert "needs a running coro kernel in this thread" in str(outcome[what])
 
 
 def test_kernel_takes_its_poller_waker_clock_and_sockets_from_the_io_seam():
@@ -1737,24 +1778,23 @@ def test_join_hand_off_is_invisible(seed, capsys):
     assert passes[0] < passes[1]        # the hand-off did happen (it saves passes)
 
 
-def test_spawn_sets_every_slot_task_init_sets():
-    # spawn_task builds its Task without calling __init__ (a measurable share
-    # of a spawn); the two must set the same slots to the same values.
+def test_spawn_sets_the_slots_task_says_it_sets():
+    # Task has no __init__: spawn_task sets its slots, and Task.AT_SPAWN /
+    # Task.LATER say which (a slot left unset raises AttributeError on read).
     from kernels.coro.task import Task
 
     async def child():
         pass
 
     async def main():
-        t = await c.spawn(child)
-        ref = Task(t.id, t.coro, t.daemon)
-        for name in Task.__slots__:
-            if name in ("__weakref__", "_born"):     # _born: the kernel's send count, set by it
-                continue
-            assert hasattr(t, name) == hasattr(ref, name), name
-            if hasattr(ref, name):
-                assert getattr(t, name) == getattr(ref, name), name
+        t = await c.spawn(child, daemon=1)
+        assert [n for n in Task.AT_SPAWN if not hasattr(t, n)] == []
+        assert [n for n in Task.LATER if hasattr(t, n)] == []
+        assert (t.daemon, t._value, t._exc, t._wait, t._pending, t._cancel, t._scopes,
+                t._done, t._joiners, t._callbacks) == (True, None, None, 0, False, 0, None,
+                                                       False, None, None)
         await t.join()
+        assert t._done and t._result is None and t._exception is None
 
     c.run(main)
 

@@ -323,13 +323,11 @@ def running_tasks() -> list:
         for t in all_tasks(cb_loop):
             out.append(f"{_coro_name(t.get_coro())}: waits in {where_coro_waits(t.get_coro())}")
     try:
-        from kernels.coro.traps import _state
-        kernel = _state.kernel
+        from kernels.coro.traps import running_kernel
+        kernel = running_kernel()
     except ImportError:
         kernel = None
     if kernel is not None:
-        tasks = getattr(getattr(kernel, "_rt", None), "tasks", {}) or {}
-        for t in list(tasks.values() if isinstance(tasks, dict) else tasks):
-            if not t.done():
-                out.append(f"coro task {t.id} {t.name}: waits in {where_coro_waits(t.coro)}")
+        for t in kernel._rt.live_tasks():
+            out.append(f"coro task {t.id} {t.name}: waits in {where_coro_waits(t.coro)}")
     return sorted(out)

@@ -17,7 +17,7 @@ from .engine import (UNTIL_EMPTY, UNTIL_MAIN, UNTIL_NONDAEMON, Runtime,
                      build_cancellation, build_loop, build_scheduler, build_timers,
                      trap_table)
 from .handlers import build_io_handlers, build_task_handlers
-from .traps import W_READ, _enter, _leave, _state
+from .traps import W_READ, _enter, _leave, running_kernel
 
 __all__ = ["Kernel", "run", "OPTIONS"]
 
@@ -96,6 +96,7 @@ class Kernel:
         self._seed = None if order == "fifo" else int(order[len("random-"):])
         self.probe = Probe(trace=options["trace"])
         self._io = _io.REAL if io is None else io
+        self.io_checkpoint = options["io_schedule_point"]   # read by sockets.py
         self._running = False
         self._closed = False
         self._broken = False
@@ -111,11 +112,11 @@ class Kernel:
         if self._broken:
             raise RuntimeError("this coro kernel was interrupted inside its run loop "
                                "and can't be reused; close it and make a new one")
-        if _state.kernel is not None:
+        if running_kernel() is not None:
             raise RuntimeError("a coro kernel is already running in this thread; "
                                "run() can't be nested (spawn a task instead)")
         checkpoint = self.options["io_schedule_point"]
-        _enter(self, checkpoint)
+        tokens = _enter(self, checkpoint)
         self._running = True
         try:
             restore = self._install_sigint()
@@ -126,7 +127,7 @@ class Kernel:
                     signal.signal(signal.SIGINT, restore)
         finally:
             self._running = False
-            _leave(checkpoint)
+            _leave(tokens, checkpoint)
 
     def close(self) -> None:
         """Release the poller and the wake-up socketpair. Idempotent. Sockets
@@ -195,7 +196,6 @@ class Kernel:
         non-daemon tasks end; then cancel what is left and run until it is gone."""
         rt = self._rt
         run = rt.run
-        tasks = rt.tasks
         exit_policy = self.options["exit"]
         rt.set_phase(UNTIL_MAIN)
         run.stop = False
@@ -204,19 +204,21 @@ class Kernel:
         rt.set_phase(UNTIL_MAIN, main_task)
         try:
             rt.run_loop()
-            leftovers = [t for t in tasks.values() if not t.daemon and t is not main_task]
+            alive = rt.live_tasks()
+            leftovers = [t for t in alive if not t.daemon and t is not main_task]
             report = {"policy": exit_policy, "tasks_left_count": len(leftovers),
-                      "daemon_tasks_left_count": sum(t.daemon for t in tasks.values()),
+                      "daemon_tasks_left_count": sum(t.daemon for t in alive),
                       "unsent_bytes": 0}
             if run.interrupt is None and exit_policy == "wait" and leftovers \
                     and main_task._exception is None:
                 rt.set_phase(UNTIL_NONDAEMON)
                 run.stop = not rt.live_nondaemon()
                 rt.run_loop()
-            if tasks:
+            alive = rt.live_tasks()
+            if alive:
                 rt.set_phase(UNTIL_EMPTY)
                 run.stop = False
-                for task in reversed(list(tasks.values())):
+                for task in reversed(alive):
                     rt.cancel_task(task, doom=True)
                 rt.run_loop()
             if run.interrupt is not None:

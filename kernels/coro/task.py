@@ -35,24 +35,24 @@ class Task:
     ``Task.cancel_soon``, ``CancelScope.cancel``). A task with an ``on_done``
     callback is supervised: its exception is the callback's to handle.
     """
-    __slots__ = ("id", "coro", "daemon", "_value", "_exc", "_wait", "_wait_obj", "_timer",
-                 "_pending", "_cancel", "_scopes", "_done", "_result", "_exception",
-                 "_joiners", "_callbacks", "_flow", "_born", "__weakref__")
-
-    def __init__(self, task_id: int, coro, daemon: bool):
-        self.id = task_id
-        self.coro = coro
-        self.daemon = daemon
-        self._value = None          # what the next send() passes in
-        self._exc = None            # or what the next throw() raises
-        self._wait = 0              # W_* while blocked; 0 when ready/running
-        self._pending = False       # a cancellation may be waiting for a blocking trap
-        self._cancel = 0            # 0 no, 1 requested, 2 delivered (edge), 3 doomed (level)
-        self._scopes = None         # stack of entered CancelScopes
-        self._done = False
-        self._joiners = None        # list of tasks blocked in join()/cancel()
-        self._callbacks = None      # on_done callables
-        self._born = -1             # the kernel's send count when spawned (engine.join_now)
+    # Set by the kernel's spawn_task, which makes every Task (it has no
+    # __init__: calling a class without one is the cheapest construction):
+    AT_SPAWN = (
+        "id", "coro", "daemon",
+        "_value",       # what the next send() passes in
+        "_exc",         # or what the next throw() raises
+        "_wait",        # W_* while blocked; 0 when ready/running
+        "_pending",     # a cancellation may be waiting for a blocking trap
+        "_cancel",      # 0 no, 1 requested, 2 delivered (edge), 3 doomed (level)
+        "_scopes",      # stack of entered CancelScopes, or None
+        "_done",
+        "_joiners",     # list of tasks blocked in join()/cancel(), or None
+        "_callbacks",   # on_done callables, or None
+        "_born",        # the kernel's send count when spawned (engine.join_now)
+    )
+    # Set later: when the task first blocks, sleeps, is traced or ends.
+    LATER = ("_wait_obj", "_timer", "_flow", "_result", "_exception")
+    __slots__ = AT_SPAWN + LATER + ("__weakref__",)
 
     @property
     def name(self) -> str:
@@ -260,5 +260,5 @@ class timeout_after(CancelScope):
 
 def _flavoured(cls):
     """``cls`` as the running kernel raises it (its ``cancel_base`` option)."""
-    kernel = traps._state.kernel
+    kernel = traps.running_kernel()
     return cls if kernel is None else flavour(cls, kernel.options["cancel_base"])

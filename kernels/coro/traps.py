@@ -20,9 +20,9 @@ it can't block, so it never yields.
 """
 from __future__ import annotations
 
+import contextvars
 import threading
 import types
-from threading import get_ident
 
 from .errors import TaskError
 
@@ -31,71 +31,56 @@ __all__ = ["OPCODES", "sleep", "checkpoint", "spawn", "spawn_soon", "current_tas
 
 
 # --------------------------------------------------------------------------
-# Which kernel runs where. Each thread runs at most one kernel at a time
-# (``Kernel.run`` asserts it once, on entry): the thread-local ``_state`` names
-# it, for the entry points that must call it directly (``spawn`` and the
-# synchronous ones) and for ``run``'s nesting check. The await traps only need
-# to know that *some* kernel will read what they yield, so they test a plain
-# module global, the number of kernels running in this process: a
-# thread-local read costs about as much as the rest of a trap's checks. A
-# trap awaited in a thread with no kernel while another thread runs one goes
-# to whatever loop awaits it, which refuses it (asyncio: "bad yield"). The
-# counts change under ``_lock`` (``+=`` on a global is not atomic across
-# threads); nothing on a hot path takes it.
+# Which kernel runs where. A kernel's ``run`` sets three context variables
+# (asserting once, on entry, that none is set: one kernel per thread, never
+# nested) and resets them on exit. Each thread has its own context, so a
+# thread without a kernel reads None. ``spawn`` and ``join`` read the kernel's
+# closures straight from their variables: ``ContextVar.get`` answers from a
+# per-thread cache without allocating, which measured cheaper than a
+# ``threading.local`` attribute or a comparison with ``threading.get_ident()``
+# (whose int is allocated on every call); these two are a measured share of a
+# spawn+join. The await traps only need to know that *some* kernel will read
+# what they yield, so they test a plain module global, the number of kernels
+# running in this process. A trap awaited in a thread with no kernel while
+# another thread runs one goes to whatever loop awaits it, which refuses it
+# (asyncio: "bad yield"). The counts change under ``_lock`` (``+=`` on a
+# global is not atomic across threads); nothing on a hot path takes it.
 
-class _ThreadState(threading.local):
-    kernel = None
-    checkpoint = False
-
-
-_state = _ThreadState()
+_kernel_var = contextvars.ContextVar("looplab.coro kernel", default=None)
+_spawn_var = contextvars.ContextVar("looplab.coro spawn", default=None)
+_join_var = contextvars.ContextVar("looplab.coro join", default=None)
+running_kernel = _kernel_var.get    # the kernel running in this thread, or None
+_spawn_here = _spawn_var.get        # its spawn_task(fn, args, daemon, on_done), or None
+_join_here = _join_var.get          # its join_now(target), or None
 _lock = threading.Lock()
 _live = 0               # coro kernels running in this process, any thread
 _checkpointing = 0      # of those, how many have io_schedule_point=True
 
-# The usual process runs one kernel. While it is the only one, ``spawn`` and
-# ``join`` reach it through these globals, after comparing the thread's
-# ident with its thread's: cheaper than the thread-local, and as strict (a
-# call from another thread takes the thread-local path and its error). A
-# second kernel starting anywhere turns this off until all have stopped.
-_solo_thread = None     # get_ident() of the solo kernel's thread, or None
-_solo_spawn = None      # its spawn_task(fn, args, daemon, on_done)
-_solo_join = None       # its join_now(target)
 
-
-def _enter(kernel, checkpoint: bool) -> None:
-    """``kernel`` starts running in this thread (the caller checked it is the only one)."""
-    global _live, _checkpointing, _solo_thread, _solo_spawn, _solo_join
+def _enter(kernel, checkpoint: bool) -> tuple:
+    """``kernel`` starts running in this thread (the caller checked that none
+    is); returns what ``_leave`` needs."""
+    global _live, _checkpointing
     with _lock:
-        _state.kernel = kernel
-        _state.checkpoint = checkpoint
         _live += 1
         _checkpointing += checkpoint
-        if _live == 1:
-            _solo_thread = get_ident()
-            _solo_spawn, _solo_join = kernel._spawn, kernel._join_now
-        else:
-            _solo_thread = _solo_spawn = _solo_join = None
+    return (_kernel_var.set(kernel), _spawn_var.set(kernel._spawn),
+            _join_var.set(kernel._join_now))
 
 
-def _leave(checkpoint: bool) -> None:
-    global _live, _checkpointing, _solo_thread, _solo_spawn, _solo_join
+def _leave(tokens: tuple, checkpoint: bool) -> None:
+    global _live, _checkpointing
+    kernel_token, spawn_token, join_token = tokens
+    _join_var.reset(join_token)
+    _spawn_var.reset(spawn_token)
+    _kernel_var.reset(kernel_token)
     with _lock:
-        _state.kernel = None
-        _state.checkpoint = False
         _live -= 1
         _checkpointing -= checkpoint
-        _solo_thread = _solo_spawn = _solo_join = None
-
-
-def io_checkpoint() -> bool:
-    """Whether a socket call in this thread is a checkpoint (``io_schedule_point``):
-    no thread-local read unless some running kernel has the option on."""
-    return _checkpointing and _state.checkpoint
 
 
 def _running_kernel(what: str):
-    kernel = _state.kernel
+    kernel = running_kernel()
     if kernel is None:
         raise RuntimeError(f"{what} needs a running coro kernel in this thread "
                            "(call it from a task started by kernels.coro.run / Kernel.run)")
@@ -164,9 +149,10 @@ def spawn(fn, *args, daemon=False, on_done=None):
     the kernel directly instead of yielding a trap: a trap would cost a
     round trip through every frame of the caller's await chain and one more
     step. It is still awaited, as curio's is."""
-    if _solo_thread == get_ident():
-        return _solo_spawn(fn, args, daemon, on_done)
-    return _running_kernel("spawn()")._spawn(fn, args, daemon, on_done)
+    spawn_task = _spawn_here()
+    if spawn_task is None:
+        _running_kernel("spawn()")
+    return spawn_task(fn, args, daemon, on_done)
     yield       # never reached: makes this a generator, so that it can be awaited
 
 
@@ -218,14 +204,12 @@ def join(task):
     (``join_now`` in ``engine.py``, where it is invisible): then nothing is
     yielded, or only the PARKED trap if the child blocked."""
     if not task._done:
-        if _solo_thread == get_ident():
-            how = _solo_join(task)
-            if how != 1:
-                yield (_JOIN, task) if how == 0 else _PARKED_TRAP
-        else:
-            if not _live:
-                _running_kernel("Task.join()")
-            yield (_JOIN, task)
+        join_now = _join_here()
+        if join_now is None:
+            _running_kernel("Task.join()")
+        how = join_now(task)
+        if how != 1:
+            yield (_JOIN, task) if how == 0 else _PARKED_TRAP
     if task._exception is not None:
         raise TaskError(f"task {task.id} {task.name!r} crashed") from task._exception
     return task._result
