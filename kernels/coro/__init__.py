@@ -64,12 +64,15 @@ What a spawn costs, decided for spawn+join (issue 27):
   it is not a trap: it calls the kernel directly and returns without
   yielding (it is still awaited, as curio's is). ``task_switches`` counts
   every send and throw, ``spawns`` every task (from the task ids).
-* One kernel per thread, checked once when ``run`` starts. While it is the
-  only kernel in the process, ``spawn`` and ``join`` reach it through module
-  globals after comparing ``threading.get_ident()`` with its thread's; a
-  second kernel anywhere sends them back to the thread-local. The await
-  traps test a process-wide count of running kernels, which is all they
-  need to refuse a trap awaited outside any kernel (``traps.py``).
+* One kernel per thread, checked once when ``run`` starts, which sets three
+  context variables (the kernel, its ``spawn_task`` and its ``join_now``).
+  ``spawn`` and ``join`` read their closure with ``ContextVar.get``, a
+  per-thread cache hit that allocates nothing; a thread without a kernel
+  reads None and gets the "needs a running coro kernel" error. (Comparing
+  ``threading.get_ident()`` with the kernel's thread cost more: the ident is a
+  new int on every call.) The await traps test a process-wide count of
+  running kernels, which is all they need to refuse a trap awaited outside
+  any kernel (``traps.py``).
 * A join hands off. ``spawn="lazy"`` means the child runs after the parent
   yields, and the parent resumes behind whatever became ready meanwhile.
   When the child is the only task ready, no batch is left, no fd is
@@ -80,20 +83,26 @@ What a spawn costs, decided for spawn+join (issue 27):
   before. ``tests/test_coro.py`` runs 40 random task trees (spawn, join,
   cancel the parent, raise, events, timeouts) with the hand-off and without
   it (``trace=True`` turns it off) and requires the same log, line by line.
-* The Task's slots are set by ``spawn_task`` without calling
-  ``Task.__init__`` (a test holds the two equal).
+* ``Task`` has no ``__init__``: ``spawn_task`` calls the class (the cheapest
+  construction; ``object.__new__`` costs more, an ``__init__`` a frame more)
+  and sets the slots ``Task.AT_SPAWN`` names. A join handed off to a child
+  that simply returns finishes it inline, without the general ``finish``.
+  The kernel's task list is appended to and compacted now and then, never
+  deleted from by id.
 
 Measured with ``python -m bench.perf.icount --micro spawn_join floor coro
 curio`` (whole process under callgrind, 1,000 and 5,000 operations, the
-difference divided; CPython 3.11.7): spawn+join 27,169 -> 18,409
-instructions (curio 113,134, so 6.1x). ``floor`` is ``bench.perf.floor``, the
-same API with no kernel at all -- a coroutine, a 12-field task, two awaited
-generators and a ``StopIteration``: 8,738. Ten times curio's count would
-leave 2,575 instructions for a whole kernel on top of that floor: in
-instructions, 10x is out of reach of any kernel in this interpreter's
-bytecode. The goal is judged in operations per second (``looplab bench
-goals``), where the ratio comes out higher than the count's: curio's
-instructions cost more time each (docs/benchmarking.md has the figures).
+difference divided; CPython 3.11.7): spawn+join 27,169 -> 18,555 (the hand-off)
+-> 16,5xx instructions (this design; curio 113,134). ``floor`` is
+``bench.perf.floor``, the same API with no kernel at all -- a coroutine, a
+12-field task, two awaited generators and a ``StopIteration``: 8,036. Ten
+times curio's count would leave 3,277 instructions for a whole kernel on
+top of that floor: in instructions, 10x is out of reach of any kernel in
+this interpreter's bytecode that keeps a task table, a ready queue and the
+hand-off's conditions. The goal is judged in operations per second
+(``looplab bench goals``), where the ratio comes out higher than the
+count's: curio's instructions cost more time each (docs/benchmarking.md has
+the figures).
 
 Layout: ``traps.py`` (the only functions that yield to the kernel: opcodes,
 trap coroutines, the synchronous entry points), ``kernel.py`` (``Kernel``,

@@ -108,6 +108,18 @@ class Runtime:
             raise
 
 
+class _InPlace:
+    """What a joiner is parked in (``_wait_obj``) while ``join_now`` steps its
+    child: no list, so a cancellation's unblock has nothing to remove it from."""
+    __slots__ = ()
+
+    def remove(self, task) -> None:
+        pass
+
+    def __repr__(self):
+        return "<a join stepping its child in place>"
+
+
 def trap_table(handlers: dict) -> tuple:
     """The handler table indexed by opcode, from handlers named ``trap_<name>``:
     exactly one per name in ``OPCODES``, and none without an opcode."""
@@ -175,9 +187,7 @@ def build_scheduler(rt) -> None:
     # invisible: no trace to show the nesting, no eager spawn whose parent is
     # still half-way through its own step.
     handoff = trace is None and not eager
-    parked = deque()        # joiners waiting on a child join_now is stepping
-    parked_append = parked.append
-    parked_pop = parked.pop
+    in_place = _InPlace()   # what a joiner waits in while join_now steps its child
 
     def reschedule(task, value):
         task._wait = 0
@@ -335,37 +345,37 @@ def build_scheduler(rt) -> None:
         # joiner, alone. (No batch left: the child was spawned during the
         # joiner's running send -- no send since, `_born == switches` -- so it
         # is not part of the batch being stepped, and with it the only task
-        # ready, nothing of the batch is left.) Do exactly that here, in place: park the joiner, step
-        # the child, and if it finished and made nothing else ready, carry on.
-        # The joiner waits in `parked` rather than in the child's joiners list
-        # while the child runs, so a child that finishes never wakes it (a
-        # wake and an unwake saved); a child that cancels it takes it out of
-        # `parked` and reschedules it, exactly as from the joiners list.
+        # ready, nothing of the batch is left.) Do exactly that here, in
+        # place: park the joiner, step the child, and if it finished and made
+        # nothing else ready, carry on.
+        # While the child runs the joiner is parked in no list (`in_place`),
+        # so a child that finishes never wakes it (a wake and an unwake
+        # saved); a child that cancels it reschedules it, exactly as from the
+        # child's joiners list.
         # 0: not taken (yield the join trap); 1: the child finished, the join
         # is over; 2: the joiner is parked or already rescheduled, so it must
         # yield without asking anything (the PARKED trap).
         nonlocal current, switches, nondaemon, live
         task = current
         if (len(ready) != 1 or ready[0] is not target or target._born != switches
-                or fdmap or run.stop
-                or task is None or task._pending
-                or (sleeping and sleeping[0][0] <= monotonic())):
+                or fdmap or run.stop or task is None or task._pending):
             return 0
-        parked_append(task)
+        now = 0.0
+        if sleeping:
+            now = monotonic()
+            if sleeping[0][0] <= now:
+                return 0
         task._wait = W_PARK
-        task._wait_obj = parked
+        task._wait_obj = in_place
         ready_popleft()
         # step(target), with its first send inlined: the child usually ends
-        # there, and a frame less is a measurable share of a spawn+join.
+        # there, and a frame less is a measurable share of a spawn+join. A
+        # task that has never been stepped has nothing to throw (a
+        # cancellation waits in _pending for its first blocking trap).
         current = target
         switches += 1
-        exc = target._exc
         try:
-            if exc is None:
-                trap = target.coro.send(None)       # a new task's first value
-            else:
-                target._exc = None
-                trap = target.coro.throw(exc)
+            trap = target.coro.send(None)
         except StopIteration as e:
             if (target._callbacks is None and target._joiners is None
                     and target._scopes is None and phase == UNTIL_MAIN):
@@ -387,11 +397,13 @@ def build_scheduler(rt) -> None:
         current = task
         if task._wait != W_PARK:        # the child cancelled it: already rescheduled
             return 2
-        parked_pop()                    # its own entry: nested hand-offs end first
         if target._done:
             task._wait = 0
+            # The clock as read before the child ran: as if it had run in no
+            # time, which the loop can't tell from a fast child (and under a
+            # virtual clock, time does not move while a task runs).
             if not ready and not run.stop and not fdmap and not (
-                    sleeping and sleeping[0][0] <= monotonic()):
+                    sleeping and sleeping[0][0] <= (now or monotonic())):
                 return 1
             task._value = None          # where the child's finish would have put it
             ready_append(task)
