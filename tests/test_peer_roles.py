@@ -138,7 +138,9 @@ def _reset(r):
 def _reset_at_once(r):
     k = r["reset"]
     assert k["ended"] == "reset_sent" and k["reset_sent"] is True and k["received_bytes"] == 0
-    assert k["reset_after_s"] == pytest.approx(0.0, abs=0.05)
+    # at once: well before the client's 0.5 s hold ends (a loaded CI machine
+    # can take tens of ms to schedule the peer process, so not 0.05 s)
+    assert k["reset_after_s"] == pytest.approx(0.0, abs=0.3)
 
 
 def _pipeline(r):
