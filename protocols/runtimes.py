@@ -523,6 +523,16 @@ def _usage_from(info: RuntimeInfo, exc: OptionError) -> UsageError:
     return UsageError(f"runtime {info.id}: {message}")
 
 
+def on_interpreter(spec: str, python: str | None) -> str:
+    """``spec`` pinned to interpreter ``python``: the ``@`` goes after the id and
+    before any ``:options`` (``coro:spawn=eager`` on 3.13 is
+    ``coro@3.13:spawn=eager``). None leaves ``spec`` as it is."""
+    if python is None:
+        return spec
+    rid, sep, options = spec.partition(":")
+    return f"{rid}@{python}{sep}{options}"
+
+
 def parse(spec: str) -> Runtime:
     """``ID[@INTERPRETER[+DIST==VERSION...]][:OPT=VALUE,...]`` -> Runtime. Unknown ids,
     unknown options, bad values, a malformed interpreter or pin raise one UsageError

@@ -245,6 +245,19 @@ def test_goals_are_judged_per_interpreter_against_the_same_interpreter():
     assert "asyncio-protocol@3.12:loop=rloop" in specs      # the pin goes before the options
 
 
+def test_goals_echo_tables_compare_each_interpreter_with_its_own_baseline():
+    # With --python the echo cells are pinned (asyncio-protocol@3.13): the ratio table
+    # is one per interpreter against that interpreter's baseline, never across them.
+    cells = [_echo("asyncio-protocol@3.12", [100, 100]), _echo("callback@3.12", [150, 150]),
+             _echo("asyncio-protocol@3.13", [100, 100]), _echo("callback@3.13", [300, 300])]
+    t312, t313 = benchverb._echo_tables_by_python(cells, ("3.12", "3.13"))
+    assert "relative to asyncio-protocol@3.12" in t312 and "not measured" not in t312
+    assert "1.50" in t312 and "3.00" not in t312 and "@3.13" not in t312
+    assert "relative to asyncio-protocol@3.13" in t313 and "3.00" in t313
+    assert runtimes.on_interpreter("coro:spawn=eager", "3.13") == "coro@3.13:spawn=eager"
+    assert runtimes.on_interpreter("coro", None) == "coro"
+
+
 def test_goals_refuse_an_interpreter_that_is_not_here(capsys):
     assert looplab_cli.main(["bench", "goals", "--python", "1.9", "--repeat", "1"]) == ExitCode.USAGE
     assert "no Python 1.9" in capsys.readouterr().err

@@ -65,10 +65,6 @@ def _missing(rid) -> str | None:
     return None if reason is None else f"runtime {rid} is unavailable here: {reason}"
 
 
-def _at(rid: str, interpreter) -> str:
-    return rid if interpreter is None else f"{rid}@{interpreter}"
-
-
 def _plain(rt) -> bool:
     """No option changed from its default and no loop keyword: the runtime as registered."""
     return not rt.info.options.changed(rt.options) and not rt.loop_options
@@ -87,7 +83,7 @@ def grid_reference(rt) -> str | None:
         if "loop" not in rt.info.options.names() or _plain(rt):
             return None
         base = rt.id
-    return _at(base, rt.interpreter)
+    return rtmod.on_interpreter(base, rt.interpreter)
 
 
 def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
@@ -122,7 +118,7 @@ def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
         else:
             ref = grid_reference(rt)
             if rt.id in pairs and _plain(rt):
-                ref = _at(pairs[rt.id][0], rt.interpreter)
+                ref = rtmod.on_interpreter(pairs[rt.id][0], rt.interpreter)
             adds = ([ref] if ref else []) + [spec]
         for r in adds:
             if r not in wanted:
@@ -282,7 +278,7 @@ def compare(results: dict, names) -> list[dict]:
         info = rt.info
         refs = []
         if rt.id in pairs and _plain(rt):
-            refs = [(_at(r, rt.interpreter), i == 0, "kernel") for i, r in enumerate(pairs[rt.id])]
+            refs = [(rtmod.on_interpreter(r, rt.interpreter), i == 0, "kernel") for i, r in enumerate(pairs[rt.id])]
         elif grid_reference(rt):
             refs = [(grid_reference(rt), False, "loop")]
         for ref, primary, kind in refs:

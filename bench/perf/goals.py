@@ -97,14 +97,6 @@ def unjudged_if_interrupted(rows: list[dict], interrupted: bool) -> list[dict]:
 
 
 
-def _at(spec: str, python: str | None) -> str:
-    """``spec`` on interpreter ``python``: the pin goes after the id, before options."""
-    if python is None:
-        return spec
-    rid, sep, options = spec.partition(":")
-    return f"{rid}@{python}{sep}{options}"
-
-
 def evaluate_goals(cells: list[dict], pythons=(None,)) -> list[dict]:
     """One row per goal::
 
@@ -128,8 +120,8 @@ def evaluate_goals(cells: list[dict], pythons=(None,)) -> list[dict]:
 
 
 def _goal_row(g: Goal, python: str | None, by: dict) -> dict:
-    a = by.get((g.kind, _at(g.subject, python)))
-    b = by.get((g.kind, _at(g.reference, python)))
+    a = by.get((g.kind, runtimes.on_interpreter(g.subject, python)))
+    b = by.get((g.kind, runtimes.on_interpreter(g.reference, python)))
     row = {"goal": g.text, "kind": g.kind, "subject": g.subject, "reference": g.reference,
            "target": g.target, "judged_on": g.judged_on, "python": python}
     if g.kind == "echo":
@@ -140,7 +132,7 @@ def _goal_row(g: Goal, python: str | None, by: dict) -> dict:
         judged = cpu if g.judged_on == CPU else rate
         beside = {}
         for spec in g.beside:
-            c = by.get((g.kind, _at(spec, python)))
+            c = by.get((g.kind, runtimes.on_interpreter(spec, python)))
             pairs = (paired(c, a, "server_cpu_per_request_s") if g.judged_on == CPU
                      else paired(a, c, "requests_per_s")) if a and c else []
             beside[spec] = _summary(pairs)
@@ -182,7 +174,7 @@ def goals_table(rows: list[dict], markdown: bool = False) -> str:
 
 def goal_runtimes(pythons=(None,)) -> list:
     """Every runtime the goals measure, once per interpreter of ``pythons``."""
-    return runtimes.parse_list(",".join(_at(spec, python) for python in pythons
+    return runtimes.parse_list(",".join(runtimes.on_interpreter(spec, python) for python in pythons
                                         for spec in GOAL_ECHO_RUNTIMES))
 
 

@@ -330,12 +330,12 @@ def cmd_goals(args) -> ExitCode:
         "pythons": list(pythons), "interrupted": interrupted})
     echo = [c for c in cells if c["scenario"] == "echo"]
     micro = [c for c in cells if c["scenario"] == "micro"]
-    print("\n\n".join([goals_table(rows), echo_tables(echo, default_baseline()),
+    print("\n\n".join([goals_table(rows), *_echo_tables_by_python(echo, pythons),
                        micro_table(micro)]))
     body = "\n\n".join(["### goals (medians of per-round paired ratios, range in brackets; "
                         "server CPU/req ratio: the reference's server CPU per request over "
                         "ours, > 1 is cheaper)", goals_table(rows, True),
-                        echo_tables(echo, default_baseline(), True), micro_table(micro, True)])
+                        *_echo_tables_by_python(echo, pythons, True), micro_table(micro, True)])
     code = _write_outputs(doc, args, _markdown("looplab bench goals", env, body, skipped,
                                                METHOD_NOTES + MICRO_NOTES))
     if code or interrupted:
@@ -343,6 +343,15 @@ def cmd_goals(args) -> ExitCode:
     if args.fail and any(not r["status"].startswith("met") for r in rows):
         return ExitCode.FAILED
     return ExitCode.OK
+
+
+def _echo_tables_by_python(echo: list[dict], pythons, markdown: bool = False) -> list[str]:
+    """The echo tables once per interpreter, each against the baseline on that
+    interpreter (``asyncio-protocol@3.13``): a ratio across interpreters is not one."""
+    if pythons == (None,):
+        return [echo_tables(echo, default_baseline(), markdown)]
+    return [echo_tables([c for c in echo if c["runtime"].partition(":")[0].endswith("@" + p)],
+                        runtimes.on_interpreter(default_baseline(), p), markdown) for p in pythons]
 
 
 def _pythons(text) -> tuple:

@@ -23,10 +23,9 @@ The state (all in ``Runtime``):
   costs no ``epoll_ctl`` at all; an interest nobody waits on any more is
   removed the first time it fires;
 * ``tasks``    -- every task made, in creation order (the exit policy cancels
-  newest first), finished ones included until the list is compacted: a
-  spawn appends and nothing else touches it, where a dict insert and delete
-  by id cost a measured 600 instructions of a spawn+join. ``live_tasks()``
-  is the live ones;
+  newest first), finished ones included until a spawn compacts the list; a
+  finish leaves it alone (a dict insert and delete by id cost a measured 600
+  instructions of a spawn+join). ``live_tasks()`` is the live ones;
 * ``run``      -- a ``RunState``: the stop flag, a pending interrupt and the
   dead-timer count; the run() phase, the main task and the live non-daemon
   count are cells of the scheduler, set through ``set_phase``.
