@@ -1342,6 +1342,23 @@ def test_listen_is_awaitable_and_accepts_existing_sockets():
 # ---------------------------------------------------------------------------
 # Fingerprint: io_schedule_point
 
+def test_a_thread_without_a_kernel_is_never_a_checkpoint_while_another_has_them_on():
+    # sockets ask checkpoint_here() only while some kernel in the process has
+    # io_schedule_point on; a thread without a kernel must get False, not an error.
+    import threading
+    seen = {}
+
+    async def main():
+        seen["kernel"] = kernel_module.checkpoint_here()
+        t = threading.Thread(target=lambda: seen.update(other=kernel_module.checkpoint_here()))
+        t.start()
+        t.join()
+
+    run(main, io_schedule_point=True)
+    assert seen == {"kernel": True, "other": False}
+    assert kernel_module.checkpoint_here() is False and kernel_module._checkpointing == 0
+
+
 @pytest.mark.parametrize("flag, expect_turns", [(False, 0), (True, 1999)])
 def test_io_schedule_point_decides_whether_non_blocking_socket_calls_yield(flag, expect_turns):
     async def main():

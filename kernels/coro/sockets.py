@@ -46,7 +46,7 @@ from .. import io as _io
 from ..probe import ConnStats
 from .errors import BusyResourceError, Cancelled, ClosedResourceError, TaskTimeout
 from . import traps as _traps
-from .traps import checkpoint, running_kernel, io_release, read_wait, write_wait
+from .traps import checkpoint, checkpoint_here, io_release, read_wait, running_kernel, write_wait
 
 __all__ = ["Socket", "SocketStream", "Listener", "open_tcp_stream", "listen"]
 
@@ -136,7 +136,7 @@ class Socket:
         return f"<coro Socket {self._sock!r}>"
 
     async def recv(self, maxsize: int, flags: int = 0) -> bytes:
-        if _traps._checkpointing and running_kernel().io_checkpoint:
+        if _traps._checkpointing and checkpoint_here():
             await checkpoint()
         if self._drained:
             if (self._readable or self._poller())(0):
@@ -162,7 +162,7 @@ class Socket:
         return check
 
     async def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
-        if _traps._checkpointing and running_kernel().io_checkpoint:
+        if _traps._checkpointing and checkpoint_here():
             await checkpoint()
         while True:
             try:
@@ -174,7 +174,7 @@ class Socket:
         return n
 
     async def send(self, data, flags: int = 0) -> int:
-        if _traps._checkpointing and running_kernel().io_checkpoint:
+        if _traps._checkpointing and checkpoint_here():
             await checkpoint()
         while True:
             try:
@@ -193,7 +193,7 @@ class Socket:
         send = self._send
         sent = 0
         try:
-            if _traps._checkpointing and running_kernel().io_checkpoint:
+            if _traps._checkpointing and checkpoint_here():
                 await checkpoint()
             total = len(data) if isinstance(data, (bytes, bytearray)) else memoryview(data).nbytes
             try:
@@ -237,7 +237,7 @@ class Socket:
         """Accept a connection: ``(Socket, address)``."""
         if self._closed:
             _closed()
-        if _traps._checkpointing and running_kernel().io_checkpoint:
+        if _traps._checkpointing and checkpoint_here():
             await checkpoint()
         while True:
             try:
@@ -254,7 +254,7 @@ class Socket:
     async def connect(self, address) -> None:
         if self._closed:
             _closed()
-        if _traps._checkpointing and running_kernel().io_checkpoint:
+        if _traps._checkpointing and checkpoint_here():
             await checkpoint()
         sock = self._sock
         try:
@@ -350,7 +350,7 @@ class SocketStream:
         try:
             # Socket.recv(max_bytes), inline: one coroutine less between the
             # task and its trap on every read (this is the echo hot path).
-            if _traps._checkpointing and running_kernel().io_checkpoint:
+            if _traps._checkpointing and checkpoint_here():
                 await checkpoint()
             if sock._drained:
                 if (sock._readable or sock._poller())(0):
@@ -385,7 +385,7 @@ class SocketStream:
             # Socket.sendall(data), inline up to its first send(): when the OS
             # takes everything at once, no coroutine is created for it.
             try:
-                if _traps._checkpointing and running_kernel().io_checkpoint:
+                if _traps._checkpointing and checkpoint_here():
                     await checkpoint()
                 total = len(data) if isinstance(data, (bytes, bytearray)) \
                     else memoryview(data).nbytes

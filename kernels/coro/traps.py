@@ -79,6 +79,13 @@ def _leave(tokens: tuple, checkpoint: bool) -> None:
         _checkpointing -= checkpoint
 
 
+def checkpoint_here() -> bool:
+    """Whether socket calls in this thread are checkpoints (the running kernel's
+    ``io_schedule_point``); sockets ask only while some kernel has it on."""
+    kernel = running_kernel()
+    return kernel is not None and kernel.io_checkpoint
+
+
 def _running_kernel(what: str):
     kernel = running_kernel()
     if kernel is None:
