@@ -96,7 +96,6 @@ class Kernel:
         self._seed = None if order == "fifo" else int(order[len("random-"):])
         self.probe = Probe(trace=options["trace"])
         self._io = _io.REAL if io is None else io
-        self.io_checkpoint = options["io_schedule_point"]   # read by sockets.py
         self._running = False
         self._closed = False
         self._broken = False

@@ -83,7 +83,7 @@ def checkpoint_here() -> bool:
     """Whether socket calls in this thread are checkpoints (the running kernel's
     ``io_schedule_point``); sockets ask only while some kernel has it on."""
     kernel = running_kernel()
-    return kernel is not None and kernel.io_checkpoint
+    return kernel is not None and kernel.options["io_schedule_point"]
 
 
 def _running_kernel(what: str):
