@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -149,10 +150,13 @@ def test_bench_runtime_turns_reference_instrumentation_off():
 # ---------------------------------------------------------------------------
 # ratio tables and goals, on synthetic cells
 
-def _echo(rt, rps, rounds=None, m=1024, c=10, cpu=None):
+def _echo(rt, rps, rounds=None, m=1024, c=10, cpu=None, system=None):
     samples = {"requests_per_s": rps}
     if cpu is not None:
         samples["server_cpu_per_request_s"] = cpu
+    if system is not None:
+        samples["server_system_cpu_per_request_s"] = system
+        samples["server_user_cpu_per_request_s"] = [t - s for t, s in zip(cpu, system)]
     cell = results.new_cell("echo", rt, "naive", {"message_bytes": m, "connections": c},
                             samples=samples)
     cell["details"] = {"rounds": rounds if rounds is not None else list(range(len(rps)))}
@@ -186,6 +190,24 @@ def test_echo_tables_show_server_cpu_per_request_beside_req_per_s():
     header = next(line for line in text.splitlines() if line.startswith("runtime"))
     assert header.index("req/s") < header.index("server CPU/req")
     assert "23.7 µs" in text
+
+
+def test_echo_tables_and_goals_split_server_cpu_into_user_and_system():
+    # uvloop 10 us a request (6 of them system), coro 8 us (6 system): 1.25x in
+    # CPU, 2x in user time alone; the goal is judged on the first, shows both.
+    cells = [_echo("uvloop-streams", [100] * 3, cpu=[10e-6] * 3, system=[6e-6] * 3),
+             _echo("coro", [100] * 3, cpu=[8e-6] * 3, system=[6e-6] * 3)]
+    text = echo.echo_tables(cells, "uvloop-streams")
+    header = next(line for line in text.splitlines() if line.startswith("runtime"))
+    assert header.index("server CPU/req") < header.index("of it user") < header.index("of it system")
+    coro_line = next(line for line in text.splitlines() if line.startswith("coro "))
+    assert re.search(r"8\.0 µs +2\.0 µs +6\.0 µs", coro_line)     # total, user, system
+    row = next(r for r in goals.evaluate_goals(cells)
+               if (r["subject"], r["reference"]) == ("coro", "uvloop-streams"))
+    assert row["ratio"] == pytest.approx(1.25) and row["status"] == "met"
+    assert row["user"]["ratio"] == pytest.approx(2.0)
+    table = goals.goals_table([row])
+    assert "user CPU/req ratio" in table and "2.00" in table
 
 
 def _micro_cell(rt, op, vals):
@@ -577,6 +599,9 @@ def test_python_load_client_measures_a_real_server():
     assert s["throughput_Bps"] == pytest.approx(s["requests_per_s"] * 1024)
     assert 0 < s["latency_p50_s"] <= s["latency_p99_s"]
     assert s["server_cpu_fraction"] >= 0 and "other_cpu_fraction" in s
+    assert s["server_user_cpu_per_request_s"] >= 0 and s["server_system_cpu_per_request_s"] >= 0
+    assert s["server_user_cpu_per_request_s"] + s["server_system_cpu_per_request_s"] == \
+        pytest.approx(s["server_cpu_per_request_s"])
 
 
 @pytest.mark.timeout(120)

@@ -40,6 +40,7 @@ KiB = 1024
 CURVE_CONNECTIONS = [1, 3, 10, 30, 100, 300, 1000]
 ECHO_METRICS = ("requests_per_s", "throughput_Bps", "latency_p50_s", "latency_p99_s",
                 "latency_mean_s", "latency_max_s", "server_cpu_per_request_s",
+                "server_user_cpu_per_request_s", "server_system_cpu_per_request_s",
                 "server_cpu_fraction", "client_cpu_fraction", "other_cpu_fraction",
                 "steal_fraction")
 
@@ -78,6 +79,7 @@ def measure_echo(rt, message_bytes: int, connections: int, duration: float = 2.0
 
         {"requests_per_s", "throughput_Bps", "latency_p50_s", "latency_p99_s",
          "latency_mean_s", "latency_max_s", "server_cpu_per_request_s",
+         "server_user_cpu_per_request_s", "server_system_cpu_per_request_s",
          "server_cpu_fraction", "client_cpu_fraction", "other_cpu_fraction",
          "steal_fraction", "loadavg", "noisy", "client_saturated"}
 
@@ -121,6 +123,9 @@ def measure_echo(rt, message_bytes: int, connections: int, duration: float = 2.0
             "latency_mean_s": out.get("latency_mean_s"),
             "latency_max_s": out.get("latency_max_s"),
             "server_cpu_per_request_s": acct["server_cpu_fraction"] * window / requests,
+            "server_user_cpu_per_request_s": acct.pop("server_user_cpu_fraction") * window / requests,
+            "server_system_cpu_per_request_s":
+                acct.pop("server_system_cpu_fraction") * window / requests,
             **acct,
             "loadavg": start.loadavg,
         }
@@ -197,7 +202,8 @@ def run_echo_matrix(units, duration: float, warmup: float, repeat: int, client=N
                         entry["saturated"].append(r)
                     flags = (" NOISY" if s["noisy"] else "") + (" CLIENT-BOUND" if s["client_saturated"] else "")
                     progress(f"{label}: {fmt_rate(s['requests_per_s'], ' req/s')}, server CPU/req "
-                             f"{fmt_seconds(s['server_cpu_per_request_s'])}, p99 "
+                             f"{fmt_seconds(s['server_cpu_per_request_s'])} (system "
+                             f"{fmt_seconds(s.get('server_system_cpu_per_request_s'))}), p99 "
                              f"{fmt_seconds(s['latency_p99_s'])}, other CPU "
                              f"{s.get('other_cpu_fraction', 0):.2f}{flags}")
 
@@ -340,11 +346,14 @@ def echo_tables(cells: list[dict], baseline: str, markdown: bool = False) -> str
                      _rate_with_spread(m.get("requests_per_s"),
                                        sp.get("requests_per_s", {}).get("iqr")),
                      fmt_seconds(m.get("server_cpu_per_request_s")),
+                     fmt_seconds(m.get("server_user_cpu_per_request_s")),
+                     fmt_seconds(m.get("server_system_cpu_per_request_s")),
                      fmt_seconds(m.get("latency_p50_s")), fmt_seconds(m.get("latency_p99_s")),
                      _fraction(m.get("server_cpu_fraction")), _fraction(m.get("other_cpu_fraction")),
                      c.get("repeats", 0), ", ".join(flags)])
     parts.append(_title("absolute numbers (medians over repeats; ± is half the IQR)", markdown))
-    parts.append(format_table(["runtime", "message x conns", "req/s", "server CPU/req", "p50",
+    parts.append(format_table(["runtime", "message x conns", "req/s", "server CPU/req",
+                               "of it user", "of it system", "p50",
                                "p99", "server CPU", "other CPU", "n", "flags"], rows, markdown))
     return "\n\n".join(parts)
 

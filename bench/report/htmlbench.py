@@ -140,10 +140,12 @@ class BenchmarkSections:
                              e(fmt_value("latency_p50_s", m.get("latency_p50_s"))),
                              e(fmt_value("latency_p99_s", m.get("latency_p99_s"))),
                              e(fmt_value("server_cpu_per_request_s", m.get("server_cpu_per_request_s"))),
+                             e(fmt_value("server_system_cpu_per_request_s",
+                                         m.get("server_system_cpu_per_request_s"))),
                              e(str(c.get("repeats", ""))), e(", ".join(flags))])
         out.append('<div class="tables">' + html_table(
-            ["runtime", "message \u00d7 connections", "requests/s", "p50", "p99", "server CPU/request", "rounds",
-             "flags"], rows, caption="medians over rounds") + "</div></div>")
+            ["runtime", "message \u00d7 connections", "requests/s", "p50", "p99", "server CPU/request",
+             "of it system", "rounds", "flags"], rows, caption="medians over rounds") + "</div></div>")
         return "".join(out)
 
     def simple_bench(self, cells, title, metric, what) -> str:
