@@ -453,6 +453,10 @@ def _trio_clock_class():
                         # with no deadline; only a long run of them is a deadlock
                         self.idle += 1
                         if self.idle > 10_000:
+                            # whoever watches (an explorer) looks at the tasks first
+                            hook = getattr(world, "on_deadlock", None)
+                            if hook is not None:
+                                hook()
                             raise simnet.SimDeadlock(f"simnet: trio is blocked at "
                                                      f"t={world.now:.6f}s with nothing scheduled")
                         return 0

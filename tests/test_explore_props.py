@@ -297,3 +297,48 @@ def test_a_zoo_entry_declares_a_sometimes_its_fix_reaches():
         "the writer is parked when the connection is lost": 1}
     # declared for the callback port only: nothing to reach on a stream port
     assert checks.declared(t, "fixed", "asyncio-streams") == ()
+
+
+def test_trio_and_curio_tasks_are_listed_at_a_deadlock_with_their_own_frame():
+    """A deadlock on trio (seen by its simulated clock) and on curio (seen by the
+    simulated poller under its kernel) lists each task where its own code waits,
+    not the library's trap."""
+    trio = pytest.importorskip("trio")
+    from protocols import simports
+    world = simnet.World(0, log=False)
+    got = []
+    world.on_deadlock = lambda: got.extend(checks.running_tasks())
+
+    async def stuck():
+        await trio.sleep_forever()
+
+    async def main():
+        async with trio.open_nursery() as n:
+            n.start_soon(stuck)
+    with pytest.raises(simnet.SimDeadlock):
+        simports.run_trio(world.io(), main)
+    line = stuck.__code__.co_firstlineno + 1
+    assert any(g.startswith("trio task") and g.endswith(f".stuck: waits in stuck at line {line}")
+               for g in got), got
+    assert any(g.startswith("trio task") and "waits in main at line" in g for g in got), got
+    assert len(got) == 2 and not any(g.split()[2].startswith("<") for g in got)  # no system task
+
+    curio = pytest.importorskip("curio")
+    from protocols import ports, runtimes
+    world2 = simnet.World(0, log=False)
+    got2 = []
+    world2.on_deadlock = lambda: got2.extend(checks.running_tasks())
+    with ports.using_io(world2.io()):
+        port = runtimes.parse("curio").open()
+
+    async def waiter(port):
+        await curio.Event().wait()
+    try:
+        with pytest.raises(simnet.SimDeadlock):
+            port.run(waiter)
+    finally:
+        port.close()
+    line = waiter.__code__.co_firstlineno + 1
+    assert any(g.startswith("curio task") and g.endswith(f"waits in waiter at line {line}")
+               for g in got2), got2
+    assert checks.running_tasks() == []          # nothing runs here now

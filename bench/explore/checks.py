@@ -11,11 +11,14 @@
   kernels offer the candidates through ``offer``, ``kernels.choice.permute``).
   ``first_difference`` and ``trace_lines`` put a failing run's choices beside
   the nearest passing run's.
-* **Where tasks wait** when a cell's world deadlocks: the running asyncio or
-  hybrid loop's tasks and the running coro kernel's tasks, read at the moment
-  the simulated poller finds that nothing can happen (``world.on_deadlock``).
+* **Where tasks wait** when a cell's world deadlocks: the tasks of whatever
+  runs in the thread (an asyncio or hybrid loop, a coro kernel, a trio run, a
+  curio kernel), read at the moment the simulated poller, or trio's simulated
+  clock, finds that nothing can happen (``world.on_deadlock``).
 """
 from __future__ import annotations
+
+import sys
 
 from bench import props as _props
 from bench.explore.search import Recorder
@@ -287,26 +290,32 @@ def trace_lines(failing: list, passing: list, at: int | None, context: int = 3) 
 # ---------------------------------------------------------------------------
 # Where the tasks of a deadlocked cell wait
 
-def where_coro_waits(coro) -> str:
-    """The innermost frame of a suspended coroutine chain: 'fn at line N'."""
-    frame = None
-    seen = 0
-    while coro is not None and seen < 50:
+def where_coro_waits(coro, library: str | None = None) -> str:
+    """The innermost frame of a suspended coroutine chain: 'fn at line N'. With
+    ``library`` (a package name), the innermost frame outside that package: where
+    the task's own code waits, not the library's trap."""
+    frames = []
+    while coro is not None and len(frames) < 50:
         f = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
         if f is None:
             break
-        frame = f
+        frames.append(f)
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-        seen += 1
-    if frame is None:
-        return "not started" if seen == 0 else "finishing"
+    if not frames:
+        return "not started"
+    frame = frames[-1]
+    if library is not None:
+        own = [f for f in frames if not str(f.f_globals.get("__name__", "")).startswith(library + ".")]
+        if own:
+            frame = own[-1]
     return f"{frame.f_code.co_name} at line {frame.f_lineno}"
 
 
 def running_tasks() -> list:
     """The tasks of whatever runs now in this thread, not done, each with where
     it waits: the running asyncio loop's, the running callback loop's hybrid
-    tasks, the running coro kernel's. Called at the moment a world deadlocks."""
+    tasks, the running coro kernel's, trio's, curio's. Called at the moment a
+    world deadlocks."""
     out = []
     import asyncio
     loop = asyncio._get_running_loop()
@@ -330,4 +339,38 @@ def running_tasks() -> list:
     if kernel is not None:
         for t in kernel._rt.live_tasks():
             out.append(f"coro task {t.id} {t.name}: waits in {where_coro_waits(t.coro)}")
+    out += _trio_tasks() + _curio_tasks()
     return sorted(out)
+
+
+def _trio_tasks() -> list:
+    """The running trio run's tasks (its task tree from the root, trio's own
+    ``<...>`` system tasks left out). Never imports trio."""
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return []
+    try:
+        root = trio.lowlevel.current_root_task()
+    except RuntimeError:                  # no trio run in this thread
+        return []
+    out, todo = [], [root] if root is not None else []
+    while todo:
+        task = todo.pop()
+        if not task.name.startswith("<"):
+            out.append(f"trio task {task.name}: waits in {where_coro_waits(task.coro, 'trio')}")
+        for nursery in task.child_nurseries:
+            todo.extend(nursery.child_tasks)
+    return out
+
+
+def _curio_tasks() -> list:
+    """The curio kernel running in this thread, if any: its task table. curio
+    has no public way to list them; ``curio.meta`` keeps the running kernel
+    (curio 1.6), and a curio without it lists nothing. Never imports curio."""
+    meta = sys.modules.get("curio.meta")
+    kernel = getattr(getattr(meta, "_locals", None), "kernel", None)
+    tasks = getattr(kernel, "_tasks", None)
+    if not isinstance(tasks, dict):
+        return []
+    return [f"curio task {t.id} {t.name}: waits in {where_coro_waits(t.coro, 'curio')}"
+            for t in tasks.values() if not getattr(t, "terminated", False)]
