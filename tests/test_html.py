@@ -354,6 +354,21 @@ def test_bench_only_document(bench_doc, tmp_path):
     assert 'href="curve.png"' in text
 
 
+def test_the_goals_table_shows_each_interpreter_and_both_cpu_ratios(bench_doc, tmp_path):
+    # an echo goal judged on 3.11 and on 3.13: one row each, told apart by the
+    # python column, with the CPU ratio and its user-only part beside the judged one
+    row = {"goal": "coro echo 1 KiB x 10 conns >= 1.2x uvloop-streams", "target": 1.2,
+           "judged_on": "server CPU/req", "min": 0.8, "max": 1.4, "n": 7, "status": "not met"}
+    goals = [{**row, "python": "3.11", "ratio": 0.99, "cpu": {"ratio": 0.99}, "user": {"ratio": 1.13}},
+             {**row, "python": "3.13", "ratio": 1.02, "cpu": {"ratio": 1.02}, "user": {"ratio": 1.2}}]
+    text = render({**bench_doc, "goals": goals}, tmp_path)
+    table = text.split('id="goals"')[1].split("</table>")[0]
+    assert "user CPU only" in table
+    cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", table)]
+    assert cells[:1] == ["3.11"] and cells[6:8] == ["0.99", "1.13"]
+    assert "3.13" in cells and cells[-2:] == ["1.02", "1.20"]
+
+
 _PROBES = {
     "command": "looplab fidelity", "elapsed_s": 9.5, "skipped": ["uvloop-streams"],
     "pairings": [

@@ -267,9 +267,9 @@ def test_an_interrupted_bench_run_shows_no_goal_as_not_met():
     from bench.perf import goals
     from bench.report import html
     rows = [{"goal": "g", "status": "not met (gap 40%)", "ratio": 0.6, "min": 0.5, "max": 0.7,
-             "n": 1, "cpu_ratio": None},
+             "n": 1, "cpu": None},
             {"goal": "h", "status": "met", "ratio": 2.0, "min": 2.0, "max": 2.0, "n": 1,
-             "cpu_ratio": None}]
+             "cpu": None}]
     cell = {"id": "echo/coro", "scenario": "echo", "runtime": "coro", "variant": "x",
             "params": {}, "repeats": 1, "metrics": {}, "verdicts": {}, "errors": []}
     done = resmod.new_document([cell], run_id="r", env={}, goals=rows,

@@ -45,6 +45,9 @@ class BenchmarkSections:
         interrupted = bool(self.doc.get("incomplete") or (self.doc.get("config") or {}).get("interrupted"))
         rows = goalsmod.unjudged_if_interrupted(rows, interrupted)
         table = []
+
+        def ratio(summary):
+            return "-" if not summary or summary.get("ratio") is None else f"{summary['ratio']:.2f}"
         for r in rows:
             st = str(r.get("status", "?"))
             cls = "ok" if st.startswith("met") else "muted" if st.startswith("not ") and \
@@ -52,10 +55,13 @@ class BenchmarkSections:
             rng = "-" if r.get("min") is None else f"{r['min']:.2f}\u2013{r['max']:.2f}"
             table.append([e(str(r.get("goal", "?"))), "-" if r.get("ratio") is None else f"{r['ratio']:.2f}\u00d7",
                           rng, e(str(r.get("n", ""))), f'<span class="{cls}">{e(st)}</span>',
-                          "-" if r.get("cpu_ratio") is None else f"{r['cpu_ratio']:.2f}"])
-        return ('<h3 id="goals">Performance goals</h3>'
-                + html_table(["goal", "measured (median of paired ratios)", "range over rounds", "rounds", "status",
-                          "server CPU/request, reference over ours"], table))
+                          ratio(r.get("cpu")), ratio(r.get("user"))])
+        head = ["goal", "measured (median of paired ratios)", "range over rounds", "rounds", "status",
+                "server CPU/request, reference over ours", "the same, user CPU only (not judged)"]
+        if any(r.get("python") for r in rows):
+            table = [[e(r.get("python") or "looplab's")] + line for r, line in zip(rows, table)]
+            head = ["python"] + head
+        return '<h3 id="goals">Performance goals</h3>' + html_table(head, table)
 
     def echo(self, cells) -> str:
         cfg = self.doc.get("config") or {}
