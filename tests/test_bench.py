@@ -27,6 +27,7 @@ from bench.perf import echo, goals, loadgen, machine, micro
 from bench.verbs import benchmark as benchverb
 from bench import cli as looplab_cli
 from bench.errors import ExitCode, UsageError
+from bench.tables import fmt_seconds
 from protocols import runtimes
 
 pytestmark = pytest.mark.timeout(120)
@@ -208,6 +209,28 @@ def test_echo_tables_and_goals_split_server_cpu_into_user_and_system():
     assert row["user"]["ratio"] == pytest.approx(2.0)
     table = goals.goals_table([row])
     assert "user CPU/req ratio" in table and "2.00" in table
+    assert row["user_budget"]["user_s"] == pytest.approx(10e-6 / 1.2 - 6e-6)
+    assert goals.budget_lines([row]) == []             # met: nothing to explain
+
+
+def test_a_cpu_goal_not_met_says_what_user_time_it_would_need():
+    ref = _echo("uvloop-streams", [100] * 3, cpu=[10e-6] * 3, system=[6e-6] * 3)
+    slow = _echo("coro", [100] * 3, cpu=[9.5e-6] * 3, system=[6e-6] * 3)
+    [row] = [r for r in goals.evaluate_goals([ref, slow])
+             if (r["subject"], r["reference"]) == ("coro", "uvloop-streams")]
+    assert row["status"].startswith("not met")
+    [line] = goals.budget_lines([row])
+    need = fmt_seconds(10e-6 / 1.2 - 6e-6)
+    assert line.endswith(f"needs its user time at most {need} (it is {fmt_seconds(3.5e-6)})")
+    assert "coro's system time is " + fmt_seconds(6e-6) in line
+    # a system time over the whole allowance: no user time could meet it
+    heavy = _echo("coro", [100] * 3, cpu=[12e-6] * 3, system=[9e-6] * 3)
+    [row] = [r for r in goals.evaluate_goals([ref, heavy])
+             if (r["subject"], r["reference"]) == ("coro", "uvloop-streams")]
+    assert goals.budget_lines([row])[0].endswith("over what the goal allows before any user time")
+    # cells without the split (older results files): no budget, no line
+    old = [_echo("uvloop-streams", [100] * 3, cpu=[10e-6] * 3), _echo("coro", [100] * 3, cpu=[9e-6] * 3)]
+    assert all("user_budget" not in r for r in goals.evaluate_goals(old))
 
 
 def _micro_cell(rt, op, vals):
@@ -483,6 +506,21 @@ def test_a_run_writes_json_csv_and_markdown_atomically(monkeypatch, tmp_path, ca
     assert "requests_per_s" in (out / "results.csv").read_text()
     assert "2.00" in capsys.readouterr().out          # trio's ratio to the baseline
     assert sorted(os.listdir(tmp_path)) == ["one.json", "report"]
+
+
+def test_goals_print_what_a_cpu_goal_not_met_leaves_for_user_time(monkeypatch, tmp_path, capsys):
+    def fake_goals(repeat, *a, **kw):
+        cells = [_echo("uvloop-streams", [100] * repeat, cpu=[10e-6] * repeat, system=[6e-6] * repeat),
+                 _echo("coro", [100] * repeat, cpu=[9.5e-6] * repeat, system=[6e-6] * repeat)]
+        return cells, goals.evaluate_goals(cells), {}
+    monkeypatch.setattr(benchverb, "run_goals", fake_goals)
+    monkeypatch.setattr(benchverb, "load_client", lambda kind: (None, "python (test)"))
+    args = _bench_args(["goals", "--repeat", "2", "--out", str(tmp_path / "g")])
+    assert args.func(args) == ExitCode.OK
+    line = (f"needs its user time at most {fmt_seconds(10e-6 / 1.2 - 6e-6)} "
+            f"(it is {fmt_seconds(3.5e-6)})")
+    assert line in capsys.readouterr().out
+    assert line in (tmp_path / "g" / "bench.md").read_text()
 
 
 def test_an_interrupted_matrix_keeps_the_finished_measurements(monkeypatch):

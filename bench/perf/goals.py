@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from bench.perf.echo import KiB, echo_units, paired, run_echo_matrix
 from bench.perf.machine import Interrupted, progress, split_available
 from bench.perf.micro import run_micro_matrix
-from bench.tables import MISSING, format_table
+from bench.tables import MISSING, fmt_seconds, format_table
 from protocols import runtimes
 
 __all__ = ["Goal", "GOALS", "GOAL_ECHO_RUNTIMES", "GOAL_MICRO_OPS", "GOAL_MICRO_RUNTIMES",
-           "evaluate_goals", "goals_table", "goal_runtimes", "run_goals"]
+           "evaluate_goals", "goals_table", "budget_lines", "goal_runtimes", "run_goals"]
 
 RATE, CPU = "req/s", "server CPU/req"
 
@@ -103,7 +103,9 @@ def evaluate_goals(cells: list[dict], pythons=(None,)) -> list[dict]:
         {"goal", "kind", "subject", "reference", "target", "judged_on",
          "ratio", "min", "max", "n", "status",
          "rate": {ratio, min, max, n}, "cpu": {ratio, min, max, n},
-         "user": {ratio, min, max, n}}      # echo rows only; user: CPU without system time
+         "user": {ratio, min, max, n},      # echo rows only; user: CPU without system time
+         "user_budget": {user_s, now_user_s, system_s, reference_user_s,
+                         reference_system_s}}   # echo goals judged on CPU
 
     ``ratio``/``min``/``max`` are those of the metric the goal is judged on: the median
     of paired per-round ratios and their range. "met" when the median reaches the
@@ -134,6 +136,10 @@ def _goal_row(g: Goal, python: str | None, by: dict) -> dict:
         # runtime's own share, so this is the ratio of what the runtimes do.
         user = _summary(paired(b, a, "server_user_cpu_per_request_s") if a and b else [])
         row.update(rate=rate, cpu=cpu, user=user)
+        if g.judged_on == CPU and a and b:
+            budget = _user_budget(a, b, g.target)
+            if budget is not None:
+                row["user_budget"] = budget
         judged = cpu if g.judged_on == CPU else rate
         beside = {}
         for spec in g.beside:
@@ -147,6 +153,41 @@ def _goal_row(g: Goal, python: str | None, by: dict) -> dict:
         judged = _summary(paired(a, b, "ops_per_s") if a and b else [])
     row.update(judged, status=_status(judged, g.target))
     return row
+
+
+def _user_budget(subject: dict, reference: dict, target: float) -> dict | None:
+    """What a CPU goal leaves the subject for its own work, on the medians: the
+    reference's CPU per request over the target, less the subject's system time
+    (the kernel's share, which the runtime hardly changes). ``user_s`` <= 0 means
+    the system time alone is over what the target allows."""
+    m, r = subject.get("metrics") or {}, reference.get("metrics") or {}
+    keys = ("server_user_cpu_per_request_s", "server_system_cpu_per_request_s")
+    if any(not isinstance(d.get(k), (int, float)) for d in (m, r) for k in keys):
+        return None
+    reference_s = r[keys[0]] + r[keys[1]]
+    return {"user_s": reference_s / target - m[keys[1]], "now_user_s": m[keys[0]],
+            "system_s": m[keys[1]], "reference_user_s": r[keys[0]],
+            "reference_system_s": r[keys[1]]}
+
+
+def budget_lines(rows: list[dict]) -> list[str]:
+    """One line per CPU goal not met: the user CPU per request the subject may
+    spend for the goal to hold, against what it spends."""
+    out = []
+    for r in rows:
+        b = r.get("user_budget")
+        if not b or str(r.get("status", "")).startswith("met"):
+            continue
+        where = f" on {r['python']}" if r.get("python") else ""
+        head = (f"{r['goal']}{where}: the reference spends {fmt_seconds(b['reference_user_s'])} "
+                f"user + {fmt_seconds(b['reference_system_s'])} system a request, and "
+                f"{r['subject']}'s system time is {fmt_seconds(b['system_s'])}")
+        if b["user_s"] <= 0:
+            out.append(f"{head}: over what the goal allows before any user time")
+        else:
+            out.append(f"{head}, so the goal needs its user time at most "
+                       f"{fmt_seconds(b['user_s'])} (it is {fmt_seconds(b['now_user_s'])})")
+    return out
 
 
 def _ratio_text(s: dict | None) -> str:

@@ -27,7 +27,8 @@ from bench.perf.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, cu
                              run_echo_matrix)
 from bench.report import html
 from bench.errors import ExitCode, UsageError
-from bench.perf.goals import (GOAL_ECHO_RUNTIMES, evaluate_goals, goal_runtimes, goals_table,
+from bench.perf.goals import (GOAL_ECHO_RUNTIMES, budget_lines, evaluate_goals, goal_runtimes,
+                              goals_table,
                               run_goals, unjudged_if_interrupted)
 from bench.run.runner import default_out_dir
 from bench.perf.loadgen import CLIENT_KINDS, load_client
@@ -300,6 +301,16 @@ def cmd_curve(args) -> ExitCode:
     return _echo_run(args, "curve", "curve", sizes, conc)
 
 
+def _budget_text(rows) -> list[str]:
+    """What the CPU goals not met leave for user time, or nothing."""
+    lines = budget_lines(rows)
+    if not lines:
+        return []
+    return ["What a CPU goal not met leaves for the runtime's own (user) time, on the "
+            "medians (the system time is mostly the kernel's TCP work, about the same for "
+            "every runtime):\n" + "\n".join(f"- {line}" for line in lines)]
+
+
 def cmd_goals(args) -> ExitCode:
     _at_least(args.duration, 1e-9, "--duration", "> 0")
     _at_least(args.warmup, 0, "--warmup", ">= 0")
@@ -330,11 +341,12 @@ def cmd_goals(args) -> ExitCode:
         "pythons": list(pythons), "interrupted": interrupted})
     echo = [c for c in cells if c["scenario"] == "echo"]
     micro = [c for c in cells if c["scenario"] == "micro"]
-    print("\n\n".join([goals_table(rows), *_echo_tables_by_python(echo, pythons),
+    budget = _budget_text(rows)
+    print("\n\n".join([goals_table(rows), *budget, *_echo_tables_by_python(echo, pythons),
                        micro_table(micro)]))
     body = "\n\n".join(["### goals (medians of per-round paired ratios, range in brackets; "
                         "server CPU/req ratio: the reference's server CPU per request over "
-                        "ours, > 1 is cheaper)", goals_table(rows, True),
+                        "ours, > 1 is cheaper)", goals_table(rows, True), *budget,
                         *_echo_tables_by_python(echo, pythons, True), micro_table(micro, True)])
     code = _write_outputs(doc, args, _markdown("looplab bench goals", env, body, skipped,
                                                METHOD_NOTES + MICRO_NOTES))
