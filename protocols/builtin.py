@@ -314,6 +314,7 @@ for _info in (
                 requires=("curio",), fingerprint=Fingerprint(_CURIO, **_REFERENCE),
                 differences=_CURIO_DIFFERENCES,
                 library="curio", probe_side=f"{_SIDES}.coro:CurioSide",
+                tasks=f"{_TC}:curio_tasks",
                 tracing=Tracing(refused="its public hooks (curio's Activation) are fixed when "
                                         "the port makes its kernel"),
                 schedule_choices=frozenset({_ch.IO_ORDER}),
@@ -321,6 +322,7 @@ for _info in (
     RuntimeInfo("trio", "task", f"{_TC}:TrioPort", reference_options("trio"),
                 requires=("trio",), fingerprint=Fingerprint(_TRIO, **_REFERENCE),
                 library="trio", probe_side=f"{_SIDES}.coro:TrioSide",
+                tasks=f"{_TC}:trio_tasks",
                 tracing=Tracing(port=f"{_TR}:TracedTrioPort", hook="trio.abc.Instrument"),
                 schedule_choices=frozenset({_ch.READY}),
                 summary="trio, SocketStream", **SIM),

@@ -174,6 +174,11 @@ class RuntimeInfo:
     #: choices other runtimes' contracts allow that ``explore --portability`` crosses
     #: onto this one (an order legal on trio but not promised here)
     portable_choices: frozenset = frozenset()
+    #: ``"module:function"`` listing the tasks of this runtime's loop running in the
+    #: calling thread as ``[(label, coroutine)]`` (``[]`` when none runs), read when a
+    #: simulated world deadlocks (``bench.explore.checks.running_tasks``); asked only
+    #: once the modules of ``requires`` are imported. None: it declares no way.
+    tasks: str | None = None
 
     @property
     def primary_reference(self) -> str | None:
@@ -232,6 +237,8 @@ def _check_info(info: RuntimeInfo) -> None:
     for what, ref in (("probe_side", info.probe_side), ("tracing port", tracing_port)):
         if ref and not all(str(ref).partition(":")[::2]):
             problems.append(f"{what} {ref!r} must be 'package.module:Class'")
+    if info.tasks is not None and not all(str(info.tasks).partition(":")[::2]):
+        problems.append(f"tasks {info.tasks!r} must be 'package.module:function'")
     if problems:
         raise UsageError(f"cannot register runtime {info.id!r}: " + "; ".join(problems))
 

@@ -16,7 +16,7 @@ import threading
 from protocols import simports
 from protocols.ports import Delegating, TaskPortBase, client_socket, sim_sigint
 
-__all__ = ["TrioPort", "CurioPort"]
+__all__ = ["TrioPort", "CurioPort", "trio_tasks", "curio_tasks"]
 
 
 class _MeasuredStream:
@@ -321,3 +321,37 @@ class _CurioNursery(Delegating):
 
     async def cancel(self):
         await self._inner.cancel_remaining()
+
+
+# ---------------------------------------------------------------------------
+# The tasks of a running trio or curio, for a deadlock's report (RuntimeInfo.tasks)
+
+def trio_tasks() -> list:
+    """The task tree of the trio run in this thread, from its root (trio's own
+    ``<...>`` system tasks left out), as ``[(label, coroutine)]``."""
+    import trio
+    try:
+        root = trio.lowlevel.current_root_task()
+    except RuntimeError:                  # no trio run in this thread
+        return []
+    out, todo = [], [root] if root is not None else []
+    while todo:
+        task = todo.pop()
+        if not task.name.startswith("<"):
+            out.append((f"trio task {task.name}", task.coro))
+        for nursery in task.child_nurseries:
+            todo.extend(nursery.child_tasks)
+    return out
+
+
+def curio_tasks() -> list:
+    """The task table of the curio kernel running in this thread. curio has no
+    public way to list it: ``curio.meta`` keeps the running kernel (curio 1.6),
+    and a curio without it lists nothing."""
+    import curio.meta
+    kernel = getattr(getattr(curio.meta, "_locals", None), "kernel", None)
+    tasks = getattr(kernel, "_tasks", None)
+    if not isinstance(tasks, dict):
+        return []
+    return [(f"curio task {t.id} {t.name}", t.coro) for t in tasks.values()
+            if not getattr(t, "terminated", False)]

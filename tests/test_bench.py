@@ -220,14 +220,25 @@ def test_a_cpu_goal_not_met_says_what_user_time_it_would_need():
              if (r["subject"], r["reference"]) == ("coro", "uvloop-streams")]
     assert row["status"].startswith("not met")
     [line] = goals.budget_lines([row])
-    need = fmt_seconds(10e-6 / 1.2 - 6e-6)
-    assert line.endswith(f"needs its user time at most {need} (it is {fmt_seconds(3.5e-6)})")
-    assert "coro's system time is " + fmt_seconds(6e-6) in line
+    need = 10e-6 / 1.2 - 6e-6
+    assert line.endswith(f"coro's user time must be at most {fmt_seconds(need)} per request "
+                         f"(it is {fmt_seconds(3.5e-6)}; round by round, the median excess is "
+                         f"{fmt_seconds(3.5e-6 - need)})")
+    assert f"uvloop-streams spends {fmt_seconds(4e-6)} user + {fmt_seconds(6e-6)}" in line
+    # not judged (an interrupted run) or not met: no line for the first
+    assert goals.budget_lines(goals.unjudged_if_interrupted([row], True)) == []
     # a system time over the whole allowance: no user time could meet it
     heavy = _echo("coro", [100] * 3, cpu=[12e-6] * 3, system=[9e-6] * 3)
     [row] = [r for r in goals.evaluate_goals([ref, heavy])
              if (r["subject"], r["reference"]) == ("coro", "uvloop-streams")]
-    assert goals.budget_lines([row])[0].endswith("over what the goal allows before any user time")
+    assert goals.budget_lines([row])[0].endswith("coro's system time alone is over what the "
+                                                 "goal allows")
+    # per round, so the budget's sign follows the judged median: one round far under
+    # the goal does not turn a goal met in two rounds of three into "over"
+    mixed = _echo("coro", [100] * 3, cpu=[8e-6, 8e-6, 20e-6], system=[6e-6, 6e-6, 6e-6])
+    [row] = [r for r in goals.evaluate_goals([ref, mixed])
+             if (r["subject"], r["reference"]) == ("coro", "uvloop-streams")]
+    assert row["status"].startswith("met") and row["user_budget"]["over_s"] < 0
     # cells without the split (older results files): no budget, no line
     old = [_echo("uvloop-streams", [100] * 3, cpu=[10e-6] * 3), _echo("coro", [100] * 3, cpu=[9e-6] * 3)]
     assert all("user_budget" not in r for r in goals.evaluate_goals(old))
@@ -517,8 +528,8 @@ def test_goals_print_what_a_cpu_goal_not_met_leaves_for_user_time(monkeypatch, t
     monkeypatch.setattr(benchverb, "load_client", lambda kind: (None, "python (test)"))
     args = _bench_args(["goals", "--repeat", "2", "--out", str(tmp_path / "g")])
     assert args.func(args) == ExitCode.OK
-    line = (f"needs its user time at most {fmt_seconds(10e-6 / 1.2 - 6e-6)} "
-            f"(it is {fmt_seconds(3.5e-6)})")
+    line = (f"coro's user time must be at most {fmt_seconds(10e-6 / 1.2 - 6e-6)} per request "
+            f"(it is {fmt_seconds(3.5e-6)};")
     assert line in capsys.readouterr().out
     assert line in (tmp_path / "g" / "bench.md").read_text()
 
@@ -638,8 +649,6 @@ def test_python_load_client_measures_a_real_server():
     assert 0 < s["latency_p50_s"] <= s["latency_p99_s"]
     assert s["server_cpu_fraction"] >= 0 and "other_cpu_fraction" in s
     assert s["server_user_cpu_per_request_s"] >= 0 and s["server_system_cpu_per_request_s"] >= 0
-    assert s["server_user_cpu_per_request_s"] + s["server_system_cpu_per_request_s"] == \
-        pytest.approx(s["server_cpu_per_request_s"])
 
 
 @pytest.mark.timeout(120)

@@ -299,10 +299,10 @@ def test_a_zoo_entry_declares_a_sometimes_its_fix_reaches():
     assert checks.declared(t, "fixed", "asyncio-streams") == ()
 
 
-def test_trio_and_curio_tasks_are_listed_at_a_deadlock_with_their_own_frame():
-    """A deadlock on trio (seen by its simulated clock) and on curio (seen by the
-    simulated poller under its kernel) lists each task where its own code waits,
-    not the library's trap."""
+def test_trio_tasks_are_listed_at_a_deadlock_with_their_own_frame():
+    """A deadlock on trio (seen by its simulated clock; on curio, by the
+    simulated poller under its kernel, below) lists each task where its own code
+    waits, not the library's trap."""
     trio = pytest.importorskip("trio")
     from protocols import simports
     world = simnet.World(0, log=False)
@@ -323,6 +323,8 @@ def test_trio_and_curio_tasks_are_listed_at_a_deadlock_with_their_own_frame():
     assert any(g.startswith("trio task") and "waits in main at line" in g for g in got), got
     assert len(got) == 2 and not any(g.split()[2].startswith("<") for g in got)  # no system task
 
+
+def test_curio_tasks_are_listed_at_a_deadlock_with_their_own_frame():
     curio = pytest.importorskip("curio")
     from protocols import ports, runtimes
     world2 = simnet.World(0, log=False)

@@ -84,6 +84,7 @@ def test_a_clash_with_an_existing_id_is_one_usage_error(registered):
     (dict(probe_side="bench.fidelity.coro.CoroSide"), "probe_side"),
     (dict(tracing="trace=true"), "tracing must be"),
     (dict(tracing=runtimes.Tracing(port="nocolon")), "tracing port"),
+    (dict(tasks="protocols.trio_curio_ports.trio_tasks"), "package.module:function"),
 ])
 def test_register_refuses_a_malformed_runtime(kw, words):
     fields = dict(id="bad", style="task", port="protocols.ports:CoroPort",

@@ -226,18 +226,28 @@ def test_a_sim_cell_reports_its_cpu_time_and_drops_it_with_the_wall_clock():
 def test_simshare_splits_a_cells_cpu_between_the_world_and_the_program(capsys):
     """``python -m bench.perf.simshare``: the world's share is part of the
     cell's CPU, some of it (the peers act only inside the world), and the
-    wrapped seam is put back afterwards."""
+    wrapped entry points are put back afterwards, also when a cell raises."""
     from bench.perf import simshare
-    seam = [simnet.SimPoller.wait] + [getattr(simnet.SimSocket, n) for n in simshare.SOCKET_CALLS]
+
+    def entry_points():
+        return ([simnet.SimPoller.wait, World._run_due]
+                + [getattr(simnet.SimSocket, n) for n in simshare.SOCKET_CALLS])
+    before = entry_points()
     [row] = simshare.shares(matrix.plan("S6", "coro", "disconnect", "tiny"))
-    assert [simnet.SimPoller.wait] + [getattr(simnet.SimSocket, n)
-                                      for n in simshare.SOCKET_CALLS] == seam
+    assert entry_points() == before
     assert row["id"] == "S6/coro/disconnect/tiny/sim" and row["sim_s"] > 0.5
     assert 0 < row["world_cpu_s"] < row["cell_cpu_s"]
+    with pytest.raises(ZeroDivisionError):
+        with simshare.timed_seam():
+            assert entry_points() != before
+            1 / 0
+    assert entry_points() == before
+    # a cell on another interpreter runs out of the wrappers' reach: not split
+    assert simshare.shares(matrix.plan("S6", "coro@3.99", "block", "tiny")) == []
     assert simshare.main(["--scenarios", "S6", "--runtimes", "coro", "--variants",
                           "block", "--preset", "tiny"]) == 0
     out = capsys.readouterr().out
-    assert "S6/coro/block/tiny/sim" in out and "1 cells" in out
+    assert "S6/coro/block/tiny/sim" in out and " 1 cell; " in out
     assert simshare.main(["--scenarios", "S99"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("simshare: ") and err.count("\n") == 1

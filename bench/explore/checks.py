@@ -18,6 +18,7 @@
 """
 from __future__ import annotations
 
+import importlib
 import sys
 
 from bench import props as _props
@@ -339,38 +340,23 @@ def running_tasks() -> list:
     if kernel is not None:
         for t in kernel._rt.live_tasks():
             out.append(f"coro task {t.id} {t.name}: waits in {where_coro_waits(t.coro)}")
-    out += _trio_tasks() + _curio_tasks()
+    out += _declared_tasks()
     return sorted(out)
 
 
-def _trio_tasks() -> list:
-    """The running trio run's tasks (its task tree from the root, trio's own
-    ``<...>`` system tasks left out). Never imports trio."""
-    trio = sys.modules.get("trio")
-    if trio is None:
-        return []
-    try:
-        root = trio.lowlevel.current_root_task()
-    except RuntimeError:                  # no trio run in this thread
-        return []
-    out, todo = [], [root] if root is not None else []
-    while todo:
-        task = todo.pop()
-        if not task.name.startswith("<"):
-            out.append(f"trio task {task.name}: waits in {where_coro_waits(task.coro, 'trio')}")
-        for nursery in task.child_nurseries:
-            todo.extend(nursery.child_tasks)
+def _declared_tasks() -> list:
+    """The tasks of every runtime that declares how to list them
+    (``RuntimeInfo.tasks``; trio's and curio's), asked only when the runtime's
+    modules are already imported: this never imports a library. Each task is
+    shown where its own code waits, not inside its library."""
+    from protocols import runtimes
+    out, asked = [], set()
+    for info in runtimes.RUNTIMES.values():
+        if info.tasks is None or info.tasks in asked \
+                or not all(m in sys.modules for m in info.requires):
+            continue
+        asked.add(info.tasks)
+        module, _, name = info.tasks.partition(":")
+        for label, coro in getattr(importlib.import_module(module), name)():
+            out.append(f"{label}: waits in {where_coro_waits(coro, info.library)}")
     return out
-
-
-def _curio_tasks() -> list:
-    """The curio kernel running in this thread, if any: its task table. curio
-    has no public way to list them; ``curio.meta`` keeps the running kernel
-    (curio 1.6), and a curio without it lists nothing. Never imports curio."""
-    meta = sys.modules.get("curio.meta")
-    kernel = getattr(getattr(meta, "_locals", None), "kernel", None)
-    tasks = getattr(kernel, "_tasks", None)
-    if not isinstance(tasks, dict):
-        return []
-    return [f"curio task {t.id} {t.name}: waits in {where_coro_waits(t.coro, 'curio')}"
-            for t in tasks.values() if not getattr(t, "terminated", False)]

@@ -33,7 +33,7 @@ from bench.tables import MISSING, fmt_bytes, fmt_rate, fmt_seconds, format_table
 from protocols import runtimes
 
 __all__ = ["default_baseline", "KiB", "ECHO_METRICS", "CURVE_CONNECTIONS", "measure_echo", "run_echo_matrix",
-           "echo_units", "size_label", "param_label", "paired", "ratio_table", "echo_tables",
+           "echo_units", "size_label", "param_label", "by_round", "paired", "ratio_table", "echo_tables",
            "curve_table", "curve_png", "measure_idle", "idle_table", "METHOD_NOTES"]
 
 KiB = 1024
@@ -115,6 +115,7 @@ def measure_echo(rt, message_bytes: int, connections: int, duration: float = 2.0
         window = out.get("window_s") or duration
         requests = out["requests"]
         acct = start.until(end)
+        user, system = acct.pop("server_user_cpu_fraction"), acct.pop("server_system_cpu_fraction")
         sample = {
             "requests_per_s": requests / window,
             "throughput_Bps": requests * message_bytes / window,
@@ -123,9 +124,8 @@ def measure_echo(rt, message_bytes: int, connections: int, duration: float = 2.0
             "latency_mean_s": out.get("latency_mean_s"),
             "latency_max_s": out.get("latency_max_s"),
             "server_cpu_per_request_s": acct["server_cpu_fraction"] * window / requests,
-            "server_user_cpu_per_request_s": acct.pop("server_user_cpu_fraction") * window / requests,
-            "server_system_cpu_per_request_s":
-                acct.pop("server_system_cpu_fraction") * window / requests,
+            "server_user_cpu_per_request_s": user * window / requests,
+            "server_system_cpu_per_request_s": system * window / requests,
             **acct,
             "loadavg": start.loadavg,
         }
@@ -239,15 +239,18 @@ def default_baseline() -> str:
     return runtimes.ordered()[0]
 
 
+def by_round(cell: dict, metric: str) -> dict:
+    """``{round: sample}`` of one metric of a cell (rounds it failed are absent)."""
+    rounds = (cell.get("details") or {}).get("rounds")
+    vals = (cell.get("samples") or {}).get(metric, [])
+    if rounds is None or len(rounds) != len(vals):
+        rounds = list(range(len(vals)))
+    return dict(zip(rounds, vals))
+
+
 def paired(cell: dict, base: dict, metric: str) -> list[float]:
     """Per-round ratios cell/base, pairing samples measured in the same round."""
-    def by_round(c):
-        rounds = (c.get("details") or {}).get("rounds")
-        vals = (c.get("samples") or {}).get(metric, [])
-        if rounds is None or len(rounds) != len(vals):
-            rounds = list(range(len(vals)))
-        return dict(zip(rounds, vals))
-    a, b = by_round(cell), by_round(base)
+    a, b = by_round(cell, metric), by_round(base, metric)
     return [a[r] / b[r] for r in a if r in b and a[r] and b[r]]
 
 
@@ -351,7 +354,8 @@ def echo_tables(cells: list[dict], baseline: str, markdown: bool = False) -> str
                      fmt_seconds(m.get("latency_p50_s")), fmt_seconds(m.get("latency_p99_s")),
                      _fraction(m.get("server_cpu_fraction")), _fraction(m.get("other_cpu_fraction")),
                      c.get("repeats", 0), ", ".join(flags)])
-    parts.append(_title("absolute numbers (medians over repeats; ± is half the IQR)", markdown))
+    parts.append(_title("absolute numbers (medians over repeats, each column its own: user and "
+                        "system need not add up to the total; ± is half the IQR)", markdown))
     parts.append(format_table(["runtime", "message x conns", "req/s", "server CPU/req",
                                "of it user", "of it system", "p50",
                                "p99", "server CPU", "other CPU", "n", "flags"], rows, markdown))

@@ -23,9 +23,9 @@ from protocols import runtimes
 
 __all__ = ["ROOT", "MeasureError", "Interrupted", "run_interruptibly", "stop_on_signals",
            "check_stop", "NOISY_OTHER_CPU", "NOISY_STEAL", "CLIENT_SATURATED", "cpu_plan", "pin",
-           "proc_ticks", "machine_ticks", "rss_bytes", "Window", "loadavg", "allocator_env",
-           "raise_nofile", "environment", "env_lines", "read_line", "stop_process", "tail",
-           "progress", "bench_runtime", "unavailable", "split_available"]
+           "proc_user_system", "proc_ticks", "machine_ticks", "rss_bytes", "Window", "loadavg",
+           "allocator_env", "raise_nofile", "environment", "env_lines", "read_line",
+           "stop_process", "tail", "progress", "bench_runtime", "unavailable", "split_available"]
 
 # The folder holding the `bench` package: worker processes start here, so
 # `python -m bench...` finds the same code as this process.
@@ -144,8 +144,8 @@ def _stat_fields(pid) -> list[str] | None:
 def proc_user_system(pid: int) -> tuple[int, int]:
     """(user, system) CPU ticks used by ``pid`` and its reaped children. Kept apart
     because on loopback the system share of an echo request (the TCP stack runs in
-    the sender's system call) is about the same for every runtime, and larger than
-    any runtime's user share: it is what squeezes the CPU ratios toward 1."""
+    the sender's system call) is large and differs little between runtimes: it is
+    what squeezes the CPU ratios toward 1."""
     fields = _stat_fields(pid)
     if fields is None:
         return 0, 0
@@ -155,10 +155,7 @@ def proc_user_system(pid: int) -> tuple[int, int]:
 def proc_ticks(pid: int, children: bool = False) -> int:
     """CPU ticks used by ``pid`` (user+system), plus its reaped children's, plus (with
     ``children``) those of its live children -- the Python client forks workers."""
-    fields = _stat_fields(pid)
-    if fields is None:
-        return 0
-    total = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    total = sum(proc_user_system(pid))
     if children:
         try:
             names = os.listdir("/proc")

@@ -10,6 +10,7 @@ import json
 from bench.perf import echo as echomod
 from bench.perf import goals as goalsmod
 from bench.report.htmldoc import e, fmt_value, html_table, natural, rt_label, slug
+from bench.tables import fmt_fraction
 from bench.report.svg import OURS_SHADES, PALETTE, bar_chart, line_chart
 
 
@@ -47,7 +48,7 @@ class BenchmarkSections:
         table = []
 
         def ratio(summary):
-            return "-" if not summary or summary.get("ratio") is None else f"{summary['ratio']:.2f}"
+            return fmt_fraction((summary or {}).get("ratio"))
         for r in rows:
             st = str(r.get("status", "?"))
             cls = "ok" if st.startswith("met") else "muted" if st.startswith("not ") and \

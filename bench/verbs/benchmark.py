@@ -28,8 +28,7 @@ from bench.perf.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, cu
 from bench.report import html
 from bench.errors import ExitCode, UsageError
 from bench.perf.goals import (GOAL_ECHO_RUNTIMES, budget_lines, evaluate_goals, goal_runtimes,
-                              goals_table,
-                              run_goals, unjudged_if_interrupted)
+                              goals_table, run_goals, unjudged_if_interrupted)
 from bench.run.runner import default_out_dir
 from bench.perf.loadgen import CLIENT_KINDS, load_client
 from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
@@ -306,9 +305,10 @@ def _budget_text(rows) -> list[str]:
     lines = budget_lines(rows)
     if not lines:
         return []
-    return ["What a CPU goal not met leaves for the runtime's own (user) time, on the "
-            "medians (the system time is mostly the kernel's TCP work, about the same for "
-            "every runtime):\n" + "\n".join(f"- {line}" for line in lines)]
+    return ["User CPU per request each CPU goal not met leaves the runtime: the "
+            "reference's CPU over the target, less the runtime's own system time (mostly "
+            "the kernel's TCP work); medians over the paired rounds:\n"
+            + "\n".join(f"- {line}" for line in lines)]
 
 
 def cmd_goals(args) -> ExitCode:
