@@ -576,8 +576,10 @@ def add_parser(subparsers) -> None:
         description="Echo 1 KiB x 10 connections on our kernels and their references (uvloop, "
                     "asyncio, curio, trio), plus yield, spawn+join and ping-pong on coro and "
                     "curio. Each goal is judged on the median of per-round paired ratios "
-                    "and shown with their range, met or not; echo rows give the req/s ratio "
-                    "and the server-CPU-per-request ratio side by side.")
+                    "and shown with their range, met or not; echo rows give the req/s ratio, "
+                    "the server-CPU-per-request ratio and the same without system time side "
+                    "by side, and each CPU goal not met gets a line saying what user time "
+                    "per request it would need.")
     go = _Options(g)
     go("--repeat", type=int, default=5, help="paired rounds (default 5; the goals quote 7)")
     go("--python", default=None, metavar="VERSIONS",
