@@ -2,7 +2,8 @@
 
 Every test runs under ``no_leaks``: after it, the process's open file
 descriptors, threads and child processes must be back to what they were before
-(a kernel that stops releases its selector, wake-up socketpair and sockets).
+(a kernel that stops releases its selector, wake-up socketpair and sockets),
+and nothing new may sit at the top of the checkout.
 """
 from __future__ import annotations
 
@@ -80,16 +81,30 @@ def _open_process_wide_resources() -> None:
 _open_process_wide_resources()
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _checkout() -> set[str]:
+    """The checkout's top-level names, hidden ones aside (pytest's cache)."""
+    return {n for n in os.listdir(ROOT) if not n.startswith(".")}
+
+
 @pytest.fixture(autouse=True)
 def no_leaks(request):
+    entries = _checkout()
     if request.node.get_closest_marker("allow_leaks"):
         yield
-        return
-    fds, threads, children = _fds(), set(threading.enumerate()), _children()
-    yield
-    problems = leaks_since(fds, threads, children)
-    if problems:
-        pytest.fail("leaked after the test: " + "; ".join(problems), pytrace=False)
+    else:
+        fds, threads, children = _fds(), set(threading.enumerate()), _children()
+        yield
+        problems = leaks_since(fds, threads, children)
+        if problems:
+            pytest.fail("leaked after the test: " + "; ".join(problems), pytrace=False)
+    # A command run from the checkout (a subprocess's default cwd) must not write
+    # there: a user's mistake left an empty looplab-runs/ folder behind this way.
+    left = sorted(_checkout() - entries)
+    if left:
+        pytest.fail(f"left in the checkout: {', '.join(left)}", pytrace=False)
 
 
 def pytest_configure(config):

@@ -746,3 +746,45 @@ def test_the_spawn_join_floor_runs_every_operation():
     from bench.perf import floor
     assert floor.run(7) == 7
     assert floor.run(0) == 0
+
+
+def test_goals_instructions_are_counted_once_per_runtime_and_shown_as_a_ratio(monkeypatch):
+    from bench.perf import icount
+    counted = []
+
+    def fake_echo(spec, conns, size, requests, out_dir, extra=(), pause=0.0):
+        counted.append(("echo", spec, requests))
+        per = 10_000 if spec.startswith("callback") else 12_000
+        return [per * requests], "x"
+
+    def fake_micro(op, spec, n, out_dir, extra=()):
+        counted.append((op, spec, n))
+        return [(1_000 if spec.startswith("coro") else 9_000) * n * icount.ops_per_n(op)], "x"
+    monkeypatch.setattr(icount, "instructions", fake_echo)
+    monkeypatch.setattr(icount, "micro_instructions", fake_micro)
+    counts = goals.count_instructions(progress=lambda m: None)
+    assert counts[("echo", "callback")] == 10_000 and counts[("spawn_join", "curio")] == 9_000
+    # once per runtime and kind, two runs each (small and large); references served
+    # uninstrumented, as the timed goals serve them
+    echo_specs = [s for k, s, _ in counted if k == "echo"]
+    assert len(echo_specs) == 2 * len(set(echo_specs))
+    assert "asyncio-protocol:instrument=false" in echo_specs and "callback" in echo_specs
+    cells = [_echo("uvloop-protocol", [100] * 3, cpu=[10e-6] * 3), _echo("callback", [100] * 3, cpu=[9e-6] * 3)]
+    rows = goals.evaluate_goals(cells)
+    goals.attach_instructions(rows, {**counts, ("echo", "curio"): "error: callgrind failed"})
+    row = next(r for r in rows if (r["subject"], r["reference"]) == ("callback", "uvloop-protocol"))
+    assert row["instructions"] == {"subject": 10_000, "reference": 12_000, "ratio": 1.2}
+    table = goals.goals_table(rows)
+    assert "instructions ratio" in table and "1.20 (10,000 vs 12,000)" in table
+    assert "error: callgrind failed" in table            # coro vs curio: the reason, not a ratio
+
+
+def test_goals_instructions_without_valgrind_is_one_line_before_measuring(monkeypatch, capsys,
+                                                                         tmp_path):
+    import shutil
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(benchverb, "run_goals", lambda *a, **k: pytest.fail("measured"))
+    args = _bench_args(["goals", "--instructions", "--repeat", "1", "--out", str(tmp_path / "g")])
+    assert args.func(args) == ExitCode.ENVIRONMENT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--instructions: valgrind is not on PATH" in err

@@ -19,17 +19,22 @@ judged per interpreter, against the reference on the same one: a goal row carrie
 """
 from __future__ import annotations
 
+import shutil
 import statistics
+import subprocess
+import tempfile
 from dataclasses import dataclass
 
 from bench.perf.echo import KiB, by_round, echo_units, paired, run_echo_matrix
-from bench.perf.machine import Interrupted, progress, split_available
+from bench.perf import icount
+from bench.perf.machine import Interrupted, bench_runtime, check_stop, progress, split_available
 from bench.perf.micro import run_micro_matrix
 from bench.tables import MISSING, fmt_seconds, format_table
 from protocols import runtimes
 
 __all__ = ["Goal", "GOALS", "GOAL_ECHO_RUNTIMES", "GOAL_MICRO_OPS", "GOAL_MICRO_RUNTIMES",
-           "evaluate_goals", "goals_table", "budget_lines", "goal_runtimes", "run_goals"]
+           "evaluate_goals", "goals_table", "budget_lines", "goal_runtimes", "run_goals",
+           "icount_missing", "count_instructions", "attach_instructions"]
 
 RATE, CPU = "req/s", "server CPU/req"
 
@@ -207,6 +212,83 @@ def budget_lines(rows: list[dict]) -> list[str]:
     return out
 
 
+# Instruction counts (``--instructions``): the same counts as ``python -m
+# bench.perf.icount``, taken once per runtime. Echo: requests spread over 10
+# connections with a pause between rounds, so every round takes the same path;
+# micro: whole processes of ``small`` and ``large`` operations.
+ICOUNT_ECHO = (2000, 10000, 0.005)
+ICOUNT_MICRO = (300, 1500)
+
+
+def icount_missing() -> str | None:
+    """Why instructions cannot be counted here (valgrind's callgrind), or None."""
+    for tool in ("valgrind", "callgrind_control"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not on PATH (install valgrind to count instructions)"
+    return None
+
+
+def count_instructions(pythons=(None,), progress=progress) -> dict:
+    """Instructions per echo request or per micro operation of every goal's
+    subject and reference (not the runtimes shown beside), under callgrind:
+    ``{(kind, spec): count or "error: ..."}``, a count per runtime and kind."""
+    wanted = []
+    for python in pythons:
+        for g in GOALS:
+            kind = "echo" if g.kind == "echo" else g.kind
+            for spec in (g.subject, g.reference):
+                key = (kind, runtimes.on_interpreter(spec, python))
+                if key not in wanted:
+                    wanted.append(key)
+    rts, _skipped = split_available(runtimes.parse_list(",".join(dict.fromkeys(s for _, s in wanted))))
+    available = {rt.spec for rt in rts}
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="looplab-icount-") as tmp:
+        for i, (kind, spec) in enumerate(wanted, 1):
+            check_stop()
+            if spec not in available:
+                continue
+            progress(f"[{i}/{len(wanted)}] instructions: {kind} on {spec}")
+            served = bench_runtime(runtimes.parse(spec)).spec
+            try:
+                if kind == "echo":
+                    small, large, pause = ICOUNT_ECHO
+                    a, _ = icount.instructions(served, 10, KiB, small, tmp, (), pause)
+                    b, _ = icount.instructions(served, 10, KiB, large, tmp, (), pause)
+                    out[(kind, spec)] = (b[0] - a[0]) / (large - small)
+                else:
+                    small, large = ICOUNT_MICRO
+                    a, _ = icount.micro_instructions(kind, served, small, tmp)
+                    b, _ = icount.micro_instructions(kind, served, large, tmp)
+                    out[(kind, spec)] = (b[0] - a[0]) / (large - small) / icount.ops_per_n(kind)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                out[(kind, spec)] = f"error: {str(exc).splitlines()[0][:200]}"
+    return out
+
+
+def attach_instructions(rows: list[dict], counts: dict) -> None:
+    """Each goal row gets ``instructions``: ``{"subject", "reference", "ratio"}``
+    (the reference's count over ours, > 1: ours executes fewer), or the error."""
+    for r in rows:
+        kind = "echo" if r["kind"] == "echo" else r["kind"]
+        a = counts.get((kind, runtimes.on_interpreter(r["subject"], r.get("python"))))
+        b = counts.get((kind, runtimes.on_interpreter(r["reference"], r.get("python"))))
+        entry = {"subject": a, "reference": b, "ratio": None}
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0:
+            entry["ratio"] = b / a
+        r["instructions"] = entry
+
+
+def _instructions_text(r: dict) -> str:
+    i = r.get("instructions")
+    if not i:
+        return MISSING
+    if i["ratio"] is None:
+        err = next((v for v in (i["subject"], i["reference"]) if isinstance(v, str)), None)
+        return err or MISSING
+    return f"{i['ratio']:.2f} ({i['subject']:,.0f} vs {i['reference']:,.0f})"
+
+
 def _ratio_text(s: dict | None) -> str:
     if not s or s.get("ratio") is None:
         return MISSING
@@ -231,6 +313,10 @@ def goals_table(rows: list[dict], markdown: bool = False) -> str:
     head = ["goal", "judged on", "median (range)", "req/s ratio", "server CPU/req ratio",
             "user CPU/req ratio", "rounds", "status", "same ratio against (not judged)"]
     align = "llrrrrrll"
+    if any(r.get("instructions") for r in rows):
+        # reference over ours, ours and the reference per request or operation
+        table = [line + [_instructions_text(r)] for r, line in zip(rows, table)]
+        head, align = head + ["instructions ratio (ours vs reference)"], align + "r"
     if any(r.get("python") for r in rows):
         table = [[r.get("python") or "looplab's"] + line for r, line in zip(rows, table)]
         head, align = ["python"] + head, "l" + align

@@ -124,8 +124,9 @@ def micro_instructions(op, runtime, n, out_dir, extra=()):
         if op != "spawn_join":
             raise SystemExit("python -m bench.perf.icount: the floor is measured for spawn_join only")
         code = "import sys; from bench.perf.floor import run; run(int(sys.argv[3]))"
+    python = sys.executable if runtime == "floor" else envs.interpreter_for(runtime)
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *extra,
-           sys.executable, "-c", code, op, runtime, str(n)]
+           python, "-c", code, op, runtime, str(n)]
     proc = subprocess.run(cmd, cwd=procs.ROOT, env=env, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, timeout=1800)
     if proc.returncode != 0:

@@ -55,11 +55,13 @@ def default_out_dir() -> str:
 
 
 def check_outputs(out_dir: str | None = None, json_path: str | None = None) -> None:
-    """Before the first cell: every output path can be written (UsageError if not)."""
-    if out_dir:
-        resmod.check_output(out_dir, "--out", folder=True)
+    """Before the first cell: every output path can be written (UsageError if not).
+    The file first: checking the folder creates it, and a refused file must not
+    leave an empty folder behind."""
     if json_path:
         resmod.check_output(json_path, "--json")
+    if out_dir:
+        resmod.check_output(out_dir, "--out", folder=True)
 
 
 def progress_printer(stream=None):

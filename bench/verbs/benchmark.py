@@ -27,8 +27,9 @@ from bench.perf.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, cu
                              run_echo_matrix)
 from bench.report import html
 from bench.errors import ExitCode, UsageError
-from bench.perf.goals import (GOAL_ECHO_RUNTIMES, budget_lines, evaluate_goals, goal_runtimes,
-                              goals_table, run_goals, unjudged_if_interrupted)
+from bench.perf.goals import (GOAL_ECHO_RUNTIMES, attach_instructions, budget_lines,
+                              count_instructions, evaluate_goals, goal_runtimes, goals_table,
+                              icount_missing, run_goals, unjudged_if_interrupted)
 from bench.run.runner import default_out_dir
 from bench.perf.loadgen import CLIENT_KINDS, load_client
 from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
@@ -200,6 +201,17 @@ def _measure(fn, *a, **kw):
             return exc.cells, True
 
 
+def _measure_plain(fn, *a, **kw):
+    """``(fn(...), False)``, or on SIGINT/SIGTERM ``(None, True)``: for a step that
+    adds to what was measured, whose part-way result is dropped."""
+    with stop_on_signals():
+        try:
+            return fn(*a, **kw), False
+        except (Interrupted, KeyboardInterrupt):
+            progress("interrupted: keeping what was measured before this step")
+            return None, True
+
+
 def _finish(code: ExitCode, interrupted: bool, args, cells: list[dict]) -> ExitCode | None:
     """The exit code of an interrupted run (None when it ran to the end)."""
     if not interrupted:
@@ -234,10 +246,10 @@ def _echo_run(args, mode: str, title: str, sizes, concurrency, preset: str | Non
     shard = _shard(args.shard)
     rts = _runtimes(args.runtimes)
     baseline = runtimes.parse(args.baseline or default_baseline()).spec
-    _check_outputs(args)
     rts, skipped = _available(rts)
     if not rts:
         return ExitCode.ENVIRONMENT
+    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     client = _client(args.client)
     if client is None:
         return ExitCode.ENVIRONMENT
@@ -316,8 +328,11 @@ def cmd_goals(args) -> ExitCode:
     _at_least(args.warmup, 0, "--warmup", ">= 0")
     _at_least(args.repeat, 1, "--repeat", ">= 1")
     _at_least(args.min_time, 1e-9, "--min-time", "> 0")
-    _check_outputs(args)
     pythons = _pythons(args.python)
+    if args.instructions and icount_missing():
+        print(f"looplab bench goals: --instructions: {icount_missing()}", file=sys.stderr)
+        return ExitCode.ENVIRONMENT
+    _check_outputs(args)      # after the options: a mistake leaves no empty folder behind
     client = _client(args.client)
     if client is None:
         return ExitCode.ENVIRONMENT
@@ -334,11 +349,17 @@ def cmd_goals(args) -> ExitCode:
         cells, rows, skipped = measured
     for spec, reason in skipped.items():
         progress(f"skipped {spec}: {reason}")
+    if args.instructions and not interrupted:
+        progress("counting instructions under callgrind (a few minutes)")
+        measured_ok, interrupted = _measure_plain(count_instructions, pythons, progress)
+        if measured_ok is not None:
+            attach_instructions(rows, measured_ok)
     env = environment(client[1], pinned)
     doc = results.new_document(cells, env=env, goals=rows, config={
         "mode": "goals", "repeat": args.repeat, "duration": args.duration,
         "warmup": args.warmup, "min_time": args.min_time, "skipped": skipped,
-        "pythons": list(pythons), "interrupted": interrupted})
+        "pythons": list(pythons), "interrupted": interrupted,
+        "instructions": bool(args.instructions)})
     echo = [c for c in cells if c["scenario"] == "echo"]
     micro = [c for c in cells if c["scenario"] == "micro"]
     budget = _budget_text(rows)
@@ -389,10 +410,10 @@ def cmd_micro(args) -> ExitCode:
             raise UsageError(f"unknown micro-benchmark {op!r}; valid: {', '.join(MICRO_OPS)}")
     shard = _shard(args.shard)
     rts = _runtimes(args.runtimes)
-    _check_outputs(args)
     rts, skipped = _available(rts)
     if not rts:
         return ExitCode.ENVIRONMENT
+    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     pinned = not args.no_pin
     units = results.shard([(op, rt) for op in ops for rt in rts if micro_supported(op, rt)], shard)
     progress(f"looplab bench micro: {len(units)} cells x {args.repeat} repeats, min time "
@@ -441,10 +462,10 @@ def cmd_idle(args) -> ExitCode:
     _at_least(args.connections, 1, "--connections", ">= 1")
     _at_least(args.repeat, 1, "--repeat", ">= 1")
     rts = _runtimes(args.runtimes)
-    _check_outputs(args)
     rts, skipped = _available(rts)
     if not rts:
         return ExitCode.ENVIRONMENT
+    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     n = args.connections
     soft, hard, warning = raise_nofile(n + 256)
     notes = [f"RLIMIT_NOFILE: soft {soft}, hard {hard}"]
@@ -594,6 +615,9 @@ def add_parser(subparsers) -> None:
        help="load client: auto (C if a compiler works), c, python")
     go("--no-pin", action="store_true", help="do not pin server and client to CPUs")
     go("--fail", action="store_true", help="exit 1 when a goal is not met")
+    go("--instructions", action="store_true",
+       help="also count instructions per request or operation of every goal's runtimes "
+            "under callgrind (needs valgrind; a few minutes more) and show their ratio beside")
     _outputs(go)
 
     mi = sub.add_parser(

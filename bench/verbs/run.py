@@ -113,15 +113,16 @@ def _list_axes() -> None:
 
 def cmd_run(args) -> int:
     load_plugins(args)
+    # the names first: a mistake there leaves no empty output folder behind
+    cells = matrix.plan(args.scenarios, args.runtimes, args.variants, args.preset, args.repeat)
+    if args.baseline and args.fail_on != "verdict":
+        raise UsageError("--baseline is the reference for --fail-on verdict; give both")
     out_dir = args.out or matrix.default_out_dir()
     matrix.check_outputs(out_dir, args.json)
     baseline = resmod.load_json(args.baseline) if args.baseline else None
-    if args.baseline and args.fail_on != "verdict":
-        raise UsageError("--baseline is the reference for --fail-on verdict; give both")
     from bench import envs    # find the interpreters, build missing environments (progress on stderr)
     envs.prepare(rtmod.parse_list(args.runtimes))
     check_named_runtimes(args.runtimes)
-    cells = matrix.plan(args.scenarios, args.runtimes, args.variants, args.preset, args.repeat)
     # the simulated network (bench.simruns): --net, --replay, --seeds
     from bench import simruns
     cells = simruns.cells_for(args, cells)
