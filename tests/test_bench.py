@@ -788,3 +788,12 @@ def test_goals_instructions_without_valgrind_is_one_line_before_measuring(monkey
     assert args.func(args) == ExitCode.ENVIRONMENT
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--instructions: valgrind is not on PATH" in err
+
+
+def test_icount_says_when_a_reference_is_counted_with_its_measuring_proxy(capsys):
+    from bench.perf import icount
+    for spec in ("uvloop-protocol", "callback", "uvloop-protocol:instrument=false", "nope"):
+        icount._say_if_instrumented(spec)
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["note: uvloop-protocol is counted with its measuring proxy on; the "
+                   "benchmarks serve uvloop-protocol:instrument=false"]
