@@ -2,8 +2,8 @@
 
 Every test runs under ``no_leaks``: after it, the process's open file
 descriptors, threads and child processes must be back to what they were before
-(a kernel that stops releases its selector, wake-up socketpair and sockets),
-and nothing new may sit at the top of the checkout.
+(a kernel that stops releases its selector, wake-up socketpair and sockets).
+Once per session, nothing new may sit at the top of the checkout.
 """
 from __future__ import annotations
 
@@ -81,30 +81,44 @@ def _open_process_wide_resources() -> None:
 _open_process_wide_resources()
 
 
+@pytest.fixture(autouse=True)
+def no_leaks(request):
+    if request.node.get_closest_marker("allow_leaks"):
+        yield
+        return
+    fds, threads, children = _fds(), set(threading.enumerate()), _children()
+    yield
+    problems = leaks_since(fds, threads, children)
+    if problems:
+        pytest.fail("leaked after the test: " + "; ".join(problems), pytrace=False)
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPORT_FOLDERS = ("looplab-runs", "looplab-report", "looplab-zoo")
 
 
 def _checkout() -> set[str]:
-    """The checkout's top-level names, hidden ones aside (pytest's cache)."""
-    return {n for n in os.listdir(ROOT) if not n.startswith(".")}
+    """The checkout's top-level names (hidden ones aside: pytest's cache) and what
+    the default report folders hold."""
+    names = {n for n in os.listdir(ROOT) if not n.startswith(".")}
+    for folder in REPORT_FOLDERS:
+        if os.path.isdir(os.path.join(ROOT, folder)):
+            names |= {f"{folder}/{n}" for n in os.listdir(os.path.join(ROOT, folder))}
+    return names
 
 
-@pytest.fixture(autouse=True)
-def no_leaks(request):
-    entries = _checkout()
-    if request.node.get_closest_marker("allow_leaks"):
-        yield
-    else:
-        fds, threads, children = _fds(), set(threading.enumerate()), _children()
-        yield
-        problems = leaks_since(fds, threads, children)
-        if problems:
-            pytest.fail("leaked after the test: " + "; ".join(problems), pytrace=False)
-    # A command run from the checkout (a subprocess's default cwd) must not write
-    # there: a user's mistake left an empty looplab-runs/ folder behind this way.
-    left = sorted(_checkout() - entries)
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_in_the_checkout():
+    """A command run from the checkout (a subprocess's default working directory)
+    must not write there: a user's mistake once left an empty looplab-runs/ folder
+    this way, from every test that made it. Checked once per session (per worker):
+    a test of one worker can't be told from another's while both run."""
+    before = _checkout()
+    yield
+    left = sorted(_checkout() - before)
     if left:
-        pytest.fail(f"left in the checkout: {', '.join(left)}", pytrace=False)
+        pytest.fail(f"left in the checkout by this session's tests: {', '.join(left)}",
+                    pytrace=False)
 
 
 def pytest_configure(config):

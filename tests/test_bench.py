@@ -762,6 +762,7 @@ def test_goals_instructions_are_counted_once_per_runtime_and_shown_as_a_ratio(mo
         return [(1_000 if spec.startswith("coro") else 9_000) * n * icount.ops_per_n(op)], "x"
     monkeypatch.setattr(icount, "instructions", fake_echo)
     monkeypatch.setattr(icount, "micro_instructions", fake_micro)
+    monkeypatch.setattr(goals, "split_available", lambda rts: (list(rts), {}))  # curio or not
     counts = goals.count_instructions(progress=lambda m: None)
     assert counts[("echo", "callback")] == 10_000 and counts[("spawn_join", "curio")] == 9_000
     # once per runtime and kind, two runs each (small and large); references served
@@ -775,7 +776,7 @@ def test_goals_instructions_are_counted_once_per_runtime_and_shown_as_a_ratio(mo
     row = next(r for r in rows if (r["subject"], r["reference"]) == ("callback", "uvloop-protocol"))
     assert row["instructions"] == {"subject": 10_000, "reference": 12_000, "ratio": 1.2}
     table = goals.goals_table(rows)
-    assert "instructions ratio" in table and "1.20 (10,000 vs 12,000)" in table
+    assert "instructions: reference over ours" in table and "1.20 (10,000 vs 12,000)" in table
     assert "error: callgrind failed" in table            # coro vs curio: the reason, not a ratio
 
 
@@ -788,6 +789,20 @@ def test_goals_instructions_without_valgrind_is_one_line_before_measuring(monkey
     assert args.func(args) == ExitCode.ENVIRONMENT
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--instructions: valgrind is not on PATH" in err
+    assert not (tmp_path / "g").exists()          # refused before any folder is made
+
+
+def test_a_runtime_whose_count_fails_is_an_error_in_its_cell_not_the_run(monkeypatch):
+    from bench.perf import icount
+
+    def broken(*a, **k):
+        raise ValueError("")                      # no message at all: its type stands in
+
+    monkeypatch.setattr(icount, "instructions", broken)
+    monkeypatch.setattr(icount, "micro_instructions", broken)
+    monkeypatch.setattr(goals, "split_available", lambda rts: (list(rts), {}))
+    counts = goals.count_instructions(progress=lambda m: None)
+    assert counts[("echo", "callback")] == "error (callback): ValueError"
 
 
 def test_icount_says_when_a_reference_is_counted_with_its_measuring_proxy(capsys):

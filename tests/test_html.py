@@ -31,6 +31,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 
 
+def _child_env() -> dict:
+    """This checkout importable from another working directory."""
+    return {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
 # ---------------------------------------------------------------------------
 # documents
 
@@ -40,7 +45,10 @@ def real_doc(tmp_path_factory):
     cmd = [sys.executable, "-m", "bench", "run", "--scenarios", "S1,S3,S4", "--runtimes",
            "callback,coro,curio", "--variants", "naive,fixed", "--preset", "quick", "--jobs", "2",
            "--json", str(path)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=150)
+    # run in the temporary folder: without --out, `looplab run` also writes its
+    # default report folder (looplab-runs/TIME) where it runs
+    proc = subprocess.run(cmd, cwd=path.parent, env=_child_env(), capture_output=True,
+                          text=True, timeout=150)
     assert path.exists(), f"looplab run wrote no results (exit {proc.returncode}): {proc.stderr[-800:]}"
     with open(path) as f:
         return json.load(f)

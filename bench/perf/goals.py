@@ -11,6 +11,8 @@ shows the req/s ratio, the CPU ratio and the CPU ratio without system time side 
 whichever one it is judged on. On loopback the system time (the kernel's TCP work, a
 large share of every request and much the same for every runtime) squeezes the CPU ratios
 too: for a CPU goal not met, ``budget_lines`` says what user time the goal leaves.
+``count_instructions`` (``bench goals --instructions``) adds each goal's instruction
+counts under callgrind, with every runtime served as the timed goals serve it.
 
 The interpreter axis: ``run_goals(pythons=["3.12", "3.13"])`` measures every goal's
 runtimes once per interpreter (``coro@3.12`` against ``curio@3.12``), and each goal is
@@ -21,10 +23,10 @@ from __future__ import annotations
 
 import shutil
 import statistics
-import subprocess
 import tempfile
 from dataclasses import dataclass
 
+from bench.errors import UsageError
 from bench.perf.echo import KiB, by_round, echo_units, paired, run_echo_matrix
 from bench.perf import icount
 from bench.perf.machine import Interrupted, bench_runtime, check_stop, progress, split_available
@@ -34,7 +36,8 @@ from protocols import runtimes
 
 __all__ = ["Goal", "GOALS", "GOAL_ECHO_RUNTIMES", "GOAL_MICRO_OPS", "GOAL_MICRO_RUNTIMES",
            "evaluate_goals", "goals_table", "budget_lines", "goal_runtimes", "run_goals",
-           "icount_missing", "count_instructions", "attach_instructions"]
+           "icount_missing", "count_instructions", "attach_instructions", "ICOUNT_ECHO",
+           "ICOUNT_MICRO"]
 
 RATE, CPU = "req/s", "server CPU/req"
 
@@ -228,6 +231,15 @@ def icount_missing() -> str | None:
     return None
 
 
+def _canonical(spec: str) -> str:
+    """The spec as the registry spells it (an interpreter path resolved and so on),
+    so that the counts and the goal rows meet on one key."""
+    try:
+        return runtimes.parse(spec).spec
+    except UsageError:
+        return spec
+
+
 def count_instructions(pythons=(None,), progress=progress) -> dict:
     """Instructions per echo request or per micro operation of every goal's
     subject and reference (not the runtimes shown beside), under callgrind:
@@ -235,9 +247,8 @@ def count_instructions(pythons=(None,), progress=progress) -> dict:
     wanted = []
     for python in pythons:
         for g in GOALS:
-            kind = "echo" if g.kind == "echo" else g.kind
             for spec in (g.subject, g.reference):
-                key = (kind, runtimes.on_interpreter(spec, python))
+                key = (g.kind, _canonical(runtimes.on_interpreter(spec, python)))
                 if key not in wanted:
                     wanted.append(key)
     rts, _skipped = split_available(runtimes.parse_list(",".join(dict.fromkeys(s for _, s in wanted))))
@@ -249,8 +260,8 @@ def count_instructions(pythons=(None,), progress=progress) -> dict:
             if spec not in available:
                 continue
             progress(f"[{i}/{len(wanted)}] instructions: {kind} on {spec}")
-            served = bench_runtime(runtimes.parse(spec)).spec
             try:
+                served = bench_runtime(runtimes.parse(spec)).spec
                 if kind == "echo":
                     small, large, pause = ICOUNT_ECHO
                     a, _ = icount.instructions(served, 10, KiB, small, tmp, (), pause)
@@ -261,8 +272,9 @@ def count_instructions(pythons=(None,), progress=progress) -> dict:
                     a, _ = icount.micro_instructions(kind, served, small, tmp)
                     b, _ = icount.micro_instructions(kind, served, large, tmp)
                     out[(kind, spec)] = (b[0] - a[0]) / (large - small) / icount.ops_per_n(kind)
-            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-                out[(kind, spec)] = f"error: {str(exc).splitlines()[0][:200]}"
+            except Exception as exc:          # one runtime's failure is its cell's, not the run's
+                text = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+                out[(kind, spec)] = f"error ({spec}): {text[:200]}"
     return out
 
 
@@ -270,9 +282,9 @@ def attach_instructions(rows: list[dict], counts: dict) -> None:
     """Each goal row gets ``instructions``: ``{"subject", "reference", "ratio"}``
     (the reference's count over ours, > 1: ours executes fewer), or the error."""
     for r in rows:
-        kind = "echo" if r["kind"] == "echo" else r["kind"]
-        a = counts.get((kind, runtimes.on_interpreter(r["subject"], r.get("python"))))
-        b = counts.get((kind, runtimes.on_interpreter(r["reference"], r.get("python"))))
+        kind = r["kind"]
+        a = counts.get((kind, _canonical(runtimes.on_interpreter(r["subject"], r.get("python")))))
+        b = counts.get((kind, _canonical(runtimes.on_interpreter(r["reference"], r.get("python")))))
         entry = {"subject": a, "reference": b, "ratio": None}
         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0:
             entry["ratio"] = b / a
@@ -316,7 +328,7 @@ def goals_table(rows: list[dict], markdown: bool = False) -> str:
     if any(r.get("instructions") for r in rows):
         # reference over ours, ours and the reference per request or operation
         table = [line + [_instructions_text(r)] for r, line in zip(rows, table)]
-        head, align = head + ["instructions ratio (ours vs reference)"], align + "r"
+        head, align = head + ["instructions: reference over ours (ours vs reference)"], align + "r"
     if any(r.get("python") for r in rows):
         table = [[r.get("python") or "looplab's"] + line for r, line in zip(rows, table)]
         head, align = ["python"] + head, "l" + align

@@ -25,10 +25,11 @@ nothing to do, so only the scheduling operations are reproducible::
 ``floor`` in place of a runtime counts ``bench.perf.floor``: spawn+join with no
 kernel at all, the least the API itself costs in this interpreter.
 
-Runtimes are counted as given. A reference library's runtime given as is carries its
-port's measuring proxy (``instrument=true``, about 6,000 instructions a request on the
-protocol path), which the benchmarks turn off: the tool says so on stderr, and
-``looplab bench goals --instructions`` counts every goal's runtimes as benchmarked.
+Echo servers are counted as given. A reference library's runtime given as is carries
+its port's measuring proxy (``instrument=true``: about 6,000 instructions a request on
+the protocol path on 3.11, 4,000 on 3.13), which the benchmarks turn off: the tool says
+so on stderr, and ``looplab bench goals --instructions`` counts every goal's runtimes as
+benchmarked. (``--micro`` counts them as the micro-benchmarks run them, proxy off.)
 
 Needs valgrind on PATH. Every process it starts is stopped before it returns.
 """
@@ -48,6 +49,11 @@ from bench import envs, procs
 from bench.errors import UsageError
 from bench.perf.machine import bench_runtime
 from protocols import runtimes
+
+
+def _file_part(spec: str) -> str:
+    """A runtime spec as part of a file name (an interpreter path has slashes)."""
+    return re.sub(r"[^\w.=-]", "_", spec)
 
 
 def _round_trips(socks, size, requests, pause=0.0):
@@ -94,7 +100,7 @@ def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):
 
 
 def instructions(runtime, conns, size, requests, out_dir, extra=(), pause=0.0):
-    out = os.path.join(out_dir, f"cg.{runtime.replace(':', '_')}.c{conns}.{requests}.out")
+    out = os.path.join(out_dir, f"cg.{_file_part(runtime)}.c{conns}.{requests}.out")
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
            f"--callgrind-out-file={out}", *extra,
            *procs.python_command("bench", "serve", "echo", "--runtime", runtime,
@@ -124,7 +130,7 @@ def instructions(runtime, conns, size, requests, out_dir, extra=(), pause=0.0):
 def micro_instructions(op, runtime, n, out_dir, extra=()):
     """Instructions of one process that runs micro-benchmark ``op`` once with ``n``
     operations on ``runtime`` (imports and port set-up included: they cancel out)."""
-    out = os.path.join(out_dir, f"cg.micro.{op}.{runtime.replace(':', '_')}.{n}.out")
+    out = os.path.join(out_dir, f"cg.micro.{op}.{_file_part(runtime)}.{n}.out")
     env = procs.child_env({"PYTHONHASHSEED": "0"})
     code = ("import sys; from bench.perf.micro import micro; r = micro(sys.argv[1], sys.argv[2], "
             "int(sys.argv[3])); sys.exit(r.error)")
@@ -138,7 +144,9 @@ def micro_instructions(op, runtime, n, out_dir, extra=()):
     proc = subprocess.run(cmd, cwd=procs.ROOT, env=env, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, timeout=1800)
     if proc.returncode != 0:
-        raise RuntimeError(f"{op} on {runtime} failed: {proc.stderr.strip()[-300:]}")
+        # valgrind's own lines ("==PID== ...") end stderr; the program's error is above
+        said = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("==")]
+        raise RuntimeError(f"{op} on {runtime} failed: {said[-1][-300:] if said else 'no output'}")
     with open(out) as f:
         for line in f:
             if line.startswith("summary:") or line.startswith("totals:"):
@@ -152,9 +160,9 @@ def ops_per_n(op: str) -> int:
 
 
 def _say_if_instrumented(spec: str) -> None:
-    """A reference counted as given carries its port's measuring proxy (about 6,000
-    instructions a request on the protocol path), which the timed benchmarks turn
-    off: say so, since comparing it with our kernels is then not like for like."""
+    """A reference counted as given carries its port's measuring proxy (thousands of
+    instructions a request), which the timed benchmarks turn off: say so, since
+    comparing it with our kernels is then not like for like."""
     try:
         rt = runtimes.parse(spec)
     except UsageError:        # a bad spec fails in the server, with its own line

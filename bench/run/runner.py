@@ -24,6 +24,7 @@ from bench.errors import ExitCode, UsageError
 from bench.run.cells import run_cell
 
 __all__ = ["Terminated", "signals_interrupt", "run_matrix", "Runner", "check_outputs",
+           "outputs_checked",
            "default_out_dir", "progress_printer", "exit_code", "interrupted_line"]
 
 
@@ -62,6 +63,27 @@ def check_outputs(out_dir: str | None = None, json_path: str | None = None) -> N
         resmod.check_output(json_path, "--json")
     if out_dir:
         resmod.check_output(out_dir, "--out", folder=True)
+
+
+@contextlib.contextmanager
+def outputs_checked(out_dir: str | None, json_path: str | None):
+    """``check_outputs``, then the block (the checks that must come after it, such as
+    building environments); if the block fails, the folders the check created are
+    removed again while still empty, so a failure leaves nothing behind."""
+    created = []
+    for path in (out_dir, os.path.dirname(os.path.abspath(json_path)) if json_path else None):
+        path = os.path.abspath(path) if path else None
+        while path and not os.path.exists(path):
+            created.append(path)
+            path = os.path.dirname(path)
+    check_outputs(out_dir, json_path)
+    try:
+        yield
+    except BaseException:
+        for path in created:                  # deepest first, each only if still empty
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        raise
 
 
 def progress_printer(stream=None):

@@ -27,9 +27,10 @@ from bench.perf.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, cu
                              run_echo_matrix)
 from bench.report import html
 from bench.errors import ExitCode, UsageError
-from bench.perf.goals import (GOAL_ECHO_RUNTIMES, attach_instructions, budget_lines,
-                              count_instructions, evaluate_goals, goal_runtimes, goals_table,
-                              icount_missing, run_goals, unjudged_if_interrupted)
+from bench.perf.goals import (GOAL_ECHO_RUNTIMES, ICOUNT_ECHO, ICOUNT_MICRO,
+                              attach_instructions, budget_lines, count_instructions,
+                              evaluate_goals, goal_runtimes, goals_table, icount_missing,
+                              run_goals, unjudged_if_interrupted)
 from bench.run.runner import default_out_dir
 from bench.perf.loadgen import CLIENT_KINDS, load_client
 from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
@@ -249,10 +250,10 @@ def _echo_run(args, mode: str, title: str, sizes, concurrency, preset: str | Non
     rts, skipped = _available(rts)
     if not rts:
         return ExitCode.ENVIRONMENT
-    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     client = _client(args.client)
     if client is None:
         return ExitCode.ENVIRONMENT
+    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     pinned = not args.no_pin
     if max(concurrency) > 400:
         warning = raise_nofile(2 * max(concurrency) + 256)[2]
@@ -329,13 +330,14 @@ def cmd_goals(args) -> ExitCode:
     _at_least(args.repeat, 1, "--repeat", ">= 1")
     _at_least(args.min_time, 1e-9, "--min-time", "> 0")
     pythons = _pythons(args.python)
-    if args.instructions and icount_missing():
-        print(f"looplab bench goals: --instructions: {icount_missing()}", file=sys.stderr)
+    missing = icount_missing() if args.instructions else None
+    if missing:
+        print(f"looplab bench goals: --instructions: {missing}", file=sys.stderr)
         return ExitCode.ENVIRONMENT
-    _check_outputs(args)      # after the options: a mistake leaves no empty folder behind
     client = _client(args.client)
     if client is None:
         return ExitCode.ENVIRONMENT
+    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     pinned = not args.no_pin
     progress(f"looplab bench goals: echo 1 KiB x 10 on {len(GOAL_ECHO_RUNTIMES)} runtimes and "
              f"micro yield/spawn_join/pingpong on coro and curio, {args.repeat} round(s) each"
@@ -349,17 +351,21 @@ def cmd_goals(args) -> ExitCode:
         cells, rows, skipped = measured
     for spec, reason in skipped.items():
         progress(f"skipped {spec}: {reason}")
+    # The counts come after the timed goals and add to them: stopping the counts
+    # keeps the timed run whole (judged as it was), without instruction columns.
+    counting_stopped = False
     if args.instructions and not interrupted:
         progress("counting instructions under callgrind (a few minutes)")
-        measured_ok, interrupted = _measure_plain(count_instructions, pythons, progress)
-        if measured_ok is not None:
-            attach_instructions(rows, measured_ok)
+        counts, counting_stopped = _measure_plain(count_instructions, pythons, progress)
+        if counts is not None:
+            attach_instructions(rows, counts)
     env = environment(client[1], pinned)
     doc = results.new_document(cells, env=env, goals=rows, config={
         "mode": "goals", "repeat": args.repeat, "duration": args.duration,
         "warmup": args.warmup, "min_time": args.min_time, "skipped": skipped,
         "pythons": list(pythons), "interrupted": interrupted,
-        "instructions": bool(args.instructions)})
+        "instructions": ({"echo": list(ICOUNT_ECHO), "micro": list(ICOUNT_MICRO),
+                          "stopped": counting_stopped} if args.instructions else None)})
     echo = [c for c in cells if c["scenario"] == "echo"]
     micro = [c for c in cells if c["scenario"] == "micro"]
     budget = _budget_text(rows)
@@ -373,6 +379,10 @@ def cmd_goals(args) -> ExitCode:
                                                METHOD_NOTES + MICRO_NOTES))
     if code or interrupted:
         return _finish(code, interrupted, args, cells) or code
+    if counting_stopped:
+        print("looplab bench goals: interrupted while counting instructions; the timed goals "
+              "are complete and written without them", file=sys.stderr)
+        return ExitCode.INTERRUPTED
     if args.fail and any(not r["status"].startswith("met") for r in rows):
         return ExitCode.FAILED
     return ExitCode.OK

@@ -113,27 +113,30 @@ def _list_axes() -> None:
 
 def cmd_run(args) -> int:
     load_plugins(args)
-    # the names first: a mistake there leaves no empty output folder behind
+    # Everything a user can get wrong is checked before the output folder is made:
+    # a mistake leaves no empty folder behind.
     cells = matrix.plan(args.scenarios, args.runtimes, args.variants, args.preset, args.repeat)
     if args.baseline and args.fail_on != "verdict":
         raise UsageError("--baseline is the reference for --fail-on verdict; give both")
-    out_dir = args.out or matrix.default_out_dir()
-    matrix.check_outputs(out_dir, args.json)
-    baseline = resmod.load_json(args.baseline) if args.baseline else None
-    from bench import envs    # find the interpreters, build missing environments (progress on stderr)
-    envs.prepare(rtmod.parse_list(args.runtimes))
-    check_named_runtimes(args.runtimes)
     # the simulated network (bench.simruns): --net, --replay, --seeds
     from bench import simruns
     cells = simruns.cells_for(args, cells)
+    extra = {}
+    if not args.seeds:
+        if args.shard:
+            extra["shard"] = resmod.shard_info([c.id for c in cells], args.shard)
+            cells = resmod.shard(cells, args.shard)
+        if not cells:
+            raise UsageError("the matrix is empty: no cell matches those scenarios, runtimes "
+                             "and variants")
+    baseline = resmod.load_json(args.baseline) if args.baseline else None
+    out_dir = args.out or matrix.default_out_dir()
+    with matrix.outputs_checked(out_dir, args.json):
+        from bench import envs    # find the interpreters, build missing environments (progress on stderr)
+        envs.prepare(rtmod.parse_list(args.runtimes))
+        check_named_runtimes(args.runtimes)
     if args.seeds:
         return simruns.explore_command(cells, args, out_dir)
-    extra = {}
-    if args.shard:
-        extra["shard"] = resmod.shard_info([c.id for c in cells], args.shard)
-        cells = resmod.shard(cells, args.shard)
-    if not cells:
-        raise UsageError("the matrix is empty: no cell matches those scenarios, runtimes and variants")
     if not args.out:
         print(f"looplab run: no --out given; writing to {out_dir}", file=sys.stderr)
     print(f"looplab run: {len(cells)} cells", file=sys.stderr)
