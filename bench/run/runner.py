@@ -24,8 +24,8 @@ from bench.errors import ExitCode, UsageError
 from bench.run.cells import run_cell
 
 __all__ = ["Terminated", "signals_interrupt", "run_matrix", "Runner", "check_outputs",
-           "outputs_checked",
-           "default_out_dir", "progress_printer", "exit_code", "interrupted_line"]
+           "outputs_checked", "default_out_dir", "progress_printer", "exit_code",
+           "interrupted_line"]
 
 
 class Terminated(KeyboardInterrupt):
