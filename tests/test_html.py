@@ -375,6 +375,12 @@ def test_the_goals_table_shows_each_interpreter_and_both_cpu_ratios(bench_doc, t
     cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", table)]
     assert cells[:1] == ["3.11"] and cells[6:8] == ["0.99", "1.13"]
     assert "3.13" in cells and cells[-2:] == ["1.02", "1.20"]
+    assert "instructions" not in table          # not counted: no column
+    goals[0]["instructions"] = {"subject": 21_244, "reference": 23_417, "ratio": 23_417 / 21_244}
+    goals[1]["instructions"] = {"subject": None, "reference": None, "ratio": None}
+    table = render({**bench_doc, "goals": goals}, tmp_path).split('id="goals"')[1].split("</table>")[0]
+    cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", table)]
+    assert "instructions, reference over ours" in table and cells[8] == "1.10" and cells[-1] == "-"
 
 
 _PROBES = {

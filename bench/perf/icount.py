@@ -90,9 +90,14 @@ def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):
         # a measurement and trust only differences larger than its spread.
         ctl = subprocess.Popen(["callgrind_control", "-i", "on", str(pid)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        while ctl.poll() is None:
-            _round_trips(socks[:1], size, 1)
-            time.sleep(0.3)
+        try:
+            while ctl.poll() is None:
+                _round_trips(socks[:1], size, 1)
+                time.sleep(0.3)
+        finally:                      # interrupted (Ctrl-C): the helper goes too
+            if ctl.poll() is None:
+                ctl.kill()
+            ctl.wait()
         _round_trips(socks, size, requests, pause)
     finally:
         for s in socks:

@@ -46,6 +46,7 @@ class BenchmarkSections:
         interrupted = bool(self.doc.get("incomplete") or (self.doc.get("config") or {}).get("interrupted"))
         rows = goalsmod.unjudged_if_interrupted(rows, interrupted)
         table = []
+        counted = any(r.get("instructions") for r in rows)
 
         def ratio(summary):
             return fmt_fraction((summary or {}).get("ratio"))
@@ -57,8 +58,12 @@ class BenchmarkSections:
             table.append([e(str(r.get("goal", "?"))), "-" if r.get("ratio") is None else f"{r['ratio']:.2f}\u00d7",
                           rng, e(str(r.get("n", ""))), f'<span class="{cls}">{e(st)}</span>',
                           ratio(r.get("cpu")), ratio(r.get("user"))])
+            if counted:
+                table[-1].append(ratio(r.get("instructions")))
         head = ["goal", "measured (median of paired ratios)", "range over rounds", "rounds", "status",
                 "server CPU/request, reference over ours", "the same, user CPU only (not judged)"]
+        if counted:
+            head.append("instructions, reference over ours (--instructions)")
         if any(r.get("python") for r in rows):
             table = [[e(r.get("python") or "looplab's")] + line for r, line in zip(rows, table)]
             head = ["python"] + head
