@@ -344,3 +344,15 @@ def test_curio_tasks_are_listed_at_a_deadlock_with_their_own_frame():
     assert any(g.startswith("curio task") and g.endswith(f"waits in waiter at line {line}")
                for g in got2), got2
     assert checks.running_tasks() == []          # nothing runs here now
+
+
+def test_a_runtime_whose_task_lister_fails_is_named_and_the_rest_still_listed(monkeypatch):
+    from dataclasses import replace
+
+    from protocols import runtimes
+    broken = replace(runtimes.get("coro"), id="lister-breaks", tasks="nosuch.module:tasks",
+                     requires=())
+    monkeypatch.setitem(runtimes.RUNTIMES, broken.id, broken)
+    lines = checks._declared_tasks()
+    assert [ln for ln in lines if ln.startswith("lister-breaks")] == [
+        "lister-breaks: its tasks could not be listed (ModuleNotFoundError: No module named 'nosuch')"]

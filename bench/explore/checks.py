@@ -357,6 +357,11 @@ def _declared_tasks() -> list:
             continue
         asked.add(info.tasks)
         module, _, name = info.tasks.partition(":")
-        for label, coro in getattr(importlib.import_module(module), name)():
+        try:
+            listed = getattr(importlib.import_module(module), name)()
+        except Exception as exc:  # a plugin's lister must not hide the deadlock itself
+            out.append(f"{info.id}: its tasks could not be listed ({type(exc).__name__}: {exc})")
+            continue
+        for label, coro in listed:
             out.append(f"{label}: waits in {where_coro_waits(coro, info.library)}")
     return out
