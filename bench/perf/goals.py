@@ -264,14 +264,10 @@ def count_instructions(pythons=(None,), progress=progress) -> dict:
                 served = bench_runtime(runtimes.parse(spec)).spec
                 if kind == "echo":
                     small, large, pause = ICOUNT_ECHO
-                    a, _ = icount.instructions(served, 10, KiB, small, tmp, (), pause)
-                    b, _ = icount.instructions(served, 10, KiB, large, tmp, (), pause)
-                    out[(kind, spec)] = (b[0] - a[0]) / (large - small)
+                    out[(kind, spec)] = icount.per_request(served, 10, KiB, small, large, tmp,
+                                                           pause=pause)[0][0]
                 else:
-                    small, large = ICOUNT_MICRO
-                    a, _ = icount.micro_instructions(kind, served, small, tmp)
-                    b, _ = icount.micro_instructions(kind, served, large, tmp)
-                    out[(kind, spec)] = (b[0] - a[0]) / (large - small) / icount.ops_per_n(kind)
+                    out[(kind, spec)] = icount.per_operation(kind, served, *ICOUNT_MICRO, tmp)[0]
             except Exception as exc:          # one runtime's failure is its cell's, not the run's
                 text = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
                 out[(kind, spec)] = f"error ({spec}): {text[:200]}"

@@ -164,6 +164,23 @@ def ops_per_n(op: str) -> int:
     return {"yield": 2, "yield_many": YIELD_MANY_TASKS}.get(op, 1)
 
 
+def per_request(runtime, conns, size, small, large, out_dir, extra=(), pause=0.0):
+    """Callgrind's counters per echo request, ``small`` and ``large`` requests
+    apart: ``(per-request counters, totals at small, totals at large, file)``."""
+    a, _ = instructions(runtime, conns, size, small, out_dir, extra, pause)
+    b, path = instructions(runtime, conns, size, large, out_dir, extra, pause)
+    return [(y - x) / (large - small) for x, y in zip(a, b)], a, b, path
+
+
+def per_operation(op, runtime, small, large, out_dir):
+    """Instructions per micro-benchmark operation, two whole processes ``small``
+    and ``large`` operations apart: ``(per operation, total at small, at large, file)``
+    (operations per n: yield is two tasks yielding n times each, and so on)."""
+    a, _ = micro_instructions(op, runtime, small, out_dir)
+    b, path = micro_instructions(op, runtime, large, out_dir)
+    return (b[0] - a[0]) / (large - small) / ops_per_n(op), a[0], b[0], path
+
+
 def _say_if_instrumented(spec: str) -> None:
     """A reference counted as given carries its port's measuring proxy (thousands of
     instructions a request), which the timed benchmarks turn off: say so, since
@@ -200,19 +217,15 @@ def main(argv=None) -> int:
     os.makedirs(out_dir, exist_ok=True)
     if args.micro:
         for rt in args.runtimes:
-            a, _ = micro_instructions(args.micro, rt, args.small, out_dir)
-            b, path = micro_instructions(args.micro, rt, args.large, out_dir)
-            # operations per n: yield is two tasks yielding n times each, and so on
-            per = (b[0] - a[0]) / (args.large - args.small) / ops_per_n(args.micro)
-            print(f"{rt:24s} {args.micro} instr/op={per:10.0f}  ({a[0]} @ {args.small}, "
-                  f"{b[0]} @ {args.large}; {path})", flush=True)
+            per, a, b, path = per_operation(args.micro, rt, args.small, args.large, out_dir)
+            print(f"{rt:24s} {args.micro} instr/op={per:10.0f}  ({a} @ {args.small}, "
+                  f"{b} @ {args.large}; {path})", flush=True)
         return 0
     for rt in args.runtimes:
         _say_if_instrumented(rt)
         extra = ("--cache-sim=yes",) if args.cache_sim else ()
-        a, _ = instructions(rt, args.conns, args.size, args.small, out_dir, extra, args.pause)
-        b, path = instructions(rt, args.conns, args.size, args.large, out_dir, extra, args.pause)
-        per = [(y - x) / (args.large - args.small) for x, y in zip(a, b)]
+        per, a, b, path = per_request(rt, args.conns, args.size, args.small, args.large,
+                                      out_dir, extra, args.pause)
         line = (f"{rt:24s} conns={args.conns} size={args.size} instr/request={per[0]:10.0f}")
         if args.cache_sim and len(per) >= 9:
             # callgrind's order: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw

@@ -208,7 +208,7 @@ def _measure_plain(fn, *a, **kw):
     with stop_on_signals():
         try:
             return fn(*a, **kw), False
-        except (Interrupted, KeyboardInterrupt):
+        except KeyboardInterrupt:         # SIGINT/SIGTERM, or check_stop()
             progress("interrupted: keeping what was measured before this step")
             return None, True
 
