@@ -381,6 +381,13 @@ def test_the_goals_table_shows_each_interpreter_and_both_cpu_ratios(bench_doc, t
     table = render({**bench_doc, "goals": goals}, tmp_path).split('id="goals"')[1].split("</table>")[0]
     cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", table)]
     assert "instructions, reference over ours" in table and cells[8] == "1.10" and cells[-1] == "-"
+    assert "callgrind" not in render({**bench_doc, "goals": goals}, tmp_path)   # no method recorded
+    config = {**(bench_doc.get("config") or {}),
+              "instructions": {"echo": [2000, 10000, 0.005], "micro": [300, 1500], "stopped": True}}
+    text = render({**bench_doc, "goals": goals, "config": config}, tmp_path)
+    method = text.split('id="goals"')[1].split("</table>")[1].split("</p>")[0]
+    assert "callgrind" in method and "2,000 and 10,000" in method and "5 ms apart" in method
+    assert "300 and 1,500 operations" in method and "stopped before it ended" in method
 
 
 _PROBES = {

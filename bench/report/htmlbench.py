@@ -67,7 +67,27 @@ class BenchmarkSections:
         if any(r.get("python") for r in rows):
             table = [[e(r.get("python") or "looplab's")] + line for r, line in zip(rows, table)]
             head = ["python"] + head
-        return '<h3 id="goals">Performance goals</h3>' + html_table(head, table)
+        return '<h3 id="goals">Performance goals</h3>' + html_table(head, table) + \
+            self._instruction_method(counted)
+
+    def _instruction_method(self, counted: bool) -> str:
+        # How the instruction column was counted, from the run's own config.
+        how = (self.doc.get("config") or {}).get("instructions")
+        if not counted or not isinstance(how, dict):
+            return ""
+        try:
+            small, large, pause = how["echo"]
+            msmall, mlarge = how["micro"]
+        except (KeyError, TypeError, ValueError):
+            return ""
+        text = (f"Instructions counted under valgrind's callgrind, each runtime served as the "
+                f"timed goals serve it (references without their measuring proxy): per echo "
+                f"request, the difference between {small:,} and {large:,} lock-step requests "
+                f"{pause * 1000:g} ms apart over 10 connections; per micro-benchmark "
+                f"operation, between whole runs of {msmall:,} and {mlarge:,} operations.")
+        if how.get("stopped"):
+            text += " The counting was stopped before it ended: a missing count is not measured."
+        return f'<p class="muted">{e(text)}</p>'
 
     def echo(self, cells) -> str:
         cfg = self.doc.get("config") or {}
