@@ -175,6 +175,19 @@ def test_ratio_table_pairs_rounds_and_takes_geometric_mean():
     assert t["geomean"]["asyncio-protocol"] == pytest.approx(1.0)
 
 
+def test_the_cpu_ratio_table_reads_the_baseline_over_each_runtime_so_above_one_is_cheaper():
+    base = _echo("uvloop-streams", [100] * 3, cpu=[10e-6, 12e-6, 9e-6])
+    coro = _echo("coro", [100] * 3, cpu=[8e-6, 12e-6, 10e-6])
+    t = echo.ratio_table([base, coro], "uvloop-streams", "server_cpu_per_request_s", cost=True)
+    row = t["ratios"]["1 KiB x 10"]["coro"]
+    assert row["ratio"] == pytest.approx(10e-6 / 10e-6)             # medians: 10 over 10
+    assert sorted(row["paired"]) == pytest.approx([0.9, 1.0, 1.25])
+    text = echo.echo_tables([base, coro], "uvloop-streams")
+    assert "server CPU per request relative to uvloop-streams" in text
+    cpu_part = text.split("server CPU per request relative to")[1]
+    assert "1.00 (0.90-1.25)" in cpu_part.split("absolute numbers")[0]
+
+
 def test_paired_ratios_skip_rounds_missing_on_one_side():
     base = _echo("asyncio-protocol", [100, 100, 100], rounds=[0, 1, 2])
     other = _echo("callback", [300, 120], rounds=[0, 2])      # round 1 failed
@@ -812,3 +825,32 @@ def test_icount_says_when_a_reference_is_counted_with_its_measuring_proxy(capsys
     err = capsys.readouterr().err.splitlines()
     assert err == ["note: uvloop-protocol is counted with its measuring proxy on; the "
                    "benchmarks serve uvloop-protocol:instrument=false"]
+
+
+def test_syscalls_without_perf_or_with_a_bad_spec_is_one_line_and_nothing_started(monkeypatch, capsys):
+    from bench.perf import syscalls
+    started = []
+    monkeypatch.setattr(syscalls, "count", lambda *a, **k: started.append(a))
+    assert syscalls.main(["nope"]) == 2
+    monkeypatch.setattr(syscalls.shutil, "which", lambda name: None)
+    assert syscalls.main(["coro"]) == 3
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "unknown runtime 'nope'" in err[0] and "perf is not on PATH" in err[1]
+    assert started == []
+
+
+def test_syscalls_counts_the_poll_that_read_ready_saves():
+    # Under the lock-step load client the next request has not arrived when the echo
+    # handler reads again: coro (curio's rule) asks poll() first, read=ready waits for
+    # the loop's poller and makes one system call per request less.
+    from bench.perf import syscalls
+    from bench.perf.loadgen import load_client
+    reason = syscalls.unavailable()
+    if reason:
+        pytest.skip(reason)
+    client = load_client("auto")
+    tried = syscalls.count("coro", 2, 256, 0.5, client)["per_request"]
+    ready = syscalls.count("coro:read=ready", 2, 256, 0.5, client)["per_request"]
+    assert tried.get("poll", 0) > 0.5 and ready.get("poll", 0) < 0.1
+    assert 0.9 < tried["recvfrom"] < 1.2 and 0.9 < ready["recvfrom"] < 1.2
+    assert tried["all"] - ready["all"] > 0.5

@@ -1093,6 +1093,54 @@ def test_a_read_after_the_socket_was_drained_takes_data_that_arrived_since_witho
     assert quiet_turns == 0
 
 
+def test_read_ready_waits_for_the_poller_after_a_short_read_without_polling(monkeypatch):
+    # read="ready" (asyncio's and uvloop's rule): after a short read the next one
+    # waits for the loop's poller instead of asking poll() first. Data that is
+    # already there is still taken, whole and in order, but only after a yield;
+    # a full read does not yield; and no per-socket poll is ever made.
+    def no_poll(sock):
+        raise AssertionError("read=ready made a poll() check")
+    monkeypatch.setattr(RealIO, "read_check", staticmethod(no_poll))
+
+    async def main():
+        client, server = await tcp_pair()
+        async with client, server:
+            turns = 0
+            running = True
+
+            async def other():
+                nonlocal turns
+                while running:
+                    turns += 1
+                    await c.sleep(0)
+
+            t = await c.spawn(other)
+            got, yielded = [], []
+            async with c.timeout_after(5):
+                await client.send_all(b"ab")
+                got.append(await server.receive_some(100))     # short read: drained
+                for data in (b"cd", b"ef"):
+                    await client.send_all(data)
+                    assert select.select([server.socket._sock], [], [], 5)[0]
+                    turns = 0
+                    got.append(await server.receive_some(100))  # there, but waits a pass
+                    yielded.append(turns)
+                await client.send_all(b"x" * 300)
+                assert select.select([server.socket._sock], [], [], 5)[0]
+                got.append(await server.receive_some(100))     # after a short one: waits
+                turns = 0
+                got.append(await server.receive_some(100))     # after a full read: at once
+                yielded.append(turns)
+            running = False
+            await t.join()
+            return got, yielded
+
+    got, yielded = run(main, read="ready")
+    assert got[:3] == [b"ab", b"cd", b"ef"]
+    assert got[3] + got[4] == b"x" * 200 and len(got[3]) == 100
+    assert yielded[0] >= 1 and yielded[1] >= 1 and yielded[2] == 0
+
+
 def test_the_poll_before_a_drained_read_stops_when_it_keeps_finding_data():
     # Two polls in a row that find data mean the next read may as well try recv at
     # once (under load the next request is usually there); a recv that then finds

@@ -254,9 +254,12 @@ def paired(cell: dict, base: dict, metric: str) -> list[float]:
     return [a[r] / b[r] for r in a if r in b and a[r] and b[r]]
 
 
-def ratio_table(cells: list[dict], baseline: str, metric: str = "requests_per_s") -> dict:
+def ratio_table(cells: list[dict], baseline: str, metric: str = "requests_per_s",
+                cost: bool = False) -> dict:
     """Ratios of each runtime's median to the baseline's, per parameter set, with the
-    paired per-round ratios for the spread and a geometric mean per runtime::
+    paired per-round ratios for the spread and a geometric mean per runtime. With
+    ``cost`` (a metric where less is better, such as CPU per request) the ratios are
+    the baseline's over the runtime's, so that > 1 still reads "better"::
 
         {"baseline", "metric", "params": [label...], "runtimes": [spec...],
          "ratios": {label: {spec: {"ratio", "paired": [..], "min", "max"}}},
@@ -282,7 +285,10 @@ def ratio_table(cells: list[dict], baseline: str, metric: str = "requests_per_s"
             if cell is None or cell["metrics"].get(metric) is None:
                 continue
             p = paired(cell, base, metric)
-            row[spec] = {"ratio": cell["metrics"][metric] / base["metrics"][metric], "paired": p,
+            ratio = cell["metrics"][metric] / base["metrics"][metric]
+            if cost:
+                p, ratio = [1 / x for x in p], 1 / ratio
+            row[spec] = {"ratio": ratio, "paired": p,
                          "min": min(p) if p else None, "max": max(p) if p else None}
     geomean = {}
     for spec in specs:
@@ -323,18 +329,23 @@ def echo_tables(cells: list[dict], baseline: str, markdown: bool = False) -> str
     the absolute table (one row per cell, server CPU per request beside req/s)."""
     parts = []
     measured = [c for c in cells if c["metrics"].get("requests_per_s")]
-    table = ratio_table(measured, baseline) if measured else None
-    if table and any(table["ratios"][lb] for lb in table["params"]):
-        rows = [[lb] + [_ratio_text(table["ratios"][lb].get(s)) for s in table["runtimes"]]
-                for lb in table["params"]]
-        rows.append(["geometric mean"] + [f"{table['geomean'][s]:.2f}" if s in table["geomean"]
-                                          else MISSING for s in table["runtimes"]])
-        parts.append(_title(f"echo requests/s relative to {baseline} (ratio of medians; in "
-                            f"brackets the range of per-round paired ratios; > 1 is faster)",
-                            markdown))
-        parts.append(format_table(["message x connections"] + table["runtimes"], rows, markdown))
-    elif measured:
-        parts.append(f"(no ratio table: baseline {baseline} was not measured in this run)")
+    titles = ((f"echo requests/s relative to {baseline} (ratio of medians; in brackets the "
+               f"range of per-round paired ratios; > 1 is faster)", "requests_per_s", False),
+              (f"server CPU per request relative to {baseline} (its CPU over each runtime's: "
+               f"ratio of medians; in brackets the range of per-round paired ratios; > 1 is "
+               f"cheaper)",
+               "server_cpu_per_request_s", True))
+    for title, metric, cost in titles:
+        table = ratio_table(measured, baseline, metric, cost) if measured else None
+        if table and any(table["ratios"][lb] for lb in table["params"]):
+            rows = [[lb] + [_ratio_text(table["ratios"][lb].get(s)) for s in table["runtimes"]]
+                    for lb in table["params"]]
+            rows.append(["geometric mean"] + [f"{table['geomean'][s]:.2f}" if s in table["geomean"]
+                                              else MISSING for s in table["runtimes"]])
+            parts.append(_title(title, markdown))
+            parts.append(format_table(["message x connections"] + table["runtimes"], rows, markdown))
+        elif measured and metric == "requests_per_s":
+            parts.append(f"(no ratio table: baseline {baseline} was not measured in this run)")
     rows = []
     for c in cells:
         m, sp, d = c["metrics"], c.get("spread", {}), c.get("details", {})

@@ -49,6 +49,11 @@ OPTIONS = Schema("coro", (
            "blocking trap (curio); at-checkpoint: a checkpoint (sleep(0), and with "
            "io_schedule_point=true every socket call) inside an expired block raises at "
            "once (trio 1626)"),
+    Option("read", "try", choice("try", "ready"),
+           "after a short read, try: the next read takes data already there without "
+           "yielding (curio, trio), at the cost of a poll() per read when there is none; "
+           "ready: it waits for the poller to report the socket readable, as asyncio and "
+           "uvloop read only on readiness (a system call less, a yield more)"),
     Option("cancel_base", "base", choice("base", "exception"),
            "base: Cancelled/TaskTimeout derive from BaseException, so except Exception "
            "lets them pass (curio, asyncio>=3.8); exception: they are also Exceptions"),
@@ -73,6 +78,12 @@ class Kernel:
       itself, so ``sleep(0)`` -- and every socket call with
       ``io_schedule_point=True`` -- inside an expired block raises at once,
       even if the call would not have had to wait (trio issue 1626).
+    * ``read`` -- "try": a read never yields when the socket has data, even
+      right after a read that emptied it (then it asks ``poll()`` first, a
+      system call per read when nothing has come). "ready": after a read that
+      emptied the socket, the next one waits for the loop's poller to report
+      it readable, as asyncio and uvloop read only on readiness: no extra
+      system call, but the task yields even if the data was already there.
     * ``ready_order`` -- "fifo", or "random-SEED": each loop pass runs its batch
       of ready tasks shuffled by ``random.Random(SEED)`` (trio-like).
     * ``exit`` -- what ``run()`` does with tasks still running when main
