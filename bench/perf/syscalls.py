@@ -135,6 +135,10 @@ def main(argv=None) -> int:
             except MeasureError as exc:
                 print(f"round {rnd + 1} {spec}: error: {exc}", flush=True)
                 continue
+            except KeyboardInterrupt:      # every process it started is already stopped
+                print(f"python -m bench.perf.syscalls: interrupted in round {rnd + 1} at {spec}; "
+                      "the lines above are complete", file=sys.stderr)
+                return ExitCode.INTERRUPTED
             per = got["per_request"]
             named = "  ".join(f"{k} {v:.2f}" for k, v in sorted(per.items())
                               if k != "all" and v >= 0.01)
