@@ -254,6 +254,36 @@ def test_a_registered_role_needs_checks_for_new_fields_and_a_free_name():
     assert peers.ROLES["sink"] is not Thief and "test_odd" not in peers.ROLES
 
 
+def test_a_reset_that_beats_connect_is_a_connection_then_a_reset(monkeypatch):
+    # A peer that resets at once can do it before the client's connect() reads
+    # its result (a socket with a timeout connects in two steps): connect()
+    # raises ECONNRESET although the handshake completed. That is what a connect
+    # a moment quicker reports as "connected, then reset", and so must this one.
+    import socket
+
+    from bench.peers import real
+
+    class ResetAtConnect(socket.socket):
+        def connect(self, addr):
+            super().connect(addr)
+            raise ConnectionResetError(104, "Connection reset by peer")
+
+    made = real._Driver._socket
+
+    def socket_that_is_reset(self):
+        s = made(self)
+        self.socks.remove(s)
+        odd = ResetAtConnect(fileno=s.detach())
+        self.socks.append(odd)
+        return odd
+    monkeypatch.setattr(real._Driver, "_socket", socket_that_is_reset)
+    with socket.create_server(("127.0.0.1", 0)) as lsock:
+        cfg = peers.check_role(peers.pipeline_client("c", connect=lsock.getsockname()[:2],
+                                                     count=0, hold_s=0.5, max_s=5))
+        res = real.play(cfg, lambda event: None)
+    assert res["connected"] is True and res["ended"] == "reset" and "error" not in res, res
+
+
 def test_a_driver_refuses_an_action_it_does_not_know():
     import socket
 

@@ -69,6 +69,7 @@ class _Driver:
         self.socks: list[socket.socket] = []
         self.s: socket.socket | None = None
         self._buf = memoryview(bytearray(0))
+        self._reset_in_connect = False
 
     # -- connection -----------------------------------------------------------
 
@@ -117,6 +118,11 @@ class _Driver:
             s.settimeout(max(0.001, min(self.deadline - time.monotonic(), 10.0)))
             try:
                 s.connect((host, port))
+            except ConnectionResetError:
+                # The handshake completed (a refused one is ECONNREFUSED) and the
+                # peer reset the connection before connect() had read its result:
+                # connected, then reset, as a connect a moment quicker sees it.
+                self._reset_in_connect = True
             except OSError as e:
                 raise OSError(e.errno, f"connect to {host}:{port}: {e.strerror or e}") from None
             self.peer = (host, port)
@@ -151,6 +157,8 @@ class _Driver:
             core.connected(time.monotonic(), peer=peer,
                            sockbuf=[s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
                                     s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)])
+            if self._reset_in_connect:
+                core.on_reset(time.monotonic())
         while True:
             now = time.monotonic()
             if now >= self.deadline and not core.ended:

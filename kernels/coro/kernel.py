@@ -51,7 +51,7 @@ OPTIONS = Schema("coro", (
            "once (trio 1626)"),
     Option("read", "try", choice("try", "ready"),
            "after a short read, try: the next read takes data already there without "
-           "yielding (curio, trio), at the cost of a poll() per read when there is none; "
+           "yielding (curio), at the cost of a poll() per read when there is none; "
            "ready: it waits for the poller to report the socket readable, as asyncio and "
            "uvloop read only on readiness (a system call less, a yield more)"),
     Option("cancel_base", "base", choice("base", "exception"),
