@@ -854,3 +854,33 @@ def test_syscalls_counts_the_poll_that_read_ready_saves():
     assert tried.get("poll", 0) > 0.5 and ready.get("poll", 0) < 0.1
     assert 0.9 < tried["recvfrom"] < 1.2 and 0.9 < ready["recvfrom"] < 1.2
     assert tried["all"] - ready["all"] > 0.5
+
+
+def test_opcodes_charges_each_echo_request_and_each_spawn_join_to_its_functions():
+    # Counted, not timed: coro's read and send paths and its run loop show up per
+    # request, and callback's transport instead; spawn+join charges the kernel's
+    # spawn and in-place join.
+    from bench.perf import opcodes
+    coro = opcodes.echo_opcodes("coro", requests=40, conns=2)
+    names = {name for (_, name) in coro}
+    assert {"SocketStream.receive_some", "SocketStream.send_all"} <= names
+    assert any(name.endswith("run_loop") for name in names)
+    assert 100 < sum(coro.values()) < 5000
+    callback = opcodes.echo_opcodes("callback", requests=40, conns=2)
+    assert "SocketStream.receive_some" not in {name for (_, name) in callback}
+    assert 20 < sum(callback.values()) < sum(coro.values())
+    spawn = opcodes.micro_opcodes("spawn_join", "coro", small=50, large=150)
+    assert any(name.endswith("join_now") for (_, name) in spawn)
+    assert 50 < sum(spawn.values()) < 2000
+    assert "total" in opcodes.table(spawn, 3)[-1]
+
+
+def test_opcodes_refuses_bad_input_in_one_line(capsys):
+    from bench.perf import opcodes
+    assert opcodes.main(["nope"]) == 2
+    assert opcodes.main(["coro@3.13"]) == 2
+    assert opcodes.main(["--micro", "dance", "coro"]) == 2
+    assert opcodes.main(["coro", "--small", "5", "--large", "5"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 4 and all(line.startswith("python -m bench.perf.opcodes: ") for line in err)
+    assert "this interpreter only" in err[1] and "unknown micro-benchmark" in err[2]

@@ -1052,6 +1052,30 @@ def test_fd_closed_behind_the_kernels_back_is_detected_when_its_number_is_reused
     assert run(main) == "woken"
 
 
+class _Turns:
+    """A task that counts the turns it gets while the test's own task runs."""
+
+    def __init__(self):
+        self.count = 0
+        self.running = True
+        self.task = None
+
+    @classmethod
+    async def start(cls):
+        turns = cls()
+        turns.task = await c.spawn(turns._loop)
+        return turns
+
+    async def _loop(self):
+        while self.running:
+            self.count += 1
+            await c.sleep(0)
+
+    async def stop(self):
+        self.running = False
+        await self.task.join()
+
+
 def test_a_read_after_the_socket_was_drained_takes_data_that_arrived_since_without_yielding():
     # After a short read the next one asks poll() first instead of paying for an
     # EAGAIN; it must still take data (or EOF) that is already there at once,
@@ -1059,23 +1083,14 @@ def test_a_read_after_the_socket_was_drained_takes_data_that_arrived_since_witho
     async def main():
         client, server = await tcp_pair()
         async with client, server:
-            turns = 0
-            running = True
-
-            async def other():
-                nonlocal turns
-                while running:
-                    turns += 1
-                    await c.sleep(0)
-
-            t = await c.spawn(other)
+            other = await _Turns.start()
             got = []
             async with c.timeout_after(5):
                 await client.send_all(b"ab")
                 got.append(await server.receive_some(100))     # short read: drained
                 await client.send_all(b"cd")
                 assert select.select([server.socket._sock], [], [], 5)[0]   # it has arrived
-                turns = 0
+                other.count = 0
                 got.append(await server.receive_some(100))     # data there: no yield
                 await client.socket.sendall(b"ef")
                 assert select.select([server.socket._sock], [], [], 5)[0]
@@ -1083,9 +1098,8 @@ def test_a_read_after_the_socket_was_drained_takes_data_that_arrived_since_witho
                 await client.send_eof()
                 assert select.select([server.socket._sock], [], [], 5)[0]
                 got.append(await server.receive_some(100))     # EOF there: no yield
-                quiet_turns = turns
-            running = False
-            await t.join()
+                quiet_turns = other.count
+            await other.stop()
             return got, quiet_turns
 
     got, quiet_turns = run(main)
@@ -1105,16 +1119,7 @@ def test_read_ready_waits_for_the_poller_after_a_short_read_without_polling(monk
     async def main():
         client, server = await tcp_pair()
         async with client, server:
-            turns = 0
-            running = True
-
-            async def other():
-                nonlocal turns
-                while running:
-                    turns += 1
-                    await c.sleep(0)
-
-            t = await c.spawn(other)
+            other = await _Turns.start()
             got, yielded = [], []
             async with c.timeout_after(5):
                 await client.send_all(b"ab")
@@ -1122,17 +1127,16 @@ def test_read_ready_waits_for_the_poller_after_a_short_read_without_polling(monk
                 for data in (b"cd", b"ef"):
                     await client.send_all(data)
                     assert select.select([server.socket._sock], [], [], 5)[0]
-                    turns = 0
+                    other.count = 0
                     got.append(await server.receive_some(100))  # there, but waits a pass
-                    yielded.append(turns)
+                    yielded.append(other.count)
                 await client.send_all(b"x" * 300)
                 assert select.select([server.socket._sock], [], [], 5)[0]
                 got.append(await server.receive_some(100))     # after a short one: waits
-                turns = 0
+                other.count = 0
                 got.append(await server.receive_some(100))     # after a full read: at once
-                yielded.append(turns)
-            running = False
-            await t.join()
+                yielded.append(other.count)
+            await other.stop()
             return got, yielded
 
     got, yielded = run(main, read="ready")

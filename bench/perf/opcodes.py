@@ -1,0 +1,222 @@
+"""Python opcodes per echo request, or per micro-benchmark operation, by function.
+
+Where a pure-Python design spends its interpreted work, counted exactly and in
+seconds: no valgrind, no noise. The server (or the micro-benchmark) runs in this
+process under ``sys.settrace`` with opcode events, and every opcode executed in its
+thread is charged to the function it belongs to. Only bytecode is counted: C code
+(uvloop's loop, asyncio's C Task and Future, the socket calls) costs nothing here,
+which is the point when comparing how much a design asks of the interpreter, and
+the reason not to read the totals as CPU time (``bench.perf.icount`` counts
+machine instructions, C included). A developer tool, not a benchmark verb::
+
+    python -m bench.perf.opcodes RUNTIME... [--requests 500] [--conns 10] [--top 12]
+    python -m bench.perf.opcodes --micro OP RUNTIME... [--small 200] [--large 1000]
+
+Echo: a client thread makes lock-step round trips of 1 KiB over ``--conns``
+connections, 2 ms apart (so every round finds the server idle, as ``icount
+--pause`` does); only the ``--requests`` round trips after a warm-up are counted.
+Micro: the whole operation loop runs twice, ``small`` and ``large`` operations, and
+the difference is divided, so set-up cancels out. Runtimes run in this interpreter
+(a spec pinned to another, ``@3.13``, is refused in one line).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import signal
+import socket
+import sys
+import threading
+import time
+
+from bench.errors import ExitCode, UsageError
+from protocols import runtimes
+
+_WARMUP_ROUNDS = 30
+_PAYLOAD = 1024
+_PAUSE_S = 0.002
+
+
+class _Counter:
+    """Opcodes per (file, function) while ``on``, in the thread that installed it."""
+
+    def __init__(self):
+        self.counts = collections.Counter()
+        self.on = False
+
+    def trace(self, frame, event, arg):
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        if event == "opcode" and self.on:
+            code = frame.f_code
+            self.counts[(code.co_filename, getattr(code, "co_qualname", code.co_name))] += 1
+        return self.trace
+
+    def __enter__(self):
+        sys.settrace(self.trace)
+        return self
+
+    def __exit__(self, *exc):
+        sys.settrace(None)
+
+
+def _where(filename: str) -> str:
+    parts = filename.replace("\\", "/").split("/")
+    return "/".join(parts[-2:])
+
+
+def _parse(spec: str):
+    rt = runtimes.parse(spec)
+    if rt.interpreter is not None:
+        raise UsageError(f"{spec}: opcodes are counted in this interpreter only; run "
+                         f"python{rt.interpreter} -m bench.perf.opcodes instead")
+    reason = rt.unavailable_reason()
+    if reason:
+        raise UsageError(f"runtime {rt.id} is unavailable here: {reason}")
+    return rt
+
+
+def echo_opcodes(spec: str, requests: int = 500, conns: int = 10) -> collections.Counter:
+    """Opcodes per echo request by (file, function), in this process."""
+    from bench.perf.machine import bench_runtime
+    from bench.verbs.serve import DRIVERS
+    rt = bench_runtime(_parse(spec))
+    rounds = max(1, requests // conns)
+    sock = runtimes.bind_listener("127.0.0.1", 0)
+    addr = sock.getsockname()[:2]
+    counter = _Counter()
+    failed: list[BaseException] = []
+    serving = [False]
+    lock = threading.Lock()
+
+    def client():
+        socks = []
+        try:
+            for _ in range(conns):
+                s = socket.create_connection(addr, timeout=10)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                socks.append(s)
+            payload = b"x" * _PAYLOAD
+            for counted in (False, True):
+                counter.on = counted
+                for _ in range(rounds if counted else _WARMUP_ROUNDS):
+                    for s in socks:
+                        s.sendall(payload)
+                        got = 0
+                        while got < _PAYLOAD:
+                            chunk = s.recv(65536)
+                            if not chunk:
+                                raise ConnectionError("the server closed the connection")
+                            got += len(chunk)
+                    time.sleep(_PAUSE_S)
+            counter.on = False
+        except BaseException as exc:     # noqa: B902 -- reported by the main thread
+            counter.on = False
+            failed.append(exc)
+        finally:
+            for s in socks:
+                s.close()
+            with lock:      # ends the server in the main thread, if it still serves
+                if serving[0]:
+                    signal.raise_signal(signal.SIGINT)
+
+    port = rt.open()
+    thread = threading.Thread(target=client, name="opcodes-client", daemon=True)
+    params = {"sockbuf": None, "forever": False, "two_way": False,
+              "response_bytes": 65536, "frame_bytes": None}
+    try:
+        serving[0] = True
+        thread.start()
+        with counter:
+            try:
+                DRIVERS[rt.style].serve(port, "echo", sock, "naive", params)
+            except* KeyboardInterrupt:
+                pass
+            finally:
+                with lock:
+                    serving[0] = False
+    finally:
+        thread.join(30)
+        port.close()
+        sock.close()
+    if failed:
+        raise RuntimeError(f"the echo client failed on {spec}: {failed[0]!r}")
+    return collections.Counter({k: v / (rounds * conns) for k, v in counter.counts.items()})
+
+
+def micro_opcodes(op: str, spec: str, small: int = 200, large: int = 1000) -> collections.Counter:
+    """Opcodes per micro-benchmark operation by (file, function), ``small`` and
+    ``large`` operations apart."""
+    from bench.perf.icount import ops_per_n
+    from bench.perf.micro import Micro
+    rt = _parse(spec)
+    totals = []
+    for n in (small, large):
+        counter = _Counter()
+        with Micro(op, rt, n) as m:
+            with counter:
+                counter.on = True
+                res = m.run()
+                counter.on = False
+        if res.error:
+            raise RuntimeError(f"{op} on {spec} failed: {res.error}")
+        totals.append(counter.counts)
+    per = (large - small) * ops_per_n(op)
+    a, b = totals
+    return collections.Counter({k: (b.get(k, 0) - a.get(k, 0)) / per for k in set(a) | set(b)})
+
+
+def table(counts: collections.Counter, top: int) -> list[str]:
+    lines = [f"{v:9.1f}  {_where(f)}:{name}" for (f, name), v in counts.most_common(top) if v >= 0.05]
+    rest = sum(counts.values()) - sum(v for _, v in counts.most_common(top))
+    if abs(rest) >= 0.05:
+        lines.append(f"{rest:9.1f}  (the other functions)")
+    lines.append(f"{sum(counts.values()):9.1f}  total")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.perf.opcodes",
+                                 description="Python opcodes per echo request or per "
+                                             "micro-benchmark operation, by function.")
+    ap.add_argument("runtimes", nargs="+", help="runtime specs, e.g. coro uvloop-streams")
+    ap.add_argument("--micro", default=None, metavar="OP",
+                    help="count a bench.perf.micro operation (spawn_join, yield, ...) instead")
+    ap.add_argument("--requests", type=int, default=500, help="counted echo requests (default 500)")
+    ap.add_argument("--conns", type=int, default=10, help="echo connections (default 10)")
+    ap.add_argument("--small", type=int, default=200, help="micro: the smaller run (default 200)")
+    ap.add_argument("--large", type=int, default=1000, help="micro: the larger run (default 1000)")
+    ap.add_argument("--top", type=int, default=12, help="functions shown (default 12)")
+    args = ap.parse_args(argv)
+    try:
+        if min(args.requests, args.conns, args.small, args.top) < 1 or args.large <= args.small:
+            raise UsageError("--requests, --conns, --small and --top must be >= 1, "
+                             "and --large above --small")
+        if args.micro is not None:
+            from bench.perf.micro import MICRO_OPS
+            if args.micro not in MICRO_OPS:
+                raise UsageError(f"unknown micro-benchmark {args.micro!r}; valid: "
+                                 f"{', '.join(MICRO_OPS)}")
+        for spec in args.runtimes:
+            _parse(spec)
+    except UsageError as exc:
+        print(f"python -m bench.perf.opcodes: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    for spec in args.runtimes:
+        what = f"per {args.micro} operation" if args.micro else "per echo request"
+        try:
+            counts = (micro_opcodes(args.micro, spec, args.small, args.large) if args.micro
+                      else echo_opcodes(spec, args.requests, args.conns))
+        except (RuntimeError, ValueError, OSError) as exc:
+            print(f"{spec}: error: {exc}", flush=True)
+            continue
+        except KeyboardInterrupt:
+            print(f"python -m bench.perf.opcodes: interrupted at {spec}", file=sys.stderr)
+            return ExitCode.INTERRUPTED
+        print(f"{spec}: Python opcodes {what}")
+        print("\n".join(table(counts, args.top)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
