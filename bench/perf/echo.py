@@ -331,10 +331,9 @@ def echo_tables(cells: list[dict], baseline: str, markdown: bool = False) -> str
     measured = [c for c in cells if c["metrics"].get("requests_per_s")]
     titles = ((f"echo requests/s relative to {baseline} (ratio of medians; in brackets the "
                f"range of per-round paired ratios; > 1 is faster)", "requests_per_s", False),
-              (f"server CPU per request relative to {baseline} (its CPU over each runtime's: "
-               f"ratio of medians; in brackets the range of per-round paired ratios; > 1 is "
-               f"cheaper)",
-               "server_cpu_per_request_s", True))
+              (f"server CPU per request relative to {baseline} (the baseline's CPU over each "
+               f"runtime's, ratio of medians; in brackets the range of per-round paired ratios; "
+               f"> 1 is cheaper)", "server_cpu_per_request_s", True))
     for title, metric, cost in titles:
         table = ratio_table(measured, baseline, metric, cost) if measured else None
         if table and any(table["ratios"][lb] for lb in table["params"]):

@@ -82,8 +82,8 @@ class BenchmarkSections:
             return ""
         text = (f"Instructions counted under valgrind's callgrind, each runtime served as the "
                 f"timed goals serve it (references without their measuring proxy): per echo "
-                f"request, the difference between {small:,} and {large:,} lock-step requests "
-                f"{pause * 1000:g} ms apart over 10 connections; per micro-benchmark "
+                f"request, the difference between {small:,} and {large:,} requests in lock-step "
+                f"rounds over 10 connections, {pause * 1000:g} ms apart; per micro-benchmark "
                 f"operation, between whole runs of {msmall:,} and {mlarge:,} operations.")
         if how.get("stopped"):
             text += " The counting was stopped before it ended: a missing count is not measured."
