@@ -532,6 +532,25 @@ def test_a_run_writes_json_csv_and_markdown_atomically(monkeypatch, tmp_path, ca
     assert sorted(os.listdir(tmp_path)) == ["one.json", "report"]
 
 
+def test_the_load_average_a_run_states_is_the_one_before_it_measured(monkeypatch, tmp_path):
+    # The benchmark loads both CPUs itself, so a load average read after it says
+    # nothing about the machine it ran on ("load under 0.5, stated").
+    loads = iter([[0.2, 0.3, 0.4], [1.9, 1.5, 1.2], [1.9, 1.5, 1.2], [1.9, 1.5, 1.2]])
+    monkeypatch.setattr(results.os, "getloadavg", lambda: tuple(next(loads)))
+
+    def fake_goals(repeat, *a, **kw):
+        cells = [_echo("uvloop-streams", [100] * repeat, cpu=[10e-6] * repeat),
+                 _echo("coro", [100] * repeat, cpu=[9e-6] * repeat)]
+        results.os.getloadavg()         # the benchmark's own load
+        return cells, goals.evaluate_goals(cells), {}
+    monkeypatch.setattr(benchverb, "run_goals", fake_goals)
+    monkeypatch.setattr(benchverb, "load_client", lambda kind: (None, "python (test)"))
+    args = _bench_args(["goals", "--repeat", "2", "--out", str(tmp_path / "g")])
+    assert args.func(args) == ExitCode.OK
+    assert results.load_json(str(tmp_path / "g" / "results.json"))["env"]["loadavg"] == [0.2, 0.3, 0.4]
+    assert "load average at start: [0.2, 0.3, 0.4]" in (tmp_path / "g" / "bench.md").read_text()
+
+
 def test_goals_print_what_a_cpu_goal_not_met_leaves_for_user_time(monkeypatch, tmp_path, capsys):
     def fake_goals(repeat, *a, **kw):
         cells = [_echo("uvloop-streams", [100] * repeat, cpu=[10e-6] * repeat, system=[6e-6] * repeat),

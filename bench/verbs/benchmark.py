@@ -265,9 +265,9 @@ def _echo_run(args, mode: str, title: str, sizes, concurrency, preset: str | Non
     est = len(units) * args.repeat * (args.duration + args.warmup + 0.8)
     progress(f"looplab bench {title}: {len(units)} cells x {args.repeat} repeats, "
              f"~{est / 60:.1f} min; load client: {client[1]}")
+    env = environment(client[1], pinned)      # before measuring: its load average is the start's
     cells, interrupted = _measure(run_echo_matrix, units, args.duration, args.warmup,
                                   args.repeat, client, pinned, sockbuf=args.sockbuf or None)
-    env = environment(client[1], pinned)
     config = {"mode": mode, "preset": preset, "sizes": sizes, "concurrency": concurrency,
               "duration": args.duration, "warmup": args.warmup, "repeat": args.repeat,
               "sockbuf": args.sockbuf, "baseline": baseline, "shard": shard, "skipped": skipped,
@@ -342,6 +342,7 @@ def cmd_goals(args) -> ExitCode:
     progress(f"looplab bench goals: echo 1 KiB x 10 on {len(GOAL_ECHO_RUNTIMES)} runtimes and "
              f"micro yield/spawn_join/pingpong on coro and curio, {args.repeat} round(s) each"
              + (f", on Python {', '.join(pythons)}" if args.python else ""))
+    env = environment(client[1], pinned)      # before measuring: its load average is the start's
     measured, interrupted = _measure(run_goals, args.repeat, args.duration, args.warmup,
                                      args.min_time, client, pinned, progress, pythons)
     if interrupted:
@@ -359,7 +360,6 @@ def cmd_goals(args) -> ExitCode:
         counts, counting_stopped = _measure_plain(count_instructions, pythons, progress)
         if counts is not None:
             attach_instructions(rows, counts)
-    env = environment(client[1], pinned)
     doc = results.new_document(cells, env=env, goals=rows, config={
         "mode": "goals", "repeat": args.repeat, "duration": args.duration,
         "warmup": args.warmup, "min_time": args.min_time, "skipped": skipped,
@@ -428,8 +428,8 @@ def cmd_micro(args) -> ExitCode:
     units = results.shard([(op, rt) for op in ops for rt in rts if micro_supported(op, rt)], shard)
     progress(f"looplab bench micro: {len(units)} cells x {args.repeat} repeats, min time "
              f"{args.min_time} s per run")
+    env = environment(None, pinned)           # before measuring: its load average is the start's
     cells, interrupted = _measure(run_micro_matrix, units, args.repeat, args.min_time, pinned)
-    env = environment(None, pinned)
     doc = results.new_document(cells, env=env, config={
         "mode": "micro", "ops": ops, "repeat": args.repeat, "min_time": args.min_time,
         "skipped": skipped, "shard": shard, "interrupted": interrupted})
@@ -484,11 +484,11 @@ def cmd_idle(args) -> ExitCode:
         warning += f"; measuring {n} connections instead"
         progress(f"WARNING: {warning}")
         notes.append(warning)
+    env = environment(None, False)            # before measuring: its load average is the start's
     cells, interrupted = _measure(_idle_cells, rts, n, args.repeat)
     print(idle_table(cells))
     if warning:
         print(f"NOTE: {warning}")
-    env = environment(None, False)
     doc = results.new_document(cells, env=env, config={
         "mode": "idle", "connections": n, "repeat": args.repeat, "skipped": skipped,
         "rlimit_nofile": [soft, hard], "interrupted": interrupted})
