@@ -86,11 +86,12 @@ def echo_opcodes(spec: str, requests: int = 500, conns: int = 10) -> collections
     addr = sock.getsockname()[:2]
     counter = _Counter()
     failed: list[BaseException] = []
-    serving = [False]
+    serving, ours = [False], [False]    # the server runs; the SIGINT that ends it is ours
     lock = threading.Lock()
 
+    socks: list[socket.socket] = []
+
     def client():
-        socks = []
         try:
             for _ in range(conns):
                 s = socket.create_connection(addr, timeout=10)
@@ -118,12 +119,14 @@ def echo_opcodes(spec: str, requests: int = 500, conns: int = 10) -> collections
                 s.close()
             with lock:      # ends the server in the main thread, if it still serves
                 if serving[0]:
+                    ours[0] = True
                     signal.raise_signal(signal.SIGINT)
 
     port = rt.open()
     thread = threading.Thread(target=client, name="opcodes-client", daemon=True)
     params = {"sockbuf": None, "forever": False, "two_way": False,
               "response_bytes": 65536, "frame_bytes": None}
+    user_stopped = False
     try:
         serving[0] = True
         thread.start()
@@ -135,10 +138,19 @@ def echo_opcodes(spec: str, requests: int = 500, conns: int = 10) -> collections
             finally:
                 with lock:
                     serving[0] = False
+                    user_stopped = not ours[0]
     finally:
-        thread.join(30)
         port.close()
         sock.close()
+        if user_stopped:    # the client may be waiting on a server that is gone:
+            for s in list(socks):       # a shutdown wakes its recv, a close would not
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        thread.join(30)
+    if user_stopped:
+        raise KeyboardInterrupt
     if failed:
         raise RuntimeError(f"the echo client failed on {spec}: {failed[0]!r}")
     return collections.Counter({k: v / (rounds * conns) for k, v in counter.counts.items()})
