@@ -177,15 +177,20 @@ def test_ratio_table_pairs_rounds_and_takes_geometric_mean():
 
 def test_the_cpu_ratio_table_reads_the_baseline_over_each_runtime_so_above_one_is_cheaper():
     base = _echo("uvloop-streams", [100] * 3, cpu=[10e-6, 12e-6, 9e-6])
-    coro = _echo("coro", [100] * 3, cpu=[8e-6, 12e-6, 10e-6])
+    coro = _echo("coro", [100] * 3, cpu=[8e-6, 12e-6, 7.5e-6])
     t = echo.ratio_table([base, coro], "uvloop-streams", "server_cpu_per_request_s", cost=True)
     row = t["ratios"]["1 KiB x 10"]["coro"]
-    assert row["ratio"] == pytest.approx(10e-6 / 10e-6)             # medians: 10 over 10
-    assert sorted(row["paired"]) == pytest.approx([0.9, 1.0, 1.25])
+    assert row["ratio"] == pytest.approx(10e-6 / 8e-6)              # medians: 10 over 8
+    assert sorted(row["paired"]) == pytest.approx([1.0, 1.2, 1.25])
     text = echo.echo_tables([base, coro], "uvloop-streams")
     assert "server CPU per request relative to uvloop-streams" in text
     cpu_part = text.split("server CPU per request relative to")[1]
-    assert "1.00 (0.90-1.25)" in cpu_part.split("absolute numbers")[0]
+    assert "1.25 (1.00-1.25)" in cpu_part.split("absolute numbers")[0]
+    # a runtime whose CPU per request came out 0 has no ratio, and the table still renders
+    idle = _echo("trio", [100] * 3, cpu=[0.0] * 3)
+    t = echo.ratio_table([base, coro, idle], "uvloop-streams", "server_cpu_per_request_s", cost=True)
+    assert "trio" not in t["ratios"]["1 KiB x 10"]
+    assert "trio" in echo.echo_tables([base, coro, idle], "uvloop-streams")
 
 
 def test_paired_ratios_skip_rounds_missing_on_one_side():

@@ -58,7 +58,8 @@ METHOD_NOTES = [
 # ---------------------------------------------------------------------------
 # One measurement
 
-def _check_client_output(out: dict, server: ServerProcess) -> None:
+def check_client_output(out: dict, server: ServerProcess) -> None:
+    """Raise MeasureError unless the load client's result is a clean measurement."""
     if out.get("error") and not out.get("requests"):
         raise MeasureError(f"load client: {out['error']}; server stderr: "
                            f"{server.stderr_tail() or '-'}")
@@ -111,7 +112,7 @@ def measure_echo(rt, message_bytes: int, connections: int, duration: float = 2.0
             out = json.loads(line)
         except ValueError:
             raise MeasureError(f"load client printed {line[:200]!r}") from None
-        _check_client_output(out, server)
+        check_client_output(out, server)
         window = out.get("window_s") or duration
         requests = out["requests"]
         acct = start.until(end)
@@ -284,6 +285,8 @@ def ratio_table(cells: list[dict], baseline: str, metric: str = "requests_per_s"
             cell = by.get((label, spec))
             if cell is None or cell["metrics"].get(metric) is None:
                 continue
+            if cost and not cell["metrics"][metric]:
+                continue            # a cost of 0 (too short a run for the CPU ticks): no ratio
             p = paired(cell, base, metric)
             ratio = cell["metrics"][metric] / base["metrics"][metric]
             if cost:

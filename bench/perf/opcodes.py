@@ -120,14 +120,17 @@ def echo_opcodes(spec: str, requests: int = 500, conns: int = 10) -> collections
             with lock:      # ends the server in the main thread, if it still serves
                 if serving[0]:
                     ours[0] = True
-                    signal.raise_signal(signal.SIGINT)
+                    # to the main thread itself: raised here, the signal would not
+                    # wake a server asleep in its poller
+                    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
-    port = rt.open()
     thread = threading.Thread(target=client, name="opcodes-client", daemon=True)
     params = {"sockbuf": None, "forever": False, "two_way": False,
               "response_bytes": 65536, "frame_bytes": None}
     user_stopped = False
+    port = None
     try:
+        port = rt.open()
         serving[0] = True
         thread.start()
         with counter:
@@ -140,7 +143,8 @@ def echo_opcodes(spec: str, requests: int = 500, conns: int = 10) -> collections
                     serving[0] = False
                     user_stopped = not ours[0]
     finally:
-        port.close()
+        if port is not None:
+            port.close()
         sock.close()
         if user_stopped:    # the client may be waiting on a server that is gone:
             for s in list(socks):       # a shutdown wakes its recv, a close would not
@@ -148,7 +152,8 @@ def echo_opcodes(spec: str, requests: int = 500, conns: int = 10) -> collections
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
-        thread.join(30)
+        if thread.is_alive():
+            thread.join(30)
     if user_stopped:
         raise KeyboardInterrupt
     if failed:

@@ -5,9 +5,8 @@ makes per request is not, and each one costs kernel time and, in a Python server
 the GIL's release and re-acquisition. This serves each runtime as ``looplab bench``
 serves it (pinned, uninstrumented), drives it with the same C load client, and
 counts the server's system calls over the client's counted window with
-``perf stat`` on the kernel's syscall tracepoints. perf attaches just after the
-window opens, so the counts run low by the time that takes (about 1 % of a 2 s
-window here): compare runtimes counted the same way, not against exact integers. A developer tool, not a
+``perf stat`` on the kernel's syscall tracepoints, its counters switched on and off
+by the client's own window marks (``perf stat --control``, perf 5.10 or later). A developer tool, not a
 benchmark verb::
 
     python -m bench.perf.syscalls RUNTIME... [--conns 10] [--size 1024]
@@ -24,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
 import shutil
 import signal
 import subprocess
@@ -32,6 +33,7 @@ import time
 
 from bench import procs
 from bench.errors import ExitCode, UsageError
+from bench.perf.echo import check_client_output
 from bench.perf.loadgen import ServerProcess, client_command, load_client
 from bench.perf.machine import MeasureError, bench_runtime, cpu_plan, pin, read_line, stop_process
 from protocols import runtimes
@@ -69,40 +71,86 @@ def _parse(text: str) -> dict[str, int]:
     return counts
 
 
+class _Perf:
+    """``perf stat`` attached to ``pid`` with its counters off until ``enable()``:
+    the counted window is exactly the one the caller opens and closes."""
+
+    def __init__(self, pid: int):
+        self._ctl_r, self._ctl_w = os.pipe()
+        self._ack_r, self._ack_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                ["perf", "stat", "-x,", "-e", ",".join(_events()), "--delay=-1",
+                 f"--control=fd:{self._ctl_r},{self._ack_w}", "-p", str(pid)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                pass_fds=(self._ctl_r, self._ack_w))
+        except BaseException:
+            self._close_fds()
+            raise
+
+    def _say(self, command: str) -> None:
+        os.write(self._ctl_w, command.encode() + b"\n")
+        ready = select.select([self._ack_r], [], [], 10)[0]
+        if not ready or not os.read(self._ack_r, 64).startswith(b"ack"):
+            raise MeasureError(f"perf did not acknowledge {command!r}")
+
+    def enable(self) -> None:
+        self._say("enable")
+
+    def disable(self) -> None:
+        self._say("disable")
+
+    def counts(self) -> dict[str, int]:
+        self.proc.send_signal(signal.SIGINT)
+        said = self.proc.communicate(timeout=30)[1]
+        counts = _parse(said)
+        if "all" not in counts:
+            raise MeasureError(f"perf counted nothing: {said.strip()[-200:]}")
+        return counts
+
+    def _close_fds(self) -> None:
+        for fd in (self._ctl_r, self._ctl_w, self._ack_r, self._ack_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._close_fds()
+
+
 def count(spec: str, conns: int, size: int, duration: float, client) -> dict:
     """One run: ``{"requests": n, "per_request": {call: calls per request}}``."""
     server_cpu, client_cpu = cpu_plan(True)
     server = ServerProcess(bench_runtime(runtimes.parse(spec)).spec, cpu=server_cpu).start()
     proc = perf = None
     try:
+        perf = _Perf(server.pid)
         host, port = server.address
         proc = procs.spawn(client_command(client, host, port, conns, size, 1.0, duration))
         pin(proc.pid, client_cpu)
         buf = bytearray()
         if read_line(proc, buf, time.monotonic() + 31) != "W":
             raise MeasureError("load client did not start its window")
-        perf = subprocess.Popen(["perf", "stat", "-x,", "-e", ",".join(_events()),
-                                 "-p", str(server.pid)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        perf.enable()
         line = read_line(proc, buf, time.monotonic() + duration + 30)
-        perf.send_signal(signal.SIGINT)
-        said = perf.communicate(timeout=30)[1]
+        perf.disable()
         if not line:
             raise MeasureError(f"load client gave no result; server alive: {server.alive()}")
         try:
-            requests = json.loads(line)["requests"]
-        except (ValueError, KeyError, TypeError):
+            out = json.loads(line)
+        except ValueError:
             raise MeasureError(f"load client printed {line[:200]!r}") from None
-        if requests < 1:
-            raise MeasureError("no request was answered in the window")
-        counts = _parse(said)
-        if "all" not in counts:
-            raise MeasureError(f"perf counted nothing: {said.strip()[-200:]}")
+        check_client_output(out, server)
+        requests = out["requests"]
+        counts = perf.counts()
         return {"requests": requests, "per_request": {k: v / requests for k, v in counts.items()}}
     finally:
-        if perf is not None and perf.poll() is None:
-            perf.kill()
-            perf.wait()
+        if perf is not None:
+            perf.close()
         if proc is not None:
             stop_process(proc, 2.0)
         server.stop()
@@ -128,29 +176,29 @@ def main(argv=None) -> int:
         print("python -m bench.perf.syscalls: --conns, --size and --repeat must be >= 1, "
               "--duration > 0", file=sys.stderr)
         return ExitCode.USAGE
-    reason = unavailable()
-    if reason:
-        print(f"python -m bench.perf.syscalls: {reason}", file=sys.stderr)
-        return ExitCode.ENVIRONMENT
-    client = load_client("auto")
-    for rnd in range(args.repeat):
-        for spec in args.runtimes:
-            try:
-                got = count(spec, args.conns, args.size, args.duration, client)
-            except MeasureError as exc:
-                print(f"round {rnd + 1} {spec}: error: {exc}", flush=True)
-                continue
-            except KeyboardInterrupt:      # every process it started is already stopped
-                print(f"python -m bench.perf.syscalls: interrupted in round {rnd + 1} at {spec}; "
-                      "the lines above are complete", file=sys.stderr)
-                return ExitCode.INTERRUPTED
-            per = got["per_request"]
-            named = "  ".join(f"{k} {v:.2f}" for k, v in sorted(per.items())
-                              if k != "all" and v >= 0.01)
-            print(f"round {rnd + 1} {spec:24s} {got['requests']:7d} requests  "
-                  f"system calls/request {per['all']:.2f}  ({named})", flush=True)
+    try:
+        reason = unavailable()
+        if reason:
+            print(f"python -m bench.perf.syscalls: {reason}", file=sys.stderr)
+            return ExitCode.ENVIRONMENT
+        client = load_client("auto")
+        for rnd in range(args.repeat):
+            for spec in args.runtimes:
+                try:
+                    got = count(spec, args.conns, args.size, args.duration, client)
+                except MeasureError as exc:
+                    print(f"round {rnd + 1} {spec}: error: {exc}", flush=True)
+                    continue
+                per = got["per_request"]
+                named = "  ".join(f"{k} {v:.2f}" for k, v in sorted(per.items())
+                                  if k != "all" and v >= 0.01)
+                print(f"round {rnd + 1} {spec:24s} {got['requests']:7d} requests  "
+                      f"system calls/request {per['all']:.2f}  ({named})", flush=True)
+    except KeyboardInterrupt:           # every process it started is already stopped
+        print("python -m bench.perf.syscalls: interrupted; the lines above are complete",
+              file=sys.stderr)
+        return ExitCode.INTERRUPTED
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
