@@ -92,27 +92,11 @@ def measure_echo(rt, message_bytes: int, connections: int, duration: float = 2.0
         client = load_client("auto")
     server_cpu, client_cpu = cpu_plan(pinned)
     server = ServerProcess(bench_runtime(rt).spec, cpu=server_cpu, sockbuf=sockbuf).start()
-    proc = None
     try:
-        host, port = server.address
-        cmd = client_command(client, host, port, connections, message_bytes, warmup, duration)
-        proc = procs.spawn(cmd)
-        pin(proc.pid, client_cpu)
-        buf = bytearray()
-        budget = 30.0 + connections * 0.02
-        line = read_line(proc, buf, time.monotonic() + warmup + budget)
-        if line != "W":
-            raise MeasureError(f"load client did not start its window: {line or 'no output'}")
-        start = Window(server.pid, proc.pid)
-        line = read_line(proc, buf, time.monotonic() + duration + budget)
-        end = Window(server.pid, proc.pid)
-        if not line:
-            raise MeasureError(f"load client gave no result; server alive: {server.alive()}")
-        try:
-            out = json.loads(line)
-        except ValueError:
-            raise MeasureError(f"load client printed {line[:200]!r}") from None
-        check_client_output(out, server)
+        def snapshot(client_pid):
+            return Window(server.pid, client_pid)
+        out, start, end = client_window(server, client, connections, message_bytes, warmup,
+                                        duration, client_cpu, snapshot, snapshot)
         window = out.get("window_s") or duration
         requests = out["requests"]
         acct = start.until(end)
@@ -135,9 +119,39 @@ def measure_echo(rt, message_bytes: int, connections: int, duration: float = 2.0
         sample["client_saturated"] = bool(acct["client_cpu_fraction"] > CLIENT_SATURATED)
         return sample
     finally:
-        if proc is not None:
-            stop_process(proc, 2.0)
         server.stop()
+
+
+def client_window(server: ServerProcess, client, connections: int, message_bytes: int,
+                  warmup: float, duration: float, client_cpu: int | None = None,
+                  at_start=None, at_end=None) -> tuple[dict, object, object]:
+    """Drive ``server`` with the load client for ``warmup + duration`` seconds:
+    ``at_start(client_pid)`` runs when the client opens its counted window and
+    ``at_end(client_pid)`` when its result arrives. Returns the checked result and
+    what the two calls returned; raises MeasureError. The client is stopped on return."""
+    host, port = server.address
+    proc = procs.spawn(client_command(client, host, port, connections, message_bytes,
+                                      warmup, duration))
+    try:
+        pin(proc.pid, client_cpu)
+        buf = bytearray()
+        budget = 30.0 + connections * 0.02
+        line = read_line(proc, buf, time.monotonic() + warmup + budget)
+        if line != "W":
+            raise MeasureError(f"load client did not start its window: {line or 'no output'}")
+        started = at_start(proc.pid) if at_start is not None else None
+        line = read_line(proc, buf, time.monotonic() + duration + budget)
+        ended = at_end(proc.pid) if at_end is not None else None
+        if not line:
+            raise MeasureError(f"load client gave no result; server alive: {server.alive()}")
+        try:
+            out = json.loads(line)
+        except ValueError:
+            raise MeasureError(f"load client printed {line[:200]!r}") from None
+        check_client_output(out, server)
+        return out, started, ended
+    finally:
+        stop_process(proc, 2.0)
 
 
 # ---------------------------------------------------------------------------

@@ -22,20 +22,17 @@ these runs is not a benchmark.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import select
 import shutil
 import signal
 import subprocess
 import sys
-import time
 
-from bench import procs
 from bench.errors import ExitCode, UsageError
-from bench.perf.echo import check_client_output
-from bench.perf.loadgen import ServerProcess, client_command, load_client
-from bench.perf.machine import MeasureError, bench_runtime, cpu_plan, pin, read_line, stop_process
+from bench.perf.echo import client_window
+from bench.perf.loadgen import ServerProcess, load_client
+from bench.perf.machine import MeasureError, bench_runtime, cpu_plan
 from protocols import runtimes
 
 # The calls an echo server makes; "all" is every system call, named or not.
@@ -126,33 +123,17 @@ def count(spec: str, conns: int, size: int, duration: float, client) -> dict:
     """One run: ``{"requests": n, "per_request": {call: calls per request}}``."""
     server_cpu, client_cpu = cpu_plan(True)
     server = ServerProcess(bench_runtime(runtimes.parse(spec)).spec, cpu=server_cpu).start()
-    proc = perf = None
+    perf = None
     try:
         perf = _Perf(server.pid)
-        host, port = server.address
-        proc = procs.spawn(client_command(client, host, port, conns, size, 1.0, duration))
-        pin(proc.pid, client_cpu)
-        buf = bytearray()
-        if read_line(proc, buf, time.monotonic() + 31) != "W":
-            raise MeasureError("load client did not start its window")
-        perf.enable()
-        line = read_line(proc, buf, time.monotonic() + duration + 30)
-        perf.disable()
-        if not line:
-            raise MeasureError(f"load client gave no result; server alive: {server.alive()}")
-        try:
-            out = json.loads(line)
-        except ValueError:
-            raise MeasureError(f"load client printed {line[:200]!r}") from None
-        check_client_output(out, server)
+        out, _, _ = client_window(server, client, conns, size, 1.0, duration, client_cpu,
+                                  lambda pid: perf.enable(), lambda pid: perf.disable())
         requests = out["requests"]
         counts = perf.counts()
         return {"requests": requests, "per_request": {k: v / requests for k, v in counts.items()}}
     finally:
         if perf is not None:
             perf.close()
-        if proc is not None:
-            stop_process(proc, 2.0)
         server.stop()
 
 
