@@ -56,7 +56,9 @@ def _file_part(spec: str) -> str:
     return re.sub(r"[^\w.=-]", "_", spec)
 
 
-def _round_trips(socks, size, requests, pause=0.0):
+def round_trips(socks, size, requests, pause=0.0):
+    """``requests`` lock-step echo round trips of ``size`` bytes: each round sends one
+    message on every socket, then reads every echo back, then sleeps ``pause``."""
     payload = b"x" * size
     done = 0
     while done < requests:
@@ -81,7 +83,7 @@ def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):
         for s in socks:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             s.settimeout(max_s)
-        _round_trips(socks, size, 5 * conns)           # warm-up, not instrumented
+        round_trips(socks, size, 5 * conns)           # warm-up, not instrumented
         # Instrumentation starts when the server next runs; single pings on one
         # connection wake it until callgrind_control says it is on. A few of
         # them are counted in (how many varies): with --large - --small = 2000
@@ -92,13 +94,13 @@ def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             while ctl.poll() is None:
-                _round_trips(socks[:1], size, 1)
+                round_trips(socks[:1], size, 1)
                 time.sleep(0.3)
         finally:                      # interrupted (Ctrl-C): the helper goes too
             if ctl.poll() is None:
                 ctl.kill()
             ctl.wait()
-        _round_trips(socks, size, requests, pause)
+        round_trips(socks, size, requests, pause)
     finally:
         for s in socks:
             s.close()

@@ -12,9 +12,10 @@ machine instructions, C included). A developer tool, not a benchmark verb::
     python -m bench.perf.opcodes RUNTIME... [--requests 500] [--conns 10] [--top 12]
     python -m bench.perf.opcodes --micro OP RUNTIME... [--small 200] [--large 1000]
 
-Echo: a client thread makes lock-step round trips of 1 KiB over ``--conns``
-connections, 2 ms apart (so every round finds the server idle, as ``icount
---pause`` does); only the ``--requests`` round trips after a warm-up are counted.
+Echo: a client thread drives the server as ``bench.perf.icount --pause`` does
+(``icount.round_trips``): rounds of one 1 KiB message on each of ``--conns``
+connections, every echo read back, 2 ms apart, so each round finds the server
+idle; only the ``--requests`` round trips after a warm-up are counted.
 Micro: the whole operation loop runs twice, ``small`` and ``large`` operations, and
 the difference is divided, so set-up cancels out. Runtimes run in this interpreter
 (a spec pinned to another, ``@3.13``, is refused in one line).
@@ -78,10 +79,11 @@ def _parse(spec: str):
 
 def echo_opcodes(spec: str, requests: int = 500, conns: int = 10) -> collections.Counter:
     """Opcodes per echo request by (file, function), in this process."""
+    from bench.perf.icount import round_trips
     from bench.perf.machine import bench_runtime
     from bench.verbs.serve import DRIVERS
     rt = bench_runtime(_parse(spec))
-    rounds = max(1, requests // conns)
+    counted = max(1, requests // conns) * conns
     sock = runtimes.bind_listener("127.0.0.1", 0)
     addr = sock.getsockname()[:2]
     counter = _Counter()
@@ -97,19 +99,9 @@ def echo_opcodes(spec: str, requests: int = 500, conns: int = 10) -> collections
                 s = socket.create_connection(addr, timeout=10)
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 socks.append(s)
-            payload = b"x" * _PAYLOAD
-            for counted in (False, True):
-                counter.on = counted
-                for _ in range(rounds if counted else _WARMUP_ROUNDS):
-                    for s in socks:
-                        s.sendall(payload)
-                        got = 0
-                        while got < _PAYLOAD:
-                            chunk = s.recv(65536)
-                            if not chunk:
-                                raise ConnectionError("the server closed the connection")
-                            got += len(chunk)
-                    time.sleep(_PAUSE_S)
+            round_trips(socks, _PAYLOAD, _WARMUP_ROUNDS * conns, _PAUSE_S)
+            counter.on = True
+            round_trips(socks, _PAYLOAD, counted, _PAUSE_S)
             counter.on = False
         except BaseException as exc:     # noqa: B902 -- reported by the main thread
             counter.on = False
@@ -158,7 +150,7 @@ def echo_opcodes(spec: str, requests: int = 500, conns: int = 10) -> collections
         raise KeyboardInterrupt
     if failed:
         raise RuntimeError(f"the echo client failed on {spec}: {failed[0]!r}")
-    return collections.Counter({k: v / (rounds * conns) for k, v in counter.counts.items()})
+    return collections.Counter({k: v / counted for k, v in counter.counts.items()})
 
 
 def micro_opcodes(op: str, spec: str, small: int = 200, large: int = 1000) -> collections.Counter:
