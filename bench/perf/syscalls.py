@@ -116,6 +116,8 @@ class _Perf:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        if self.proc.stderr is not None:      # not read when the count failed
+            self.proc.stderr.close()
         self._close_fds()
 
 
