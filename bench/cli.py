@@ -14,7 +14,7 @@ import select
 import sys
 
 import kernels
-from bench import faults
+from bench.verbs import faults
 from bench.verbs import benchmark as bench_verbs
 from bench.errors import ExitCode, Unavailable, UsageError
 from bench.explore import verb as explore_verb

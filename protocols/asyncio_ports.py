@@ -29,7 +29,7 @@ from protocols.ports import (STREAM_NAMES, CallbackPortBase, StreamPortBase, cli
                              main_until_signal)
 
 __all__ = ["AsyncioCallbackPort", "UvloopCallbackPort", "AsyncioStreamPort", "UvloopStreamPort",
-           "LOOPS", "UNOBTAINABLE", "resolve_loop", "loop_identity"]
+           "LOOPS", "LOOP_REQUIREMENTS", "UNOBTAINABLE", "resolve_loop", "loop_identity"]
 
 #: ``loop=NAME`` -> what it imports (``MODULE:ATTR``, a loop class or a factory).
 #: ``looplab`` is our callback kernel's asyncio loop, where that kernel provides one.
@@ -39,6 +39,10 @@ LOOPS = {
     "rloop": "rloop:new_event_loop",
     "looplab": "kernels.callback:new_event_loop",
 }
+#: ``loop=NAME`` -> the distribution that brings it, for an environment that must
+#: install it; a loop not here comes with Python or looplab (or, a user's
+#: ``MODULE:FACTORY``, must be importable in the environment already).
+LOOP_REQUIREMENTS = {"uvloop": "uvloop>=0.17", "rloop": "rloop>=0.5"}
 #: asyncio loops looplab knows of that it cannot get on every machine, and why.
 UNOBTAINABLE = {
     "zuvloop": "needs Python >= 3.14 (no release for older interpreters)",
@@ -301,17 +305,25 @@ class _AsyncioMixin:
     made_loop = None
 
     @classmethod
-    def _loop_of(cls, opts) -> str:
+    def loop_of(cls, opts) -> str:
+        """The loop a configuration runs on: a name in ``LOOPS`` or ``MODULE:FACTORY``."""
         return cls.fixed_loop or opts.get("loop", "asyncio")
+
+    @classmethod
+    def requirements(cls, opts) -> tuple:
+        """What an environment must install for this configuration: its loop's
+        distribution."""
+        req = LOOP_REQUIREMENTS.get(cls.loop_of(opts))
+        return (req,) if req else ()
 
     @classmethod
     def unavailable(cls, opts, loop_options) -> str | None:
         """Why this configuration cannot run here (``Runtime.unavailable_reason``)."""
-        return _check_loop(cls._loop_of(opts), loop_options, opts.get("eager", False))
+        return _check_loop(cls.loop_of(opts), loop_options, opts.get("eager", False))
 
     @classmethod
     def real_network_only(cls, opts) -> str | None:
-        name = cls._loop_of(opts)
+        name = cls.loop_of(opts)
         if name in _SIM_LOOPS or cls.fixed_loop:
             return None       # a fixed loop (uvloop) declares it on its RuntimeInfo
         return (f"loop {name} is neither asyncio's selector loop nor looplab's, the only "
@@ -321,7 +333,7 @@ class _AsyncioMixin:
     def _init_tracking(self, runtime, opts):
         self._instrument = opts.get("instrument", True)
         self._transports = _Transports()      # transport -> ConnStats | None
-        self.loop_name = self._loop_of(opts)
+        self.loop_name = self.loop_of(opts)
         self._uv = self.loop_name == "uvloop"
         self.loop_factory = _tracking_loop_factory(
             self, self.loop_name, dict(getattr(runtime, "loop_options", None) or {}),

@@ -4,9 +4,21 @@ Protocol base, setting a port's Event and the stream port's writer close. Not
 sans-IO (it prints, it awaits), so not in ``cores``."""
 from __future__ import annotations
 
+import importlib
 import sys
 
 from protocols import apps, cores
+
+#: The three port styles, each with one driver module of the same name.
+STYLES = ("callback", "stream", "task")
+
+
+def driver(style: str):
+    """The driver module that serves apps on ports of ``style`` (``serve(port, app,
+    sock, variant, params)``)."""
+    if style not in STYLES:
+        raise ValueError(f"unknown port style {style!r}; styles: {', '.join(STYLES)}")
+    return importlib.import_module(f"protocols.{style}")
 
 
 class Served:

@@ -2,7 +2,7 @@
 
 A runtime declares what its calls have done by the time they return (did a
 spawned child run, how many bytes stay in user space after a big write, when
-is a closed connection closed ...). ``bench.causality`` measures the same row
+is a closed connection closed ...). ``bench.scenarios.causality`` measures the same row
 through the port API and compares the two, so the declaration is a claim that a
 test can hold a runtime to. It lives on the runtime (``RuntimeInfo.fingerprint``)
 because it is part of what the runtime *is*, like its options.

@@ -29,9 +29,9 @@ import threading
 from kernels.probe import Probe
 
 __all__ = ["PortBase", "CallbackPortBase", "StreamPortBase", "TaskPortBase", "OurCallbackPort",
-           "HybridPort", "CoroPort", "client_socket", "STREAM_NAMES", "using_io", "current_io", "sim_sigint"]
+           "HybridPort", "CoroPort", "client_socket", "bind_listener", "STREAM_NAMES", "using_io", "current_io", "sim_sigint"]
 
-# --- simulated-network hook (bench.simcells) ---------------------------------
+# --- simulated-network hook ----------------------------------------------------
 # Programs open their own ports (``runtime.open()``), so the IO object a
 # simulated cell runs on is ambient: every port of our kernels opened inside
 # ``using_io(io)`` hands ``io`` to its kernel, and the reference ports build
@@ -80,6 +80,26 @@ def client_socket(sockbuf: int | None) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockbuf)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockbuf)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def bind_listener(host: str = "127.0.0.1", port: int = 0, sockbuf: int | None = None,
+                  backlog: int = 128, io=None) -> socket.socket:
+    """A listening TCP socket. ``sockbuf`` pins SO_SNDBUF/SO_RCVBUF, which accepted
+    sockets inherit on Linux. ``io``: a ``kernels.io`` seam object whose sockets to
+    use (a simulated world's), else the OS's. A port in use raises OSError
+    (EADDRINUSE)."""
+    sock = (io.socket if io is not None else socket.socket)(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if sockbuf:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockbuf)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockbuf)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
     return sock
 
 

@@ -128,7 +128,7 @@ def pytest_configure(config):
 
 
 # ---------------------------------------------------------------------------
-# Runtimes come from looplab's pytest plugin (protocols/pytest_plugin.py):
+# Runtimes come from looplab's pytest plugin (bench/verbs/pytest_plugin.py):
 # ``looplab_runtime``, ``@pytest.mark.looplab_style`` and ``--looplab-runtimes``.
 # This suite's older spellings stay as aliases: ``--runtimes`` and a ``runtime``
 # fixture over every style.
@@ -140,12 +140,12 @@ def pytest_addoption(parser):
 
 def pytest_generate_tests(metafunc):
     if "runtime" in metafunc.fixturenames:
-        from protocols.pytest_plugin import selected_specs
+        from bench.verbs.pytest_plugin import selected_specs
         metafunc.parametrize("runtime", selected_specs(metafunc.config), indirect=True)
 
 
 @pytest.fixture
 def runtime(request):
-    """A parsed ``protocols.runtimes.Runtime``; skips when its library is missing."""
-    from protocols.pytest_plugin import runtime_or_skip
+    """A parsed ``bench.runtimes.Runtime``; skips when its library is missing."""
+    from bench.verbs.pytest_plugin import runtime_or_skip
     return runtime_or_skip(request.param)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import envs
-from protocols import runtimes
-from protocols.runtimes import UsageError
+from bench.host import envs
+from bench import runtimes
+from bench.runtimes import UsageError
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_S = 240
@@ -444,7 +444,7 @@ def test_fidelity_compares_the_looplab_loop_with_asyncios_own_loop():
     assert len(verdicts) >= 3 and verdicts["cb_write_after_close_empty"] == "agree"
     # where our loop differs from CPython's, it is the callback kernel's own declared
     # transport difference (the loop's transports are that kernel's)
-    from protocols import runtimes as rtmod
+    from bench import runtimes as rtmod
     declared = set(rtmod.get("callback").probe_differences)
     assert all(v in ("agree", "declared") or p in declared for p, v in verdicts.items()), verdicts
     with pytest.raises(UsageError, match="unknown option 'nope'"):

@@ -27,8 +27,8 @@ from bench.perf import echo, goals, loadgen, machine, micro
 from bench.verbs import benchmark as benchverb
 from bench import cli as looplab_cli
 from bench.errors import ExitCode, UsageError
-from bench.tables import fmt_seconds
-from protocols import runtimes
+from bench.results.tables import fmt_seconds
+from bench import runtimes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -778,9 +778,9 @@ def test_idle_connections_report_memory_per_connection():
 
 
 def test_the_spawn_join_floor_runs_every_operation():
-    # bench.perf.floor is the yardstick the spawn+join goal is read against
+    # bench.perf.nokernel is the yardstick the spawn+join goal is read against
     # (docs/benchmarking.md): it must do the n spawn+joins it is counted for.
-    from bench.perf import floor
+    from bench.perf import nokernel as floor
     assert floor.run(7) == 7
     assert floor.run(0) == 0
 

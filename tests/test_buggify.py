@@ -286,7 +286,7 @@ def test_buggify_is_legal_on_every_runtime_only_when_asked():
 
 
 def test_explored_buggify_choice_replays_exactly():
-    from bench.explore import runner, targets
+    from bench.explore import exploration as runner, targets
     t = targets.resolve("cpython-23812")
     r = runner.explore(t, "callback", "fixed", "random", 3, buggify=list(BUGGIFY_POINTS),
                        do_shrink=False)

@@ -205,7 +205,7 @@ def test_unwritable_out_fails_before_any_cell(tmp_path):
 def test_list_runtimes_shows_options_and_every_id():
     r = _looplab("list", "runtimes")
     assert r.returncode == 0
-    from protocols.runtimes import RUNTIMES
+    from bench.runtimes import RUNTIMES
     for rid in RUNTIMES:
         assert any(line.startswith(rid + " ") for line in r.stdout.splitlines()), rid
     for opt in ("high_water=65536", "io_schedule_point=false", "ready_order=fifo", "drain=asyncio"):
@@ -310,7 +310,7 @@ def test_global_out_is_the_verbs_out(tmp_path):
 
 def test_a_missing_runtime_library_is_exit_3_in_run_and_serve(monkeypatch, capsys):
     from bench import cli
-    from protocols import runtimes
+    from bench import runtimes
     monkeypatch.setattr(runtimes.Runtime, "unavailable_reason",
                         lambda self: "No module named 'uvloop'" if self.id.startswith("uvloop") else None)
     assert cli.main(["run", "--runtimes", "uvloop-protocol", "--scenarios", "S4",

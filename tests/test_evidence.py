@@ -15,10 +15,11 @@ import sys
 
 import pytest
 
-from bench import builtin, results
+from bench.scenarios import catalog
+from bench import results
 from bench import run as scenarios
-from bench.run import cells as _cells
-from bench import scenario as scmod
+from bench.run import repeats as _cells
+from bench.scenarios import api as scmod
 
 STARVED_PEER = {"connected": False, "ended": "timeout", "received_bytes": 0, "sent_bytes": 0,
                 "requests_sent": 0, "series": [], "latency_series": []}
@@ -41,7 +42,7 @@ def _starve(monkeypatch, module):
 
 
 def _judged(sc, rt="callback", preset=None):
-    from protocols import runtimes
+    from bench import runtimes
     preset = preset or next(iter(sc.presets))
     ctx = scmod.CellContext(sc, runtimes.parse(rt), sc.variants[0], preset, dict(sc.presets[preset]))
     out = _cells._outcome(sc, sc.run(ctx))
@@ -117,7 +118,7 @@ def test_below_the_minimum_and_an_impossible_figure_are_errors():
 def test_merged_repeats_fold_false_over_none_over_true():
     a = results.new_cell("S1", "coro", "naive", verdicts={"x": True, "y": None, "z": True})
     b = results.new_cell("S1", "coro", "naive", verdicts={"x": None, "y": False, "z": True})
-    merged = results._merge_cells(a, b, "ra", "rb")
+    merged = results.document._merge_cells(a, b, "ra", "rb")
     assert merged["verdicts"] == {"x": None, "y": False, "z": True}
 
 
@@ -154,7 +155,7 @@ def test_more_jobs_than_cores_never_passes_on_no_data(tmp_path):
 
 
 ERROR_KEY_SCENARIO = '''
-from bench.scenario import Metric, Scenario
+from bench.scenarios.api import Metric, Scenario
 
 
 def program(job):
@@ -162,7 +163,7 @@ def program(job):
 
 
 def run(ctx):
-    from bench.scenario import run_program
+    from bench.scenarios.api import run_program
     ran = run_program(ctx, max_s=10)
     return ({"done_count": ran.app["done_count"]}, {"ok": ran.app["error"].startswith("a field")}, [])
 
@@ -184,7 +185,7 @@ def test_a_program_result_key_named_error_is_data_not_a_crash(tmp_path):
 
 
 def test_compare_says_not_measured_rather_than_a_fix_or_regression():
-    from bench import compare
+    from bench.results import compare
     old = results.new_document([results.new_cell("S1", "coro", "naive", verdicts={"bounded": True})],
                                run_id="a", env={})
     new = results.new_document([results.new_cell("S1", "coro", "naive", verdicts={"bounded": None})],

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from protocols import runtimes
+from bench import runtimes
 
 ROOT = Path(__file__).resolve().parents[1]
 RID = "selectkernel"

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from bench import scenario as scmod
+from bench.scenarios import api as scmod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILE = os.path.join(ROOT, "examples", "linereq", "linereq.py")

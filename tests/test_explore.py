@@ -9,7 +9,7 @@ import pytest
 
 from bench import cli
 from bench.errors import UsageError
-from bench.explore import bugs, runner, search, targets, verb
+from bench.explore import bugs, exploration as runner, search, targets, verb
 from kernels import choice, io as kio, simnet
 
 

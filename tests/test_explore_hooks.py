@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench.explore import bugs, runner, search, targets
+from bench.explore import bugs, exploration, search, targets
 from kernels import choice, simnet
 
 
@@ -81,10 +81,10 @@ def test_a_trio_cell_makes_ready_choices_and_replays_exactly():
     # trio's generator and flag are put back after the run
     assert (core._r, core._ALLOW_DETERMINISTIC_SCHEDULING) == before
     devs = {ready[0]: 1}
-    rec2, r2 = runner._run(t, "trio", "fixed", legal, devs)
+    rec2, r2 = exploration._run(t, "trio", "fixed", legal, devs)
     assert rec2.points[ready[0]] == (choice.READY, rec.points[ready[0]][1], 1)
-    doc = runner.schedule_doc(t, "trio", "fixed", legal, devs, rec2, r2, "delays:1", True, False)
-    again = runner.replay(doc, t)
+    doc = exploration.schedule_doc(t, "trio", "fixed", legal, devs, rec2, r2, "delays:1", True, False)
+    again = exploration.replay(doc, t)
     assert again["exact"] and again["same_points"]
 
 
@@ -99,7 +99,7 @@ def test_the_cancellation_programs_fail_only_off_the_default_order(bug_id):
     for rt in t.runtimes:
         rec = search.Recorder(search.legal_kinds(rt))
         assert not t.run(rt, "naive", rec).failed            # the default order passes
-        found = runner.explore(t, rt, "naive", "delays:1", 100)
+        found = exploration.explore(t, rt, "naive", "delays:1", 100)
         assert found["found"] and found["shrunk_deviations"] == 1 and found["replay_exact"]
         assert found["outcome"].startswith("violated:")
 
@@ -107,7 +107,7 @@ def test_the_cancellation_programs_fail_only_off_the_default_order(bug_id):
 @pytest.mark.parametrize("bug_id", NEW)
 def test_the_fixed_cancellation_programs_are_proved_within_two_delays(bug_id):
     t = targets.resolve(bug_id)
-    r = runner.explore(t, "asyncio", "fixed", "delays:2", 600)
+    r = exploration.explore(t, "asyncio", "fixed", "delays:2", 600)
     assert r.get("proved", "").startswith("proved: no failing schedule within 2 delays"), r
 
 

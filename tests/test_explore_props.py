@@ -9,9 +9,10 @@ import json
 
 import pytest
 
-from bench import cli, props
-from bench.explore import bugs, checks, runner, search, targets
-from bench.scenario import Scenario, always, eventually, observe, sometimes
+from bench import cli
+from bench.scenarios import properties as props
+from bench.explore import bugs, checks, exploration, search, targets
+from bench.scenarios.api import Scenario, always, eventually, observe, sometimes
 from kernels import simnet
 
 
@@ -23,9 +24,9 @@ def _program(bug_id, **changes):
 def test_a_target_without_declarations_keeps_the_plain_recorder():
     t = targets.ProgramTarget(_program("cpython-23812", properties=()))
     legal = search.legal_kinds("asyncio")
-    assert type(runner.recorder(t, "asyncio", "naive", legal, None)) is search.Recorder
+    assert type(exploration.recorder(t, "asyncio", "naive", legal, None)) is search.Recorder
     declared = targets.resolve("cpython-23812")
-    assert isinstance(runner.recorder(declared, "asyncio", "naive", legal, None), checks.Watched)
+    assert isinstance(exploration.recorder(declared, "asyncio", "naive", legal, None), checks.Watched)
 
 
 def test_observe_costs_nothing_and_keeps_nothing_when_nobody_watches():
@@ -39,14 +40,14 @@ def test_an_always_violated_is_a_failure_with_its_schedule_and_replays(tmp_path)
     # the fixed queue program never fails by itself; the property does, in the race window
     t = targets.ProgramTarget(_program("cpython-23812", properties=(
         always("no cancellation in the window", lambda s: not s.app.get("cancel_in_window")),)))
-    r = runner.explore(t, "asyncio", "fixed", "delays:1", 100)
+    r = exploration.explore(t, "asyncio", "fixed", "delays:1", 100)
     assert r["found"] and r["outcome"] == "violated: always no cancellation in the window"
     assert r["first_failure"] > 1                  # the default order does not reach it
     assert r["target_outcome"] == "ok" and r["violation_at"] == pytest.approx(bugs.AT, abs=1e-3)
     assert r["shrunk_deviations"] == 1 and r["replay_exact"]
     doc = r["schedule"]
     assert doc["properties"] == [["always", "no cancellation in the window"]]
-    again = runner.replay(json.loads(json.dumps(doc)), t)
+    again = exploration.replay(json.loads(json.dumps(doc)), t)
     assert again["exact"] and again["outcome"] == r["outcome"]
 
 
@@ -54,16 +55,16 @@ def test_an_eventually_is_violated_at_its_deadline_and_holds_when_met():
     late = _program("cpython-86296", properties=(
         eventually("the worker has stopped", lambda s: "worker" in s.app and s.app["worker"].done(),
                    within_s=bugs.AT + 0.5),))
-    r = runner.explore(targets.ProgramTarget(late), "asyncio", "naive", "delays:1", 100)
+    r = exploration.explore(targets.ProgramTarget(late), "asyncio", "naive", "delays:1", 100)
     assert r["found"] and r["outcome"] == "violated: eventually the worker has stopped: not by t=1.5s"
     # checked at the deadline itself (a world event), not at the next choice point
     assert r["violation_at"] == pytest.approx(bugs.AT + 0.5)
     assert r["target_outcome"].startswith("hang") and r["liveness"]
-    ok = runner.explore(targets.ProgramTarget(late), "asyncio", "fixed", "delays:1", 100)
+    ok = exploration.explore(targets.ProgramTarget(late), "asyncio", "fixed", "delays:1", 100)
     assert not ok["found"] and ok["proved"]
     never = _program("cpython-86296", properties=(
         eventually("never", lambda s: False, within_s=100.0),))
-    r2 = runner.explore(targets.ProgramTarget(never), "asyncio", "fixed", "delays:0", 5)
+    r2 = exploration.explore(targets.ProgramTarget(never), "asyncio", "fixed", "delays:0", 5)
     assert r2["outcome"] == "violated: eventually never: the run ended first"
 
 
@@ -71,7 +72,7 @@ def test_a_sometimes_never_reached_is_vacuous_and_no_proof(monkeypatch, capsys):
     bug = _program("cpython-23812", properties=(
         sometimes("the window", lambda s: s.app.get("cancel_in_window")),
         sometimes("a state no schedule reaches", lambda s: s.app.get("nowhere"))))
-    r = runner.explore(targets.ProgramTarget(bug), "asyncio", "fixed", "delays:1", 100)
+    r = exploration.explore(targets.ProgramTarget(bug), "asyncio", "fixed", "delays:1", 100)
     assert not r["found"] and "proved" not in r
     assert r["not_proved"].startswith("not a proof: no failing schedule within 1 delay")
     n = r["schedules"]
@@ -101,13 +102,13 @@ def test_shards_merge_what_each_reached():
 
 def test_a_predicate_that_raises_is_an_error_of_the_run():
     bug = _program("cpython-23812", properties=(always("broken", lambda s: s.app["missing"]),))
-    r = runner.explore(targets.ProgramTarget(bug), "asyncio", "fixed", "delays:0", 5,
+    r = exploration.explore(targets.ProgramTarget(bug), "asyncio", "fixed", "delays:0", 5,
                        do_shrink=False)
     assert r["found"] and r["outcome"].startswith("error: property predicate raised KeyError")
 
 
 def test_the_trace_names_the_first_differing_choice_beside_the_nearest_passing_run(tmp_path):
-    r = runner.explore(targets.resolve("cpython-23812"), "asyncio", "naive", "delays:1", 100)
+    r = exploration.explore(targets.resolve("cpython-23812"), "asyncio", "naive", "delays:1", 100)
     tr = r["schedule"]["trace"]
     step, choice = r["schedule"]["deviations"][0][:2]
     assert tr["first_difference"] == step
@@ -193,7 +194,7 @@ def test_s3_declares_properties_a_cell_checks():
     t = targets.resolve("S3:drain")
     kinds = {p.kind for p in t.properties}
     assert kinds == {"always", "sometimes"}
-    r = runner.explore(t, "callback", "drain", "random", 2)
+    r = exploration.explore(t, "callback", "drain", "random", 2)
     assert not r["found"] and r["properties"]["reached"] == {"the drain waiter is parked": 1}
     # the drain waiter is declared for the callback and stream ports only
     assert [p.name for p in checks.declared(t, "drain", "coro")] == \
@@ -204,7 +205,7 @@ def test_s3_declares_properties_a_cell_checks():
 
 def test_a_scenario_checks_its_declarations():
     base = dict(id="P1", title="t", summary="s", run=lambda ctx: None,
-                metrics=[__import__("bench.scenario", fromlist=["Metric"]).Metric("x_bytes")],
+                metrics=[__import__("bench.scenarios.api", fromlist=["Metric"]).Metric("x_bytes")],
                 verdicts={"ok": "ok"}, presets={"tiny": {}})
     assert Scenario(**base, properties=(always("a", lambda s: True),)).problems() == []
     bad = Scenario(**base, properties=(
@@ -220,23 +221,23 @@ def test_a_scenario_checks_its_declarations():
 def test_a_cells_properties_read_its_peers():
     t = targets.resolve("S3")
     t.properties = (always("nothing arrives", lambda s: s.received("reader") == 0),)
-    r = runner.explore(t, "callback", "fixed", "delays:0", 3)
+    r = exploration.explore(t, "callback", "fixed", "delays:0", 3)
     assert r["found"] and r["outcome"] == "violated: always nothing arrives"
     assert r["violation_at"] >= t.params["start_after_s"] and r["replay_exact"]
     eof = lambda s: s.ended("reader") == "eof"     # noqa: E731
     t.properties = (eventually("EOF", eof, within_s=0.1),)
-    r = runner.explore(t, "callback", "fixed", "delays:0", 3, do_shrink=False)
+    r = exploration.explore(t, "callback", "fixed", "delays:0", 3, do_shrink=False)
     assert r["outcome"] == "violated: eventually EOF: not by t=0.1s"
     t.properties = (eventually("EOF", eof, within_s=lambda p: p["max_s"]),)
-    assert not runner.explore(t, "callback", "fixed", "delays:0", 3)["found"]
+    assert not exploration.explore(t, "callback", "fixed", "delays:0", 3)["found"]
     t.properties = (always("a typo", lambda s: s.received("raeder") >= 0),)
-    r = runner.explore(t, "callback", "fixed", "delays:0", 3, do_shrink=False)
+    r = exploration.explore(t, "callback", "fixed", "delays:0", 3, do_shrink=False)
     assert r["outcome"].startswith("error: property predicate raised LookupError: no peer 'raeder'")
 
 
 USER_SCENARIO = '''
 from bench import peers
-from bench.scenario import Metric, Scenario, always, observe, run_program, sometimes
+from bench.scenarios.api import Metric, Scenario, always, observe, run_program, sometimes
 
 
 async def send(port, host, tcp_port, n):
@@ -292,7 +293,7 @@ def test_a_users_scenario_file_declares_properties_explore_checks(tmp_path, caps
 
 def test_a_zoo_entry_declares_a_sometimes_its_fix_reaches():
     t = targets.resolve("uvicorn-336")
-    r = runner.explore(t, "callback", "fixed", "delays:1", 200)
+    r = exploration.explore(t, "callback", "fixed", "delays:1", 200)
     assert r["proved"] and r["properties"]["reached"] == {
         "the writer is parked when the connection is lost": 1}
     # declared for the callback port only: nothing to reach on a stream port
@@ -326,7 +327,8 @@ def test_trio_tasks_are_listed_at_a_deadlock_with_their_own_frame():
 
 def test_curio_tasks_are_listed_at_a_deadlock_with_their_own_frame():
     curio = pytest.importorskip("curio")
-    from protocols import ports, runtimes
+    from protocols import ports
+    from bench import runtimes
     world2 = simnet.World(0, log=False)
     got2 = []
     world2.on_deadlock = lambda: got2.extend(checks.running_tasks())
@@ -349,7 +351,7 @@ def test_curio_tasks_are_listed_at_a_deadlock_with_their_own_frame():
 def test_a_runtime_whose_task_lister_fails_is_named_and_the_rest_still_listed(monkeypatch):
     from dataclasses import replace
 
-    from protocols import runtimes
+    from bench import runtimes
     broken = replace(runtimes.get("coro"), id="lister-breaks", tasks="nosuch.module:tasks",
                      requires=())
     monkeypatch.setitem(runtimes.RUNTIMES, broken.id, broken)

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from bench.explore import runner, search, targets, verb
+from bench.explore import exploration, search, targets, verb
 from kernels import simnet
 from kernels.simnet import world as worldmod
 

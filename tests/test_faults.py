@@ -27,8 +27,9 @@ import time
 
 import pytest
 
-from bench import cli, faults
-from protocols import runtimes
+from bench import cli
+from bench.verbs import faults
+from bench import runtimes
 
 RUNTIMES = ["callback", "hybrid", "coro", "asyncio-protocol", "asyncio-streams",
             "uvloop-protocol", "uvloop-streams", "curio", "trio"]

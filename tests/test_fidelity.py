@@ -14,10 +14,11 @@ import sys
 
 import pytest
 
-from bench import cli, fidelity, results
+from bench import cli, fidelity
+from bench import results
 from bench.errors import ExitCode
 from bench.fidelity import PROBES
-from protocols import runtimes as rtmod
+from bench import runtimes as rtmod
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from bench import causality
-from protocols import runtimes
+from bench.scenarios import causality
+from bench import runtimes
 from protocols.fingerprint import Between, Fingerprint, Near, satisfies
 
 TRIALS = 100

@@ -12,15 +12,15 @@ import importlib.util
 import pytest
 
 from bench import peers
-from bench import scenario as scmod
+from bench.scenarios import api as scmod
 from bench.peers import PeerProcess
 from bench.peers import http as hp
-from bench.scenario import Job
+from bench.scenarios.api import Job
 
 scmod.load_plugins(modules=("bench.zoo",))   # as looplab repro does: cells see the zoo
 from bench.zoo import entry  # noqa: E402
 from bench.zoo import frameworks as fw  # noqa: E402
-from protocols import runtimes  # noqa: E402
+from bench import runtimes  # noqa: E402
 
 
 def _need(*modules):

@@ -87,8 +87,8 @@ def edge_doc():
         _cell("MY1", "coro", "naive", {"delivered_bytes": 10}, {}),
     ]
     # written without its scenarios' and runtimes' descriptions: completed as
-    # `looplab report` completes such a file (bench.run.document.complete)
-    from bench.run import document
+    # `looplab report` completes such a file (bench.run.describe.complete)
+    from bench.run import describe as document
     return document.complete({"schema": 1, "looplab": "0.1.0", "run_id": "merged-1",
                               "env": [_env("alpha"), _env("beta", "3.12.1")],
                               "merged_from": ["r1", "r2"], "cells": cells})

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import envs
+from bench.host import envs
 from bench.errors import ExitCode, UsageError
 from bench.fidelity import observatory
 from bench.fidelity.registry import PROBES
-from protocols import runtimes
+from bench import runtimes
 
 measure = importlib.import_module("bench.fidelity.measure")
 
@@ -213,7 +213,7 @@ def test_shards_across_the_loop_axis_merge_into_one_run(tmp_path):
 
 
 def test_the_pytest_fixture_skips_a_runtime_bound_to_another_interpreter():
-    from protocols import pytest_plugin
+    from bench.verbs import pytest_plugin
     here = ".".join(map(str, sys.version_info[:2]))
     assert pytest_plugin._other_interpreter(runtimes.parse(f"asyncio-streams@{here}")) is None
     assert pytest_plugin._other_interpreter(runtimes.parse("asyncio-streams")) is None

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench import peers, simcells
+from bench import peers
+from bench.scenarios import simulated as simcells
 from bench.peers import sim as simpeers
 
 TOTAL = 200_000          # bytes a case sends
@@ -309,7 +310,7 @@ def test_a_driver_refuses_an_action_it_does_not_know():
 
 USER_FILE = '''
 from bench import peers
-from bench.scenario import Metric, Scenario, run_program
+from bench.scenarios.api import Metric, Scenario, run_program
 
 
 @peers.register_role

@@ -22,7 +22,7 @@ import pytest
 from bench import report
 from bench import results as resmod
 from bench import run as matrix
-from bench.run import document as docmod
+from bench.run import describe as docmod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOOPLAB = [sys.executable, "-m", "bench"]
@@ -318,7 +318,7 @@ def test_bench_without_out_or_json_saves_to_a_default_folder(tmp_path, monkeypat
 # Exit codes
 
 FAILING = textwrap.dedent('''
-    from bench.scenario import Metric, Scenario
+    from bench.scenarios.api import Metric, Scenario
 
     def run(ctx):
         raise ConnectionRefusedError(111, "Connection refused")

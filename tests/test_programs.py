@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from bench import programs
+from bench.scenarios import programs
 from bench.errors import CRASH_KEY
 from bench.peers import PeerProcess
-from protocols import runtimes
+from bench import runtimes
 
 SOCKBUF = 64 * 1024
 TOTAL = 2_000_000

@@ -16,8 +16,8 @@ RUN_S = 240
 # A user's kernel: coro's kernel under another id. It keeps coro's two
 # deliberate differences from the task contract, so it must declare them.
 KERNEL = '''
-from protocols import runtimes
-from protocols.runtimes import Difference, RuntimeInfo
+from bench import runtimes
+from bench.runtimes import Difference, RuntimeInfo
 
 _OS_ERROR = "resets surface as the OS error (as in coro)"
 runtimes.register(RuntimeInfo(
@@ -34,7 +34,7 @@ runtimes.register(RuntimeInfo(
 
 USER_TESTS = '''
 import pytest
-from protocols.pytest_plugin import run_program
+from bench.verbs.pytest_plugin import run_program
 
 
 @pytest.mark.looplab_style("task")
@@ -110,8 +110,8 @@ def test_an_undeclared_difference_fails_and_a_stale_one_too(pytester):
     """Without its declarations the same kernel fails those two tests; a
     declaration for something it does not do fails as well."""
     pytester.makepyfile(mykernel=textwrap.dedent('''
-        from protocols import runtimes
-        from protocols.runtimes import Difference, RuntimeInfo
+        from bench import runtimes
+        from bench.runtimes import Difference, RuntimeInfo
         runtimes.register(RuntimeInfo(
             "bare", "task", "protocols.ports:CoroPort", runtimes.get("coro").options,
             differences={"send_after_eof": Difference("BrokenPipeError", "claimed, not true")}))

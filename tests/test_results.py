@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from bench import compare as cmpmod
+from bench.results import compare as cmpmod
 from bench import results
 from bench.errors import UsageError as Usage
 from bench.verbs import results as results_verbs
@@ -123,13 +123,13 @@ def test_mann_whitney_p_value():
 
 
 def _scenario_doc(verdicts, peak, delivered, run_id):
-    from bench import scenario
+    from bench.scenarios import api
     cell = results.new_cell("S1", "callback", "fixed", {"duration_s": 1.0},
                             metrics={"peak_user_buffer_bytes": peak, "delivered_bytes": delivered,
                                      "max_frame_latency_s": 0.1},
                             verdicts=verdicts)
     return results.new_document([cell], run_id=run_id, env={"node": "m"},
-                                scenarios={"S1": scenario.get("S1").describe()})
+                                scenarios={"S1": api.get("S1").describe()})
 
 
 def test_compare_verdict_regression_fails_the_verdict_gate(tmp_path, capsys):

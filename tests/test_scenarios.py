@@ -23,7 +23,7 @@ import pytest
 
 from bench import results
 from bench import run as matrix
-from bench import scenario as scmod
+from bench.scenarios import api as scmod
 from bench.errors import UsageError
 
 KiB, MiB = 1024, 1024 * 1024
@@ -84,7 +84,7 @@ def test_run_results_are_checked_against_the_declaration():
 
 
 def _docstring_example() -> str:
-    """The user scenario file shown in bench.scenario's docstring, as written there."""
+    """The user scenario file shown in bench.scenarios.api's docstring, as written there."""
     lines = scmod.__doc__.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.strip().startswith("# my_bug.py"))
     block = []
@@ -324,7 +324,7 @@ def test_run_fail_on_verdict_exits_1_on_a_planted_verdict_regression(tmp_path):
 
 def test_report_rows_naive_first_marker_on_errors_and_no_question_marks():
     from bench import report
-    from bench.run import document as docmod
+    from bench.run import describe as docmod
 
     def cell(rt, variant, ours, **kw):
         base = {"id": f"S3/{rt}/{variant}/tiny", "scenario": "S3", "runtime": rt, "variant": variant,

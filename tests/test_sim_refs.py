@@ -21,9 +21,11 @@ import sys
 import pytest
 
 from bench import run as matrix
-from bench import simcells, simruns
+from bench.scenarios import simulated as simcells
+from bench.run import seeds
 from kernels.simnet import World
-from protocols import ports, runtimes, simports
+from protocols import ports, simports
+from bench import runtimes
 from protocols.errors import Unavailable
 
 pytestmark = pytest.mark.timeout(120)
@@ -254,7 +256,7 @@ def test_a_reference_sim_cell_is_a_function_of_its_universe():
         a, b = matrix.run_cell(cell), matrix.run_cell(cell)
         assert not a["errors"], a["errors"]
         for r in (a, b):
-            for k in simruns.WALL_CLOCK:
+            for k in seeds.WALL_CLOCK:
                 r["metrics"].pop(k, None)
                 r["samples"].pop(k, None)
         assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)

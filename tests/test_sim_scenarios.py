@@ -1,4 +1,4 @@
-"""Scenarios on the simulated network (``looplab run --net sim``, ``bench.simcells``).
+"""Scenarios on the simulated network (``looplab run --net sim``, ``bench.scenarios.simulated``).
 
 The app is the same driver or program code as on real sockets, opened on the
 world's seam; the peers are in-world roles. These tests check that a sim cell
@@ -14,7 +14,8 @@ import json
 import pytest
 
 from bench import run as matrix
-from bench import simcells, simruns
+from bench.scenarios import simulated as simcells
+from bench.run import seeds as simruns
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -250,7 +251,7 @@ def test_the_watchdog_ends_a_sim_cell_as_an_error_that_keeps_its_universe(monkey
 def test_an_interrupted_matrix_stops_the_simulated_cells_it_runs():
     """``abort_running`` (the matrix's answer to SIGINT/SIGTERM) stops every
     live world, so a spinning sim cell cannot hold the run open."""
-    from bench import scenario as scmod
+    from bench.scenarios import api as scmod
     from kernels.simnet import SimStopped
     cell = simcells.cell_world(sim_cells("S1", "callback", "naive")[0], 0, {})
 

@@ -26,11 +26,12 @@ from bench.report import html as report_html
 from bench import peers
 from bench import report
 from bench import results as resmod
-from bench import scenario as scmod
+from bench.scenarios import api as scmod
 from bench import run as matrix
-from bench import simcells, simruns
+from bench.scenarios import simulated as simcells
+from bench.run import seeds as simruns
 from bench.cli import main as looplab
-from protocols import runtimes as rtmod
+from bench import runtimes as rtmod
 
 scmod.load_plugins(modules=("bench.zoo",))
 from bench import zoo  # noqa: E402 -- loaded as a scenario module first, as the verb does
@@ -259,8 +260,8 @@ def both_doc():
                 cells.append(_cell("S3", rt, variant, net, {"no_loss": lost == 0, "close_completed": True},
                                    {"delivered_bytes": 1_048_576 - lost, "lost_bytes": lost}))
     # as a results file is read: the scenario and runtime descriptions the renderers use
-    from bench.run import document
-    return document.complete({"schema": 1, "looplab": "0.1.0", "run_id": "both-1", "env": {},
+    from bench.run import describe
+    return describe.complete({"schema": 1, "looplab": "0.1.0", "run_id": "both-1", "env": {},
                               "cells": cells})
 
 

@@ -1,6 +1,6 @@
 """The simulated network's wire faults (loss, clog, partition) on a plain socket
 pair, their validation, and the shrinking of a failing schedule's times and
-parameters (bench.simruns.shrink).
+parameters (bench.run.seeds.shrink).
 
 Every run is in virtual time: a few hundred events, no sleeping, no real socket.
 """
@@ -10,7 +10,7 @@ import errno
 
 import pytest
 
-from bench import simruns
+from bench.run import seeds as simruns
 from kernels.simnet import READ, WRITE, World
 from kernels.simnet.constants import RTO_MIN_S
 

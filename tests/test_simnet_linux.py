@@ -148,7 +148,7 @@ def _drain_remainder(total, low_water=16384):
 @pytest.mark.timeout(600)
 def test_s3_drain_loses_exactly_the_skb_remainder_on_some_seeds_and_coro_never():
     from bench import run as matrix
-    from bench import simruns
+    from bench.run import seeds as simruns
     for rt, seeds in (("callback", 40), ("hybrid", 40), ("coro", 10)):
         cell = matrix.plan("S3", rt, "drain", "blog")[0]
         expected = _drain_remainder(cell.params["total_bytes"])

@@ -15,7 +15,9 @@ import warnings
 
 import pytest
 
-from bench import peers, programs, simruns
+from bench import peers
+from bench.scenarios import programs
+from bench.run import seeds
 from bench import run as matrix
 from bench.peers.sim import play
 from kernels import simnet
@@ -47,7 +49,7 @@ def test_the_poller_never_misses_readiness_in_any_scenario(verified_polls):
     cells = _sim_cells("S1,S3,S5,S6,S7,S8", "callback,hybrid,coro,asyncio-protocol")
     plain = [(c, matrix.run_cell(c)) for c in cells]
     assert [(c.id, r["errors"]) for c, r in plain if r["errors"]] == []
-    faulted = [(seed, c, matrix.run_cell(simruns.seed_cell(c, seed, faults=3)))
+    faulted = [(seed, c, matrix.run_cell(seeds.seed_cell(c, seed, faults=3)))
                for seed in range(2) for c in cells if c.scenario in ("S1", "S3", "S6")]
     assert len(plain) + len(faulted) > 60
     for seed, c, r in faulted:     # a fault may end a cell in an error; a missed fd may not
@@ -146,7 +148,8 @@ def test_roles_skipping_idle_pokes_give_the_same_results_as_acting_on_each():
 
 def _reader_world(act_every_poke: bool, **sink):
     """A source role at 3 MB/s into a sink role with ``sink`` fields, to the end."""
-    from bench import peers, simcells
+    from bench import peers
+    from bench.scenarios import simulated as simcells
     from bench.peers import sim as simpeers
     cell = simcells.SimCell(simcells.new_world(3, jitter_s=3e-5))
     cfg = peers.check_role({**peers.sink(**sink), "deferred": True}, 10.0)
@@ -199,7 +202,7 @@ def test_own_garbage_nests_and_unfreezes_once():
 
 
 def test_keeping_freed_memory_is_asked_once_and_says_whether_it_took():
-    from bench import simcells
+    from bench.scenarios import simulated as simcells
     first = simcells.keep_freed_memory()
     assert isinstance(first, bool)
     assert simcells.keep_freed_memory() is first
@@ -219,7 +222,7 @@ def test_a_sim_cell_reports_its_cpu_time_and_drops_it_with_the_wall_clock():
     cpu = r["samples"]["cell_cpu_s"]
     assert len(cpu) == 1 and cpu[0] >= 0 and r["metrics"]["cell_cpu_s"] == cpu[0]
     assert set(WALL) <= set(r["samples"]) and "sim_s" in r["samples"]
-    assert set(WALL) == set(simruns.WALL_CLOCK)
+    assert set(WALL) == set(seeds.WALL_CLOCK)
     assert gc.get_freeze_count() == 0
 
 

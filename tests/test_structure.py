@@ -131,7 +131,7 @@ def _git_grep(pattern: str) -> list[str]:
 @pytest.mark.parametrize("pattern", [r"rid ==", r"runtime\.id ==", r"rt\.id ==", r"\.id in \("])
 def test_no_dispatch_on_runtime_ids(pattern):
     """Behaviour that depends on a runtime lives on its RuntimeInfo, not in if-chains."""
-    hits = [line for line in _git_grep(pattern) if "protocols/runtimes.py" not in line]
+    hits = [line for line in _git_grep(pattern) if "bench/runtimes/registry.py" not in line]
     assert not hits, "\n".join(hits)
 
 
@@ -141,7 +141,7 @@ def test_git_grep_failure_is_not_a_pass():
 
 
 # ---------------------------------------------------------------------------
-# Runtime ids are spelled in protocols/builtin.py only.
+# Runtime ids are spelled in bench/runtimes/builtin.py only.
 
 #: calls whose first argument is a module or distribution name ("trio" the library,
 #: not the runtime): importing it, its logger, its installed version
@@ -159,7 +159,7 @@ _BUG_REPORT_CALL, _BUG_REPORT_KEYWORDS = ("Flip", ("show_on", "not_on", "stand_i
 def _builtin_ids() -> tuple[set, set]:
     """(runtime ids a literal must not equal, every built-in id for spec prefixes).
     A style name that is also a runtime id ("callback") names the style when alone."""
-    from protocols import runtimes
+    from bench import runtimes
     ids = {rid for rid, info in runtimes.RUNTIMES.items() if info.origin == "builtin"}
     return ids - set(runtimes.STYLES), ids
 
@@ -202,7 +202,7 @@ def _checked_files():
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if rel == "protocols/builtin.py":
+            if rel == "bench/runtimes/builtin.py":
                 continue
             # a kernel package may name itself (its option schema's owner, say)
             own = path.relative_to(ROOT).parts[1] if pkg == "kernels" and len(
@@ -218,7 +218,7 @@ def test_no_runtime_id_literals_outside_builtin():
     for rel, path, own in _checked_files():
         for line, text in runtime_literals(path.read_text(), rel, own):
             hits.append(f"{rel}:{line}: {text!r}")
-    assert not hits, "runtime ids spelled outside protocols/builtin.py:\n" + "\n".join(hits)
+    assert not hits, "runtime ids spelled outside bench/runtimes/builtin.py:\n" + "\n".join(hits)
 
 
 @pytest.mark.parametrize("planted, caught", [

@@ -20,10 +20,10 @@ import pytest
 from packaging.requirements import Requirement
 
 from bench import results as resmod
-from bench import scenario as scmod
+from bench.scenarios import api as scmod
 from bench import run as matrix
 from bench.cli import main as looplab
-from protocols import runtimes as rtmod
+from bench import runtimes as rtmod
 
 scmod.load_plugins(modules=("bench.zoo",))
 from bench import zoo  # noqa: E402 -- loaded as a scenario module first, as the verb does

@@ -17,12 +17,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench import envs
-from bench import scenario as scmod
+from protocols import asyncio_ports
+from bench.host import envs
+from bench.scenarios import api as scmod
 from bench import run as scenarios
 from bench.cli import main as looplab
 from bench.errors import UsageError
-from protocols import runtimes as rtmod
+from bench import runtimes as rtmod
 
 scmod.load_plugins(modules=("bench.zoo",))
 from bench import zoo  # noqa: E402 -- loaded as a scenario module first, as the verb does
@@ -72,7 +73,7 @@ def test_a_pin_replaces_the_loops_requirement_and_keys_the_environment():
     plain = rtmod.parse("uvloop-streams@3.11")
     old = rtmod.parse("uvloop-streams@3.11+uvloop==0.22.1")
     new = rtmod.parse("uvloop-streams@3.11+uvloop==0.23.0")
-    assert envs.requirements(plain) == (envs.LOOP_DISTS["uvloop"],)
+    assert envs.requirements(plain) == (asyncio_ports.LOOP_REQUIREMENTS["uvloop"],)
     assert envs.requirements(old) == ("uvloop==0.22.1",)
     assert envs.requirements(rtmod.parse("asyncio-streams@3.11+aiohttp==3.8.6")) == ("aiohttp==3.8.6",)
     it = envs.Interpreter("/usr/bin/python3.11", "3.11.7", "CPython", "test")

@@ -43,7 +43,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 
-from bench.props import always, eventually, observe, sometimes
+from bench.scenarios.properties import always, eventually, observe, sometimes
 
 __all__ = ["Bug", "PROGRAMS", "BENCHMARK", "HANGS", "register"]
 
@@ -92,7 +92,7 @@ class Bug:
     T: float = 5.0                  # the liveness bound, virtual seconds
     net: dict = field(default_factory=lambda: {"latency_s": 2e-6, "wake_s": 0.0})
     context: object = Context
-    properties: tuple = ()          # always / eventually / sometimes (bench.props)
+    properties: tuple = ()          # always / eventually / sometimes (bench.scenarios.properties)
 
 
 async def _recv(sock):

@@ -1,6 +1,6 @@
 """What a run is checked against beyond its verdicts, and what a failure shows.
 
-* **Declared properties** (``bench.props``: ``always``, ``eventually``,
+* **Declared properties** (``bench.scenarios.properties``: ``always``, ``eventually``,
   ``sometimes``). ``Watched`` is the recorder of a run whose target declares
   some: at every choice point it sees (before the choice) and at every
   ``observe`` of the code under test it evaluates the predicates on a
@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from bench import props as _props
+from bench.scenarios import properties as _props
 from bench.explore.search import Recorder
 
 __all__ = ["Watch", "Watched", "declared", "judge", "label", "first_difference",
@@ -30,7 +30,7 @@ __all__ = ["Watch", "Watched", "declared", "judge", "label", "first_difference",
 
 class Watch:
     """What a predicate reads: the run's virtual time, what the code under test
-    published (``app``, from ``bench.props.observe``), a cell's peers, the
+    published (``app``, from ``bench.scenarios.properties.observe``), a cell's peers, the
     preset's ``params``, the ``variant``, the ``runtime`` and the ``world``."""
 
     __slots__ = ("world", "app", "params", "variant", "runtime")
@@ -78,7 +78,7 @@ def declared(target, variant: str, runtime: str | None = None) -> tuple:
     of ``runtime``, where the target is a cell)."""
     style = None
     if runtime is not None and getattr(target, "kind", "") == "cell":
-        from protocols import runtimes as rtmod
+        from bench import runtimes as rtmod
         try:
             style = rtmod.parse(runtime).style
         except Exception:       # a spec that does not parse runs nowhere anyway
@@ -349,7 +349,7 @@ def _declared_tasks() -> list:
     (``RuntimeInfo.tasks``; trio's and curio's), asked only when the runtime's
     modules are already imported: this never imports a library. Each task is
     shown where its own code waits, not inside its library."""
-    from protocols import runtimes
+    from bench import runtimes
     out, asked = [], set()
     for info in runtimes.RUNTIMES.values():
         if info.tasks is None or info.tasks in asked \

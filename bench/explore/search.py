@@ -50,7 +50,7 @@ def legal_kinds(runtime: str, net: bool = True, portability: bool = False,
     ``buggify`` the seam's fault points (``BUGGIFY``): the OS allows a short write,
     a spurious readiness or a late notification whatever runtime sits above it,
     so no runtime's contract can rule them out."""
-    from protocols import runtimes as rtmod
+    from bench import runtimes as rtmod
     try:
         info = rtmod.parse(runtime).info
     except rtmod.UsageError:

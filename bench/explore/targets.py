@@ -7,7 +7,7 @@ Two kinds of target, one interface (``resolve(name)`` -> ``Target``;
 * **cells** -- a scenario (``S3``), a variant (``S3:drain``) or a zoo entry
   (``trio-1626``). A thin adapter over the simulated cells that exist
   (``bench.run.run_cell`` on a ``--net sim`` cell): the chooser is
-  installed on the cell's world through ``bench.simcells.WORLD_HOOKS``. The
+  installed on the cell's world through ``bench.scenarios.simulated.WORLD_HOOKS``. The
   properties are the target's own verdicts (a scenario fails when a verdict
   does not hold or the cell errs; a zoo entry when ``bug_shown`` holds). A
   world that deadlocks (``SimDeadlock``: every task waits and nothing is
@@ -36,7 +36,7 @@ __all__ = ["RunResult", "Target", "CellTarget", "ProgramTarget", "resolve", "EXP
 #: two, and a schedule's outcome and choices must not depend on it.
 REUSE = True
 
-#: The network under exploration: the cells' own (bench.simcells.NET_DEFAULTS)
+#: The network under exploration: the cells' own (bench.scenarios.simulated.NET_DEFAULTS)
 #: plus the jitter and per-wait CPU time of ``--seeds``, whose every draw is a
 #: choice point (none, or the most) when network choices are on.
 EXPLORE_NET = {"jitter_s": 2e-6, "cpu_per_wait_s": 20e-6}
@@ -55,7 +55,7 @@ class Target:
     kind = "?"
     variants = ("naive", "fixed")
     runtimes: tuple = ()
-    properties: tuple = ()          # declared beyond the verdicts (bench.props)
+    properties: tuple = ()          # declared beyond the verdicts (bench.scenarios.properties)
     params: dict = {}               # what a property's predicate reads as ``s.params``
 
     #: the seam's fault points its world is given (``World(buggify=...)``), or None
@@ -80,7 +80,7 @@ class CellTarget(Target):
     kind = "cell"
 
     def __init__(self, sid: str, variant: str | None, preset: str):
-        from bench import scenario as scmod
+        from bench.scenarios import api as scmod
         from bench.zoo import registry
         self.sc = scmod.get(sid)
         self.sid = sid
@@ -104,7 +104,7 @@ class CellTarget(Target):
             self.variants = (naive,) + (("fixed",) if "fixed" in self.sc.variants
                                         and naive != "fixed" else ())
         # every registered runtime that can run on the simulated network
-        from protocols import runtimes as rtmod
+        from bench import runtimes as rtmod
         self.runtimes = tuple(rid for rid, info in rtmod.RUNTIMES.items()
                               if info.real_network_only is None and info.variant_of is None)
         self._params = {**self.sc.presets[preset], "net": "sim"}
@@ -112,8 +112,8 @@ class CellTarget(Target):
 
     def applies(self, runtime) -> str | None:
         """Why this target does not run on ``runtime`` (None: it does)."""
-        from bench import simcells
-        from protocols import runtimes as rtmod
+        from bench.scenarios import simulated as simcells
+        from bench import runtimes as rtmod
         rt = rtmod.parse(runtime)
         if rt.style not in self.sc.styles:
             return f"{self.sid} has no {rt.style} program"
@@ -128,14 +128,14 @@ class CellTarget(Target):
     def _runtime(self, runtime):
         got = self._rts.get(runtime) if REUSE else None
         if got is None:
-            from protocols import runtimes as rtmod
+            from bench import runtimes as rtmod
             rt = rtmod.parse(runtime)
             got = self._rts[runtime] = (rt, rt.spec)
         return got
 
     def run(self, runtime, variant, chooser):
         from bench import run as scenarios
-        from bench import simcells
+        from bench.scenarios import simulated as simcells
         from bench.run import Cell
         # One schedule's cell. Everything but the world is the same for every
         # schedule, and the cell carries the objects its names stand for (as
@@ -278,7 +278,7 @@ def _cancel_all(loop) -> None:
 def resolve(name: str, preset: str = "tiny") -> Target:
     """A target by name: ``S3``, ``S3:drain``, a zoo id (or alias), or a
     program of ``bench.explore.bugs``. UsageError names the valid ones."""
-    from bench import scenario as scmod
+    from bench.scenarios import api as scmod
     from bench.explore import bugs
     import bench.zoo  # noqa: F401 -- registers the zoo's scenarios
     from bench.zoo import registry

@@ -37,7 +37,7 @@ def _units(args, target) -> list:
         runtimes = list(target.runtimes)
     else:
         # the runtimes whose kernels expose scheduling choices (RuntimeInfo.schedule_choices)
-        from protocols import runtimes as rtmod
+        from bench import runtimes as rtmod
         runtimes = [rid for rid, info in rtmod.RUNTIMES.items() if info.schedule_choices]
     if args.variant == "both":
         variants = list(target.variants)
@@ -64,7 +64,7 @@ def _units(args, target) -> list:
 
 
 def _run_unit(u: dict) -> dict:
-    from bench.explore import runner, targets
+    from bench.explore import exploration as runner, targets
     t = targets.resolve(u["target"], u["preset"])
     return runner.explore(t, u["runtime"], u["variant"], u["strategy"], u["budget"],
                           seed=u["seed"], net=u["net"], portability=u["portability"],
@@ -218,7 +218,7 @@ def _write(path, doc) -> None:
 
 
 def _replay(path: str) -> int:
-    from bench.explore import runner, targets
+    from bench.explore import exploration as runner, targets
     from bench.results import read_json
     doc = read_json(path, f"--replay {path}")
     if not isinstance(doc, dict) or doc.get("model") != runner.SCHEDULE_MODEL:
@@ -284,7 +284,7 @@ STRATEGIES = ("random", "pct:d=2", "pct:d=3")
 
 
 def _bench_row(job: tuple) -> dict:
-    from bench.explore import runner, targets
+    from bench.explore import exploration as runner, targets
     tid, rt, seeds, budget = job
     spec = BENCH_SPECS.get(tid, {})
     seeds = spec.get("seeds", seeds)

@@ -23,8 +23,8 @@ import sys
 import time
 
 from bench.errors import Unavailable, UsageError
-from bench.tables import format_table
-from protocols import runtimes as rtmod
+from bench.results.tables import format_table
+from bench import runtimes as rtmod
 
 __all__ = ["pairings", "declared", "collect", "compare", "counts", "undeclared", "document",
            "select_probes", "select_runtimes", "measure", "probes_block", "markdown_section",
@@ -61,7 +61,7 @@ def _members() -> list[str]:
 # Selection
 
 def _missing(rid) -> str | None:
-    reason = rtmod.parse(rid).unavailable_reason()
+    reason = envs.unavailable_reason(rtmod.parse(rid))
     return None if reason is None else f"runtime {rid} is unavailable here: {reason}"
 
 
@@ -77,8 +77,7 @@ def grid_reference(rt) -> str | None:
     reference. None for anything else."""
     if isinstance(rt, str):
         rt = rtmod.parse(rt)
-    base = next((rid for (rid, _loop), alias in rtmod._LOOP_ALIASES.items()
-                 if alias == rt.id), None)
+    base = (rtmod.alias_of(rt.id) or (None,))[0]
     if base is None:
         if "loop" not in rt.info.options.names() or _plain(rt):
             return None
@@ -165,7 +164,7 @@ def select_probes(text: str | None) -> list[str]:
 
 def _worker_cmd(rid, names):
     # the worker runs in the runtime's own interpreter (its environment for ``@``)
-    from bench import envs
+    from bench.host import envs
     return [envs.interpreter_for(rid), "-m", "bench.fidelity.worker", rid, ",".join(names)]
 
 
@@ -175,7 +174,7 @@ def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL, meta=N
     probes it finished; the rest get an error record. ``meta``, a dict, receives each
     runtime's Python and loop version as its worker reported them."""
     probes = _probes()
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from bench.host.procs import ROOT as root
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (root, os.getcwd(), os.environ.get("PYTHONPATH")) if p))
     # the worker sees the runtimes this process sees: built-ins, entry points, and

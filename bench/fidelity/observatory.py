@@ -21,8 +21,8 @@ import sys
 import textwrap
 
 from bench.errors import UsageError
-from bench.tables import format_table
-from protocols import runtimes as rtmod
+from bench.results.tables import format_table
+from bench import runtimes as rtmod
 
 __all__ = ["grid", "add_grid", "markdown_grid", "html_page", "reproduction", "repro_probe", "REPRO_MAX_LINES"]
 
@@ -33,11 +33,6 @@ _STDLIB = ("concurrent.futures", "gc", "os", "signal", "socket", "threading", "t
 def _probes():
     from bench.fidelity.measure import _probes as p
     return p()
-
-
-def _loop_of(rt) -> str:
-    cls = rtmod._port_class(rt.info)
-    return getattr(cls, "fixed_loop", None) or rt.options.get("loop", "asyncio")
 
 
 def _compact(obs) -> str:
@@ -62,7 +57,7 @@ def grid(results: dict, rows: list, names, meta: dict) -> dict:
         m = meta.get(key, {})
         mine = [r for r in rows if r.get("kind") == "loop" and r["ours"] == key
                 and r["verdict"] != "n/a"]
-        loop = m.get("loop") or {"name": _loop_of(rt), "version": None}
+        loop = m.get("loop") or {"name": rt.loop, "version": None}
         cells.append({"spec": key, "style": rt.style, "loop": loop.get("name"),
                       "loop_version": loop.get("version"), "python": m.get("python"),
                       "reference": ref, "compared": len(mine),
@@ -258,15 +253,14 @@ def runtime_for(probe_name: str, spec: str) -> str:
     style = _probes()[probe_name].style
     if rt.style == style:
         return rt.spec
-    if "loop" not in rt.info.options.names() and not getattr(
-            rtmod._port_class(rt.info), "fixed_loop", None):
+    if rt.loop is None:
         raise UsageError(f"runtime {rt.spec} runs no asyncio loop, so it cannot run "
                          f"{probe_name}; give an asyncio runtime, e.g. asyncio-streams:loop=uvloop")
     twin = next((i.id for i in rtmod.RUNTIMES.values() if i.style == style and i.variant_of is None
                  and "loop" in i.options.names()), None)
     if twin is None:
         raise UsageError(f"no {style}-style asyncio runtime is registered to run {probe_name}")
-    opts = [f"loop={_loop_of(rt)}"] + [f"loop.{k}={v}" for k, v in sorted(rt.loop_options.items())]
+    opts = [f"loop={rt.loop}"] + [f"loop.{k}={v}" for k, v in sorted(rt.loop_options.items())]
     at = f"@{rt.interpreter}" if rt.interpreter else ""
     return rtmod.parse(f"{twin}{at}:{','.join(opts)}").spec
 
@@ -301,7 +295,7 @@ def _loop_lines(spec: str) -> tuple[list, str]:
     """(import lines, loop factory expression) for the loop ``spec`` runs on."""
     from protocols.asyncio_ports import LOOPS
     rt = rtmod.parse(spec)
-    name = _loop_of(rt)
+    name = rt.loop
     target = LOOPS.get(name, name)
     module, _, attr = target.partition(":")
     kw = ", ".join(f"{k}={v!r}" for k, v in sorted(rt.loop_options.items()))
@@ -329,7 +323,7 @@ def reproduction(name: str, spec: str, expected=None, observed=None, versions: d
     stdlib = [m for m in _STDLIB if m.split(".")[0] in used]
     imports, factory = _loop_lines(spec)
     v = versions or {}
-    on = f"{v.get('loop') or _loop_of(rtmod.parse(spec))} {v.get('loop_version') or ''}".strip()
+    on = f"{v.get('loop') or rtmod.parse(spec).loop} {v.get('loop_version') or ''}".strip()
     py = v.get("python") or ".".join(map(str, sys.version_info[:3]))
     what = " ".join((inspect.getdoc(p.fn) or p.doc).split("\n\n")[0].split())
     head = [f'"""{target}: {what}']

@@ -21,7 +21,7 @@ from bench.fidelity import callback, coro, streams, tasks  # noqa: F401  (their 
 from bench.fidelity import loops, loopstate  # noqa: F401,I001  (the loop-conformance probes come last)
 from bench.fidelity.registry import PROBES
 from bench.fidelity.streams import PortStreamSide
-from protocols import runtimes as rtmod
+from bench import runtimes as rtmod
 
 PROBE_TIMEOUT_S = 5.0
 
@@ -81,7 +81,7 @@ def meta(rt) -> dict:
 
     from protocols.asyncio_ports import loop_identity
     out = {"python": platform.python_version(), "implementation": platform.python_implementation()}
-    loop = getattr(rtmod._port_class(rt.info), "fixed_loop", None) or rt.options.get("loop")
+    loop = rt.loop
     if loop:
         out["loop"] = loop_identity(loop)
     return out

@@ -101,7 +101,7 @@ __all__ = ["PeerProcess", "PeerError", "PeerTimeout", "ROLES", "check_spec", "ch
 # ---------------------------------------------------------------------------
 # The roles as public building blocks: ``peers.sink(rate_Bps=1e6, listen=...)``
 # returns the role's spec dict (checked when a PeerProcess starts). A scenario's
-# ``serve_app`` also accepts ``connect=bench.scenario.APP``: "connect to the app".
+# ``serve_app`` also accepts ``connect=bench.scenarios.api.APP``: "connect to the app".
 
 def role(kind: str, name: str | None = None, **fields) -> dict:
     """A role spec of ``kind`` (one of ROLES) named ``name`` (default: the kind).

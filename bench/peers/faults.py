@@ -1,6 +1,6 @@
 """Faulty peers and the healthy client that judges them, as plain sockets.
 
-``looplab faults`` (bench/faults.py) throws these at a TCP server: each *fault* is
+``looplab faults`` (bench/verbs/faults.py) throws these at a TCP server: each *fault* is
 one way a real client misbehaves (resets, garbage, a 4 GiB frame header, a peer
 that stops reading, a thousand idle connections ...), and after each one a
 *healthy* client checks that the same server still serves its app correctly.

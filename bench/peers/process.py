@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from bench import procs
+from bench.host import procs
 from bench.peers.spec import _GRACE_S, _seconds_check, check_role, check_spec, role_origin
 
 __all__ = ["PeerProcess", "PeerError", "PeerTimeout"]

@@ -1,7 +1,7 @@
 """The simulated-world driver: one role core as a participant of a ``kernels.simnet`` world.
 
 ``SimPeer`` plays one role spec (any role of ``bench.peers.spec.ROLES``) as a
-``kernels.simnet.Peer`` of a ``bench.simcells.SimCell``, with virtual times
+``kernels.simnet.Peer`` of a ``bench.scenarios.simulated.SimCell``, with virtual times
 where the real driver reports ``time.monotonic()``. Like the real driver it
 carries out the core's actions and reports what the socket did; it decides
 nothing about the role. ``make_role(cell, cfg)`` builds one; ``play(world,
@@ -247,7 +247,7 @@ class SimPeer(Peer):
         return None
 
 
-SimRole = SimPeer     # the name bench.simcells and older code use
+SimRole = SimPeer     # the name bench.scenarios.simulated and older code use
 
 
 def make_role(cell, cfg: dict) -> SimPeer:
@@ -257,7 +257,7 @@ def make_role(cell, cfg: dict) -> SimPeer:
 
 class Stage:
     """The least a ``SimPeer`` needs from its cell: the world and the roles in
-    it by name (``bench.simcells.SimCell`` is the full one)."""
+    it by name (``bench.scenarios.simulated.SimCell`` is the full one)."""
 
     def __init__(self, world):
         self.world = world

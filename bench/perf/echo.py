@@ -24,13 +24,14 @@ import math
 import socket
 import time
 
-from bench import procs, results
+from bench.host import procs
+from bench import results
 from bench.perf.loadgen import ServerProcess, client_command, load_client
 from bench.perf.machine import (CLIENT_SATURATED, NOISY_OTHER_CPU, NOISY_STEAL, Interrupted,
                            MeasureError, Window, bench_runtime, check_stop, cpu_plan, pin,
                            progress, read_line, rss_bytes, run_interruptibly, stop_process)
-from bench.tables import MISSING, fmt_bytes, fmt_rate, fmt_seconds, format_table
-from protocols import runtimes
+from bench.results.tables import MISSING, fmt_bytes, fmt_rate, fmt_seconds, format_table
+from bench import runtimes
 
 __all__ = ["default_baseline", "KiB", "ECHO_METRICS", "CURVE_CONNECTIONS", "measure_echo", "run_echo_matrix",
            "echo_units", "size_label", "param_label", "by_round", "paired", "ratio_table", "echo_tables",

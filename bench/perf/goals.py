@@ -1,6 +1,6 @@
 """The performance goals: what each kernel should reach against which reference, and
 how a run of ``looplab bench goals`` judges them. Each goal is declared on its
-runtime (``RuntimeInfo.goals``, ``protocols.builtin`` for ours).
+runtime (``RuntimeInfo.goals``, ``bench.runtimes.builtin`` for ours).
 
 Goals are benchmarks, not tests. Each is judged on the median of per-round *paired*
 ratios (subject and reference measured in the same round), and reported with the range
@@ -31,8 +31,8 @@ from bench.perf.echo import KiB, by_round, echo_units, paired, run_echo_matrix
 from bench.perf import icount
 from bench.perf.machine import Interrupted, bench_runtime, check_stop, progress, split_available
 from bench.perf.micro import run_micro_matrix
-from bench.tables import MISSING, fmt_seconds, format_table
-from protocols import runtimes
+from bench.results.tables import MISSING, fmt_seconds, format_table
+from bench import runtimes
 
 __all__ = ["Goal", "GOALS", "GOAL_ECHO_RUNTIMES", "GOAL_MICRO_OPS", "GOAL_MICRO_RUNTIMES",
            "evaluate_goals", "goals_table", "budget_lines", "goal_runtimes", "run_goals",

@@ -22,7 +22,7 @@ nothing to do, so only the scheduling operations are reproducible::
 
     python -m bench.perf.icount --micro spawn_join coro curio [--small 2000] [--large 10000]
 
-``floor`` in place of a runtime counts ``bench.perf.floor``: spawn+join with no
+``floor`` in place of a runtime counts ``bench.perf.nokernel``: spawn+join with no
 kernel at all, the least the API itself costs in this interpreter.
 
 Echo servers are counted as given. A reference library's runtime given as is carries
@@ -45,10 +45,11 @@ import sys
 import tempfile
 import time
 
-from bench import envs, procs
+from bench.host import envs
+from bench.host import procs
 from bench.errors import UsageError
 from bench.perf.machine import bench_runtime
-from protocols import runtimes
+from bench import runtimes
 
 
 def _file_part(spec: str) -> str:
@@ -141,10 +142,10 @@ def micro_instructions(op, runtime, n, out_dir, extra=()):
     env = procs.child_env({"PYTHONHASHSEED": "0"})
     code = ("import sys; from bench.perf.micro import micro; r = micro(sys.argv[1], sys.argv[2], "
             "int(sys.argv[3])); sys.exit(r.error)")
-    if runtime == "floor":      # bench.perf.floor: spawn+join with no kernel at all
+    if runtime == "floor":      # bench.perf.nokernel: spawn+join with no kernel at all
         if op != "spawn_join":
             raise SystemExit("python -m bench.perf.icount: the floor is measured for spawn_join only")
-        code = "import sys; from bench.perf.floor import run; run(int(sys.argv[3]))"
+        code = "import sys; from bench.perf.nokernel import run; run(int(sys.argv[3]))"
     python = sys.executable if runtime == "floor" else envs.interpreter_for(runtime)
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *extra,
            python, "-c", code, op, runtime, str(n)]

@@ -2,7 +2,7 @@
 the load client that drives it.
 
 The client must never be the bottleneck. The preferred client is a small C program using
-epoll (``bench/echo_client.c``, shipped with the package), compiled at run time with the
+epoll (``bench/perf/echo_client.c``, shipped with the package), compiled at run time with the
 machine's C compiler into a cache folder. Without a compiler, a Python client of blocking
 sockets in forked worker processes stands in, and the results say so. Both print "W"
 when the counted window opens, then one JSON line with the same keys.
@@ -26,7 +26,8 @@ import tempfile
 import time
 from importlib import resources
 
-from bench import envs, procs
+from bench.host import envs
+from bench.host import procs
 from bench.errors import UsageError
 from bench.perf.machine import ROOT, MeasureError, pin, read_line, stop_process, tail
 
@@ -141,7 +142,7 @@ class ServerProcess:
 
 def client_source() -> bytes:
     """The C client's source, read from the installed package's data."""
-    return resources.files("bench").joinpath(_C_SOURCE).read_bytes()
+    return resources.files("bench.perf").joinpath(_C_SOURCE).read_bytes()
 
 
 def _cache_dir() -> str:

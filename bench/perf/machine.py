@@ -18,8 +18,10 @@ import signal
 import sys
 import time
 
-from bench import procs, results
-from protocols import runtimes
+from bench.host import envs
+from bench.host import procs
+from bench import results
+from bench import runtimes
 
 __all__ = ["ROOT", "MeasureError", "Interrupted", "run_interruptibly", "stop_on_signals",
            "check_stop", "NOISY_OTHER_CPU", "NOISY_STEAL", "CLIENT_SATURATED", "cpu_plan", "pin",
@@ -29,7 +31,7 @@ __all__ = ["ROOT", "MeasureError", "Interrupted", "run_interruptibly", "stop_on_
 
 # The folder holding the `bench` package: worker processes start here, so
 # `python -m bench...` finds the same code as this process.
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = procs.ROOT
 
 # A run is "noisy" when, during its counted window, other processes used more than this
 # much CPU (in CPUs) or the hypervisor stole more than this fraction of all CPU time.
@@ -318,7 +320,7 @@ def tail(f, limit: int = 600) -> str:
 
 def unavailable(rt) -> str | None:
     """Why runtime ``rt`` can't run here (library missing, or its port not importable)."""
-    return rt.unavailable_reason()
+    return envs.unavailable_reason(rt)
 
 
 def bench_runtime(rt):

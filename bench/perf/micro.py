@@ -26,11 +26,13 @@ import sys
 import time
 from functools import partial
 
-from bench import envs, procs, results
+from bench.host import envs
+from bench.host import procs
+from bench import results
 from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop,
                            cpu_plan, pin, progress, run_interruptibly)
-from bench.tables import fmt_rate, format_table
-from protocols import runtimes
+from bench.results.tables import fmt_rate, format_table
+from bench import runtimes
 from protocols.common import set_event
 
 __all__ = ["MICRO_OPS", "MICRO_STYLES", "MICRO_START_N", "MICRO_TIMEOUT_S", "micro_supported",

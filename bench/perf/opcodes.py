@@ -31,7 +31,7 @@ import threading
 import time
 
 from bench.errors import ExitCode, UsageError
-from protocols import runtimes
+from bench import runtimes
 
 _WARMUP_ROUNDS = 30
 _PAYLOAD = 1024

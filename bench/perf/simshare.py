@@ -31,7 +31,7 @@ import time
 
 from bench.errors import UsageError
 from bench.run import plan, run_cell, with_net
-from bench.tables import format_table
+from bench.results.tables import format_table
 
 # The seam: every way a program (or the harness) enters the simulated world.
 SOCKET_CALLS = ("send", "sendmsg", "recv", "recv_into", "accept", "connect", "connect_ex",

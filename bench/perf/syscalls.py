@@ -33,7 +33,7 @@ from bench.errors import ExitCode, UsageError
 from bench.perf.echo import client_window
 from bench.perf.loadgen import ServerProcess, load_client
 from bench.perf.machine import MeasureError, bench_runtime, cpu_plan
-from protocols import runtimes
+from bench import runtimes
 
 # The calls an echo server makes; "all" is every system call, named or not.
 CALLS = ("recvfrom", "sendto", "read", "write", "poll", "ppoll", "select", "epoll_wait",

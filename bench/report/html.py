@@ -36,7 +36,7 @@ from bench.report.htmldoc import (BENCH_KINDS, DASH, MID, NO, STAR, STATUSES, YE
                                   worst_status)
 from bench.report.svg import OURS_COLOUR, PALETTE, bar_chart, line_chart
 from bench.results import write_text
-from bench.tables import fmt
+from bench.results.tables import fmt
 
 __all__ = ["write_html", "render_html", "cell_status", "STATUSES", "BENCH_KINDS"]
 

@@ -10,7 +10,7 @@ import json
 from bench.perf import echo as echomod
 from bench.perf import goals as goalsmod
 from bench.report.htmldoc import e, fmt_value, html_table, natural, rt_label, slug
-from bench.tables import fmt_fraction
+from bench.results.tables import fmt_fraction
 from bench.report.svg import OURS_SHADES, PALETTE, bar_chart, line_chart
 
 

@@ -9,10 +9,10 @@ import html
 import math
 import re
 
-from bench.tables import fmt
+from bench.results.tables import fmt
 
 BENCH_KINDS = ("echo", "micro", "idle")
-STYLE_ORDER = ("callback", "stream", "task")
+from protocols.common import STYLES as STYLE_ORDER
 _TIMING_METRICS = ("cell_wall_s", "cell_cpu_s")
 
 # status -> (label, symbol, background, text colour); the symbol keeps the grid readable

@@ -6,7 +6,7 @@ results file (``looplab report``, merged or not, on another machine) equals the
 one made at run time. What a scenario shows -- its title, columns, metric labels,
 units and formatters, its variants in order, its plots -- comes from the
 document's ``scenarios`` section, and which runtimes are compared with which from
-its ``runtimes`` section (``bench.run.document`` writes both). The terminal table is grouped by scenario, variant and style,
+its ``runtimes`` section (``bench.run.describe`` writes both). The terminal table is grouped by scenario, variant and style,
 our kernel first and its reference libraries beside it, so a row of ours reads
 against the rows it must reproduce. The *fidelity table* asks, for each scenario and
 variant: does our kernel's verdict equal its references'? Mismatches are printed,
@@ -18,12 +18,12 @@ import importlib
 import os
 
 from bench import results as resmod
-from bench import tables
+from bench.results import tables
 from bench.report import html as htmlmod
 from bench.report.htmldoc import axis_key, cell_net, incomplete_line, net_rank, sim_note
-from bench.tables import MISSING, fmt, format_table
+from bench.results.tables import MISSING, fmt, format_table
 
-STYLE_ORDER = ("callback", "stream", "task")
+from protocols.common import STYLES as STYLE_ORDER
 FIDELITY_HEADER = ["scenario", "variant", "ours", "reference", "primary", "same", "difference"]
 LEGEND = (f"Rows marked `*` are our kernels; the rows beside them are the reference libraries "
           f"of the same style. Sizes in MB/kB are powers of 10. `{MISSING}` = not measured or "

@@ -6,7 +6,7 @@ real loopback and the simulated world behind one interface), and the runner
 The pipeline reads: verb -> ``plan`` -> ``Runner`` -> results document
 (``bench.results``) -> rendering (``bench.report``), which reads only the document.
 """
-from bench.run.cells import new_result, run_cell
+from bench.run.repeats import new_result, run_cell
 from bench.run.plan import Cell, plan, split, with_net
 from bench.run.runner import (Runner, check_outputs, default_out_dir, exit_code, outputs_checked,
                               progress_printer, run_matrix)

@@ -6,13 +6,15 @@ The runner asks a cell's network three things: can this cell run here at all
 context manager that puts what the scenario's ``run`` needs on its context); and
 what the repeat measured about the network itself (``metrics``). The real
 network needs nothing (each cell's app and peers are processes of their own,
-``bench.scenario``); the simulated one runs the cell inside a world of
-``kernels.simnet`` whose mechanics live in ``bench.simcells``.
+``bench.scenarios.api``); the simulated one runs the cell inside a world of
+``kernels.simnet`` whose mechanics live in ``bench.scenarios.simulated``.
 """
 from __future__ import annotations
 
 import contextlib
 import time
+from bench.host import envs
+
 
 __all__ = ["Network", "RealNetwork", "SimNetwork", "network_of"]
 
@@ -25,7 +27,7 @@ class Network:
 
     def unable(self, cell) -> str | None:
         """Why ``cell`` cannot run on this network (it becomes a skipped cell), or None."""
-        return cell.rt.unavailable_reason()
+        return envs.unavailable_reason(cell.rt)
 
     @contextlib.contextmanager
     def repeat(self, cell, rep_i: int, result: dict, make_ctx):
@@ -52,7 +54,7 @@ class RealNetwork(Network):
     name = "real"
 
     def environment(self, cell):
-        from bench import envs     # the cell's process runs on the runtime's interpreter
+
         return {k: v for k, v in envs.describe(cell.rt).items() if k != "unavailable"}
 
 
@@ -61,7 +63,7 @@ class SimNetwork(Network):
     name = "sim"
 
     def unable(self, cell) -> str | None:
-        from bench import simcells
+        from bench.scenarios import simulated as simcells
         reason = super().unable(cell)
         if reason:
             return reason
@@ -77,7 +79,7 @@ class SimNetwork(Network):
 
     @contextlib.contextmanager
     def repeat(self, cell, rep_i, result, make_ctx):
-        from bench import simcells
+        from bench.scenarios import simulated as simcells
         # The context is made inside the cell's heap and dropped inside it, so the
         # world's garbage is collected with this cell and not in a later one.
         with simcells.cell_heap():
@@ -95,7 +97,7 @@ class SimNetwork(Network):
     def environment(self, cell):
         if cell.rt.interpreter is None:
             return None
-        from bench import envs
+        from bench.host import envs
         return {k: v for k, v in envs.describe(cell.rt).items() if k != "unavailable"}
 
     def elsewhere(self, cell, result):
@@ -109,7 +111,9 @@ class SimNetwork(Network):
         import subprocess
         import tempfile
 
-        from bench import cellrun, envs, procs
+        from bench.scenarios import context as cellrun
+        from bench.host import envs
+        from bench.host import procs
         here = dataclasses.replace(cell.rt, interpreter=None, pins=()).spec
         plugins = cellrun.plugin_spec()
         with tempfile.TemporaryDirectory(prefix="looplab-simcell-") as tmp:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bench import scenario as scmod
+from bench.scenarios import api as scmod
 from bench.errors import UsageError
-from protocols import runtimes as rtmod
+from bench import runtimes as rtmod
 
 __all__ = ["Cell", "plan", "split", "with_net", "check_cell"]
 

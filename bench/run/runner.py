@@ -19,9 +19,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from bench import results as resmod
-from bench import scenario as scmod
+from bench.scenarios import api as scmod
 from bench.errors import ExitCode, UsageError
-from bench.run.cells import run_cell
+from bench.run.repeats import run_cell
 
 __all__ = ["Terminated", "signals_interrupt", "run_matrix", "Runner", "check_outputs",
            "outputs_checked", "default_out_dir", "progress_printer", "exit_code",

@@ -21,7 +21,8 @@ import math
 import os
 import sys
 
-from bench import envs, results
+from bench.host import envs
+from bench import results
 from bench.perf.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, curve_table,
                              default_baseline, echo_tables, echo_units, idle_table, measure_idle,
                              run_echo_matrix)
@@ -37,7 +38,7 @@ from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_
                            environment, progress, raise_nofile, run_interruptibly,
                            split_available, stop_on_signals)
 from bench.perf.micro import MICRO_NOTES, MICRO_OPS, micro_supported, micro_table, run_micro_matrix
-from protocols import runtimes
+from bench import runtimes
 
 __all__ = ["add_parser", "PRESETS", "parse_int_list", "check_output_file",
            "check_output_dir", "write_atomic"]

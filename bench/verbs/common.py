@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import scenario as scmod
+from bench.scenarios import api as scmod
 
 
 def _int_at_least(text: str, least: int) -> int:
@@ -36,7 +36,7 @@ def fault_kinds(text: str) -> list:
 
 
 def add_net_options(p: argparse.ArgumentParser, *, skipped: str = "", explored: str) -> None:
-    """--net, --seeds, --faults and --replay (bench.simruns carries them out).
+    """--net, --seeds, --faults and --replay (bench.run.seeds carries them out).
     ``skipped``: what else the verb skips on the simulated network; ``explored``:
     what --seeds counts and writes."""
     p.add_argument("--net", choices=("real", "sim", "both"), default="real",

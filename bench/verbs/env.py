@@ -1,4 +1,4 @@
-"""``looplab env``: the environments the interpreter axis runs cells in (``bench.envs``).
+"""``looplab env``: the environments the interpreter axis runs cells in (``bench.host.envs``).
 
 ``list`` shows the interpreters found and the environments built; ``build SPEC...``
 builds the environments those runtime specs need (progress on stderr); ``clear``
@@ -6,10 +6,10 @@ removes them (all, or those the given specs use) and any abandoned half-build.
 """
 from __future__ import annotations
 
-from bench import envs
+from bench.host import envs
 from bench.errors import ExitCode, UsageError
 from bench.verbs.common import add_plugin_options, load_plugins
-from protocols import runtimes as rtmod
+from bench import runtimes as rtmod
 
 
 def _specs(args) -> list:

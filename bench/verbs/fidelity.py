@@ -12,11 +12,12 @@ import os
 import sys
 import time
 
+from bench.host import envs
 from bench import fidelity
 from bench.fidelity import observatory
 from bench import results as resmod
 from bench.errors import ExitCode
-from bench import scenario as scmod
+from bench.scenarios import api as scmod
 
 
 def add_parser(subparsers) -> None:
@@ -126,7 +127,7 @@ def _repro(args) -> ExitCode:
     """``--repro PROBE --runtime SPEC``: measure the probe on SPEC and on CPython's asyncio
     on the same interpreter, then write the standalone script."""
     from bench.errors import Unavailable, UsageError
-    from protocols import runtimes as rtmod
+    from bench import runtimes as rtmod
     if not (args.repro and args.runtime):
         raise UsageError("--repro PROBE and --runtime SPEC go together, e.g. --repro "
                          "lp_call_later_zero_order --runtime asyncio-streams:loop=uvloop")
@@ -134,7 +135,7 @@ def _repro(args) -> ExitCode:
     rt = observatory.runtime_for(target, args.runtime)
     ref = fidelity.grid_reference(rt)
     for spec in (rt, ref):
-        why = spec and rtmod.parse(spec).unavailable_reason()
+        why = spec and envs.unavailable_reason(rtmod.parse(spec))
         if why:
             raise Unavailable(f"runtime {spec} is unavailable here: {why}")
     if args.out:

@@ -7,7 +7,7 @@ the bug showed. ``--list`` lists the entries; ``--all --out DIR`` runs all of th
 into a report folder (results.json, report.md, report.html, as ``run`` writes) with
 the zoo table: one row per bug, one column per runtime.
 
-``--net sim`` runs the same cells on the simulated network (``bench.simruns``, as
+``--net sim`` runs the same cells on the simulated network (``bench.run.seeds``, as
 ``looplab run --net sim`` does), ``--net both`` runs each cell on both networks side
 by side, ``--seeds N`` explores N universes per cell and ``--replay FILE`` reruns a
 universe an exploration wrote. An entry whose oracle reads the real machine (CPU
@@ -21,15 +21,15 @@ import sys
 from bench import report
 from bench import results as resmod
 from bench import run as matrix
-from bench import scenario as scmod
-from bench import simruns
+from bench.scenarios import api as scmod
+from bench.run import seeds as simruns
 from bench.errors import ExitCode, UsageError
-from bench.run import document as docmod
+from bench.run import describe as docmod
 from bench.run.runner import interrupted_line
-from bench.tables import fmt, format_table
+from bench.results.tables import fmt, format_table
 from bench.verbs.common import add_net_options, positive_int
 from bench.zoo import versions as zoo_versions
-from protocols import runtimes as rtmod
+from bench import runtimes as rtmod
 
 ZOO_MODULE = "bench.zoo"
 PRESETS = ("tiny", "quick")
@@ -43,7 +43,7 @@ def _ours() -> list[str]:
 
 def columns(summaries=()) -> list[str]:
     """The zoo table's columns: every listed runtime, each subject beside its
-    references (``protocols.runtimes.ordered``), then any other runtime a summary ran."""
+    references (``bench.runtimes.ordered``), then any other runtime a summary ran."""
     cols = rtmod.ordered()
     return cols + list(dict.fromkeys(r for s in summaries for r in s["rows"]
                                      if ":" not in r and r not in cols))

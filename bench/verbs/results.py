@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from bench import compare as cmpmod
+from bench.results import compare as cmpmod
 from bench import results as resmod
 from bench.errors import ExitCode, UsageError
 

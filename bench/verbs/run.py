@@ -11,18 +11,19 @@ from __future__ import annotations
 import os
 import sys
 
-from bench import compare as cmpmod
+from bench.host import envs
+from bench.results import compare as cmpmod
 from bench import report
 from bench import results as resmod
 from bench import run as matrix
-from bench import scenario as scmod
+from bench.scenarios import api as scmod
 from bench.errors import ExitCode, Unavailable, UsageError
-from bench.run import document as docmod
+from bench.run import describe as docmod
 from bench.run.runner import interrupted_line
 from bench.verbs.common import (
     add_buggify_option, add_net_options, add_plugin_options, load_plugins, positive_int,
 )
-from protocols import runtimes as rtmod
+from bench import runtimes as rtmod
 
 APPS = ("echo", "sink", "proxy", "reqresp", "push")
 LIST_WHAT = ("runtimes", "scenarios", "cells", "apps")
@@ -42,7 +43,7 @@ def check_named_runtimes(text: str | None) -> None:
     """Exit 3 up front when a runtime the user named is missing here."""
     named = [t for t in matrix.split(text) or [] if t not in ("all", "ours")]
     for rt in rtmod.parse_list(",".join(named)) if named else []:
-        reason = rt.unavailable_reason()
+        reason = envs.unavailable_reason(rt)
         if reason:
             raise Unavailable(f"runtime {rt.spec} is unavailable here: {reason}")
 
@@ -55,7 +56,7 @@ def cmd_list(args) -> int:
     if args.what == "runtimes":
         for info in rtmod.RUNTIMES.values():
             rt = rtmod.parse(info.id)
-            reason = rt.unavailable_reason()
+            reason = envs.unavailable_reason(rt)
             status = "available" if reason is None else f"UNAVAILABLE: {reason}"
             ref = f" (compare with {', '.join(info.compared_with)})" if info.compared_with else ""
             origin = getattr(info, "origin", "") or "built-in"
@@ -87,7 +88,7 @@ def cmd_list(args) -> int:
 def _list_axes() -> None:
     """The two axes of a spec: interpreters found (``@X.Y``) and asyncio loops (``loop=``)."""
     import platform
-    from bench import envs
+    from bench.host import envs
     from protocols import asyncio_ports
     print(f"\ninterpreters (RUNTIME@VERSION or RUNTIME@PATH; without @: this one, "
           f"{platform.python_version()}):")
@@ -98,7 +99,7 @@ def _list_axes() -> None:
     print("\nasyncio loops (asyncio-protocol/asyncio-streams:loop=NAME, or loop=MODULE:FACTORY):")
     for name, target in asyncio_ports.LOOPS.items():
         reason = asyncio_ports._check_loop(name, {}, False)
-        where = envs.LOOP_DISTS.get(name)
+        where = asyncio_ports.LOOP_REQUIREMENTS.get(name)
         status = (f"available here, version {asyncio_ports.loop_identity(name)['version']}"
                   if reason is None else f"not here: {reason}")
         extra = f"; an @VERSION environment installs {where}" if where else ""
@@ -118,8 +119,8 @@ def cmd_run(args) -> int:
     cells = matrix.plan(args.scenarios, args.runtimes, args.variants, args.preset, args.repeat)
     if args.baseline and args.fail_on != "verdict":
         raise UsageError("--baseline is the reference for --fail-on verdict; give both")
-    # the simulated network (bench.simruns): --net, --replay, --seeds
-    from bench import simruns
+    # the simulated network (bench.run.seeds): --net, --replay, --seeds
+    from bench.run import seeds as simruns
     cells = simruns.cells_for(args, cells)
     extra = {}
     if not args.seeds:
@@ -132,7 +133,7 @@ def cmd_run(args) -> int:
     baseline = resmod.load_json(args.baseline) if args.baseline else None
     out_dir = args.out or matrix.default_out_dir()
     with matrix.outputs_checked(out_dir, args.json):
-        from bench import envs    # find the interpreters, build missing environments (progress on stderr)
+        from bench.host import envs    # find the interpreters, build missing environments (progress on stderr)
         envs.prepare(rtmod.parse_list(args.runtimes))
         check_named_runtimes(args.runtimes)
     if args.seeds:
@@ -217,12 +218,12 @@ def cmd_trace(args) -> int:
                          f"not {args.scenario!r}")
     path = resmod.check_output(args.out, "--out")
     rt = rtmod.parse(args.runtime)
-    reason = rt.unavailable_reason()
+    reason = envs.unavailable_reason(rt)
     if reason:
         raise Unavailable(f"runtime {rt.id} is unavailable: {reason}")
     # how it is traced is declared on the runtime: its own trace option, or a
-    # traced twin of its port (bench/tracing.py), which the cell process loads
-    from bench import tracing
+    # traced twin of its port (bench/fidelity/tracing.py), which the cell process loads
+    from bench.fidelity import tracing
     spec, modules = tracing.plan(rt)
     scmod.load_runtime_modules(modules)
     cells = matrix.plan(args.scenario, spec, args.variant, args.preset)

@@ -10,10 +10,8 @@ import sys
 from bench.errors import ExitCode, Unavailable, UsageError
 from bench.verbs.common import positive_int
 from bench.verbs.run import APPS, _variants_for
-from protocols import callback, stream, task
-from protocols import runtimes as rtmod
-
-DRIVERS = {"callback": callback, "stream": stream, "task": task}
+from protocols.common import driver
+from bench import runtimes as rtmod
 
 
 def parse_addr(text: str, resolve: bool = False) -> tuple[str, int]:
@@ -54,7 +52,7 @@ def _argv(args) -> list[str]:
 
 def cmd_serve(args) -> int:
     rt = rtmod.parse(args.runtime)
-    from bench import envs
+    from bench.host import envs
     if rt.interpreter is not None and not envs._inside_env():
         # the server runs in the runtime's own interpreter (@): hand over to it
         exe = envs.interpreter_for(rt)
@@ -71,7 +69,7 @@ def cmd_serve(args) -> int:
                     child.kill()
                     child.wait()
                 return ExitCode.INTERRUPTED
-    reason = rt.unavailable_reason()
+    reason = envs.unavailable_reason(rt)
     if reason:
         raise Unavailable(f"runtime {rt.id} is unavailable here: {reason}")
     variants = _variants_for(args.app)
@@ -99,7 +97,7 @@ def cmd_serve(args) -> int:
     port_obj = rt.open()
     try:
         try:
-            DRIVERS[rt.style].serve(port_obj, args.app, sock, args.variant, params)
+            driver(rt.style).serve(port_obj, args.app, sock, args.variant, params)
         except* KeyboardInterrupt:   # trio delivers it inside an exception group
             pass
     finally:

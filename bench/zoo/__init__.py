@@ -1,7 +1,7 @@
 """The bug zoo: famous backpressure, shutdown, TLS and cancellation bugs, one small
 reproduction each.
 
-Every entry is an ordinary scenario (``bench.scenario.Scenario``) registered through
+Every entry is an ordinary scenario (``bench.scenarios.api.Scenario``) registered through
 the public API -- its programs run on the runtime under test in a cell process, its
 peers (``bench.peers``) count what really crossed the wire -- plus what a user who
 searched for the bug by name wants to know: the thread, the mechanism in two

@@ -11,9 +11,10 @@ import dataclasses
 import gc
 import time
 
+from protocols.common import STYLES
 from bench import peers
-from bench.scenario import APP, Metric, Minimum, run_program, serve_app
-from bench.zoo.plumbing import (_CAP, KiB, MiB, SOCKBUF, _by_style, _callback, _notes, _open,
+from bench.scenarios.api import APP, Metric, Minimum, run_program, serve_app
+from bench.zoo.harness import (_CAP, KiB, MiB, SOCKBUF, _by_style, _callback, _notes, _open,
                                 _open_task, _presets, _rss, _stream, _task)
 from bench.zoo.registry import Entry, Flip, _add
 
@@ -56,7 +57,7 @@ _add(Entry(
     expected="shown on every callback and stream runtime with the naive server; never on "
              "the task port (send_all blocks, so naive and fixed are the same code)",
     oracle="bug shown when at least half of the pipelined requests were answered",
-    styles=("callback", "stream", "task"),
+    styles=STYLES,
     show_on=("callback", "hybrid", "asyncio-protocol"),
     affected_versions=("twisted==16.6.0",), fixed_versions=("twisted==17.1.0",),
     verified="read the thread (njsmith's report: a client that sends GETs and never reads; "
@@ -124,7 +125,7 @@ _add(Entry(
              "keeps the backlog small everywhere",
     oracle="bug shown when the stalled client's backlog (transport buffer or app queue) "
            "passes 4 x what the bounded policy may queue (16 messages)",
-    styles=("callback", "stream", "task"),
+    styles=STYLES,
     show_on=("callback", "hybrid", "asyncio-streams")),
     _run_push,
     [Metric("backlog_peak_bytes", "lower", "backlog peak"),
@@ -268,7 +269,7 @@ _add(Entry(
     expected="shown on every runtime with an unbounded queue between reader and handler; a "
              "bounded one (pause_reading, a bounded Queue, not reading) holds the client back",
     oracle="bug shown when the queue between reader and handler peaks above 4 x the limit",
-    styles=("callback", "stream", "task"),
+    styles=STYLES,
     show_on=("callback", "hybrid", "coro"),
     affected_versions=("aiohttp==1.1.0", "aiohttp==3.13.0"), fixed_versions=(),
     verified="read the thread (njsmith's pipelining client, 'queues up requests "

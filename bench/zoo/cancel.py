@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import gc
 
-from bench.scenario import Metric, run_program
-from bench.zoo.plumbing import _by_style, _listen, _notes, _open, _presets, _stream, _task
+from bench.scenarios.api import Metric, run_program
+from bench.zoo.harness import _by_style, _listen, _notes, _open, _presets, _stream, _task
 from bench.zoo.registry import Entry, Flip, _add
 
 

@@ -8,8 +8,8 @@ under fail_after(0)).
 from __future__ import annotations
 
 from bench import peers
-from bench.scenario import Metric, Minimum, observe, run_program, sometimes
-from bench.zoo.plumbing import (_CAP, KiB, SOCKBUF, _block, _by_style, _callback, _notes, _now,
+from bench.scenarios.api import Metric, Minimum, observe, run_program, sometimes
+from bench.zoo.harness import (_CAP, KiB, SOCKBUF, _block, _by_style, _callback, _notes, _now,
                                 _open, _open_task, _presets, _stream, _task, _unless_cut)
 from bench.zoo.registry import Entry, Flip, _add
 

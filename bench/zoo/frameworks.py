@@ -14,7 +14,7 @@ the connected socket to the framework as an accepted connection
 aiohttp's ``Server``, uvicorn's ``config.http_protocol_class`` bound to the
 ``Server``'s state). From there the framework's own parser, handlers, flow control
 and shutdown run on it, and the peer counts what crossed the wire. This keeps
-``bench.scenario.run_program`` as it is, on the real and on the simulated network.
+``bench.scenarios.api.run_program`` as it is, on the real and on the simulated network.
 
 The apps serve the same routes on both frameworks; every body is
 ``bench.peers.http.pattern`` (byte i is ``i % 251``), so a peer checks it byte for byte:
@@ -51,8 +51,8 @@ import importlib.util
 
 from bench import peers
 from bench.peers import http as httppeers
-from bench.scenario import Metric, run_program
-from bench.zoo.plumbing import _listen, _now, _presets, _stream
+from bench.scenarios.api import Metric, run_program
+from bench.zoo.harness import _listen, _now, _presets, _stream
 from bench.zoo.registry import Entry, _add
 from protocols import ports
 

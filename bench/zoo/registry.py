@@ -10,8 +10,8 @@ import platform
 import re
 from dataclasses import dataclass, field
 
-from bench.scenario import Scenario, register
-from protocols import runtimes
+from bench.scenarios.api import Scenario, register
+from bench import runtimes
 
 VERDICT = {"bug_shown": "the measurements show the bug's symptom (see the entry's oracle)"}
 
@@ -73,7 +73,7 @@ class Entry:
     # The least activity the oracle needs: (metric, at least, in words) triples.
     # Below it the verdict is not measured (the oracle also returns None itself).
     minimum: tuple = ()
-    # Declared properties beyond bug_shown (bench.props), checked by looplab explore.
+    # Declared properties beyond bug_shown (bench.scenarios.properties), checked by looplab explore.
     properties: tuple = ()
 
     def runs_on(self) -> str:
@@ -108,7 +108,7 @@ class Entry:
         out.append(("verified", self.verified))
         return out
 
-    # The evidence bug_shown needs (bench.scenario.Scenario.judge): the metrics that decide
+    # The evidence bug_shown needs (bench.scenarios.api.Scenario.judge): the metrics that decide
     # it (each must be measured).
     decided_by: tuple = ()
 
@@ -157,7 +157,7 @@ def _evidence(e: Entry) -> dict:
     evidence rule: a cell below it is "not measured")."""
     if not e.minimum:
         return {}
-    from bench.scenario import Minimum
+    from bench.scenarios.api import Minimum
     return {"minimum": tuple(m if isinstance(m, Minimum) else Minimum(*m) for m in e.minimum)}
 
 

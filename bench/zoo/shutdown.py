@@ -7,9 +7,11 @@ abort on a timer).
 """
 from __future__ import annotations
 
-from bench import peers, programs
-from bench.scenario import Metric, run_program
-from bench.zoo.plumbing import (KiB, MiB, SOCKBUF, _by_style, _callback, _listen, _notes, _now,
+from protocols.common import STYLES
+from bench import peers
+from bench.scenarios import programs
+from bench.scenarios.api import Metric, run_program
+from bench.zoo.harness import (KiB, MiB, SOCKBUF, _by_style, _callback, _listen, _notes, _now,
                                 _open, _open_task, _presets, _stream, _task, _unless_cut)
 from bench.zoo.registry import Entry, Flip, _add
 
@@ -49,7 +51,7 @@ _add(Entry(
     expected="shown on every callback and stream runtime with write; close; return; never on "
              "the task port (send_all returns when the OS has the bytes)",
     oracle="bug shown when the reader received fewer bytes than were written",
-    styles=("callback", "stream", "task"), flips=(Flip("hybrid:exit=wait", False,
+    styles=STYLES, flips=(Flip("hybrid:exit=wait", False,
                                                      "exit=wait flushes what is buffered "
                                                      "before run() returns"),),
     show_on=("hybrid", "asyncio-streams", "callback")),
@@ -89,7 +91,7 @@ _add(Entry(
              "returns",
     oracle="bug shown when the reader saw no EOF within eof_within_s of the loop's stop while "
            "the process was still alive",
-    styles=("callback", "stream", "task"),
+    styles=STYLES,
     show_on=("hybrid", "asyncio-streams", "callback")),
     _run_no_eof, [Metric("eof_after_stop_s", "lower", "EOF after stop"),
                   Metric("delivered_bytes", None, "delivered")],
@@ -291,7 +293,7 @@ _add(Entry(
     expected="shown on every runtime when the server answers after the first chunk and "
              "closes; not shown when it reads the request to EOF first",
     oracle="bug shown when the client received less than the whole response",
-    styles=("callback", "stream", "task"),
+    styles=STYLES,
     show_on=("coro", "trio", "hybrid")),
     _run_rst,
     [Metric("response_received_bytes", "higher", "response received"),

@@ -24,8 +24,8 @@ import tempfile
 import threading
 import time
 
-from bench.scenario import Metric, run_program
-from bench.zoo.plumbing import KiB, _notes, _presets, _stream
+from bench.scenarios.api import Metric, run_program
+from bench.zoo.harness import KiB, _notes, _presets, _stream
 from bench.zoo.registry import Entry, _add
 
 _REAL_ONLY = ("its TLS peer is a thread of the program's process on real sockets (it must act "

@@ -6,7 +6,7 @@ release introduced, versions from before it (``unaffected_versions``): ``"python
 ``"python==3.12.1"``, ``"uvloop==0.22.1"``. ``points(entry)`` turns each string into the
 runs it stands for:
 
-- a ``python`` requirement runs on every interpreter found here (``bench.envs.found``)
+- a ``python`` requirement runs on every interpreter found here (``bench.host.envs.found``)
   that satisfies it and that looplab supports, one point per exact version;
 - a ``DIST==VERSION`` requirement pins that release (``+DIST==VERSION`` in the runtime
   spec) in an environment on looplab's own Python version;
@@ -31,9 +31,9 @@ import platform
 import re
 from dataclasses import dataclass, replace
 
-from bench import envs
+from bench.host import envs
 from bench.errors import UsageError
-from protocols import runtimes as rtmod
+from bench import runtimes as rtmod
 
 ROLES = ("affected", "fixed", "unaffected")
 _OPS = ("==", ">=", "<=", "!=", ">", "<")
@@ -181,7 +181,7 @@ def plan(e) -> list[tuple[Point, str | None]]:
 
 
 def build(planned) -> list[tuple[Point, str | None]]:
-    """Build every environment the plan needs now (``bench.envs.ensure``); a run whose
+    """Build every environment the plan needs now (``bench.host.envs.ensure``); a run whose
     environment cannot be built (a release with no wheel for that Python, an index
     that is out of reach) becomes a point that is not run, with pip's reason."""
     out = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kernels.options import Option, Schema, choice
 from protocols.fingerprint import Fingerprint, Near, Positive
-from protocols.runtimes import RUNTIMES, Difference, RuntimeInfo, Tracing, register
+from bench.runtimes import RUNTIMES, Difference, RuntimeInfo, Tracing, register
 
 __all__ = ["OPTIONS", "INFO", "RUNTIME_ID"]
 

@@ -18,7 +18,7 @@ import pytest
 
 __all__ = ["CONTRACT", "DIFFERENCE_PREFIX", "check"]
 
-# Runtimes declare their differences on their RuntimeInfo (protocols/builtin.py for
+# Runtimes declare their differences on their RuntimeInfo (bench/runtimes/builtin.py for
 # the built-ins); this module holds only the contract and the judge.
 
 # The start of every xfail reason ``check`` gives, which the plugin's summary looks for.

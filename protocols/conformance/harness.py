@@ -12,7 +12,7 @@ import struct
 import threading
 import time
 
-from protocols.runtimes import bind_listener
+from protocols.ports import bind_listener
 
 BIG = 1 << 20            # one connection's round trip; the "buffered" writes
 SMALL = 64 * 1024        # each of MANY connections' round trip

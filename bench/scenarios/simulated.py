@@ -1,12 +1,12 @@
 """How one scenario cell runs inside one simulated world (``looplab run --net sim``).
 
 On real sockets a cell is three processes: the peers (``bench.peers``), the app
-under test (``bench.cell``) and the orchestrator. Under ``--net sim`` it is one
+under test (``bench.scenarios.appside``) and the orchestrator. Under ``--net sim`` it is one
 process and one deterministic sequence of events in a ``kernels.simnet.World``:
 
 * the **app** is the same code as on real sockets -- the port driver serving an
   app (``protocols.callback|stream|task``) or the scenario's program
-  (``bench.programs``) -- on a port opened inside
+  (``bench.scenarios.programs``) -- on a port opened inside
   ``protocols.ports.using_io(world.io())``: our kernels poll, sleep and open
   sockets through the simulated seam; the reference libraries' ports build
   what they need from ``protocols.simports`` (asyncio's own selector loop over
@@ -19,7 +19,7 @@ process and one deterministic sequence of events in a ``kernels.simnet.World``:
   role), on the world's sockets, with virtual times where the real ones
   report ``time.monotonic()``;
 * the **scenario's own ``run`` function** is unchanged: ``serve_app`` and
-  ``run_program`` (``bench.scenario``) hand over to ``serve_app`` and
+  ``run_program`` (``bench.scenarios.api``) hand over to ``serve_app`` and
   ``run_program`` here when the ``CellContext`` carries a world, so metrics and
   verdicts come from the same code on both networks -- which is what makes the
   differential check (``--net both``) mean something.
@@ -40,7 +40,7 @@ everything else in a sim cell is a function of its universe.
 The universe of a cell (``universe(cell, world)``) is the scenario, runtime
 spec (its ``ready_order`` seed included), variant, preset, params and the
 world's universe (seed, every network parameter, the full fault schedule).
-``bench.simruns.cell_from_universe`` rebuilds the cell, and running it
+``bench.run.seeds.cell_from_universe`` rebuilds the cell, and running it
 replays it exactly; exploration (``--seeds``) and the run verb's options live
 there too, above ``bench.run`` (this module sits below it).
 """
@@ -67,7 +67,7 @@ UNIVERSE_MODEL = "looplab.simcell"
 NET_DEFAULTS: dict = {"sockbuf_scale": 2, "accounting": "linux", "latency_s": 2e-6,
                       "wake_s": 20e-6}
 # One sim cell at a time per process: the programs capture sys.stderr and the
-# warnings filters process-wide (bench.programs.capture_output), and a world
+# warnings filters process-wide (bench.scenarios.programs.capture_output), and a world
 # is CPU-bound anyway (``--jobs`` buys nothing under one GIL).
 _ONE_AT_A_TIME = threading.Lock()
 _SERVER_GRACE_S = 10.0
@@ -100,7 +100,7 @@ def sim_capable(runtime) -> str | None:
 
 
 def cell_heap():
-    """What ``bench.run.cells.run_cell`` runs a sim cell inside: the garbage
+    """What ``bench.run.repeats.run_cell`` runs a sim cell inside: the garbage
     collector looks only at the cell's own objects (``programs.own_garbage``).
     An automatic full collection walks the whole heap -- 7 to 9 ms, more than a
     short cell's whole run -- and lands in whichever cell happens to cross its
@@ -108,7 +108,7 @@ def cell_heap():
     world, roles and buffers, mostly in cycles) is collected when it ends,
     with the cell's time. The first call also keeps freed memory in the
     process (``keep_freed_memory``)."""
-    from bench import programs
+    from bench.scenarios import programs
     keep_freed_memory()
     return programs.own_garbage(collect=True)
 
@@ -206,7 +206,7 @@ def _interrupt():
 def _place_roles(cell: SimCell, specs, bound, app_addr=None, app_marker="app"):
     """Create the roles (checked and completed with their defaults by
     ``bench.peers.check_role``); listening ones listen now, ones that connect to
-    the app (``connect=app_marker``, ``bench.scenario.APP``) dial ``app_addr``.
+    the app (``connect=app_marker``, ``bench.scenarios.api.APP``) dial ``app_addr``.
     Returns {name: address} of the listening ones."""
     from bench import peers as peermod
     addrs = {}
@@ -239,7 +239,7 @@ def _listener(io, sockbuf):
 
 def serve_app(ctx, app: str, *, peers=(), params=None, upstream=None, bound=30.0,
               app_marker="app"):
-    """``bench.scenario.serve_app`` in the world: the same driver serves ``app``
+    """``bench.scenarios.api.serve_app`` in the world: the same driver serves ``app``
     on the runtime's port opened on the world's seam; the roles play the peers.
     Returns (the app side's dict, {role name: result})."""
     from protocols import callback, ports, stream, task
@@ -283,11 +283,11 @@ def serve_app(ctx, app: str, *, peers=(), params=None, upstream=None, bound=30.0
 
 
 def run_program(ctx, make_job, *, peers=(), linger_s: float = 0.0, bound=30.0):
-    """``bench.scenario.run_program`` in the world: the scenario's program runs on
+    """``bench.scenarios.api.run_program`` in the world: the scenario's program runs on
     the world's seam. ``make_job(addresses)`` builds the program's ``Job``.
     Returns (what the program returned, {role name: result}, the virtual time
     it returned)."""
-    from bench import programs
+    from bench.scenarios import programs
     from protocols import ports
     cell: SimCell = ctx.sim
     world = cell.world

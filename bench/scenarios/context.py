@@ -3,7 +3,7 @@
 (``serve_app``, ``run_program``; a program gets a ``Job``), and the processes they
 start (``AppProcess``), which ``abort_running`` ends.
 
-Part of the public scenario API: ``bench.scenario`` re-exports every public name
+Part of the public scenario API: ``bench.scenarios.api`` re-exports every public name
 here, and its docstring describes them. This module knows nothing of the
 scenario registry; it only tells a cell process what this one loaded
 (``plugin_spec``, from ``_LOADED``, which the registry fills in).
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench import procs
+from bench.host import procs
 from bench.errors import CRASH_KEY
 from bench.peers import PeerProcess
 from protocols import apps
@@ -44,14 +44,14 @@ def plugin_spec() -> dict:
 @dataclass
 class CellContext:
     """One repeat of one cell, as its scenario's ``run`` sees it."""
-    scenario: Any             # the bench.scenario.Scenario of the cell
-    runtime: Any              # protocols.runtimes.Runtime
+    scenario: Any             # the bench.scenarios.api.Scenario of the cell
+    runtime: Any              # bench.runtimes.Runtime
     variant: str
     preset: str
     params: dict
     trace_path: str | None = None
     notes: list = field(default_factory=list)
-    sim: Any = None           # --net sim: a bench.simcells.SimCell (the world this cell runs in)
+    sim: Any = None           # --net sim: a bench.scenarios.simulated.SimCell (the world this cell runs in)
     peers_seen: dict = field(default_factory=dict)   # name -> result of every peer this repeat ran
 
     @property
@@ -62,7 +62,7 @@ class CellContext:
 @dataclass
 class Job:
     """What a program gets in the cell process."""
-    runtime: Any              # protocols.runtimes.Runtime: job.runtime.open() -> a port
+    runtime: Any              # bench.runtimes.Runtime: job.runtime.open() -> a port
     variant: str
     params: dict
     peers: dict               # name -> (host, port) of the listening peers
@@ -82,15 +82,16 @@ _RUNNING_LOCK = threading.Lock()
 
 
 class AppProcess:
-    """``python -m bench.cell SPEC`` with its stdout read by a thread. Leaving the
+    """``python -m bench.scenarios.appside SPEC`` with its stdout read by a thread. Leaving the
     with-block always ends the process (SIGINT, then kill)."""
 
-    def __init__(self, spec: dict):
-        spec = {**spec, "plugins": plugin_spec()}
-        from bench import envs      # the interpreter axis: the runtime's @INTERPRETER
+    def __init__(self, spec: dict, runtime):
+        # The runtime travels parsed, as data: the child rebuilds it without parsing.
+        spec = {**spec, "runtime": runtime.to_data(), "plugins": plugin_spec()}
+        from bench.host import envs      # the interpreter axis: the runtime's @INTERPRETER
         # The one place a cell's process is launched, on its runtime's interpreter.
-        self.proc = procs.spawn(procs.python_command("bench.cell", json.dumps(spec),
-                                                     python=envs.interpreter_for(spec["runtime"])),
+        self.proc = procs.spawn(procs.python_command("bench.scenarios.appside", json.dumps(spec),
+                                                     python=envs.interpreter_for(runtime)),
                                 text=True, cwd=None, env=os.environ.copy())
         self.events: queue.Queue = queue.Queue()
         self.stderr_lines: list[str] = []
@@ -187,7 +188,7 @@ def abort_running() -> None:
         live = list(_RUNNING)
     for p in live:
         p.kill()
-    simcells = sys.modules.get("bench.simcells")     # no simulated cell without it
+    simcells = sys.modules.get("bench.scenarios.simulated")     # no simulated cell without it
     if simcells is not None:
         simcells.stop_all("interrupted")
 
@@ -217,7 +218,7 @@ def serve_app(ctx: CellContext, app: str, *, peers=(), params: dict | None = Non
     """Serve ``app`` on the runtime under test with ``peers`` around it (see the
     module docstring). Peers with ``connect=APP`` start once the app listens."""
     if ctx.sim is not None:   # --net sim: the same app and peers, in one simulated world
-        from bench import simcells
+        from bench.scenarios import simulated as simcells
         served = Served(*simcells.serve_app(ctx, app, peers=peers, params=params, upstream=upstream,
                                             bound=timeout_s or _bound(peers) + 10, app_marker=APP))
         ctx.peers_seen.update(served.peers)
@@ -232,12 +233,12 @@ def serve_app(ctx: CellContext, app: str, *, peers=(), params: dict | None = Non
         roles.append(r)
     bound = timeout_s or _bound(roles) + 10
     params = dict(params or {})
-    spec = {"kind": "server", "runtime": ctx.runtime.spec, "app": app, "variant": ctx.variant,
+    spec = {"kind": "server", "app": app, "variant": ctx.variant,
             "max_s": bound, "trace_path": ctx.trace_path, "params": params}
     with _Peers(roles, timeout_s=bound) as pp:
         if upstream:
             params["upstream"] = list(pp.address(upstream))
-        with AppProcess(spec) as proc:
+        with AppProcess(spec, ctx.runtime) as proc:
             addr = proc.wait("listening", 20)["addr"]
             for name in to_app:
                 pp.start(name, connect=tuple(addr))
@@ -262,7 +263,7 @@ def run_program(ctx: CellContext, *, peers=(), linger_s: float = 0.0,
     """Run the scenario's program for this runtime in a cell process, with the
     listening ``peers`` started first (see the module docstring)."""
     if ctx.sim is not None:   # --net sim: the same program and peers, in one simulated world
-        from bench import simcells
+        from bench.scenarios import simulated as simcells
         ran = Ran(*simcells.run_program(
             ctx, lambda addrs: Job(ctx.runtime, ctx.variant, dict(ctx.params), addrs),
             peers=peers, linger_s=linger_s, bound=max_s or _bound(peers)))
@@ -272,16 +273,16 @@ def run_program(ctx: CellContext, *, peers=(), linger_s: float = 0.0,
         return ran
     roles = [dict(r) for r in peers]
     bound = max_s or _bound(roles)
-    spec = {"kind": "program", "scenario": ctx.scenario.id, "runtime": ctx.runtime.spec,
+    spec = {"kind": "program", "scenario": ctx.scenario.id,
             "variant": ctx.variant, "params": ctx.params, "linger_s": linger_s, "max_s": bound}
     if not roles:
-        with AppProcess({**spec, "peers": {}}) as proc:
+        with AppProcess({**spec, "peers": {}}, ctx.runtime) as proc:
             stopped = proc.wait("stopped", bound + 10)["at"]
             return Ran(proc.result(linger_s + 10), {}, stopped)
     with _Peers(roles, timeout_s=bound + 5) as pp:
         addrs = {r.get("name") or r["role"]: list(pp.address(r.get("name") or r["role"]))
                  for r in roles if r.get("listen")}
-        with AppProcess({**spec, "peers": addrs}) as proc:
+        with AppProcess({**spec, "peers": addrs}, ctx.runtime) as proc:
             stopped = proc.wait("stopped", bound + 10)["at"]
             out = proc.result(linger_s + 10)
         res = pp.results()

@@ -23,7 +23,7 @@ import kernels.coro
 import kernels.hybrid
 from kernels.options import Option, Schema, boolean
 from protocols.fingerprint import NONBLOCKING_SENDS, Between, Fingerprint, Near, Positive
-from protocols.runtimes import (Difference, PerformanceGoal, ProbeDifference, RuntimeInfo, Tracing,
+from bench.runtimes import (Difference, PerformanceGoal, ProbeDifference, RuntimeInfo, Tracing,
                                 register, register_loop_alias, register_loop_kernel)
 
 # ---------------------------------------------------------------------------
@@ -227,7 +227,7 @@ _UVLOOP_REAL_ONLY = dict(real_network_only="uvloop polls real file descriptors i
                                            "where no Python object can stand in for them")
 
 _P = "protocols.ports"
-_TR = "bench.tracing"
+_TR = "bench.fidelity.tracing"
 _AIO = "protocols.asyncio_ports"
 _TC = "protocols.trio_curio_ports"
 

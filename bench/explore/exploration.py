@@ -9,7 +9,7 @@ write and rerun a schedule; a replay is exact when it makes the same
 choices at the same points (``points_digest``) and ends the same way.
 
 Every run goes through ``recorder`` and ``execute``: a target that declares
-properties (``bench.props``) gets a ``checks.Watched`` recorder, and a
+properties (``bench.scenarios.properties``) gets a ``checks.Watched`` recorder, and a
 violated ``always`` or ``eventually`` is that run's failure. ``sometimes``
 properties reached are counted over the exploration; one never reached is
 reported vacuous, and a ``delays:D`` search without failures is then not a
@@ -36,7 +36,7 @@ SCHEDULE_MODEL = "looplab.explore.schedule"
 def code_version() -> str:
     """The commit this code is (``+dirty`` with uncommitted changes), or the
     package version outside a git checkout."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from bench.host.procs import ROOT as root
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root,
                               capture_output=True, text=True, timeout=10).stdout.strip()

@@ -1,7 +1,7 @@
-"""The app side of one cell, in its own process: ``python -m bench.cell JSON``.
+"""The app side of one cell, in its own process: ``python -m bench.scenarios.appside JSON``.
 
 Each cell's kernel under test runs here, alone, so its RSS, its leaks and its crashes
-are its own. The parent side is ``bench.cellrun.AppProcess``; it talks to this
+are its own. The parent side is ``bench.scenarios.context.AppProcess``; it talks to this
 process over stdout, one JSON object per line:
 
   {"event": "listening", "addr": [host, port]}   a server is accepting
@@ -11,7 +11,8 @@ process over stdout, one JSON object per line:
 The spec (JSON, in argv) says what to run -- ``kind`` "server" (``app``, ``variant``,
 ``params`` served through the runtime's port driver) or "program" (the ``scenario``
 whose program for this runtime runs, with ``variant``, ``params`` and the listening
-``peers``' addresses) -- on ``runtime``, bounded by ``max_s``. ``plugins`` names the
+``peers``' addresses) -- on ``runtime`` (the parsed spec as data:
+``Runtime.to_data()``), bounded by ``max_s``. ``plugins`` names the
 scenario files and modules (and runtime modules) the parent had loaded: they are
 loaded here first, so a user's scenario, its programs and its runtimes exist here too.
 
@@ -30,10 +31,11 @@ import threading
 import time
 import traceback
 
-from bench import procs, results, scenario
-from protocols import callback, runtimes, stream, task
-
-DRIVERS = {"callback": callback, "stream": stream, "task": task}
+from bench import results, runtimes
+from bench.host import procs
+from bench.scenarios import api
+from protocols.common import driver
+from protocols.ports import bind_listener
 
 
 def emit(obj) -> None:
@@ -50,14 +52,14 @@ def _deadline(max_s: float) -> threading.Timer:
 
 
 def run_server(spec: dict) -> dict:
-    rt = runtimes.parse(spec["runtime"])
+    rt = runtimes.from_data(spec["runtime"])
     params = dict(spec.get("params", {}))
     if params.get("upstream"):
         params["upstream"] = tuple(params["upstream"])
     counters: dict = {}
     params["counters"] = counters
-    sock = runtimes.bind_listener("127.0.0.1", 0, sockbuf=params.get("sockbuf"))
-    driver = DRIVERS[rt.style]
+    sock = bind_listener("127.0.0.1", 0, sockbuf=params.get("sockbuf"))
+    serve = driver(rt.style).serve
     port = rt.open()
     emit({"event": "listening", "addr": list(sock.getsockname()[:2])})
     interrupted = False
@@ -66,7 +68,7 @@ def run_server(spec: dict) -> dict:
     timer = _deadline(spec.get("max_s", 60))
     try:
         try:
-            driver.serve(port, spec["app"], sock, spec["variant"], params)
+            serve(port, spec["app"], sock, spec["variant"], params)
         except* KeyboardInterrupt:
             interrupted = True
     finally:
@@ -88,9 +90,9 @@ def run_server(spec: dict) -> dict:
 
 
 def run_program(spec: dict) -> dict:
-    rt = runtimes.parse(spec["runtime"])
-    fn = scenario.get(spec["scenario"]).program_for(rt)
-    job = scenario.Job(rt, spec.get("variant", "naive"), dict(spec.get("params", {})),
+    rt = runtimes.from_data(spec["runtime"])
+    fn = api.get(spec["scenario"]).program_for(rt)
+    job = api.Job(rt, spec.get("variant", "naive"), dict(spec.get("params", {})),
                        {k: tuple(v) for k, v in spec.get("peers", {}).items()})
     # Import the runtime's library before the baseline, so RSS growth is the program's
     # and not 2-4 MB of imports, and compares across runtimes (the server path opens its
@@ -105,7 +107,7 @@ def run_program(spec: dict) -> dict:
         timer.cancel()
     if not isinstance(result, dict):
         raise TypeError(f"the program of {spec['scenario']} returned {type(result).__name__}, not a dict")
-    if "event" in result:       # the key of the line it travels on (bench.scenario.CRASH_KEY is the other)
+    if "event" in result:       # the key of the line it travels on (bench.scenarios.api.CRASH_KEY is the other)
         raise ValueError(f"the program of {spec['scenario']} returned the reserved key 'event'")
     result["loop_stopped_at"] = time.monotonic()
     peak = procs.rss_bytes("self", "VmHWM")
@@ -124,9 +126,9 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[1] if len(argv) > 1 else sys.stdin.read())
     kind = spec["kind"]
     runner = {"server": run_server, "program": run_program}[kind]
-    result = {scenario.CRASH_KEY: "interrupted"}
+    result = {api.CRASH_KEY: "interrupted"}
     try:
-        scenario.load_plugin_spec(spec.get("plugins") or {})
+        api.load_plugin_spec(spec.get("plugins") or {})
         result = runner(spec)
     except* KeyboardInterrupt:
         pass
@@ -138,9 +140,9 @@ def main(argv: list[str]) -> int:
                 and not f.filename.endswith(".pyx")] or frames
         where = f" (at {os.path.basename(ours[-1].filename)}:{ours[-1].lineno} in " \
                 f"{ours[-1].name})" if ours else ""
-        result = {scenario.CRASH_KEY: f"{type(exc).__name__}: {exc}{where}"}
+        result = {api.CRASH_KEY: f"{type(exc).__name__}: {exc}{where}"}
     emit({"event": "result", **result})
-    return 1 if scenario.CRASH_KEY in result else 0
+    return 1 if api.CRASH_KEY in result else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Results documents: write, read, check, shard and merge looplab measurements.
 
 Every looplab run produces one JSON document, described by the JSON Schema shipped
-beside this module (``results.schema.json``; ``looplab validate FILE`` checks a file)::
+beside this module (``schema.json``; ``looplab validate FILE`` checks a file)::
 
     {"schema": 2, "looplab": VERSION, "run_id": "...", "env": {...}, "cells": [CELL, ...],
      "scenarios": {id: {title, variants, metrics: {name: {unit, direction}}, verdicts, columns}},
@@ -18,7 +18,7 @@ A *cell* is one scenario x runtime x variant x parameter set::
      "spread": {name: {"q1", "q3", "iqr", "min", "max", "n"}}}  # optional, from samples
 
 Schema 2 (this one) added the verdict ``null``: "not measured", a cell without the
-evidence its scenario declares (bench.scenario.Scenario.judge); such a cell also has an
+evidence its scenario declares (bench.scenarios.api.Scenario.judge); such a cell also has an
 error saying what was missing. Schema 1 documents (booleans only) are still read.
 
 Metric names carry their unit as a suffix (``_bytes``, ``_s``, ``_Bps``, ``_per_s``,
@@ -29,7 +29,7 @@ summary without its spread invites reading noise as signal. Comparisons are only
 within one run or between runs on one machine; ``env`` records enough (interpreter, CPU,
 library versions, allocator variables, socket buffer sizes, load) to see when they are not.
 
-Comparing two documents and the pytest-benchmark export are in ``bench.compare``.
+Comparing two documents and the pytest-benchmark export are in ``bench.results.compare``.
 
 Merging (``merge``) is how sharded runs (``--shard I/N``) become one document: the union of
 the cells. It refuses the same input twice, one cell id with different parameters, an
@@ -58,10 +58,10 @@ import time
 from bench.errors import UsageError
 
 __all__ = ["VERSION", "SCHEMA", "environment", "new_document", "new_cell", "cell_id",
-           "write_json", "write_text", "write_csv", "check_output", "check_document", "load_json",
-           "validate", "shard", "shard_info", "merge", "machine", "summarize", "spread", "quantile",
-           "verdict_word",
-           "lib_version"]
+           "write_json", "write_text", "write_csv", "check_output", "check_document",
+           "load_json", "validate", "shard", "shard_info", "merge", "machine",
+           "summarize", "spread", "quantile", "verdict_word", "lib_version",
+           "CSV_COLUMNS", "SCHEMA_FILE", "new_run_id", "read_json", "write_bytes"]
 
 SCHEMA = 2
 READS = (1, 2)       # schema 1 is schema 2 without null verdicts
@@ -94,7 +94,7 @@ def _cpu_model() -> str:
 
 def _runtime_libraries() -> list[str]:
     """The distributions the registered runtimes declare (``RuntimeInfo.library``)."""
-    from protocols import runtimes
+    from bench import runtimes
     libs = [runtimes.get(r).library for r in runtimes.ordered()]
     return list(dict.fromkeys(lib for lib in libs if lib and lib != "python"))
 
@@ -341,7 +341,7 @@ def check_document(doc, where: str = "document") -> dict:
     return doc
 
 
-SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.schema.json")
+SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schema.json")
 
 
 def schema() -> dict:
@@ -351,7 +351,7 @@ def schema() -> dict:
 
 def validate(doc) -> list[str]:
     """Where ``doc`` departs from the results JSON Schema (shipped as
-    ``bench/results.schema.json``): one line per problem, empty when valid."""
+    ``bench/results/schema.json``): one line per problem, empty when valid."""
     import jsonschema
     validator = jsonschema.Draft202012Validator(schema())
     problems = []
@@ -558,7 +558,7 @@ def merge(docs: list[dict], names: list[str] | None = None,
     origin: dict[str, str] = {}
     envs, runs, inputs = [], [], []
     scenarios: dict = {}
-    runtimes: dict = {}         # what each document recorded (bench.run.document)
+    runtimes: dict = {}         # what each document recorded (bench.run.describe)
     real_only: dict = {}
     for doc, name in zip(docs, names):
         run = doc.get("run_id", "")

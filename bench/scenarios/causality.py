@@ -67,7 +67,7 @@ import struct
 import threading
 import time
 
-from protocols import runtimes
+from bench import runtimes
 from protocols.fingerprint import NONBLOCKING_SENDS, Between, Near, Positive, satisfies
 
 __all__ = ["METRICS", "fingerprint", "declared_for",
@@ -365,7 +365,7 @@ def _callback_io_probes(port, peers, out, notes, details):
     _cb_run(port, close_probe)
 
     # 5. the peer resets while our write is pending.
-    from bench.programs import capture_output
+    from bench.scenarios.programs import capture_output
     seen = {"handler": []}
 
     def error_probe(port, finish):
@@ -493,7 +493,7 @@ async def _stream_io_probes(port, peers, out, notes, details):
     await _bounded_wait_closed(port, writer)
 
     # 3c. the peer resets while we write and drain.
-    from bench.programs import capture_output
+    from bench.scenarios.programs import capture_output
     reader, writer, peer = await _open(port, peers)
 
     async def resetter():
@@ -591,7 +591,7 @@ async def _task_io_probes(port, peers, out, notes, details):
     details["close"] = {"when_returned": {"fd_closed": now}, "after_one_yield": {"fd_closed": later}}
 
     # 3c. the peer resets while send_all is blocked.
-    from bench.programs import capture_output
+    from bench.scenarios.programs import capture_output
     stream = await port.open_tcp_stream(peers.host, peers.port, sockbuf=SOCKBUF)
     peer = peers.accept()
     seen = {}
@@ -667,7 +667,7 @@ async def _task_cancel_probe(port, out, notes, details):
     """A move_on_after expires while the task sleeps; it catches the
     cancellation and sleeps again (0.05 s). Edge: the second sleep completes.
     Level: it raises again (trio: still inside the expired scope)."""
-    from bench.programs import capture_output
+    from bench.scenarios.programs import capture_output
     state = {}
     # What arrives is port.Cancelled (trio, curio's TaskTimeout) or a TimeoutError
     # (our coro kernel's TaskTimeout): both are "the cancellation" here.

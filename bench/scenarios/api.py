@@ -7,12 +7,12 @@ the scenario's own), which numbers to keep (``Metric``: the name ends in its uni
 the direction says whether lower or higher is better, or neither) and which yes/no
 oracles to judge (``verdicts``). The report's columns, its plots, the presets, the
 variants, whether the scenario belongs in the main job and whether it can be traced
-live on the same object. Looplab's own S1-S8 (``bench.builtin``) are defined exactly
+live on the same object. Looplab's own S1-S8 (``bench.scenarios.catalog``) are defined exactly
 this way; a user's scenario is one more object, registered from their own file::
 
     # my_bug.py -- run with: looplab run --scenario-file my_bug.py --runtimes coro,trio
     from bench import peers
-    from bench.scenario import Bars, Metric, Scenario, run_program
+    from bench.scenarios.api import Bars, Metric, Scenario, run_program
 
 
     async def send(port, host, tcp_port, n):
@@ -73,7 +73,7 @@ blocks:
 
 ``properties=(always(...), eventually(...), sometimes(...))`` declares what ``looplab
 explore`` checks beyond the verdicts, at every choice point of every schedule it runs;
-the program shows its state to them with ``observe(**values)`` (``bench.props``,
+the program shows its state to them with ``observe(**values)`` (``bench.scenarios.properties``,
 docs/explore.md).
 
 Programs are looked up per runtime: ``programs`` maps a runtime id, a port style
@@ -100,24 +100,25 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from bench.cellrun import (
+from bench.scenarios.context import (
     _LOADED, APP, AppProcess, CellContext, Job, Ran, Served, abort_running, plugin_spec,
     run_program, serve_app,
 )
 from bench.errors import CRASH_KEY, UsageError
-from bench.props import Property, always, eventually, observe, sometimes
+from bench.host import plugins
+from protocols.common import STYLES
+from bench.scenarios.properties import Property, always, eventually, observe, sometimes
 
 __all__ = ["Scenario", "Metric", "Minimum", "Bars", "Job", "CellContext", "Outcome", "Served",
            "Ran", "APP", "STYLES", "UNITS", "CRASH_KEY", "NOT_MEASURED", "register", "get", "scenarios", "load_scenario_file",
            "load_plugins", "plugin_spec", "serve_app", "run_program", "AppProcess",
            "abort_running", "Property", "always", "eventually", "sometimes", "observe"]
 
-STYLES = ("callback", "stream", "task")
 UNITS = {"_bytes": "bytes", "_Bps": "bytes/s", "_per_s": "1/s", "_s": "seconds",
          "_count": "count", "_fraction": "fraction"}
 KINDS = ("flag", "text")   # metrics whose value is not a number: yes/no, a label
 DIRECTIONS = ("lower", "higher", None)
-BUILTIN_MODULE = "bench.builtin"
+BUILTIN_MODULE = "bench.scenarios.catalog"
 NOT_MEASURED = "not measured"   # a verdict of None, as reports show it
 ENTRY_POINT_GROUP = "looplab.scenarios"
 _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
@@ -136,7 +137,7 @@ class Metric:
     ``_Bps``, ``_per_s``, ``_count``, ``_fraction``) unless ``unit`` is ``"flag"`` or
     ``"text"``. ``direction``: ``"lower"`` or ``"higher"`` is better, or ``None``
     (information: shown, never a gate). ``label`` heads its report column; ``format``
-    overrides the unit's formatter (``bench.tables``)."""
+    overrides the unit's formatter (``bench.results.tables``)."""
     name: str
     direction: str | None = None
     label: str = ""
@@ -254,7 +255,7 @@ class Scenario:
     decided_by: Mapping[str, tuple] = field(default_factory=dict)
     symptoms: tuple = ()      # verdicts whose True is the bug showing (the zoo's bug_shown)
     # Declared properties beyond the verdicts (``always``, ``eventually``,
-    # ``sometimes``: bench.props), checked by ``looplab explore``.
+    # ``sometimes``: bench.scenarios.properties), checked by ``looplab explore``.
     properties: tuple = ()
 
     def __post_init__(self):
@@ -408,7 +409,6 @@ class Scenario:
 
 _REGISTRY: dict[str, Scenario] = {}
 _FILE_MODULES: dict[str, Any] = {}
-_origin_now: list[str] = []                 # the origin being loaded (a stack)
 _builtin_loaded = False
 
 
@@ -428,7 +428,7 @@ def register(scenario: Scenario) -> Scenario:
         raise UsageError(f"scenario id {scenario.id!r} is taken by {have.origin}; "
                          "choose another id")
     if not scenario.origin:
-        scenario.origin = _origin_now[-1] if _origin_now else "registered in-process"
+        scenario.origin = plugins.current_origin("registered in-process")
     _REGISTRY[scenario.id] = scenario
     return scenario
 
@@ -438,7 +438,8 @@ def _ensure_builtin() -> None:
     if not _builtin_loaded:
         _builtin_loaded = True
         # Built-ins are loaded the way any scenario module is, by name.
-        _import_module(BUILTIN_MODULE, "built-in")
+        with plugins.origin("built-in"):
+            importlib.import_module(BUILTIN_MODULE)
 
 
 def scenarios() -> dict[str, Scenario]:
@@ -463,14 +464,6 @@ def _register_found(namespace: dict, before: set) -> int:
     return len(set(_REGISTRY) - before)
 
 
-def _import_module(name: str, origin: str):
-    _origin_now.append(origin)
-    try:
-        return importlib.import_module(name)
-    finally:
-        _origin_now.pop()
-
-
 def load_scenario_file(path: str) -> list[Scenario]:
     """Load a user's scenario file; returns the scenarios it added. Loading the
     same file again is a no-op. Errors are one-line UsageErrors naming the file."""
@@ -487,10 +480,10 @@ def load_scenario_file(path: str) -> list[Scenario]:
     module = importlib.util.module_from_spec(spec)
     before = set(_REGISTRY)
     sys.modules[modname] = module          # so its programs and dataclasses resolve
-    _origin_now.append(f"file {full}")
     try:
-        spec.loader.exec_module(module)
-        added = _register_found(vars(module), before)
+        with plugins.origin(f"file {full}"):
+            spec.loader.exec_module(module)
+            added = _register_found(vars(module), before)
     except BaseException as exc:   # noqa: BLE001 -- a user's file may raise anything, even SystemExit
         sys.modules.pop(modname, None)
         for sid in set(_REGISTRY) - before:     # all of the file or none of it
@@ -499,12 +492,10 @@ def load_scenario_file(path: str) -> list[Scenario]:
             raise UsageError(f"scenario file {path}: {exc}") from None
         where = _line_in(exc, full)
         raise UsageError(f"scenario file {path}{where}: {type(exc).__name__}: {exc}") from None
-    finally:
-        _origin_now.pop()
     if not added:
         sys.modules.pop(modname, None)
         raise UsageError(f"scenario file {path}: defines no scenario (give it a module-level "
-                         "Scenario(...) or call bench.scenario.register)")
+                         "Scenario(...) or call bench.scenarios.api.register)")
     _FILE_MODULES[full] = module
     _LOADED["files"].append(full)
     return [_REGISTRY[s] for s in _REGISTRY if s not in before]
@@ -524,21 +515,11 @@ def _line_in(exc: BaseException, filename: str) -> str:
 def load_scenario_module(name: str) -> list[Scenario]:
     _ensure_builtin()
     before = set(_REGISTRY)
-    try:
-        module = _import_module(name, f"module {name}")
-        _register_found(vars(module), before)
-    except UsageError as exc:
-        raise UsageError(f"scenario module {name}: {exc}") from None
-    except Exception as exc:
-        raise UsageError(f"scenario module {name}: {type(exc).__name__}: {exc}") from None
+    module = plugins.import_module(name, "scenario module")
+    _register_found(vars(module), before)
     if name not in _LOADED["modules"]:
         _LOADED["modules"].append(name)
     return [_REGISTRY[s] for s in _REGISTRY if s not in before]
-
-
-def _entry_points():
-    from importlib.metadata import entry_points
-    return entry_points(group=ENTRY_POINT_GROUP)
 
 
 def load_plugins(files=(), modules=()) -> list[Scenario]:
@@ -546,26 +527,19 @@ def load_plugins(files=(), modules=()) -> list[Scenario]:
     ``files``. Returns the scenarios added."""
     _ensure_builtin()
     added: list[Scenario] = []
-    for ep in _entry_points():
-        origin = f"entry point {ep.name} ({ep.value})"
+    for ep in plugins.entry_points(ENTRY_POINT_GROUP):
+        origin = plugins.entry_point_origin(ep)
         if any(s.origin == origin for s in _REGISTRY.values()):
             continue
-        _origin_now.append(origin)
         before = set(_REGISTRY)
-        try:
-            obj = ep.load()
-            objs = [obj] if isinstance(obj, Scenario) else \
-                list(obj) if isinstance(obj, (list, tuple)) else []
+        obj = plugins.load_entry_point(ep)
+        objs = [obj] if isinstance(obj, Scenario) else \
+            list(obj) if isinstance(obj, (list, tuple)) else []
+        with plugins.origin(origin):
             for sc in objs:
                 register(sc)
             if not objs and hasattr(obj, "__dict__"):
                 _register_found(vars(obj), before)
-        except UsageError as exc:
-            raise UsageError(f"entry point {ep.name}: {exc}") from None
-        except Exception as exc:
-            raise UsageError(f"entry point {ep.name} ({ep.value}): {type(exc).__name__}: {exc}") from None
-        finally:
-            _origin_now.pop()
         added += [_REGISTRY[s] for s in _REGISTRY if s not in before]
     for name in modules:
         added += load_scenario_module(name)
@@ -577,7 +551,7 @@ def load_plugins(files=(), modules=()) -> list[Scenario]:
 def load_runtime_modules(modules=()) -> None:
     """Import runtime plugin modules through the runtime registry (and remember them
     for the cell processes)."""
-    from protocols import runtimes
+    from bench import runtimes
     loader = getattr(runtimes, "load_plugins", None)
     if modules and loader is None:
         raise UsageError("--runtime-module needs a runtime registry with load_plugins()")

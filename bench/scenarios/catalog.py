@@ -1,6 +1,6 @@
 """Looplab's own scenarios, S1-S8, each one ``Scenario`` object and nothing else.
 
-They use only the public API of ``bench.scenario`` and the peers of ``bench.peers``,
+They use only the public API of ``bench.scenarios.api`` and the peers of ``bench.peers``,
 as a user's scenario would. Numbers about bytes on the wire come from the peers;
 numbers about user-space buffers come from the kernel's probe or, for the reference
 libraries, from their public APIs.
@@ -14,8 +14,10 @@ error that says what was missing, never a pass or a fail.
 """
 from __future__ import annotations
 
-from bench import causality, peers, programs
-from bench.scenario import (APP, Bars, Metric, Minimum, Outcome, Scenario, always, register,
+from bench import peers
+from bench.scenarios import causality
+from bench.scenarios import programs
+from bench.scenarios.api import (APP, Bars, Metric, Minimum, Outcome, Scenario, always, register,
                             run_program, serve_app, sometimes)
 
 KiB, MiB = 1024, 1024 * 1024
@@ -42,7 +44,7 @@ def _cut(res: dict) -> bool:
 
 
 # Shown beside the verdicts; a peer that never connected makes every verdict "not
-# measured" for any scenario (bench.scenario.Scenario.judge), so no minimum repeats it.
+# measured" for any scenario (bench.scenarios.api.Scenario.judge), so no minimum repeats it.
 _CONNECTED = Metric("peers_connected_count", None, "peers connected")
 
 
@@ -392,7 +394,7 @@ S4 = Scenario(
     minimum=(Minimum("probes_measured_count", len(causality.METRICS) // 2,
                      "at least half of the probes must report"),),
     columns=tuple(m for m in causality.METRICS if m != "closed_after_one_yield"),
-    # The probes' peers are stdlib sockets of the cell process itself (bench.causality),
+    # The probes' peers are stdlib sockets of the cell process itself (bench.scenarios.causality),
     # which a runtime on simulated sockets cannot reach: every connect is refused.
     real_network_only="its probes' peers are real sockets inside the probing process",
     main_job=True)
@@ -475,7 +477,7 @@ def run_s6(ctx) -> Outcome:
 
 
 def _percent(v):
-    from bench.tables import fmt_percent
+    from bench.results.tables import fmt_percent
     return fmt_percent(v)
 
 

@@ -1,7 +1,7 @@
 """Running one cell: its repeats on its network, folded into one result.
 
 A *cell* (``bench.run.plan``) is one scenario x runtime x variant x preset. Running a cell means calling
-its scenario's ``run`` once per repeat (``bench.scenario``: peers in one process, the
+its scenario's ``run`` once per repeat (``bench.scenarios.api``: peers in one process, the
 runtime under test alone in another) and folding the repeats into one result:
 numeric metrics are medians (raw samples kept), and each verdict holds only if it
 held in every repeat, with its frequency alongside (``<verdict>_fraction``). A verdict
@@ -16,7 +16,7 @@ import os
 import statistics
 import time
 
-from bench import scenario as scmod
+from bench.scenarios import api as scmod
 from bench.run.net import network_of
 
 __all__ = ["run_cell", "new_result"]

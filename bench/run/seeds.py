@@ -1,7 +1,7 @@
 """Simulated universes from the run verb's side: ``looplab run --net real|sim|both``,
 ``--replay FILE`` and ``--seeds N``.
 
-``bench.simcells`` runs one cell in one world; this module sits above
+``bench.scenarios.simulated`` runs one cell in one world; this module sits above
 ``bench.run`` and decides which worlds to run:
 
 * ``cells_for(args, planned)``: the planned cells on the chosen network (``--net
@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import time
 
-from bench.simcells import UNIVERSE_MODEL, sim_capable
+from bench.scenarios.simulated import UNIVERSE_MODEL, sim_capable
 
 __all__ = ["NETS", "EXPLORE_NET", "cells_for", "replay_cells", "cell_from_universe", "explore",
            "explore_command", "seed_cell", "with_ready_order", "outcome_of", "failed", "shrink"]
@@ -56,7 +56,7 @@ EXPLORE_NET = {"jitter_s": 2e-6, "cpu_per_wait_s": 20e-6, "sockbuf_scale": 2}
 def with_ready_order(runtime_spec: str, seed: int) -> str:
     """``runtime_spec`` with ``ready_order=random-SEED`` if the runtime has that
     option (our coro kernel) and no ready order of its own; else unchanged."""
-    from protocols import runtimes as rtmod
+    from bench import runtimes as rtmod
     rt = rtmod.parse(runtime_spec)
     names = {o.name for o in rt.info.options.options} if hasattr(rt.info.options, "options") \
         else set(rt.info.options.defaults())
@@ -307,7 +307,7 @@ def replay_cells(path: str) -> list:
         raise UsageError(f"--replay {path}: no simulated universe in it (give a results file "
                          "of a --net sim run, or a universe --seeds wrote)")
     from bench.run.plan import check_cell
-    from bench.simcells import new_world
+    from bench.scenarios.simulated import new_world
     try:
         cells = [check_cell(cell_from_universe(u)) for u in found]
         for c in cells:     # the world it describes can be built (and is thrown away)
@@ -366,7 +366,7 @@ class _stopping_on_signals:
 
     def _on(self, signum, frame):
         import signal
-        from bench import simcells
+        from bench.scenarios import simulated as simcells
         self.signals.append(signal.Signals(signum).name)
         simcells.stop_all(f"interrupted by {signal.Signals(signum).name}")
 

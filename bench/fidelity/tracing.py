@@ -37,7 +37,7 @@ import collections.abc
 from dataclasses import replace
 
 from kernels.probe import Trace
-from protocols import runtimes as rtmod
+from bench import runtimes as rtmod
 from protocols.asyncio_ports import AsyncioStreamPort, UvloopStreamPort
 from protocols.errors import UsageError
 from protocols.trio_curio_ports import TrioPort

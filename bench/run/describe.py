@@ -11,8 +11,8 @@ unit's formatter (or no plot) if it cannot.
 from __future__ import annotations
 
 from bench import results as resmod
-from bench import scenario as scmod
-from protocols import runtimes as rtmod
+from bench.scenarios import api as scmod
+from bench import runtimes as rtmod
 
 __all__ = ["describe_scenario", "describe_runtime", "describe", "builder", "build", "complete"]
 

@@ -18,7 +18,7 @@ import time
 
 from bench.errors import UsageError
 from bench.results import check_document, lib_version, quantile
-from bench.tables import fmt, format_table
+from bench.results.tables import fmt, format_table
 
 __all__ = ["compare", "verdict_changes", "parse_rule", "parse_gates", "significant",
            "mann_whitney_p", "format_compare", "direction", "to_pytest_benchmark", "GATES"]
@@ -99,7 +99,7 @@ def _declared(old: dict, new: dict, cell: dict, metric: str) -> tuple[str | None
             return "higher", False
         if desc and metric in ("cell_wall_s", "cell_cpu_s"):
             return None, True
-    from bench import scenario as scmod
+    from bench.scenarios import api as scmod
     sc = scmod.scenarios().get(sid)
     if sc is not None:
         m = sc.metric(metric)

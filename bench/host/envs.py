@@ -1,7 +1,7 @@
 """The interpreter axis: find Pythons, build one environment per (interpreter,
 requirements), and say which Python runs a cell and what it ran with.
 
-A runtime spec's ``@3.12`` or ``@/path/to/python`` (``protocols.runtimes``) names the
+A runtime spec's ``@3.12`` or ``@/path/to/python`` (``bench.runtimes``) names the
 interpreter its cells run in. Nothing is assumed about where Pythons live: an
 interpreter is *found* -- on PATH (``python3.N``, ``python3``, ``python``), in pyenv's
 versions directory, through ``uv python find`` where uv exists, or at the path given
@@ -26,7 +26,7 @@ A spec's ``+DIST==VERSION`` pins (``uvloop-streams@3.11+uvloop==0.22.1``) are
 requirements like the loop's: they go into the key, so each pinned set of releases
 has its own environment.
 
-``describe(runtime)`` runs ``python -m bench.envs describe SPEC`` in the runtime's
+``describe(runtime)`` runs ``python -m bench.host.envs describe SPEC`` in the runtime's
 interpreter: the exact Python, the loop with its version, the requirements its
 environment was built with, and the version of every distribution whose modules the
 opened port had imported. Each cell records it.
@@ -50,17 +50,16 @@ import time
 from dataclasses import dataclass
 
 from bench.errors import UsageError
-from protocols import runtimes as rtmod
+from bench.host import procs
+from bench import runtimes as rtmod
+from bench.runtimes.spec import dist_name
 
 __all__ = ["Interpreter", "Env", "cache_root", "found", "find", "requirements", "ensure",
-           "interpreter_for", "describe", "prepare", "cached", "clear", "SOURCE", "LOOP_DISTS"]
+           "interpreter_for", "describe", "prepare", "cached", "clear", "SOURCE", "unavailable_reason"]
 
 #: The checkout looplab runs from: what every environment installs (editable).
-SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE = procs.ROOT
 MARKER = "looplab-env.json"
-#: ``loop=NAME`` -> the requirement that brings it. Other loops (a user's
-#: ``MODULE:FACTORY``) must be importable in the environment already, e.g. on PYTHONPATH.
-LOOP_DISTS = {"uvloop": "uvloop>=0.17", "rloop": "rloop>=0.5"}
 
 _lock = threading.RLock()
 _found: list | None = None
@@ -216,28 +215,10 @@ def find(token: str) -> Interpreter:
 # ---------------------------------------------------------------------------
 # Environments
 
-def _loop_of(rt) -> str | None:
-    try:
-        cls = rtmod._port_class(rt.info)
-    except Exception:
-        return rt.options.get("loop")
-    of = getattr(cls, "_loop_of", None)
-    return of(rt.options) if of else rt.options.get("loop")
-
-
-def _dist(req: str) -> str:
-    """A requirement's distribution name, normalized as pins are."""
-    return re.sub(r"[-_.]+", "-", re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0]).lower()
-
-
 def requirements(rt) -> tuple:
-    """What an environment for runtime ``rt`` installs beside looplab: the loop's
-    distribution and the spec's ``+DIST==VERSION`` pins (a pin replaces the loop's
-    open requirement on the same distribution)."""
-    pins = tuple(getattr(rt, "pins", ()))
-    pinned = {_dist(p) for p in pins}
-    req = LOOP_DISTS.get(_loop_of(rt) or "")
-    return tuple(r for r in ((req,) if req else ()) if _dist(r) not in pinned) + pins
+    """What an environment for runtime ``rt`` installs beside looplab
+    (``Runtime.requirements``: its port's needs, then the spec's pins)."""
+    return rt.requirements()
 
 
 def _deps() -> list:
@@ -291,7 +272,7 @@ def build(it: Interpreter, reqs: tuple) -> Env:
         _say("  installing with pip (a minute or two the first time) ...")
         # A pinned release comes as a wheel or not at all: building an old release from
         # source for an interpreter it predates is slow and rarely what ran in the field.
-        binary = [f"--only-binary={_dist(r)}" for r in reqs if "==" in r]
+        binary = [f"--only-binary={dist_name(r)}" for r in reqs if "==" in r]
         pip = subprocess.Popen([os.path.join(tmp, "bin", "python"), "-m", "pip", "install",
                                 "--disable-pip-version-check", *binary, "-e", SOURCE, *reqs],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -359,7 +340,8 @@ def describe(rt) -> dict:
     with _lock:
         if rt.spec not in _described:
             exe = interpreter_for(rt)
-            cmd = [exe, "-m", "bench.envs", "describe", rt.spec, ",".join(rtmod.plugin_modules())]
+            cmd = [exe, "-m", "bench.host.envs", "describe", json.dumps(rt.to_data()),
+                   ",".join(rtmod.plugin_modules())]
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
                                  stdin=subprocess.DEVNULL)
             try:
@@ -371,18 +353,22 @@ def describe(rt) -> dict:
         return dict(_described[rt.spec])
 
 
-def _check_elsewhere(rt) -> str | None:
-    """``Runtime.unavailable_reason`` for a runtime bound to another interpreter."""
+def unavailable_reason(rt) -> str | None:
+    """Why runtime ``rt`` cannot run where its spec says, or None: a runtime bound to
+    another interpreter (``@``) is asked in that interpreter (built first, if need
+    be); any other is ``rt.unavailable_reason()``, here."""
+    if rt.interpreter is None or _inside_env():
+        return rt.unavailable_reason()
     try:
         return describe(rt).get("unavailable")
     except UsageError as exc:
         return str(exc)
 
 
-def _describe_here(spec: str) -> dict:
+def _describe_here(data: dict) -> dict:
     """The ``describe`` child: open the port as a cell would, then list what was imported."""
     from importlib import metadata
-    rt = rtmod.parse(spec)
+    rt = rtmod.from_data(data)
     out = {"interpreter": {"version": platform.python_version(),
                            "implementation": platform.python_implementation(),
                            "path": sys.executable},
@@ -472,17 +458,14 @@ def env_name(rt) -> str | None:
     return _name(find(rt.interpreter), requirements(rt))
 
 
-if not _inside_env():
-    rtmod.set_interpreter_check(_check_elsewhere)
-
-
 def main(argv: list[str]) -> int:
     if len(argv) >= 3 and argv[1] == "describe":
         if len(argv) > 3 and argv[3]:
             rtmod.load_plugins(argv[3])
-        print(json.dumps(_describe_here(argv[2])))
+        print(json.dumps(_describe_here(json.loads(argv[2]))))
         return 0
-    print("usage: python -m bench.envs describe SPEC [RUNTIME_MODULES]", file=sys.stderr)
+    print("usage: python -m bench.host.envs describe RUNTIME_JSON [RUNTIME_MODULES]",
+          file=sys.stderr)
     return 2
 
 

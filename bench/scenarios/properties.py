@@ -4,7 +4,7 @@
 A scenario (``Scenario(properties=...)``), a zoo entry (its scenario) and a
 program of ``bench.explore.bugs`` (``Bug(properties=...)``) declare them::
 
-    from bench.scenario import always, eventually, observe, sometimes
+    from bench.scenarios.api import always, eventually, observe, sometimes
 
     properties=(
         always("delivered <= written",

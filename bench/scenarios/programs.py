@@ -63,8 +63,8 @@ import time
 import warnings
 
 from bench.errors import CRASH_KEY
-from bench.props import observe
-from protocols import runtimes
+from bench.scenarios.properties import observe
+from bench import runtimes
 
 __all__ = ["s3_shutdown", "s7_timeout", "s8_background", "S3_VARIANTS", "HELD", "release_held",
            "capture_output", "own_garbage"]
@@ -155,7 +155,7 @@ def own_garbage(collect: bool = False):
     this avoids.)
 
     ``collect=True`` collects the new garbage at the end, before the rest of
-    the heap is unfrozen: a sim cell (``bench.simcells.cell_heap``) cleans up
+    the heap is unfrozen: a sim cell (``bench.scenarios.simulated.cell_heap``) cleans up
     after itself at the cost of its own objects, not the heap's."""
     if _FROZEN:
         yield

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 
-from bench import procs
+from bench.host import procs
 from bench.errors import CRASH_KEY
 from protocols import ports
 

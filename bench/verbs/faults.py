@@ -26,10 +26,10 @@ import sys
 import tempfile
 import time
 
-from bench import procs
+from bench.host import procs
 from bench.peers import faults as faultpeers  # the faulty peers themselves
 from bench.errors import ExitCode, Unavailable, UsageError
-from bench.tables import fmt, fmt_bytes, format_table
+from bench.results.tables import fmt, fmt_bytes, format_table
 
 __all__ = ["add_parser", "run", "ServedServer"]
 
@@ -66,7 +66,7 @@ class ServedServer:
 
     def __init__(self, app: str, runtime: str, variant: str | None = None,
                  upstream=None, start_timeout_s: float = 20.0):
-        from bench import envs      # the server runs in the runtime's own interpreter (@)
+        from bench.host import envs      # the server runs in the runtime's own interpreter (@)
         cmd = procs.python_command("bench", "serve", app, "--runtime", runtime,
                                    "--listen", "127.0.0.1:0", python=envs.interpreter_for(runtime))
         if variant:
@@ -340,14 +340,14 @@ def _write_json(path: str, doc: dict) -> None:
 
 
 def _runtimes(text: str, app: str, variant: str | None):
-    from protocols import runtimes
+    from bench import runtimes
     rts = runtimes.parse_list(text)
     if not rts:
         raise UsageError("--serve needs a runtime, e.g. --serve coro")
     explicit = "all" not in text.split(",")
     usable, missing = [], []
     for rt in rts:
-        reason = rt.unavailable_reason()
+        reason = envs.unavailable_reason(rt)
         if reason is None:
             usable.append(rt)
         elif explicit:

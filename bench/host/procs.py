@@ -19,7 +19,7 @@ import sys
 __all__ = ["ROOT", "interpreter", "python_command", "child_env", "spawn", "stop",
            "rss_bytes", "reset_peak_rss", "fd_count", "alive"]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def interpreter(choice: str | None = None) -> str:

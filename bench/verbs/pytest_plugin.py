@@ -5,7 +5,7 @@ Installed with looplab (``pytest11`` entry point ``looplab``), so it is active
 in any pytest run in that environment. It adds:
 
 ``looplab_runtime`` fixture
-    A parsed ``protocols.runtimes.Runtime``. A test that asks for it runs once
+    A parsed ``bench.runtimes.Runtime``. A test that asks for it runs once
     per selected runtime (the test id is the runtime spec). A runtime whose
     library is missing here is a *skip* whose reason says what to install.
 ``@pytest.mark.looplab_style("task", ...)``
@@ -36,7 +36,7 @@ Example::
         outcome = run_program(looplab_runtime, main)
         assert outcome.result == "done" and outcome.probe["source"]
 
-(with ``from protocols.pytest_plugin import run_program``). The port
+(with ``from bench.verbs.pytest_plugin import run_program``). The port
 conformance suite (``protocols.conformance``) is built on these fixtures.
 Bad option values are pytest usage errors: one line, exit code 4.
 """
@@ -49,7 +49,6 @@ import pytest
 __all__ = ["looplab_runtime", "looplab_port", "open_port", "run_program", "read_probe",
            "Outcome", "selected_specs"]
 
-_STYLES = ("callback", "stream", "task")
 
 
 def pytest_addoption(parser):
@@ -74,7 +73,7 @@ def pytest_configure(config):
     text = config.getoption("looplab_runtimes", default=None)
     if not modules and not text:
         return      # nothing to check: don't import looplab into every pytest run
-    from protocols import runtimes
+    from bench import runtimes
     try:
         runtimes.load_plugins(modules)
         runtimes.parse_list(text)
@@ -92,7 +91,7 @@ def pytest_unconfigure(config):
 def selected_specs(config, styles=None) -> list[str]:
     """The specs ``looplab_runtime`` runs over: ``--looplab-runtimes`` (or every
     registered runtime), keeping those of ``styles`` when given."""
-    from protocols import runtimes
+    from bench import runtimes
     chosen = runtimes.parse_list(config.getoption("looplab_runtimes", default=None))
     return [rt.spec for rt in chosen if styles is None or rt.style in styles]
 
@@ -101,10 +100,10 @@ def _styles_of(definition) -> tuple | None:
     marker = definition.get_closest_marker("looplab_style")
     if marker is None:
         return None
-    bad = [s for s in marker.args if s not in _STYLES]
+    bad = [s for s in marker.args if s not in STYLES]
     if bad or not marker.args:
         raise pytest.UsageError(f"looplab_style on {definition.nodeid}: styles must be among "
-                                f"{', '.join(_STYLES)}, got {marker.args!r}")
+                                f"{', '.join(STYLES)}, got {marker.args!r}")
     return marker.args
 
 
@@ -124,7 +123,7 @@ def pytest_generate_tests(metafunc):
 
 def runtime_or_skip(spec: str):
     """``parse(spec)``, skipping the test (with the reason) if it is unavailable here."""
-    from protocols import runtimes
+    from bench import runtimes
     rt = runtimes.parse(spec)
     elsewhere = _other_interpreter(rt)
     if elsewhere:
@@ -156,7 +155,7 @@ def _other_interpreter(rt) -> str | None:
 
 @pytest.fixture
 def looplab_runtime(request):
-    """A parsed ``protocols.runtimes.Runtime``; see the module docstring."""
+    """A parsed ``bench.runtimes.Runtime``; see the module docstring."""
     return runtime_or_skip(request.param)
 
 
@@ -181,7 +180,7 @@ class Outcome(NamedTuple):
 def open_port(runtime, **overrides):
     """A fresh port of ``runtime`` (a ``Runtime`` or a spec); close it (or use ``with``)."""
     if isinstance(runtime, str):
-        from protocols import runtimes
+        from bench import runtimes
         runtime = runtimes.parse(runtime)
     return runtime.open(**overrides)
 
