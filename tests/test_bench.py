@@ -541,12 +541,12 @@ def test_the_load_average_a_run_states_is_the_one_before_it_measured(monkeypatch
     # The benchmark loads both CPUs itself, so a load average read after it says
     # nothing about the machine it ran on ("load under 0.5, stated").
     loads = iter([[0.2, 0.3, 0.4], [1.9, 1.5, 1.2], [1.9, 1.5, 1.2], [1.9, 1.5, 1.2]])
-    monkeypatch.setattr(results.os, "getloadavg", lambda: tuple(next(loads)))
+    monkeypatch.setattr(results.document.os, "getloadavg", lambda: tuple(next(loads)))
 
     def fake_goals(repeat, *a, **kw):
         cells = [_echo("uvloop-streams", [100] * repeat, cpu=[10e-6] * repeat),
                  _echo("coro", [100] * repeat, cpu=[9e-6] * repeat)]
-        results.os.getloadavg()         # the benchmark's own load
+        results.document.os.getloadavg()         # the benchmark's own load
         return cells, goals.evaluate_goals(cells), {}
     monkeypatch.setattr(benchverb, "run_goals", fake_goals)
     monkeypatch.setattr(benchverb, "load_client", lambda kind: (None, "python (test)"))
@@ -641,7 +641,7 @@ def test_the_c_client_is_package_data():
     assert b"epoll_wait" in source and b"int main" in source
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         config = tomllib.load(f)
-    assert "echo_client.c" in config["tool"]["setuptools"]["package-data"]["bench"]
+    assert "perf/echo_client.c" in config["tool"]["setuptools"]["package-data"]["bench"]
 
 
 _MODULES = ("perf.machine", "perf.loadgen", "perf.echo", "perf.micro", "perf.goals", "verbs.benchmark")

@@ -57,7 +57,7 @@ def _zoo():
 
 @pytest.mark.parametrize("sid", [f"S{i}" for i in range(1, 9)])
 def test_a_starved_builtin_cell_is_not_measured(monkeypatch, sid):
-    _starve(monkeypatch, builtin)
+    _starve(monkeypatch, catalog)
     sc = scmod.get(sid)
     rt = {"S2": "asyncio-streams"}.get(sid, "callback")
     _, verdicts, errors = _judged(sc, rt)

@@ -78,9 +78,9 @@ def test_run_results_are_checked_against_the_declaration():
     sc = scmod.Scenario(id="T-check", title="t", summary="s", run=_noop, presets={"q": {}},
                         metrics=[scmod.Metric("x_count")], verdicts={"ok": "fine"})
     with pytest.raises(ValueError, match="undeclared metrics y_count"):
-        matrix.cells._outcome(sc, ({"y_count": 1}, {"ok": True}, []))
+        matrix.repeats._outcome(sc, ({"y_count": 1}, {"ok": True}, []))
     with pytest.raises(ValueError, match="declares"):
-        matrix.cells._outcome(sc, ({}, {}, []))
+        matrix.repeats._outcome(sc, ({}, {}, []))
 
 
 def _docstring_example() -> str:

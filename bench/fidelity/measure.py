@@ -23,6 +23,7 @@ import sys
 import time
 
 from bench.errors import Unavailable, UsageError
+from bench.host import envs
 from bench.results.tables import format_table
 from bench import runtimes as rtmod
 

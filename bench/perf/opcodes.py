@@ -81,7 +81,7 @@ def echo_opcodes(spec: str, requests: int = 500, conns: int = 10) -> collections
     """Opcodes per echo request by (file, function), in this process."""
     from bench.perf.icount import round_trips
     from bench.perf.machine import bench_runtime
-    from bench.verbs.serve import DRIVERS
+    from protocols.common import driver
     rt = bench_runtime(_parse(spec))
     counted = max(1, requests // conns) * conns
     sock = runtimes.bind_listener("127.0.0.1", 0)
@@ -127,7 +127,7 @@ def echo_opcodes(spec: str, requests: int = 500, conns: int = 10) -> collections
         thread.start()
         with counter:
             try:
-                DRIVERS[rt.style].serve(port, "echo", sock, "naive", params)
+                driver(rt.style).serve(port, "echo", sock, "naive", params)
             except* KeyboardInterrupt:
                 pass
             finally:

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from bench.host import procs
+from bench.host import envs, procs
 from bench.peers import faults as faultpeers  # the faulty peers themselves
 from bench.errors import ExitCode, Unavailable, UsageError
 from bench.results.tables import fmt, fmt_bytes, format_table

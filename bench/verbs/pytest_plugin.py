@@ -46,6 +46,7 @@ from typing import NamedTuple
 
 import pytest
 
+
 __all__ = ["looplab_runtime", "looplab_port", "open_port", "run_program", "read_probe",
            "Outcome", "selected_specs"]
 
@@ -100,6 +101,7 @@ def _styles_of(definition) -> tuple | None:
     marker = definition.get_closest_marker("looplab_style")
     if marker is None:
         return None
+    from protocols.common import STYLES
     bad = [s for s in marker.args if s not in STYLES]
     if bad or not marker.args:
         raise pytest.UsageError(f"looplab_style on {definition.nodeid}: styles must be among "
