@@ -2,9 +2,9 @@
 
 A runtime declares what its calls have done by the time they return (did a
 spawned child run, how many bytes stay in user space after a big write, when
-is a closed connection closed ...). ``bench.scenarios.causality`` measures the same row
-through the port API and compares the two, so the declaration is a claim that a
-test can hold a runtime to. It lives on the runtime (``RuntimeInfo.fingerprint``)
+is a closed connection closed ...). The lab's causality scenario (S4) measures the same
+row through the port API and compares the two, so the declaration is a claim that a
+test can hold a runtime to. It lives on the runtime (the registry's ``fingerprint`` field)
 because it is part of what the runtime *is*, like its options.
 
 A declared value is a plain value (booleans and None compared by identity,

@@ -67,8 +67,8 @@ def test_a_starved_builtin_cell_is_not_measured(monkeypatch, sid):
 
 def test_every_zoo_entry_starved_is_not_measured(monkeypatch):
     zoo = _zoo()
-    from bench.zoo import buffers, cancel, drain, frameworks, shutdown, tls
-    for module in (buffers, cancel, drain, frameworks, shutdown, tls):
+    from bench.zoo import buffers, cancel, drain, frameworks, limits, shutdown, tls
+    for module in (buffers, cancel, drain, frameworks, limits, shutdown, tls):
         _starve(monkeypatch, module)
     for e in zoo.ENTRIES.values():
         style_rt = {"callback": "callback", "stream": "asyncio-streams", "task": "coro"}

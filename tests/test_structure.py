@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -246,3 +247,106 @@ def test_runtime_literal_checker_fails_on_a_planted_file(tmp_path, monkeypatch):
                         lambda: iter([(rel, copy, None)]), raising=True)
     with pytest.raises(AssertionError, match="asyncio-streams"):
         test_no_runtime_id_literals_outside_builtin()
+
+
+# ---------------------------------------------------------------------------
+# Rooms: bench/ by stage, modules of a readable size, the suite free of the lab.
+
+#: ``module.path:Name`` or a dotted module path inside a string (a port class, a probe
+#: side, ``python -m`` targets, docstrings naming a module)
+_MODULE_REF = re.compile(r"\b((?:kernels|protocols|bench)(?:\.[A-Za-z_]\w*)+)")
+
+
+def string_references(path: pathlib.Path, commands: bool = True) -> set[str]:
+    """The modules of this tree that a file's string literals (docstrings included) name.
+    ``commands=False`` leaves out ``python -m MODULE``, a command a reader runs (a kernel's
+    essay citing the tool that measured it), not a module it depends on."""
+    modules = _modules()
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for m in _MODULE_REF.finditer(node.value):
+                if not commands and node.value[:m.start()].endswith("python -m "):
+                    continue
+                dep = _resolve(m.group(1), modules)
+                if dep:
+                    found.add(dep)
+    return found
+
+
+def test_string_references_point_down_too():
+    """A string naming a module (``"pkg.mod:Class"``, a docstring's reference) is an
+    arrow a reader follows: the protocol suite names no module of the lab, the
+    kernels none of either (beyond the measuring command their essays cite)."""
+    modules = _modules()
+    hits = []
+    for mod, path in modules.items():
+        for dep in string_references(path, commands=not mod.startswith("kernels")):
+            if (mod.startswith("kernels") and dep.startswith(("protocols", "bench"))) or \
+                    (mod.startswith("protocols") and dep.startswith("bench")):
+                hits.append(f"{path.relative_to(ROOT)} names {dep}")
+    assert not hits, "\n".join(sorted(hits))
+
+
+def test_the_string_reference_reader_sees_a_planted_one(tmp_path):
+    planted = tmp_path / "x.py"
+    planted.write_text('"""Measured by bench.scenarios.causality (python -m bench.perf.icount)."""\n'
+                       'PORT = "bench.runtimes.registry:RuntimeInfo"\n')
+    assert string_references(planted) == {"bench.scenarios.causality", "bench.runtimes.registry",
+                                          "bench.perf.icount"}
+    assert string_references(planted, commands=False) == {"bench.scenarios.causality",
+                                                          "bench.runtimes.registry"}
+
+
+def test_benchs_top_holds_the_command_line_alone():
+    top = sorted(p.name for p in (ROOT / "bench").glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "cli.py", "errors.py"]
+
+
+def test_every_room_says_what_it_is():
+    """Each folder of bench/ is a package whose __init__ opens with what it holds."""
+    for folder in sorted(p for p in (ROOT / "bench").iterdir() if p.is_dir()
+                         and p.name != "__pycache__" and any(p.glob("*.py"))):
+        init = folder / "__init__.py"
+        assert init.exists(), f"{folder.relative_to(ROOT)} has no __init__.py"
+        assert ast.get_docstring(ast.parse(init.read_text())), f"{init.relative_to(ROOT)} says nothing"
+
+
+@pytest.mark.parametrize("pkg, limit", [("bench", 750), ("protocols", 750), ("kernels", 850)])
+def test_no_module_too_long_to_read(pkg, limit):
+    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in sorted((ROOT / pkg).rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > limit]
+    assert not long, "\n".join(long)
+
+
+def test_the_protocol_suite_declares_no_runtime():
+    """The registry, and every field that describes a runtime to the lab, live on the
+    lab's side: nothing in protocols/ defines RuntimeInfo or a register()."""
+    for path in sorted((ROOT / "protocols").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+        assert not names & {"RuntimeInfo", "register", "PerformanceGoal", "Tracing"}, path
+
+
+def test_importing_the_packages_registers_nothing():
+    """Discovery happens when a registry is first asked, never as an import's side effect."""
+    code = ("import protocols, kernels, bench, bench.runtimes, bench.scenarios, bench.zoo.registry\n"
+            "from bench.runtimes import registry\n"
+            "from bench.scenarios import api\n"
+            "print(dict.__len__(registry.RUNTIMES), len(api._REGISTRY))\n"
+            "print(len(registry.RUNTIMES) >= 9, len(api.scenarios()) >= 8)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "0", "True", "True"]
+
+
+@pytest.mark.parametrize("old, new", [("bench.scenario", "bench.scenarios.api"),
+                                      ("bench.builtin", "bench.scenarios.catalog"),
+                                      ("protocols.runtimes", "bench.runtimes")])
+def test_first_release_paths_still_import(old, new):
+    """User scenario files and kernels written against the first release's modules run
+    unchanged: an old name is the module that now holds it."""
+    import importlib
+    import bench  # noqa: F401 -- the old names resolve once looplab is loaded
+    assert importlib.import_module(old) is importlib.import_module(new)

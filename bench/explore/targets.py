@@ -280,7 +280,7 @@ def resolve(name: str, preset: str = "tiny") -> Target:
     program of ``bench.explore.bugs``. UsageError names the valid ones."""
     from bench.scenarios import api as scmod
     from bench.explore import bugs
-    import bench.zoo  # noqa: F401 -- registers the zoo's scenarios
+    scmod.load_scenario_module("bench.zoo")     # the zoo's scenarios, as looplab repro loads them
     from bench.zoo import registry
     if name in bugs.PROGRAMS:
         return ProgramTarget(bugs.PROGRAMS[name])

@@ -457,8 +457,9 @@ def get(sid: str) -> Scenario:
 
 
 def _register_found(namespace: dict, before: set) -> int:
-    """Register module-level Scenario objects not yet registered; count new ids."""
-    for value in list(namespace.values()):
+    """Register module-level Scenario objects not yet registered, and the module's
+    ``SCENARIOS`` sequence in its order; count new ids."""
+    for value in list(namespace.get("SCENARIOS", ())) + list(namespace.values()):
         if isinstance(value, Scenario) and _REGISTRY.get(value.id) is not value:
             register(value)
     return len(set(_REGISTRY) - before)

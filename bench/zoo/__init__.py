@@ -25,13 +25,14 @@ requirement strings) and how it was checked against its thread (``verified``).
 
 The package: ``registry`` (what an entry is, the table, the version check),
 ``plumbing`` (the program helpers, one per port style) and the entries grouped by
-theme -- ``buffers``, ``shutdown``, ``drain``, ``tls``, ``cancel``, and ``frameworks`` (the real
+theme -- ``buffers``, ``limits``, ``shutdown``, ``drain``, ``tls``, ``cancel``, and ``frameworks`` (the real
 aiohttp and uvicorn as programs, and the entries that run them). Importing ``bench.zoo``
-registers every entry, in the order below (the order of the zoo table and of ``looplab repro --list``).
+declares every entry, in the order below (the order of the zoo table and of ``looplab repro
+--list``); the scenario registry takes them when the package is loaded as a scenario module.
 """
 from __future__ import annotations
 
-from bench.zoo import buffers, cancel, drain, frameworks, shutdown, tls  # noqa: F401 -- each declares its entries
+from bench.zoo import buffers, cancel, drain, frameworks, limits, shutdown, tls  # noqa: F401 -- each declares its entries
 from bench.zoo.registry import (ENTRIES, VERDICT, Entry, Flip, affected_note, entry,
                                 installed_versions, lib_of, register_in_order)
 
@@ -48,3 +49,6 @@ ORDER = ("twisted-8868", "aiohttp-1367", "cpython-32391", "asyncio-466", "aiohtt
          "aiohttp-1221", "uvicorn-451")
 
 register_in_order(ORDER)
+#: the entries as scenarios, in the table's order: what the scenario registry takes when
+#: this package is loaded as a scenario module (``looplab repro`` does)
+SCENARIOS = tuple(e.scenario for e in ENTRIES.values())

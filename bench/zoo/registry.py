@@ -1,7 +1,7 @@
 """What a zoo entry is, the table of entries, and the installed-version check.
 
 The entry modules (``bench.zoo.buffers``, ``.shutdown``, ``.drain``, ``.tls``,
-``.cancel``) declare their entries with ``_add``; ``bench.zoo`` registers them, in its fixed order, as scenarios.
+``.cancel``) declare their entries with ``_add``; ``bench.zoo`` makes them scenarios, in its fixed order.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import platform
 import re
 from dataclasses import dataclass, field
 
-from bench.scenarios.api import Scenario, register
+from bench.scenarios.api import Scenario
 from bench import runtimes
 
 VERDICT = {"bug_shown": "the measurements show the bug's symptom (see the entry's oracle)"}
@@ -133,19 +133,20 @@ def _add(e: Entry, run, metrics, presets, programs_=None) -> Entry:
 
 
 def register_in_order(order) -> None:
-    """Register every declared entry as a scenario, in ``order`` (which must name each
-    declared entry exactly once)."""
+    """Make every declared entry a scenario, in ``order`` (which must name each declared
+    entry exactly once). Nothing is registered with the scenario registry here: the
+    package's ``SCENARIOS`` are, when ``bench.zoo`` is loaded as a scenario module."""
     if sorted(order) != sorted(_DECLARED) or len(set(order)) != len(order):
         raise RuntimeError(f"zoo order {list(order)} does not match the declared entries "
                            f"{sorted(_DECLARED)}")
     for eid in order:
         e, run, metrics, presets, programs_ = _DECLARED.pop(eid)
-        e.scenario = register(Scenario(
+        e.scenario = Scenario(
             id=e.id, title=e.title, run=_noted_on_sim(e, run), summary=e.mechanism, variants=("naive", "fixed"),
             presets=presets, programs=programs_ or {}, styles=e.styles, verdicts=VERDICT,
             metrics=tuple(metrics), symptoms=tuple(VERDICT),
             decided_by={"bug_shown": e.decided_by} if e.decided_by else {},
-            properties=e.properties, **_evidence(e)))
+            properties=e.properties, **_evidence(e))
         e.scenario.origin = "bench.zoo"
         ENTRIES[e.id] = e
         for name in e.names():

@@ -94,7 +94,7 @@ Measured with ``python -m bench.perf.icount --micro spawn_join floor coro
 curio`` (whole process under callgrind, 1,000 and 5,000 operations, the
 difference divided; CPython 3.11.7): spawn+join 27,169 -> 18,555 (the hand-off)
 -> 15,947 instructions (this design; curio 113,134, so 7.1x). ``floor`` is
-``bench.perf.nokernel``, the same API with no kernel at all -- a coroutine, a
+the same API with no kernel at all -- a coroutine, a
 12-field task, two awaited generators and a ``StopIteration``: 8,036. Ten
 times curio's count would leave 3,277 instructions for a whole kernel on
 top of that floor: in instructions, 10x is out of reach of any kernel in

@@ -138,7 +138,7 @@ Peers
 acts when the world tells it a socket changed or its timer fires. The roles
 that play the peers (sources, sinks, readers, clients; the ground truth,
 independent of the program under test) are the bench's, one implementation
-for real sockets and for this world: ``bench.peers.sim`` runs them here.
+for real sockets and for this world, which the lab's simulated peers run here.
 
 Replay
 ------

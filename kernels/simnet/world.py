@@ -605,8 +605,8 @@ def _draw_faults(rng, p) -> list:
 
 class Peer:
     """A participant that owns one connection's end, acting in the world's own
-    time (no poller, no process): the base of the bench's in-world peers
-    (``bench.peers.sim.SimPeer``), which give it a role to play. It hears its
+    time (no poller, no process): the base of the lab's in-world peers, which
+    give it a role to play. It hears its
     socket through the socket's ``_watcher`` hook (called after every change,
     see ``SimSocket._changed``). ``listen(addr)`` accepts the
     first connection there; ``connect(addr)`` dials out. Acts when its socket

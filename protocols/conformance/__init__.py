@@ -9,7 +9,7 @@ looplab so a kernel written outside it can be held to the same contract::
         --looplab-runtime-module mypkg.kernel --looplab-runtimes mykernel
 
 (The plugin is loaded by its ``pytest11`` entry point; where plugin autoloading
-is off, add ``-p bench.verbs.pytest_plugin``.)
+is off, add ``-p looplab``, the entry point's name.)
 ``--looplab-runtime-module`` imports the module that registers the runtime;
 ``--looplab-runtimes`` picks what to test (default: every registered runtime).
 Each test applies to one style or to all of them, so a runtime only runs the
