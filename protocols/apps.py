@@ -19,6 +19,8 @@ from protocols.errors import UsageError
 __all__ = ["Variant", "App", "APPS", "STYLES", "PUSH_POLICIES", "get", "variant",
            "variants", "bind", "SAME_CODE_NOTE"]
 
+#: The three port styles, each with one driver module of the same name
+#: (``protocols.common.driver``).
 STYLES = ("callback", "stream", "task")
 PUSH_POLICIES = ("unbounded", "block", "drop", "disconnect")
 SAME_CODE_NOTE = "task port: naive and fixed are the same code (send_all blocks)"

@@ -8,9 +8,7 @@ import importlib
 import sys
 
 from protocols import apps, cores
-
-#: The three port styles, each with one driver module of the same name.
-STYLES = ("callback", "stream", "task")
+from protocols.apps import STYLES
 
 
 def driver(style: str):

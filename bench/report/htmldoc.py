@@ -12,7 +12,7 @@ import re
 from bench.results.tables import fmt
 
 BENCH_KINDS = ("echo", "micro", "idle")
-from protocols.common import STYLES as STYLE_ORDER
+from protocols.apps import STYLES as STYLE_ORDER
 _TIMING_METRICS = ("cell_wall_s", "cell_cpu_s")
 
 # status -> (label, symbol, background, text colour); the symbol keeps the grid readable

@@ -23,7 +23,7 @@ from bench.report import html as htmlmod
 from bench.report.htmldoc import axis_key, cell_net, incomplete_line, net_rank, sim_note
 from bench.results.tables import MISSING, fmt, format_table
 
-from protocols.common import STYLES as STYLE_ORDER
+from protocols.apps import STYLES as STYLE_ORDER
 FIDELITY_HEADER = ["scenario", "variant", "ours", "reference", "primary", "same", "difference"]
 LEGEND = (f"Rows marked `*` are our kernels; the rows beside them are the reference libraries "
           f"of the same style. Sizes in MB/kB are powers of 10. `{MISSING}` = not measured or "

@@ -38,7 +38,7 @@ from typing import Mapping, NamedTuple
 from bench.errors import UsageError
 from bench.host import plugins
 from kernels.options import Schema
-from protocols.common import STYLES
+from protocols.apps import STYLES
 from protocols.errors import Unavailable
 from protocols.fingerprint import Fingerprint
 

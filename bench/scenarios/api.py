@@ -106,7 +106,7 @@ from bench.scenarios.context import (
 )
 from bench.errors import CRASH_KEY, UsageError
 from bench.host import plugins
-from protocols.common import STYLES
+from protocols.apps import STYLES
 from bench.scenarios.properties import Property, always, eventually, observe, sometimes
 
 __all__ = ["Scenario", "Metric", "Minimum", "Bars", "Job", "CellContext", "Outcome", "Served",

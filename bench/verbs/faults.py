@@ -30,11 +30,12 @@ from bench.host import envs, procs
 from bench.peers import faults as faultpeers  # the faulty peers themselves
 from bench.errors import ExitCode, Unavailable, UsageError
 from bench.results.tables import fmt, fmt_bytes, format_table
+from protocols import apps
 
 __all__ = ["add_parser", "run", "ServedServer"]
 
-VERB_APPS = ("echo", "sink", "reqresp", "push", "proxy", "raw")
-SERVE_APPS = ("echo", "sink", "reqresp", "push", "proxy")
+SERVE_APPS = tuple(apps.APPS)
+VERB_APPS = SERVE_APPS + ("raw",)          # raw: the user's own server, started by them
 # What a Python traceback or an event loop's "exception in callback" report looks like.
 _TRACEBACK = re.compile(rb"Traceback \(most recent call last\)|[Ee]xception in callback|"
                         rb"exception calling callback")
@@ -355,10 +356,9 @@ def _runtimes(text: str, app: str, variant: str | None):
         else:
             missing.append(f"{rt.id}: {reason}")
     if variant is not None:
-        from protocols import callback, stream, task
-        mods = {"callback": callback, "stream": stream, "task": task}
+        from protocols.common import driver
         for rt in usable:
-            valid = mods[rt.style].VARIANTS[app]
+            valid = driver(rt.style).VARIANTS[app]
             if variant not in valid:
                 raise UsageError(f"unknown variant {variant!r} for {app} on {rt.id}; "
                                  f"valid: {', '.join(valid)}")

@@ -101,7 +101,7 @@ def _styles_of(definition) -> tuple | None:
     marker = definition.get_closest_marker("looplab_style")
     if marker is None:
         return None
-    from protocols.common import STYLES
+    from protocols.apps import STYLES
     bad = [s for s in marker.args if s not in STYLES]
     if bad or not marker.args:
         raise pytest.UsageError(f"looplab_style on {definition.nodeid}: styles must be among "

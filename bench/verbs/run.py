@@ -24,16 +24,17 @@ from bench.verbs.common import (
     add_buggify_option, add_net_options, add_plugin_options, load_plugins, positive_int,
 )
 from bench import runtimes as rtmod
+from protocols import apps
+from protocols.common import driver
 
-APPS = ("echo", "sink", "proxy", "reqresp", "push")
+APPS = tuple(apps.APPS)
 LIST_WHAT = ("runtimes", "scenarios", "cells", "apps")
 
 
 def _variants_for(app: str) -> tuple[str, ...]:
-    from protocols import callback, stream, task
     seen: list[str] = []
-    for mod in (callback, stream, task):
-        for v in mod.VARIANTS[app]:
+    for style in apps.STYLES:
+        for v in driver(style).VARIANTS[app]:
             if v not in seen:
                 seen.append(v)
     return tuple(seen)

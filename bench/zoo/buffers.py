@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from protocols.common import STYLES
+from protocols.apps import STYLES
 from bench import peers
 from bench.scenarios.api import APP, Metric, Minimum, run_program, serve_app
 from bench.zoo.harness import (KiB, MiB, SOCKBUF, _by_style, _callback, _notes, _open,

@@ -7,7 +7,7 @@ abort on a timer).
 """
 from __future__ import annotations
 
-from protocols.common import STYLES
+from protocols.apps import STYLES
 from bench import peers
 from bench.scenarios import programs
 from bench.scenarios.api import Metric, run_program
