@@ -50,8 +50,8 @@ class SimPoller:
     **What it costs.** A file's ``poll_marks`` (which a socket calls after every
     ``_changed``, a waker after ``wake``) stands for epoll's callback: for an
     fd not on the list it asks the file's ``_raw_events()`` (what the stack
-    holds now; no side effect) and links it if ready; an fd already on the list
-    costs the mark one dict lookup. A look asks ``readiness()`` (which applies
+    holds now; no side effect) and links it if ready; for an fd already on the
+    list the mark only notes it (a few dict operations). A look asks ``readiness()`` (which applies
     the program's wake-up latency, ``wake_s``, and a late notification) of the
     listed fds only, plus the marked ones, since asking is what makes a
     program wait for them (``wake_s``). An fd neither listed nor marked was
