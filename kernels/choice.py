@@ -17,10 +17,12 @@ freely is the explorer's legality model, not the kernel's business):
   (index ``i``: the i-th in queue order);
 * ``IO_ORDER`` -- which of the ``n`` I/O events one poll returned is handled
   next (readiness of different fds carries no order);
-* ``IO_DEFER`` -- ``n == 2``: 1 leaves this poll's I/O events for the next
-  pass, so the callbacks and timers already due run first. Readiness is
-  level-triggered, so the next poll reports them again; it is the order a
-  poll a moment earlier would have given (timer against I/O);
+* ``IO_DEFER`` -- ``n == 2``: 1 leaves this poll's *fresh* I/O events (those
+  that became ready since the previous poll) for the next pass, so the
+  callbacks and timers already due run first: the answer a poll made a moment
+  before they became ready would have given (timer against I/O). Asked only
+  when some event is fresh (``poll_order``, which gives the bound and its
+  source);
 * ``TIMER_TIE`` -- which of ``n`` timers due at the same deadline fires next;
 * ``NET``, ``CPU`` -- the simulated network's own timing (``World`` asks:
   a segment's jitter, the CPU time charged at a wait; 0 means none);
@@ -36,7 +38,7 @@ from __future__ import annotations
 import heapq
 
 __all__ = ["READY", "IO_ORDER", "IO_DEFER", "TIMER_TIE", "NET", "CPU", "BUGGIFY", "KINDS", "permute",
-           "poll_order", "order_ties"]
+           "PollEvents", "poll_order", "order_ties"]
 
 READY = "ready"
 IO_ORDER = "io-order"
@@ -64,12 +66,46 @@ def permute(choose, kind: str, items: list) -> list:
     return out
 
 
+class PollEvents(list):
+    """One poll's events that also say which of them are *fresh*: ``fresh``,
+    the indices of those that became ready since the previous poll reported
+    (the simulated poller knows it from its ready list). It is a list, so a
+    kernel that does not look sees the events alone."""
+    __slots__ = ("fresh",)
+
+    def __init__(self, events=(), fresh=()):
+        super().__init__(events)
+        self.fresh = frozenset(fresh)
+
+
 def poll_order(choose, events, work_due: bool):
-    """One poll's ``events`` in the order ``choose`` picks (``IO_ORDER``), or
-    ``()`` when, with callbacks or timers already due (``work_due``), it
-    defers them to the next pass (``IO_DEFER``)."""
-    if events and work_due and choose(IO_DEFER, 2):
-        return ()
+    """One poll's ``events`` in the order ``choose`` picks (``IO_ORDER``),
+    without the fresh ones when, with callbacks or timers already due
+    (``work_due``), it defers them to the next pass (``IO_DEFER``).
+
+    The bound on deferring is the kernel's. Under epoll's level-triggered mode
+    a registered fd that is ready when ``epoll_wait`` scans is on the ready
+    list -- linked when it became ready (``ep_poll_callback``), or put back at
+    the tail when the previous call reported it (``ep_send_events``; Linux's
+    fs/eventpoll.c) -- and the scan reports every listed fd that is still
+    ready, up to ``maxevents`` (those left over come first at the next call).
+    epoll(7): in level-triggered mode epoll "is simply a faster poll(2)", which
+    reports a descriptor whenever it is ready. So a poll can miss only what
+    became ready after it looked: a deferral is the answer of a poll made
+    just before the fresh events' readiness, and the loops handle all that a
+    poll returns in that pass (asyncio's ``_run_once`` queues them before the
+    due timers; our callback loop runs them first). The events the previous
+    poll reported and that are still ready were ready then, so no poll can
+    miss them, and a deferred event is not fresh at the next poll: no
+    readiness is deferred twice. Only ``events.fresh`` may be deferred (a
+    ``PollEvents``); a plain list says nothing of freshness and defers nothing.
+    An fd that stopped being ready and became ready again between two polls
+    without one noticing counts as not fresh: the bound errs on the side of
+    orders a real kernel gives."""
+    if work_due:
+        fresh = getattr(events, "fresh", None)
+        if fresh and choose(IO_DEFER, 2):
+            events = [ev for i, ev in enumerate(events) if i not in fresh]
     if len(events) > 1:
         return permute(choose, IO_ORDER, list(events))
     return events

@@ -38,7 +38,7 @@ def test_the_simulated_selector_orders_one_selects_events_when_asked():
     sel, pairs = _ready_pair(w)
     default = [k.fd for k, _ in sel.select(1.0)]
     assert len(default) == 3
-    assert default == sorted(default)           # registration order, nobody asked
+    assert default == sorted(default)           # readiness order (the sends), nobody asked
     sel.close()
 
     w = simnet.World(0, log=False)

@@ -13,7 +13,8 @@ IO object runs on it unchanged; ``world.selector()`` is a
 ``selectors.BaseSelector`` over the same world for code built on selectors.
 
 Time never passes by itself. ``Poller.wait(timeout)`` runs the events due now;
-if a registered fd is ready it returns at once, otherwise it jumps the clock to
+if a registered fd is ready it returns at once (the ready fds in epoll's order:
+the order they became ready in, level-triggered), otherwise it jumps the clock to
 the next event (a delivery, an acknowledgement, a peer's timer, a fault) and
 looks again, until something is ready or ``now + timeout`` is reached. So ten
 simulated seconds of a 1 MB/s stream cost a few thousand events, not ten

@@ -45,6 +45,12 @@ ACCOUNTING = ("bytes", "linux")
 #: lower it (``monkeypatch.setattr(kernels.simnet.constants, ...)``).
 MAX_EVENTS_AT_ONE_TIME = 1_000_000
 
+#: How many events one ``SimPoller.wait`` returns at most when its caller gives
+#: no ``maxevents``: CPython's ``select.epoll.poll`` passes ``FD_SETSIZE - 1``
+#: to ``epoll_wait`` for ``maxevents=-1`` (Modules/selectmodule.c). Those left
+#: over stay at the head of the ready list, as epoll keeps them.
+EPOLL_MAXEVENTS = 1023
+
 #: How many world steps (``World._run_due`` calls) pass between two looks at
 #: the wall clock for the watchdog: one look costs about as much as a step.
 WATCH_EVERY = 512

@@ -2,13 +2,17 @@
 
 ``SimPoller.wait`` never blocks: it runs the world's due events and, when no
 registered fd is ready, moves the virtual clock to the next event (see the
-package's docstring). ``SimIO`` hands a kernel the poller, the wake-up pair,
-the clock and the sockets, as ``RealIO`` does on the real network;
+package's docstring). It reports ready fds in epoll's order: the order in
+which they became ready, a level-triggered fd reported again at the tail
+(``SimPoller``). ``SimIO`` hands a kernel the poller, the wake-up pair, the
+clock and the sockets, as ``RealIO`` does on the real network;
 ``SimSelector`` is a ``selectors.BaseSelector`` over the same poller.
 
-A poller sees a file (a ``SimSocket`` or a ``SimWaker``) through three names
-only: ``fileno()``, ``readiness()`` and the ``poll_marks`` slot, where it
-puts a ``_Marks`` that the file calls after every change of its readiness.
+A poller sees a file (a ``SimSocket`` or a ``SimWaker``) through four names
+only: ``fileno()``, ``readiness()`` (what a poll reports now),
+``_raw_events()`` (what the stack holds, before the program's wake-up
+latency; no side effect) and the ``poll_marks`` slot, where it puts a
+``_Marks`` that the file calls after every change of its readiness.
 """
 from __future__ import annotations
 
@@ -27,20 +31,35 @@ from .sockets import SimSocket, socketpair
 
 
 class SimPoller:
-    """The seam's poller over the world. ``wait`` never blocks: it advances the
-    virtual clock instead (see the module docstring).
+    """The seam's poller over the world, reporting in epoll's order. ``wait``
+    never blocks: it advances the virtual clock instead (see the module
+    docstring).
 
-    ``wait`` asks a registered fd for its readiness again only when it may have
-    changed: each registered file's ``poll_marks`` (which a socket calls after
-    every ``_changed``) marks it, and so do a waker's ``wake`` and
-    ``register``/``modify``; an fd that was ready at the last look is asked
-    again every time (its reader may have drained it). So every change that
+    **The order is Linux's** (fs/eventpoll.c; docs/simnet.md, "The poller's
+    order"). The poller keeps a ready list as an epoll instance does. An fd
+    joins its tail when it becomes ready for what it is registered for, or
+    fails (``ep_poll_callback`` appends an item not yet on the list), and when
+    it is registered or modified while ready (``ep_insert``, ``ep_modify``). A
+    wait reports the list from its head (``ep_send_events``): an fd no longer
+    ready leaves it, a reported one goes back at the tail (level-triggered),
+    and at most ``maxevents`` come out, the rest staying at the head. So fds
+    come out in the order they became ready -- the order of the world's events
+    that made them ready -- and one that stays ready is reported again behind
+    those that became ready after it was last reported.
+
+    **What it costs.** A file's ``poll_marks`` (which a socket calls after every
+    ``_changed``, a waker after ``wake``) stands for epoll's callback: for an
+    fd not on the list it asks the file's ``_raw_events()`` (what the stack
+    holds now; no side effect) and links it if ready; for an fd already on the
+    list the mark only notes it (a few dict operations). A look asks ``readiness()`` (which applies
+    the program's wake-up latency, ``wake_s``, and a late notification) of the
+    listed fds only, plus the marked ones, since asking is what makes a
+    program wait for them (``wake_s``). An fd neither listed nor marked was
+    not ready and still is not, so the events that only concern others -- the
+    peers' deliveries, ACKs and timers -- cost no look. So every change that
     can make a socket ready must go through ``_changed``, as the peers already
-    need. An fd nobody marked was not ready and still is not, so the events
-    that only concern others -- the peers' deliveries, ACKs and timers -- cost
-    no look at all. The events come out in registration order, as from a full
-    scan (``ready()``)."""
-    __slots__ = ("_world", "_fds", "_closed", "_spin_at", "_spins", "_dirty", "_recheck")
+    need (``verify_skips`` checks it against a full scan, ``ready()``)."""
+    __slots__ = ("_world", "_fds", "_closed", "_spin_at", "_spins", "_dirty", "_rdl", "_fresh")
 
     #: Tests set this to check every wait's answer against a full scan.
     verify_skips = False
@@ -51,9 +70,11 @@ class SimPoller:
         self._closed = False
         self._spin_at = -1.0
         self._spins = 0
-        self._dirty = set()           # fds marked since the last look
-        self._recheck = set()         # fds that were ready at the last look
-        world._pollers.append(self)
+        self._dirty = {}              # fds marked since the last look (to ask: wake_s)
+        # the ready list, in order: fd -> True when it joined since the last
+        # report (fresh), False when it is back after being reported or left over
+        self._rdl = {}
+        self._fresh = ()              # indices of the fresh events of the last report
 
     def register(self, fd, mask) -> None:
         self._check(fd)
@@ -70,23 +91,30 @@ class SimPoller:
         self._watch(fd)
 
     def _watch(self, fd):
-        self._dirty.add(fd)
+        # ep_insert / ep_modify: a file ready now joins the list's tail, unless on it
+        self._dirty[fd] = None
         obj = self._world._files[fd]
         m = obj.poll_marks
         if m is None:
-            obj.poll_marks = m = _Marks(fd)
+            obj.poll_marks = m = _Marks(fd, obj._raw_events)
         if self not in m.pollers:
             m.pollers.append(self)
+        if fd not in self._rdl and obj._raw_events() & (self._fds[fd] | ERR):
+            self._rdl[fd] = True
 
     def unregister(self, fd) -> None:
         if self._closed:
             raise ValueError("I/O operation on closed poller")
         if self._fds.pop(fd, None) is None:
             raise FileNotFoundError(errno.ENOENT, f"fd {fd} is not registered")
+        self._rdl.pop(fd, None)
+        self._dirty.pop(fd, None)
 
     def forget(self, fd) -> None:
         """Drop ``fd`` if registered (it was closed, or a selector let it go)."""
-        self._fds.pop(fd, None)
+        if self._fds.pop(fd, None) is not None:
+            self._rdl.pop(fd, None)
+            self._dirty.pop(fd, None)
 
     def _check(self, fd):
         if self._closed:
@@ -95,7 +123,8 @@ class SimPoller:
             raise OSError(errno.EBADF, f"fd {fd} is not an open simulated file")
 
     def ready(self) -> list:
-        """What ``wait(0)`` would report, without running any event."""
+        """The fds a full scan finds ready now, in registration order, without
+        running any event (``wait`` reports the same ones in readiness order)."""
         files = self._world._files
         out = []
         for fd, interest in self._fds.items():
@@ -106,36 +135,59 @@ class SimPoller:
                 out.append((fd, ev & interest))
         return out
 
-    def _look(self) -> list:
-        """``ready()`` asking only the fds that may have changed (see the class)."""
-        ask = self._dirty
-        ask |= self._recheck
-        self._dirty = set()
+    def _look(self, maxevents) -> list:
+        """One scan of the ready list (``ep_send_events``), after asking the
+        marked fds that are not on it (see the class)."""
         files = self._world._files
+        fds = self._fds
+        rdl = self._rdl
+        dirty = self._dirty
+        if dirty:
+            self._dirty = {}
+            for fd in dirty:
+                if fd not in rdl and fd in fds:
+                    # not ready (a mark would have listed it): asking is waiting (wake_s)
+                    files[fd].readiness()
+        if not rdl:
+            return []
         out = []
-        if len(ask) == 1:
-            fd = next(iter(ask))
-            interest = self._fds.get(fd)
-            if interest is not None:
-                ev = files[fd].readiness()
-                if ev & ERR:
-                    out.append((fd, BOTH))
-                elif ev & interest:
-                    out.append((fd, ev & interest))
-        else:
-            for fd, interest in self._fds.items():
-                if fd in ask:
-                    ev = files[fd].readiness()
-                    if ev & ERR:
-                        out.append((fd, BOTH))
-                    elif ev & interest:
-                        out.append((fd, ev & interest))
-        self._recheck = {fd for fd, _ in out}
+        fresh = []
+        again = {}
+        for fd, new in rdl.items():
+            if len(out) == maxevents:
+                # the rest stay at the head, before those reported (ep_done_scan)
+                rest = list(rdl)
+                rest = dict.fromkeys(rest[rest.index(fd):], False)
+                rest.update(again)
+                again = rest
+                break
+            ev = files[fd].readiness()
+            if ev & ERR:
+                out.append((fd, BOTH))
+            elif ev & fds[fd]:
+                out.append((fd, ev & fds[fd]))
+            else:
+                continue                  # no longer ready: it leaves the list
+            if new:
+                fresh.append(len(out) - 1)
+            again[fd] = False             # level-triggered: back at the tail
+        self._rdl = again
+        if out:
+            self._fresh = fresh
         return out
 
-    def wait(self, timeout=None) -> list:
+    def wait(self, timeout=None, maxevents=-1) -> list:
+        """Up to ``maxevents`` ready ``(fd, mask)`` in epoll's order (the class),
+        as ``select.epoll.poll(timeout, maxevents)``: ``-1`` is CPython's
+        default (``constants.EPOLL_MAXEVENTS``). With an explorer installed the
+        list is a ``kernels.choice.PollEvents`` that says which events are
+        fresh (``io-defer`` may leave only those for the next pass)."""
         if self._closed:
             raise ValueError("I/O operation on closed poller")
+        if maxevents == -1:
+            maxevents = _c.EPOLL_MAXEVENTS
+        elif maxevents < 1:
+            raise ValueError(f"maxevents must be greater than 0, got {maxevents}")
         world = self._world
         cpu = world.params["cpu_per_wait_s"]
         if cpu:
@@ -156,16 +208,16 @@ class SimPoller:
             extra = self._spurious()
             if extra is not None:
                 run_due()
-                events = self._look() if self._dirty or self._recheck else []
-                return _merge(events, extra)
+                events = self._look(maxevents) if self._dirty or self._rdl else []
+                if not events:
+                    self._fresh = ()
+                return self._answer(_merge(events, extra))
         while True:
             run_due()
-            if self._dirty or self._recheck:
-                events = self._look()
-                if verify and events != self.ready():
-                    raise AssertionError(f"simnet: the poller saw {events}, a full scan "
-                                         f"{self.ready()} at t={world.now:.6f}s (a change "
-                                         f"without _changed())")
+            if self._dirty or self._rdl:
+                events = self._look(maxevents)
+                if verify:
+                    self._verify(events, maxevents)
                 if events:
                     if world.now != self._spin_at:
                         self._spin_at = world.now
@@ -177,7 +229,7 @@ class SimPoller:
                             raise RuntimeError(
                                 f"simnet: livelock: {self._spins} waits at t={world.now:.6f}s "
                                 f"returned ready fds without time moving (e.g. {events[0]})")
-                    return events
+                    return self._answer(events) if world.chooser is not None else events
             elif verify and self.ready():
                 raise AssertionError(f"simnet: the poller skipped {self.ready()} at "
                                      f"t={world.now:.6f}s (a change without _changed())")
@@ -199,6 +251,18 @@ class SimPoller:
                 return []
             world.now = t
 
+    def _answer(self, events):
+        """``events`` for a kernel with an explorer: which are fresh goes along."""
+        return _choice.PollEvents(events, self._fresh)
+
+    def _verify(self, events, maxevents):
+        """``verify_skips``: the look must report what a full scan finds."""
+        full = self.ready()
+        got = set(events)
+        if got != set(full) and not (len(events) == maxevents and got <= set(full)):
+            raise AssertionError(f"simnet: the poller saw {events}, a full scan {full} at "
+                                 f"t={self._world.now:.6f}s (a change without _changed())")
+
     def _spurious(self):
         """``spurious-ready``: one registered socket (connected or listening)
         that is not ready for all it is registered for, reported ready for the
@@ -218,6 +282,8 @@ class SimPoller:
         if not self._closed:
             self._closed = True
             self._fds.clear()
+            self._rdl.clear()
+            self._dirty.clear()
             try:
                 self._world._pollers.remove(self)
             except ValueError:
@@ -225,7 +291,8 @@ class SimPoller:
 
 
 def _merge(events, extra):
-    """A poll's events with one spurious ``(fd, mask)`` added to them."""
+    """A poll's events with one spurious ``(fd, mask)`` added to them (at the
+    end when new, so the indices of the others stand)."""
     fd, mask = extra
     out = [(f, m | mask) if f == fd else (f, m) for f, m in events]
     if all(f != fd for f, _ in events):
@@ -234,17 +301,28 @@ def _merge(events, extra):
 
 
 class _Marks:
-    """The ``poll_marks`` of a socket or waker that pollers watch: marks its fd
-    in each of them (``SimPoller._look``)."""
-    __slots__ = ("fd", "pollers")
+    """The ``poll_marks`` of a socket or waker that pollers watch: epoll's
+    callback. In each poller that has the fd registered it marks the fd (to
+    be asked at the next look) and, when the fd is not on the ready list,
+    links it at the tail if ``raw()`` says it is ready for what the poller
+    wants (``SimPoller``)."""
+    __slots__ = ("fd", "raw", "pollers")
 
-    def __init__(self, fd):
+    def __init__(self, fd, raw):
         self.fd = fd
+        self.raw = raw
         self.pollers = []
 
     def __call__(self):
+        fd = self.fd
         for poller in self.pollers:
-            poller._dirty.add(self.fd)
+            interest = poller._fds.get(fd)
+            if interest is None:
+                continue
+            poller._dirty[fd] = None
+            rdl = poller._rdl
+            if fd not in rdl and self.raw() & (interest | ERR):
+                rdl[fd] = True
 
 
 class SimWaker:
@@ -279,10 +357,13 @@ class SimWaker:
     def readiness(self) -> int:
         return READ if self._pending else 0
 
+    _raw_events = readiness           # nothing between the stack and the program
+
     def close(self) -> None:
         if self._fd >= 0:
             self._world._release_fd(self._fd)
             self._fd = -1
+            self.poll_marks = None
 
 
 class SimIO:
@@ -383,11 +464,30 @@ class SimSelector(selectors.BaseSelector):
         self._poller.forget(fd)
         return key
 
+    def modify(self, fileobj, events, data=None):
+        """As ``EpollSelector.modify``: an ``epoll_ctl(EPOLL_CTL_MOD)``, so a
+        ready fd keeps its place in the ready list (``BaseSelector.modify``,
+        an unregister and a register, would move it to the tail)."""
+        fd = self._fd(fileobj)
+        key = self._keys.get(fd)
+        if key is None:
+            raise KeyError(f"{fileobj!r} is not registered")
+        if not events or events & ~(selectors.EVENT_READ | selectors.EVENT_WRITE):
+            raise ValueError(f"invalid events: {events!r}")
+        if events != key.events:
+            self._poller.modify(fd, (READ if events & selectors.EVENT_READ else 0)
+                                | (WRITE if events & selectors.EVENT_WRITE else 0))
+        if events != key.events or data != key.data:
+            key = self._keys[fd] = key._replace(events=events, data=data)
+        return key
+
     def select(self, timeout=None):
         if timeout is not None and timeout < 0:
             timeout = 0
         out = []
-        for fd, mask in self._poller.wait(timeout):
+        # EpollSelector asks for as many events as it has fds registered
+        events = self._poller.wait(timeout, max(len(self._keys), 1))
+        for fd, mask in events:
             key = self._keys.get(fd)
             if key is None:
                 continue
@@ -396,9 +496,12 @@ class SimSelector(selectors.BaseSelector):
             if ev:
                 out.append((key, ev))
         chooser = self._world.chooser
-        if chooser is not None and len(out) > 1 and self.orders_events:
-            # readiness across file descriptors carries no order (epoll's is its own)
-            out = _choice.permute(chooser.choose, _choice.IO_ORDER, out)
+        if chooser is not None:
+            if len(out) > 1 and self.orders_events:
+                # readiness across file descriptors carries no order (epoll's is its own)
+                out = _choice.permute(chooser.choose, _choice.IO_ORDER, out)
+            else:
+                out = _choice.PollEvents(out, _fresh_keys(events, out))
         return out
 
     def close(self):
@@ -407,6 +510,16 @@ class SimSelector(selectors.BaseSelector):
 
     def get_map(self):
         return self._map
+
+
+def _fresh_keys(events, out):
+    """The indices in ``out`` (a selector's ``(key, mask)``) of the fds that
+    ``events`` (the poller's answer) says are fresh."""
+    fresh = getattr(events, "fresh", ())
+    if not fresh:
+        return ()
+    fds = {events[i][0] for i in fresh}
+    return [i for i, (key, _) in enumerate(out) if key.fd in fds]
 
 
 class _KeyMap(Mapping):

@@ -7,11 +7,13 @@ close (FIN or RST), and the readiness a poller reports. The buffer, window and
 ACK accounting is its ``_model``'s (``model.py``, ``linux.py``), chosen by the
 world. ``Link`` is one direction of a connection's wire.
 
-What a poller sees of a socket (the same for a ``SimWaker``) is three names:
+What a poller sees of a socket (the same for a ``SimWaker``) is four names:
 ``fileno()``, ``readiness()`` (the mask a poll reports now: ``READ``,
-``WRITE``, or ``ERR`` for an error or a hang-up) and ``poll_marks``, a callable
-that pollers set and that the socket calls, synchronously and deciding
-nothing, after every change that may alter its readiness (``_changed``). A
+``WRITE``, or ``ERR`` for an error or a hang-up), ``_raw_events()`` (the same
+before the program's wake-up latency and a late notification, with no side
+effect: what epoll's callback sees) and ``poll_marks``, a callable that
+pollers set and that the socket calls, synchronously and deciding nothing,
+after every change that may alter its readiness (``_changed``). A
 sans-IO peer hears the socket through ``_watcher`` instead, which the world
 runs after the event that changed it.
 """
