@@ -29,7 +29,7 @@ import threading
 from kernels.probe import Probe
 
 __all__ = ["PortBase", "CallbackPortBase", "StreamPortBase", "TaskPortBase", "OurCallbackPort",
-           "HybridPort", "CoroPort", "client_socket", "bind_listener", "STREAM_NAMES", "using_io", "current_io", "sim_sigint"]
+           "HybridPort", "CoroPort", "client_socket", "bind_listener", "pin_buffers", "STREAM_NAMES", "using_io", "current_io", "sim_sigint"]
 
 # --- simulated-network hook ----------------------------------------------------
 # Programs open their own ports (``runtime.open()``), so the IO object a
@@ -71,14 +71,21 @@ def _io_kw() -> dict:
     return {"io": _SIM.io[-1]} if _SIM.io else {}
 # --- end of the hook ---------------------------------------------------------
 
+def pin_buffers(sock, size: int | None) -> None:
+    """Pin SO_SNDBUF/SO_RCVBUF to ``size`` (nothing when it is 0 or None). Before
+    listen or connect: the window scale is fixed in the handshake, and an accepted
+    socket inherits its listener's buffers."""
+    if size:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+
+
 def client_socket(sockbuf: int | None) -> socket.socket:
     """An unconnected TCP socket with SO_SNDBUF/SO_RCVBUF pinned before connect
     (from the ambient IO object inside ``using_io``)."""
     sock = _SIM.io[-1].socket(socket.AF_INET, socket.SOCK_STREAM) if _SIM.io else \
         socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if sockbuf:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockbuf)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockbuf)
+    pin_buffers(sock, sockbuf)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
@@ -92,9 +99,7 @@ def bind_listener(host: str = "127.0.0.1", port: int = 0, sockbuf: int | None = 
     sock = (io.socket if io is not None else socket.socket)(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if sockbuf:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockbuf)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockbuf)
+        pin_buffers(sock, sockbuf)
         sock.bind((host, port))
         sock.listen(backlog)
     except BaseException:

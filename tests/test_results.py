@@ -54,9 +54,16 @@ def test_new_cell_summarizes_samples_with_median_and_spread():
 
 
 def test_cell_id_ignores_param_order():
-    a = results.cell_id("echo", "coro", "naive", {"b": 1, "a": 2})
-    b = results.cell_id("echo", "coro", "naive", {"a": 2, "b": 1})
+    a = results.new_cell("echo", "coro", "naive", {"b": 1, "a": 2})["id"]
+    b = results.new_cell("echo", "coro", "naive", {"a": 2, "b": 1})["id"]
     assert a == b == "echo/coro/naive/a=2,b=1"
+
+
+def test_one_spelling_of_a_cell_id_for_scenario_and_benchmark_cells():
+    from bench.run.plan import Cell
+    assert Cell("S1", "coro", "naive", "quick").id == results.cell_id("S1", "coro", "naive", "quick") \
+        == "S1/coro/naive/quick"
+    assert Cell("S1", "coro", "naive", "quick", {"net": "sim"}).id == "S1/coro/naive/quick/sim"
 
 
 def test_compare_flags_a_planted_throughput_regression(tmp_path):

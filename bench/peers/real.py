@@ -20,6 +20,7 @@ import struct
 import time
 import traceback
 
+from protocols.ports import pin_buffers
 from bench.peers.core import (
     TICK_S, Duplex, End, Hold, Recv, Send, Shutdown, Sleep, UnknownAction,
 )
@@ -76,12 +77,7 @@ class _Driver:
     def _socket(self) -> socket.socket:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.socks.append(s)
-        size = self.cfg["sockbuf"]
-        if size:
-            # Before listen/connect: the window scale is fixed in the handshake,
-            # and an accepted socket inherits the listener's buffers.
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+        pin_buffers(s, self.cfg["sockbuf"])
         return s
 
     def open(self) -> socket.socket | None:

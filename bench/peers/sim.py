@@ -17,6 +17,7 @@ import os
 import socket as _socket
 import struct
 
+from protocols.ports import pin_buffers
 from kernels import simnet
 from kernels.simnet import Peer
 
@@ -48,10 +49,7 @@ class SimPeer(Peer):
 
     def listen(self, address, backlog=1):
         super().listen(address, backlog)
-        size = self.cfg.get("sockbuf")
-        if size:     # accepted sockets inherit the listener's buffers
-            self._lsock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDBUF, size)
-            self._lsock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVBUF, size)
+        pin_buffers(self._lsock, self.cfg.get("sockbuf"))   # accepted sockets inherit them
         self.core.listening(address)
         return self
 
@@ -60,10 +58,7 @@ class SimPeer(Peer):
         return super().connect(address, at)
 
     def _attach(self, s):
-        size = self.cfg.get("sockbuf")
-        if size:
-            s.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDBUF, size)
-            s.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVBUF, size)
+        pin_buffers(s, self.cfg.get("sockbuf"))
         if self._dialed is None:          # accepted: up from this instant
             self._established(s, self.world.now)
         super()._attach(s)

@@ -170,13 +170,18 @@ def environment() -> dict:
 # ---------------------------------------------------------------------------
 # Documents and cells
 
-def cell_id(scenario: str, runtime: str, variant: str, params: dict | None = None) -> str:
-    """``scenario/runtime/variant[/k=v,...]`` with params sorted, so equal cells from
-    different runs get equal ids (that is what compare and merge match on)."""
-    base = f"{scenario}/{runtime}/{variant}"
-    if params:
-        base += "/" + ",".join(f"{k}={params[k]}" for k in sorted(params))
-    return base
+def cell_id(scenario: str, runtime: str, variant: str, *qualifiers) -> str:
+    """The one spelling of a cell's id: ``scenario/runtime/variant[/QUALIFIER...]``,
+    empty qualifiers left out. Equal cells from different runs get equal ids (that is
+    what compare, merge and shards match on): a scenario cell is qualified by its
+    preset and network (``run.plan.Cell.id``), a benchmark cell by its parameters
+    (``params_qualifier``)."""
+    return "/".join([scenario, runtime, variant, *(str(q) for q in qualifiers if q)])
+
+
+def params_qualifier(params: dict | None) -> str:
+    """``k=v,...`` with the keys sorted."""
+    return ",".join(f"{k}={params[k]}" for k in sorted(params or {}))
 
 
 def summarize(values: list):
@@ -222,7 +227,7 @@ def new_cell(scenario: str, runtime: str, variant: str, params: dict | None = No
             spreads[name] = s
     summary.update(metrics or {})
     cell = {
-        "id": cell_id(scenario, runtime, variant, params),
+        "id": cell_id(scenario, runtime, variant, params_qualifier(params)),
         "scenario": scenario, "runtime": runtime, "variant": variant, "params": params,
         "repeats": max((len(v) for v in samples.values()), default=1 if summary else 0),
         "metrics": summary, "samples": samples,

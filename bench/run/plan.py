@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bench import results
 from bench.scenarios import api as scmod
 from bench.errors import UsageError
 from bench import runtimes as rtmod
@@ -35,8 +36,8 @@ class Cell:
     @property
     def id(self) -> str:
         net = self.params.get("net", "real")     # --net sim|both: the network is part of the id
-        return f"{self.scenario}/{self.runtime}/{self.variant}/{self.preset}" + \
-            ("" if net == "real" else f"/{net}")
+        return results.cell_id(self.scenario, self.runtime, self.variant, self.preset,
+                               "" if net == "real" else net)
 
     @property
     def net(self) -> str:

@@ -13,9 +13,9 @@ records the machine's load average at its start and end (``load``).
 from __future__ import annotations
 
 import os
-import statistics
 import time
 
+from bench import results
 from bench.scenarios import api as scmod
 from bench.run.net import network_of
 
@@ -23,10 +23,11 @@ __all__ = ["run_cell", "new_result"]
 
 
 def _typical(values):
-    """The median of numbers; for booleans and strings, the most common value."""
-    nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if nums:
-        return statistics.median(nums)
+    """The median of numbers (``results.summarize``); for booleans and strings, the most
+    common value."""
+    median = results.summarize(values)
+    if median is not None:
+        return median
     present = [v for v in values if v is not None]
     return max(present, key=present.count) if present else None
 

@@ -47,7 +47,6 @@ there too, above ``bench.run`` (this module sits below it).
 from __future__ import annotations
 
 import copy
-import socket as _socket
 import threading
 import weakref
 
@@ -227,13 +226,9 @@ def _place_roles(cell: SimCell, specs, bound, app_addr=None, app_marker="app"):
 
 
 def _listener(io, sockbuf):
-    s = io.socket()
-    if sockbuf:
-        s.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDBUF, sockbuf)
-        s.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVBUF, sockbuf)
+    from protocols.ports import bind_listener
+    s = bind_listener("127.0.0.1", 8000, sockbuf, io=io)
     s.setblocking(False)
-    s.bind(("127.0.0.1", 8000))
-    s.listen(128)
     return s
 
 

@@ -4,10 +4,10 @@
 ``build_scheduler``) runs one task until it blocks. Both are closures over the
 kernel's state, curio-style, so that the hot paths reach it as fast local and
 cell loads instead of attribute lookups. The state is shared through one
-``Runtime`` record while the closures are being made; each builder copies what
+``KernelState`` record while the closures are being made; each builder copies what
 it needs into locals first.
 
-The state (all in ``Runtime``):
+The state (all in ``KernelState``):
 
 * ``ready``    -- a deque of tasks to step on the next loop pass;
 * ``sleeping`` -- a heap of ``(deadline, seq, task_or_scope)`` timer entries.
@@ -81,7 +81,7 @@ class RunState:
         self.stale = 0              # dead entries in `sleeping`
 
 
-class Runtime:
+class KernelState:
     """What the builders share: the kernel's state and, as they are made, its
     functions. Read at build time only; the hot paths use their own locals."""
 

@@ -13,7 +13,7 @@ import threading
 from .. import io as _io
 from ..options import EXIT, TRACE, Option, Schema, boolean, choice
 from ..probe import Probe
-from .engine import (UNTIL_EMPTY, UNTIL_MAIN, UNTIL_NONDAEMON, Runtime,
+from .engine import (UNTIL_EMPTY, UNTIL_MAIN, UNTIL_NONDAEMON, KernelState,
                      build_cancellation, build_loop, build_scheduler, build_timers,
                      trap_table)
 from .handlers import build_io_handlers, build_task_handlers
@@ -172,8 +172,8 @@ class Kernel:
 
     def _build(self):
         """Make the runtime: the closures of ``engine`` and ``handlers`` over one
-        ``Runtime``, in dependency order, and the trap table by name."""
-        rt = self._rt = Runtime(self, self._io)
+        ``KernelState``, in dependency order, and the trap table by name."""
+        rt = self._rt = KernelState(self, self._io)
         waker = rt.waker
         fd = waker.fileno()
         rt.wake_rec = [W_READ, None, None, waker, fd]
