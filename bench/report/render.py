@@ -14,7 +14,6 @@ never hidden.
 """
 from __future__ import annotations
 
-import importlib
 import os
 
 from bench import results as resmod
@@ -40,20 +39,6 @@ def catalog(doc: dict) -> dict:
     return out
 
 
-def _imported(name):
-    """The function a document names (``module:qualname``), or None if it is not here."""
-    if not isinstance(name, str) or ":" not in name:
-        return None
-    module, _, qual = name.partition(":")
-    try:
-        obj = importlib.import_module(module)
-        for part in qual.split("."):
-            obj = getattr(obj, part)
-    except Exception:   # the scenario's code is not on this machine: the unit's formatter
-        return None
-    return obj if callable(obj) else None
-
-
 def _order_key(cat: dict):
     def key(r):
         desc = cat.get(r["scenario"], {})
@@ -68,8 +53,8 @@ def _order_key(cat: dict):
 
 def _format(desc: dict, metric: str, value) -> str:
     named = (desc.get("metrics", {}).get(metric) or {}).get("format")
-    formatter = getattr(tables, named, None) if named and ":" not in named else _imported(named)
-    if formatter is not None and value is not None:
+    formatter = getattr(tables, named, None) if isinstance(named, str) else None
+    if callable(formatter) and value is not None:
         return formatter(value)
     return fmt(metric, value)
 
@@ -238,8 +223,9 @@ def render_markdown(doc: dict, plots: list[str]) -> str:
 
 
 def plot(doc: dict, out_dir: str) -> list[str]:
-    """PNG plots, as the document's scenario descriptions declare them; empty if
-    matplotlib is missing. A plot function that is not importable here is skipped."""
+    """PNG plots, as the document's scenario descriptions declare them (``Bars``,
+    ``Lines``: data); empty if matplotlib is missing. A scenario's plot *function* is
+    code, never in the document: it is drawn only where that scenario is registered."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -256,9 +242,63 @@ def plot(doc: dict, out_dir: str) -> list[str]:
         for p in desc.get("plots") or ():
             if "bars" in p:
                 written += _bars(plt, sid, cells, p, out_dir, key)
-            elif _imported(p.get("function")):
-                written += list(_imported(p["function"])(cells, out_dir, plt, key) or [])
+            elif "lines" in p:
+                written += _lines(plt, sid, cells, p["lines"], out_dir, key)
+        for fn in _plot_functions(sid):
+            written += list(fn(cells, out_dir, plt, key) or [])
     return written
+
+
+def _plot_functions(sid: str) -> list:
+    """The plot functions of scenario ``sid`` if its code is registered here."""
+    from bench.scenarios import api as scmod
+    sc = scmod.scenarios().get(sid)
+    return [p for p in sc.plots if callable(p) and not isinstance(p, (scmod.Bars, scmod.Lines))] \
+        if sc is not None else []
+
+
+def _lines(plt, sid, cells, spec, out_dir, key) -> list[str]:
+    """A ``Lines`` plot: a row of panels per series, a column per port style; our kernels
+    thick, the first variant solid and the others dashed, one colour per runtime."""
+    series = spec.get("series") or []
+    drawn = [r for r in cells if any((r.get("series") or {}).get(s["name"]) for s in series)]
+    if not drawn or not series:
+        return []
+    styles = [st for st in STYLE_ORDER if any(r.get("style") == st for r in drawn)] or [None]
+    fig, axes = plt.subplots(len(series), len(styles), figsize=(5 * len(styles), 3.5 * len(series)),
+                             squeeze=False, sharex=True, sharey="row")
+    palette = ("tab:orange", "tab:blue", "tab:green", "tab:purple", "tab:red", "tab:brown")
+    for col, style in enumerate(styles):
+        here = [r for r in drawn if r.get("style") == style or style is None]
+        ids = sorted({(not r.get("ours"), r["runtime"]) for r in here})
+        colour = dict(zip([rid for _, rid in ids], palette))
+        variants = []
+        for r in sorted(here, key=key):
+            if r["variant"] not in variants:
+                variants.append(r["variant"])
+        for r in sorted(here, key=key):
+            kw = dict(color=colour.get(r["runtime"]),
+                      linestyle="-" if r["variant"] == variants[0] else "--",
+                      linewidth=2.4 if r.get("ours") else 1.1,
+                      label=f"{'*' if r.get('ours') else ''}{r['runtime']} {r['variant']}"
+                            + (f" {cell_net(r)}" if cell_net(r) else ""))
+            for row, s in enumerate(series):
+                pts = (r.get("series") or {}).get(s["name"])
+                if pts:
+                    t, v = zip(*pts)
+                    axes[row][col].plot(t, [x * s.get("scale", 1.0) for x in v], **kw)
+        for row, s in enumerate(series):
+            axes[row][col].set_title(f"{style} style: {s['title']}" if style else s["title"],
+                                     fontsize=10)
+        axes[-1][col].set_xlabel(spec.get("xlabel") or "time (s)")
+        if axes[0][col].get_legend_handles_labels()[0]:      # cells not measured draw no line
+            axes[0][col].legend(fontsize=7)
+    fig.suptitle(f"{spec.get('title', sid)}; * = our kernel", fontsize=10)
+    fig.tight_layout()
+    path = os.path.join(out_dir, spec.get("file") or f"{sid.lower()}_lines.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
 
 
 def _bars(plt, sid, cells, bars, out_dir, key) -> list[str]:

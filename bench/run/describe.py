@@ -4,9 +4,10 @@ code): each scenario present, described (title, variants, metrics with their uni
 labels and formatters, verdicts, columns, plots), and each runtime present
 (style, ours, the references it is compared with and its primary one).
 
-A formatter or plot that is code is recorded by its import name
-(``module:qualname``); the renderer imports it if it can and falls back to the
-unit's formatter (or no plot) if it cannot.
+Everything here is data: a plot is its kind with its series and axes (``Bars``,
+``Lines``), a formatter the name of one in ``bench.results.tables``. No function
+travels in the document; a scenario's plot *function* is drawn only where its
+code is registered (``bench.report.render.plot``).
 """
 from __future__ import annotations
 
@@ -17,25 +18,14 @@ from bench import runtimes as rtmod
 __all__ = ["describe_scenario", "describe_runtime", "describe", "builder", "build", "complete"]
 
 
-def _import_name(fn) -> str | None:
-    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    if not module or not name or "<" in name:
-        return None            # a lambda or a local function: not importable by name
-    return f"{module}:{name}"
-
-
 def describe_scenario(sc) -> dict:
     d = sc.describe()
-    for m in sc.metrics:
-        name = _import_name(m.format) if m.format is not None else None
-        if name:
-            d["metrics"][m.name]["format"] = name
     plots = []
     for p in sc.plots:
         if isinstance(p, scmod.Bars):
             plots.append({"bars": p.metric, "ylabel": p.ylabel, "scale": p.scale})
-        elif _import_name(p):
-            plots.append({"function": _import_name(p)})
+        elif isinstance(p, scmod.Lines):
+            plots.append(p.describe())
     d["plots"] = plots
     return d
 
@@ -99,7 +89,11 @@ def complete(doc: dict) -> dict:
         sid, spec = c.get("scenario"), c.get("runtime")
         if sid not in scenarios and sid in registered:
             scenarios[sid] = describe_scenario(registered[sid])
-        elif sid in scenarios and "plots" not in scenarios[sid] and sid in registered:
+        elif sid in scenarios and sid in registered and (
+                "plots" not in scenarios[sid]
+                or any("function" in p for p in scenarios[sid]["plots"])):
+            # an older document: no plots, or plots named as functions; the registered
+            # scenario's plots as data instead
             scenarios[sid] = {**scenarios[sid],
                               "plots": describe_scenario(registered[sid])["plots"]}
         if spec not in runtimes:

@@ -18,7 +18,7 @@ else.
   ``causality`` hold their programs.
 """
 
-__all__ = ["Scenario", "Metric", "Minimum", "Bars", "Job", "CellContext", "Outcome", "Served",
+__all__ = ["Scenario", "Metric", "Minimum", "Bars", "Lines", "Series", "Job", "CellContext", "Outcome", "Served",
            "Ran", "APP", "STYLES", "UNITS", "CRASH_KEY", "NOT_MEASURED", "register", "get",
            "scenarios", "load_scenario_file", "load_plugins", "plugin_spec", "serve_app",
            "run_program", "AppProcess", "abort_running", "Property", "always", "eventually",

@@ -109,7 +109,7 @@ from bench.host import plugins
 from protocols.apps import STYLES
 from bench.scenarios.properties import Property, always, eventually, observe, sometimes
 
-__all__ = ["Scenario", "Metric", "Minimum", "Bars", "Job", "CellContext", "Outcome", "Served",
+__all__ = ["Scenario", "Metric", "Minimum", "Bars", "Lines", "Series", "Job", "CellContext", "Outcome", "Served",
            "Ran", "APP", "STYLES", "UNITS", "CRASH_KEY", "NOT_MEASURED", "register", "get", "scenarios", "load_scenario_file",
            "load_plugins", "plugin_spec", "serve_app", "run_program", "AppProcess",
            "abort_running", "Property", "always", "eventually", "sometimes", "observe"]
@@ -137,12 +137,15 @@ class Metric:
     ``_Bps``, ``_per_s``, ``_count``, ``_fraction``) unless ``unit`` is ``"flag"`` or
     ``"text"``. ``direction``: ``"lower"`` or ``"higher"`` is better, or ``None``
     (information: shown, never a gate). ``label`` heads its report column; ``format``
-    overrides the unit's formatter (``bench.results.tables``)."""
+    overrides the unit's formatter: the name of one in ``bench.results.tables``
+    (``"fmt_percent"``), so the results document can name it. (A function is still
+    taken, for this process's tables, but a report rendered from the document shows
+    the unit's formatter instead.)"""
     name: str
     direction: str | None = None
     label: str = ""
     unit: str | None = None
-    format: Callable | None = None
+    format: str | Callable | None = None
     timing: bool = False      # a wall-clock timing: compared noise-aware, never exactly
     # The most this cell could physically produce, from its parameters (a function of
     # ``ctx.params``, or a number): a value above it is an error, not a figure.
@@ -169,8 +172,11 @@ class Metric:
         return None
 
     def describe(self) -> dict:
-        return {"unit": self.unit, "direction": self.direction, "label": self.label,
-                "timing": self.timing}
+        out = {"unit": self.unit, "direction": self.direction, "label": self.label,
+               "timing": self.timing}
+        if isinstance(self.format, str):
+            out["format"] = self.format
+        return out
 
 
 def _value_of(bound, params):
@@ -201,6 +207,32 @@ class Minimum:
         if got < need:
             return f"{self.metric} was {got:g}; the oracle needs >= {need:g}{why}"
         return None
+
+
+@dataclass(frozen=True)
+class Series:
+    """One time series a ``Lines`` plot draws: ``name`` in the outcomes' ``series``,
+    the title of its panel, and the factor its values are drawn at (1e-6: bytes as MB)."""
+    name: str
+    title: str
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Lines:
+    """Time series as lines: a row of panels per ``Series``, a column per port style,
+    a line per cell (our kernels thick; the first variant solid, the others dashed),
+    written as ``file`` in the report folder. Data, like ``Bars``: the results
+    document records it and any report draws it."""
+    file: str
+    title: str
+    series: tuple
+    xlabel: str = "time (s)"
+
+    def describe(self) -> dict:
+        return {"lines": {"file": self.file, "title": self.title, "xlabel": self.xlabel,
+                          "series": [{"name": s.name, "title": s.title, "scale": s.scale}
+                                     for s in self.series]}}
 
 
 @dataclass(frozen=True)
@@ -314,6 +346,17 @@ class Scenario:
         for p in self.plots:
             if isinstance(p, Bars) and p.metric not in names:
                 out.append(f"plot of {p.metric!r}, which is not a declared metric")
+            elif isinstance(p, Lines) and not (p.series and all(isinstance(s, Series)
+                                                                for s in p.series)):
+                out.append(f"plot {p.file!r} with Series(...) to draw")
+            elif not isinstance(p, (Bars, Lines)) and not callable(p):
+                out.append(f"plots that are Bars, Lines or a function (got {type(p).__name__})")
+        for m in self.metrics:
+            if isinstance(m, Metric) and isinstance(m.format, str):
+                from bench.results import tables
+                if not callable(getattr(tables, m.format, None)):
+                    out.append(f"metric {m.name}: format {m.format!r} is not a formatter of "
+                               "bench.results.tables (fmt_percent, fmt_bytes, ...)")
         for s in self.styles:
             if s not in STYLES:
                 out.append(f"styles from {', '.join(STYLES)} (got {s!r})")

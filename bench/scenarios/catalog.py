@@ -17,8 +17,8 @@ from __future__ import annotations
 from bench import peers
 from bench.scenarios import causality
 from bench.scenarios import programs
-from bench.scenarios.api import (APP, Bars, Metric, Minimum, Outcome, Scenario, always, register,
-                            run_program, serve_app, sometimes)
+from bench.scenarios.api import (APP, Bars, Lines, Metric, Minimum, Outcome, Scenario, Series,
+                                 always, register, run_program, serve_app, sometimes)
 
 KiB, MiB = 1024, 1024 * 1024
 _SB = {"sockbuf": 64 * KiB}
@@ -155,42 +155,14 @@ def run_s2(ctx) -> Outcome:
     return Outcome(keep, {"reader_bounded": bounded}, [], series)
 
 
-def plot_s1(cells, out_dir, plt, order_key) -> list[str]:
-    """In flight and arrival latency over time, one column per style, so each of our
-    kernels sits with its references: solid = naive, dashed = fixed, ours thick."""
-    import os
-    s1 = [r for r in cells if r.get("series")]
-    if not s1:
-        return []
-    styles = [st for st in ("callback", "stream", "task") if any(r.get("style") == st for r in s1)]
-    fig, axes = plt.subplots(2, len(styles), figsize=(5 * len(styles), 7), squeeze=False,
-                             sharex=True, sharey="row")
-    for col, style in enumerate(styles):
-        here = sorted({(not r.get("ours"), r["runtime"]) for r in s1 if r.get("style") == style})
-        colors = dict(zip([rid for _, rid in here], ("tab:orange", "tab:blue", "tab:green", "tab:purple")))
-        top, bottom = axes[0][col], axes[1][col]
-        for r in sorted((r for r in s1 if r.get("style") == style), key=order_key):
-            kw = dict(color=colors.get(r["runtime"]), linestyle="-" if r["variant"] == "naive" else "--",
-                      linewidth=2.4 if r.get("ours") else 1.1,
-                      label=f"{'*' if r.get('ours') else ''}{r['runtime']} {r['variant']}")
-            if r["series"].get("in_flight"):
-                t, v = zip(*r["series"]["in_flight"])
-                top.plot(t, [x / 1e6 for x in v], **kw)
-            if r["series"].get("latency"):
-                t, v = zip(*r["series"]["latency"])
-                bottom.plot(t, v, **kw)
-        top.set_title(f"{style} style: bytes in flight (MB)", fontsize=10)
-        bottom.set_title(f"{style} style: latency of frames arriving at the sink (s)", fontsize=10)
-        bottom.set_xlabel("time since the source connected (s)")
-        if top.get_legend_handles_labels()[0]:      # cells not measured draw no line
-            top.legend(fontsize=7)
-    fig.suptitle("S1 one-way proxy, fast source -> slow sink: in flight = source sent - sink "
-                 "received (user + kernel buffers); * = our kernel", fontsize=10)
-    fig.tight_layout()
-    path = os.path.join(out_dir, "s1_buffer_and_delay.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+#: S1's plot: in flight and arrival latency over time, one column per style, so each of
+#: our kernels sits with its references (solid = naive, dashed = fixed, ours thick).
+S1_PLOT = Lines("s1_buffer_and_delay.png",
+                "S1 one-way proxy, fast source -> slow sink: in flight = source sent - sink "
+                "received (user + kernel buffers)",
+                (Series("in_flight", "bytes in flight (MB)", 1e-6),
+                 Series("latency", "latency of frames arriving at the sink (s)")),
+                xlabel="time since the source connected (s)")
 
 
 # warmup_s: the rates are measured after it, so it must leave a window of steady
@@ -246,7 +218,7 @@ S1 = Scenario(
     minimum=_S1_MINIMUM, decided_by={"bounded": ("in_flight_at_end_bytes",)},
     columns=("source_rate_Bps", "peak_user_buffer_bytes", "rss_growth_bytes", "queue_delay_s",
              "pause_writing_count"),
-    plots=(plot_s1,), main_job=True, traceable=True)
+    plots=(S1_PLOT,), main_job=True, traceable=True)
 
 S2 = Scenario(
     id="S2", title="read-side buffering in stream readers (bug 2)", run=run_s2,
@@ -476,11 +448,6 @@ def run_s6(ctx) -> Outcome:
                              "bounded": bounded})
 
 
-def _percent(v):
-    from bench.results.tables import fmt_percent
-    return fmt_percent(v)
-
-
 S6 = Scenario(
     id="S6", title="push server with one stalled client (aiohttp 1367)", run=run_s6,
     summary="A server pushes messages to a healthy and a stalled subscriber. Is the healthy one "
@@ -492,7 +459,7 @@ S6 = Scenario(
         "blog": {**_SB, "message_bytes": 10_000, "interval_s": 0.005, "duration_s": 4.0, "queue_limit": 16},
         "tiny": {**_SB, "message_bytes": 10_000, "interval_s": 0.005, "duration_s": 1.0, "queue_limit": 16},
     },
-    metrics=(Metric("healthy_share_fraction", "higher", "healthy got", format=_percent),
+    metrics=(Metric("healthy_share_fraction", "higher", "healthy got", format="fmt_percent"),
              Metric("rss_growth_bytes", None, "RSS growth"),
              Metric("dropped_count", None, "dropped"),
              Metric("disconnected_count", None, "disconnected"),
