@@ -12,7 +12,7 @@ this way; a user's scenario is one more object, registered from their own file::
 
     # my_bug.py -- run with: looplab run --scenario-file my_bug.py --runtimes coro,trio
     from bench import peers
-    from bench.scenarios.api import Bars, Metric, Scenario, run_program
+    from bench.scenarios import Bars, Metric, Scenario, run_program
 
 
     async def send(port, host, tcp_port, n):
@@ -539,7 +539,7 @@ def load_scenario_file(path: str) -> list[Scenario]:
     if not added:
         sys.modules.pop(modname, None)
         raise UsageError(f"scenario file {path}: defines no scenario (give it a module-level "
-                         "Scenario(...) or call bench.scenarios.api.register)")
+                         "Scenario(...) or call bench.scenarios.register)")
     _FILE_MODULES[full] = module
     _LOADED["files"].append(full)
     return [_REGISTRY[s] for s in _REGISTRY if s not in before]

@@ -41,7 +41,7 @@ from __future__ import annotations
 import collections
 
 from bench import peers
-from bench.scenarios.api import Bars, Metric, Outcome, Scenario, run_program
+from bench.scenarios import Bars, Metric, Outcome, Scenario, run_program
 
 KiB = 1024
 
