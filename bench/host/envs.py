@@ -302,8 +302,7 @@ def build(it: Interpreter, reqs: tuple) -> Env:
 
 def ensure(rt) -> Env | None:
     """The built environment runtime ``rt`` runs in; None for no ``@`` (looplab's own)."""
-    if isinstance(rt, str):
-        rt = rtmod.parse(rt)
+    rt = rtmod.as_runtime(rt)
     if rt.interpreter is None:
         return None
     reqs = requirements(rt)
@@ -335,8 +334,7 @@ def prepare(rts) -> None:
 def describe(rt) -> dict:
     """What a cell of ``rt`` runs with: {"interpreter", "loop", "libraries"}, plus
     "unavailable" (why it cannot run, or None). Measured in the cell's interpreter."""
-    if isinstance(rt, str):
-        rt = rtmod.parse(rt)
+    rt = rtmod.as_runtime(rt)
     with _lock:
         if rt.spec not in _described:
             exe = interpreter_for(rt)

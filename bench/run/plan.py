@@ -96,9 +96,10 @@ def split(text: str | None) -> list[str] | None:
     return [t.strip() for t in text.split(",") if t.strip()] if text else None
 
 
-def plan(scenarios: str | None, runtimes: str | None, variants: str | None,
+def plan(scenarios: str | None, runtimes, variants: str | None,
          preset: str = "quick", repeats: int = 1, main_job: bool = False) -> list[Cell]:
-    """The cells of a matrix, validated. Unknown names raise UsageError listing the
+    """The cells of a matrix, validated. ``runtimes``: parsed ``Runtime`` objects, or
+    the text of a list (parsed here). Unknown names raise UsageError listing the
     valid ones; unavailable runtimes are kept (they become skipped cells).
     ``main_job`` keeps the scenarios (and variants) that belong in the main report."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
@@ -114,7 +115,7 @@ def plan(scenarios: str | None, runtimes: str | None, variants: str | None,
         if preset not in known[sid].presets:
             raise UsageError(f"scenario {sid} has no preset {preset!r}; its presets: "
                              f"{', '.join(known[sid].presets)}")
-    rts = rtmod.parse_list(runtimes)
+    rts = runtimes if isinstance(runtimes, list) else rtmod.parse_list(runtimes)
     wanted = split(variants)
     if wanted:
         allowed = {v for sid in ids for v in known[sid].variants}

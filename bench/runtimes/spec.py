@@ -33,7 +33,7 @@ from kernels.options import OptionError, show
 from protocols.errors import Unavailable
 
 __all__ = ["Runtime", "parse", "parse_list", "from_data", "on_interpreter", "ordered",
-           "available_runtimes", "dist_name"]
+           "available_runtimes", "dist_name", "as_runtime"]
 
 # ---------------------------------------------------------------------------
 # A parsed runtime: info plus option values.
@@ -49,6 +49,10 @@ class Runtime:
     loop_options: dict = field(default_factory=dict)
     #: ``+DIST==VERSION`` pins, sorted: exact releases its environment installs.
     pins: tuple = ()
+    #: "all" or "ours" when ``parse_list`` expanded it from that word; None when the
+    #: user named it (so a named runtime that is missing is an error, an expanded one
+    #: a skip). Not part of the spec.
+    expanded_from: str | None = field(default=None, compare=False)
 
     @property
     def id(self) -> str:
@@ -186,6 +190,12 @@ def from_data(data: dict) -> Runtime:
                    tuple(data.get("pins") or ()))
 
 
+def as_runtime(runtime) -> Runtime:
+    """``runtime`` itself when it is already parsed, else ``parse(runtime)``: for the
+    functions that take either, so a parsed spec is never parsed again."""
+    return runtime if isinstance(runtime, Runtime) else parse(runtime)
+
+
 def dist_name(req: str) -> str:
     """A requirement's distribution name, normalized as pins are."""
     return re.sub(r"[-_.]+", "-", re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0]).lower()
@@ -266,21 +276,27 @@ def parse(spec: str) -> Runtime:
 def parse_list(text: str | None, default: list[str] | None = None) -> list[Runtime]:
     """A comma list of runtime specs. Options are joined to their runtime with ``:`` and
     separated by ``,``, so runtimes are split where a token starts with a known id;
-    ``all`` and ``ours`` expand."""
+    ``all`` and ``ours`` expand (and mark what they expanded: ``expanded_from``)."""
     if not text:
-        return [parse(s) for s in (default or list(registry.RUNTIMES))]
-    specs: list[str] = []
+        return [_expanded(parse(s), "all") for s in (default or list(registry.RUNTIMES))]
+    specs: list[tuple[str, str | None]] = []
     for token in (t.strip() for t in text.split(",") if t.strip()):
         head = token.partition(":")[0].partition("@")[0].partition("+")[0]
         if token == "all":
-            specs.extend(registry.RUNTIMES)
+            specs.extend((rid, "all") for rid in registry.RUNTIMES)
         elif token == "ours":
-            specs.extend(rid for rid, info in registry.RUNTIMES.items() if info.ours)
+            specs.extend((rid, "ours") for rid, info in registry.RUNTIMES.items() if info.ours)
         elif head in registry.RUNTIMES or "=" not in token or not specs:
-            specs.append(token)
+            specs.append((token, None))
         else:
-            specs[-1] += ("," if ":" in specs[-1] else ":") + token
-    return [parse(s) for s in specs]
+            spec, how = specs[-1]
+            specs[-1] = (spec + ("," if ":" in spec else ":") + token, how)
+    return [_expanded(parse(s), how) for s, how in specs]
+
+
+def _expanded(rt: Runtime, how: str | None) -> Runtime:
+    rt.expanded_from = how
+    return rt
 
 
 def ordered() -> list[str]:

@@ -238,7 +238,7 @@ S2 = Scenario(
 # S3: shutdown data loss
 
 def _s3_program(job):
-    return programs.s3_shutdown(job.runtime.spec, job.peer("reader"), job.params["total_bytes"],
+    return programs.s3_shutdown(job.runtime, job.peer("reader"), job.params["total_bytes"],
                                 job.variant, sockbuf=job.params["sockbuf"])
 
 
@@ -326,7 +326,7 @@ S3 = Scenario(
 # S4: causality fingerprints
 
 def _s4_program(job):
-    return causality.fingerprint(job.runtime.spec, trials=job.params["trials"])
+    return causality.fingerprint(job.runtime, trials=job.params["trials"])
 
 
 _S4_UNITS = {"child_ran_before_spawn_returned": "flag", "closed_when_close_returned": "flag",
@@ -346,7 +346,7 @@ def run_s4(ctx) -> Outcome:
     raw = out.get("notes") or []
     notes = [f"{k}: {v}" for k, v in raw.items()] if isinstance(raw, dict) else list(raw)
     metrics = {m: out.get(m) for m in causality.METRICS}
-    mismatches = causality.matches(ctx.runtime.spec, metrics)
+    mismatches = causality.matches(ctx.runtime, metrics)
     notes.extend(f"differs from declared: {m}" for m in mismatches)
     metrics["probes_measured_count"] = sum(1 for m in causality.METRICS if metrics[m] is not None)
     return Outcome(metrics, {"matches_declared": not mismatches}, notes)
@@ -491,7 +491,7 @@ def _reader_peer(p):
 
 def _s7_program(job):
     p = job.params
-    return programs.s7_timeout(job.runtime.spec, job.peer("reader"), p["total_bytes"],
+    return programs.s7_timeout(job.runtime, job.peer("reader"), p["total_bytes"],
                                p["timeout_s"], sockbuf=p["sockbuf"])
 
 
@@ -530,7 +530,7 @@ S7 = Scenario(
 
 
 def _s8_program(job):
-    return programs.s8_background(job.runtime.spec, job.peer("reader"), job.params["total_bytes"],
+    return programs.s8_background(job.runtime, job.peer("reader"), job.params["total_bytes"],
                                   sockbuf=job.params["sockbuf"])
 
 

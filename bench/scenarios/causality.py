@@ -103,7 +103,7 @@ def declared_for(runtime_spec: str) -> tuple[dict, list[str]]:
     declared flips of its non-default options applied. Returns (table, problems):
     an option flip that is neither declared nor neutral is a problem (nothing is
     claimed for it), and so is a runtime without a declared row."""
-    return runtimes.parse(runtime_spec).declared_fingerprint()
+    return runtimes.as_runtime(runtime_spec).declared_fingerprint()
 
 
 def matches(runtime_spec: str, measured: dict) -> list[str]:
@@ -720,7 +720,7 @@ def fingerprint(runtime_spec: str, trials: int = 200) -> dict:
         raise TypeError(f"trials must be an int, got {type(trials).__name__}")
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
-    rt = runtimes.parse(runtime_spec)
+    rt = runtimes.as_runtime(runtime_spec)
     out: dict = {m: None for m in METRICS}
     notes: dict = dict(_NOT_APPLICABLE[rt.style])
     details: dict = {}

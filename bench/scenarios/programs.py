@@ -190,7 +190,7 @@ def _zeros(n: int) -> bytes:
 
 
 def _check(runtime_spec, addr, total_bytes, sockbuf, max_s):
-    rt = runtimes.parse(runtime_spec)
+    rt = runtimes.as_runtime(runtime_spec)
     if isinstance(addr, str) or not hasattr(addr, "__len__") or len(addr) != 2:
         raise TypeError(f"addr must be a (host, port) pair, got {addr!r}")
     host, port = addr

@@ -108,7 +108,7 @@ def plan(zoo, entries, runtimes_text, knobs, preset) -> list:
     for e in entries:
         rts = _runtimes_for(e, runtimes_text, knobs)
         if rts:
-            cells += matrix.plan(e.id, ",".join(r.spec for r in rts), "naive,fixed", preset)
+            cells += matrix.plan(e.id, list(rts), "naive,fixed", preset)
     return cells
 
 

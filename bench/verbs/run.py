@@ -40,10 +40,12 @@ def _variants_for(app: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def check_named_runtimes(text: str | None) -> None:
-    """Exit 3 up front when a runtime the user named is missing here."""
-    named = [t for t in matrix.split(text) or [] if t not in ("all", "ours")]
-    for rt in rtmod.parse_list(",".join(named)) if named else []:
+def check_named_runtimes(rts) -> None:
+    """Exit 3 up front when a runtime the user named (not one ``all`` or ``ours``
+    expanded to) is missing here. ``rts``: parsed runtimes, or the text of a list."""
+    for rt in rtmod.parse_list(rts) if isinstance(rts, str) or rts is None else rts:
+        if rt.expanded_from is not None:
+            continue
         reason = envs.unavailable_reason(rt)
         if reason:
             raise Unavailable(f"runtime {rt.spec} is unavailable here: {reason}")
@@ -117,7 +119,8 @@ def cmd_run(args) -> int:
     load_plugins(args)
     # Everything a user can get wrong is checked before the output folder is made:
     # a mistake leaves no empty folder behind.
-    cells = matrix.plan(args.scenarios, args.runtimes, args.variants, args.preset, args.repeat)
+    rts = rtmod.parse_list(args.runtimes)       # the one parse of the runtime specs
+    cells = matrix.plan(args.scenarios, rts, args.variants, args.preset, args.repeat)
     if args.baseline and args.fail_on != "verdict":
         raise UsageError("--baseline is the reference for --fail-on verdict; give both")
     # the simulated network (bench.run.seeds): --net, --replay, --seeds
@@ -134,9 +137,8 @@ def cmd_run(args) -> int:
     baseline = resmod.load_json(args.baseline) if args.baseline else None
     out_dir = args.out or matrix.default_out_dir()
     with matrix.outputs_checked(out_dir, args.json):
-        from bench.host import envs    # find the interpreters, build missing environments (progress on stderr)
-        envs.prepare(rtmod.parse_list(args.runtimes))
-        check_named_runtimes(args.runtimes)
+        envs.prepare(rts)       # find the interpreters, build missing environments (progress on stderr)
+        check_named_runtimes(rts)
     if args.seeds:
         return simruns.explore_command(cells, args, out_dir)
     if not args.out:
@@ -193,7 +195,7 @@ def cmd_main_job(args) -> int:
     available, missing = rtmod.available_runtimes()
     for spec, reason in missing.items():
         print(f"skipping {spec}: {reason}", file=sys.stderr)
-    cells = matrix.plan(None, ",".join(r.spec for r in available), None, "quick", main_job=True)
+    cells = matrix.plan(None, available, None, "quick", main_job=True)
     # The edge probes first (a few seconds), so no cell is measured while they run;
     # the report shows them beside the scenario verdicts.
     from bench import fidelity
