@@ -280,3 +280,36 @@ def test_registration_points_one_way():
     first = runtimes.get(order[0])
     assert order[1:1 + len(first.compared_with)] == list(first.compared_with)
     assert sorted(order) == sorted(r for r, i in runtimes.RUNTIMES.items() if i.variant_of is None)
+
+
+def test_a_spec_is_parsed_once_and_travels_to_the_cell_as_data(monkeypatch, tmp_path):
+    """looplab run parses --runtimes once; the cell's process gets the parsed runtime as
+    data (``Runtime.to_data``) and rebuilds it without parsing text."""
+    import json
+    from bench import cli
+    from bench.host import procs
+    from bench.runtimes import spec as specmod
+    parsed, launched = [], []
+    real_parse, real_spawn = specmod.parse, procs.spawn
+
+    def counting_parse(text):
+        parsed.append(text)
+        return real_parse(text)
+
+    def recording_spawn(cmd, *a, **kw):
+        if "bench.scenarios.appside" in cmd:
+            launched.append(json.loads(cmd[cmd.index("bench.scenarios.appside") + 1]))
+        return real_spawn(cmd, *a, **kw)
+    monkeypatch.setattr(specmod, "parse", counting_parse)
+    monkeypatch.setattr(procs, "spawn", recording_spawn)
+    rc = cli.main(["run", "--scenarios", "S3", "--variants", "naive", "--runtimes",
+                   "callback:high_water=32KiB", "--preset", "tiny", "--out", str(tmp_path / "o")])
+    assert rc == 0
+    assert parsed == ["callback:high_water=32KiB"]
+    assert launched and all(spec["runtime"] == {"id": "callback", "options": launched[0]["runtime"]["options"],
+                                                "interpreter": None, "loop_options": {}, "pins": []}
+                            for spec in launched)
+    assert launched[0]["runtime"]["options"]["high_water"] == 32 * 1024
+    rebuilt = runtimes.from_data(launched[0]["runtime"])
+    assert rebuilt.spec == real_parse("callback:high_water=32KiB").spec
+    assert parsed == ["callback:high_water=32KiB"]        # from_data parsed nothing

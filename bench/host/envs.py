@@ -302,7 +302,8 @@ def build(it: Interpreter, reqs: tuple) -> Env:
 
 def ensure(rt) -> Env | None:
     """The built environment runtime ``rt`` runs in; None for no ``@`` (looplab's own)."""
-    rt = rtmod.as_runtime(rt)
+    if isinstance(rt, str):     # the perf tools hand specs as text
+        rt = rtmod.parse(rt)
     if rt.interpreter is None:
         return None
     reqs = requirements(rt)
@@ -334,7 +335,8 @@ def prepare(rts) -> None:
 def describe(rt) -> dict:
     """What a cell of ``rt`` runs with: {"interpreter", "loop", "libraries"}, plus
     "unavailable" (why it cannot run, or None). Measured in the cell's interpreter."""
-    rt = rtmod.as_runtime(rt)
+    if isinstance(rt, str):     # the perf tools hand specs as text
+        rt = rtmod.parse(rt)
     with _lock:
         if rt.spec not in _described:
             exe = interpreter_for(rt)
