@@ -302,6 +302,8 @@ def test_a_spec_is_parsed_once_and_travels_to_the_cell_as_data(monkeypatch, tmp_
         return real_spawn(cmd, *a, **kw)
     monkeypatch.setattr(specmod, "parse", counting_parse)
     monkeypatch.setattr(procs, "spawn", recording_spawn)
+    from bench.report import render     # no plot: matplotlib keeps its font file open
+    monkeypatch.setattr(render, "plot", lambda doc, out_dir: [])
     rc = cli.main(["run", "--scenarios", "S3", "--variants", "naive", "--runtimes",
                    "callback:high_water=32KiB", "--preset", "tiny", "--out", str(tmp_path / "o")])
     assert rc == 0
