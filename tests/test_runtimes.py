@@ -315,3 +315,16 @@ def test_a_spec_is_parsed_once_and_travels_to_the_cell_as_data(monkeypatch, tmp_
     rebuilt = runtimes.from_data(launched[0]["runtime"])
     assert rebuilt.spec == real_parse("callback:high_water=32KiB").spec
     assert parsed == ["callback:high_water=32KiB"]        # from_data parsed nothing
+
+
+def test_a_kernel_written_against_the_first_release_paths_still_registers(tmp_path):
+    """protocols.runtimes was the registry's first home: a plugin importing it runs
+    unchanged, whichever way looplab loads it."""
+    (tmp_path / "oldkernel.py").write_text(textwrap.dedent('''
+        from protocols import runtimes
+        from protocols.runtimes import RuntimeInfo, register
+        register(RuntimeInfo("old-kernel", "task", "protocols.ports:CoroPort",
+                             runtimes.get("coro").options, summary="first-release paths"))
+        '''))
+    out = _fresh_python(_SHOW, tmp_path, LOOPLAB_RUNTIME_MODULES="oldkernel")
+    assert "old-kernel | module oldkernel | None" in out
