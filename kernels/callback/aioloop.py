@@ -52,6 +52,7 @@ from asyncio import events, futures, tasks
 from ..options import Schema
 from .aionet import AioNetworking
 from .loop import OPTIONS, Handle, Loop, TimerHandle
+from .network import connect_result
 
 __all__ = ["AioLoop", "AioHandle", "AioTimerHandle", "new_event_loop", "LOOP_OPTIONS"]
 
@@ -505,19 +506,14 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         if fut.done():
             return
         try:
-            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if not err:
-                try:
-                    sock.getpeername()
-                except OSError as exc:
-                    if exc.errno == errno.ENOTCONN:
-                        return    # spurious readiness of a reused fd: keep waiting
-                    raise
+            err = connect_result(sock)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
             fut.set_exception(exc)
             return
+        if err is None:
+            return    # spurious readiness of a reused fd: keep waiting
         if err:
             fut.set_exception(OSError(err, f"Connect call failed {address}"))
         else:

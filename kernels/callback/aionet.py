@@ -35,6 +35,7 @@ import weakref
 from asyncio import sslproto, tasks
 
 from .aiotransports import DatagramTransport, _SendfileProtocol, make_transport, set_nodelay
+from .network import Acceptor
 from .transports import SocketTransport
 
 try:
@@ -53,7 +54,7 @@ _HAS_CLOSE_CLIENTS = hasattr(asyncio.Server, "close_clients")
 # ---------------------------------------------------------------------------
 # Server
 
-class AioServer(asyncio.AbstractServer):
+class AioServer(Acceptor, asyncio.AbstractServer):
     """asyncio's ``Server`` contract on looplab's loop: listening sockets, the
     clients they accepted, ``close``/``wait_closed``/``serve_forever``/
     ``start_serving``; ``close_clients``/``abort_clients`` where the running
@@ -105,39 +106,19 @@ class AioServer(asyncio.AbstractServer):
             sock.listen(self._backlog)
             self._loop._add_reader(sock.fileno(), self._accept_ready, (sock,))
 
-    def _accept_ready(self, lsock):
-        loop = self._loop
-        for _ in range(self._backlog):
-            try:
-                conn, _addr = lsock.accept()
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                return
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    loop.call_exception_handler({
-                        "message": "socket.accept() out of system resource",
-                        "exception": exc, "socket": lsock})
-                    loop._remove_reader(lsock.fileno())
-                    loop.call_later(1.0, self._resume_accepting, lsock)
-                    return
-                raise
-            try:
-                conn.setblocking(False)
-                set_nodelay(conn)
-                loop._accepted(conn, self._protocol_factory, self._ssl_context, self,
-                               self._ssl_handshake_timeout, self._ssl_shutdown_timeout)
-            except (SystemExit, KeyboardInterrupt):
-                conn.close()
-                raise
-            except BaseException as exc:
-                conn.close()
-                loop.call_exception_handler({
-                    "message": "Error on transport creation for incoming connection",
-                    "exception": exc})
+    # the accept path is the kernel's (network.Acceptor), with asyncio's texts
+    _resource_message = "socket.accept() out of system resource"
+    _failure_message = "Error on transport creation for incoming connection"
+    _reported = BaseException
 
-    def _resume_accepting(self, lsock):
-        if self._sockets is not None and not self._loop._closed:
-            self._loop._add_reader(lsock.fileno(), self._accept_ready, (lsock,))
+    def _connection(self, conn):
+        conn.setblocking(False)
+        set_nodelay(conn)
+        self._loop._accepted(conn, self._protocol_factory, self._ssl_context, self,
+                             self._ssl_handshake_timeout, self._ssl_shutdown_timeout)
+
+    def _serving_now(self):
+        return self._sockets is not None
 
     def get_loop(self):
         return self._loop

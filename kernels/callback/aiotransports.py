@@ -21,7 +21,7 @@ import socket
 
 from asyncio import futures
 
-from .transports import SocketTransport, _ChunkBufferTransport, _RECV_BYTES
+from .transports import BufferedReads, SocketTransport, _ChunkBufferTransport, _RECV_BYTES
 
 __all__ = ["AioTransport", "DatagramTransport", "make_transport", "set_nodelay"]
 
@@ -54,47 +54,11 @@ class _AioMixin:
         return self._extra.get(name, default)
 
 
-class _BufferedReads:
-    """``BufferedProtocol`` reading: ``recv_into(protocol.get_buffer(-1))``."""
-    __slots__ = ()
-
-    def _read_ready(self):
-        protocol = self._protocol
-        try:
-            buf = protocol.get_buffer(-1)
-            if not len(buf):
-                raise RuntimeError("get_buffer() returned an empty buffer")
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal error: protocol.get_buffer() call failed.")
-            return
-        try:
-            n = self._sock.recv_into(buf)
-        except (BlockingIOError, InterruptedError):
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "fatal read error on socket transport")
-            return
-        if not n:
-            self._read_eof()
-            return
-        self.stats.received_bytes += n
-        try:
-            protocol.buffer_updated(n)
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal error: protocol.buffer_updated() call failed.")
-
-
 class AioTransport(_AioMixin, SocketTransport):
     __slots__ = ()
 
 
-class AioBufferedTransport(_BufferedReads, AioTransport):
+class AioBufferedTransport(BufferedReads, AioTransport):
     __slots__ = ()
 
 
@@ -102,7 +66,7 @@ class AioChunkTransport(_AioMixin, _ChunkBufferTransport):
     __slots__ = ()
 
 
-class AioChunkBufferedTransport(_BufferedReads, AioChunkTransport):
+class AioChunkBufferedTransport(BufferedReads, AioChunkTransport):
     __slots__ = ()
 
 

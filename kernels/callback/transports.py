@@ -44,7 +44,7 @@ import logging
 import socket
 import weakref
 
-__all__ = ["Protocol", "SocketTransport"]
+__all__ = ["Protocol", "SocketTransport", "BufferedReads"]
 
 #: From this many writes dropped on a closed or lost connection on, each one
 #: more logs "socket.send() raised exception." (asyncio's threshold and text).
@@ -102,6 +102,11 @@ def _byte_view(view: memoryview) -> memoryview:
         return view.cast("B")
     except TypeError:
         raise TypeError("write() needs a C-contiguous memoryview") from None
+
+
+#: what ``SocketTransport._guarded`` gives for a call that failed or would block
+_FAILED = object()
+_WOULD_BLOCK = (BlockingIOError, InterruptedError)
 
 
 class SocketTransport:
@@ -213,15 +218,25 @@ class SocketTransport:
     def _read_eof(self):
         self._eof_received = True
         self._loop._remove_reader(self._fileno)
-        try:
-            keep_open = self._protocol.eof_received()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "protocol.eof_received() failed")
+        keep_open = self._guarded("protocol.eof_received() failed", self._protocol.eof_received)
+        if keep_open is _FAILED:
             return
         if not keep_open:
             self.close()
+
+    def _guarded(self, message, call, *args, would_block=()):
+        """``call(*args)`` on a path that is not the per-read one: a failure is
+        this transport's fatal error (``message``) and gives ``_FAILED``, as does
+        an exception of ``would_block`` (then without error)."""
+        try:
+            return call(*args)
+        except would_block:
+            return _FAILED
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, message)
+            return _FAILED
 
     def pause_reading(self) -> None:
         """Stop calling ``data_received`` until ``resume_reading()``. Idempotent;
@@ -572,6 +587,42 @@ class SocketTransport:
     @property
     def loop(self):
         return self._loop
+
+
+# ---------------------------------------------------------------------------
+# Reading into the protocol's buffer
+
+def _nonempty_buffer(protocol):
+    buf = protocol.get_buffer(-1)
+    if not len(buf):
+        raise RuntimeError("get_buffer() returned an empty buffer")
+    return buf
+
+
+class BufferedReads:
+    """The read path for a protocol that lends its own buffer (asyncio's
+    ``BufferedProtocol``: ``get_buffer``/``buffer_updated``), mixed in before a
+    ``SocketTransport`` class: one ``recv_into`` the protocol's buffer per
+    readiness, the rest (EOF, errors, counts) as in the plain path. TLS needs
+    it: asyncio's ``SSLProtocol`` is a ``BufferedProtocol``."""
+    __slots__ = ()
+
+    def _read_ready(self):
+        protocol = self._protocol
+        buf = self._guarded("Fatal error: protocol.get_buffer() call failed.",
+                            _nonempty_buffer, protocol)
+        if buf is _FAILED:
+            return
+        n = self._guarded("fatal read error on socket transport", self._sock.recv_into, buf,
+                          would_block=_WOULD_BLOCK)
+        if n is _FAILED:
+            return
+        if not n:
+            self._read_eof()
+            return
+        self.stats.received_bytes += n
+        self._guarded("Fatal error: protocol.buffer_updated() call failed.",
+                      protocol.buffer_updated, n)
 
 
 # ---------------------------------------------------------------------------
