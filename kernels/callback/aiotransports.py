@@ -33,6 +33,7 @@ class _AioMixin:
     connection ends, and ``set_protocol`` picks the read path for the new
     protocol (``BufferedProtocol`` reads into the protocol's buffer)."""
     __slots__ = ()
+    _made_failure_is_fatal = False
 
     def set_protocol(self, protocol):
         self._protocol = protocol

@@ -515,6 +515,7 @@ class Loop(Networking):
             ctx = {"message": f"exception in callback {_callback_name(callback._callback)}",
                    "exception": exc, "handle": callback}
         else:
+            callback = _registered(callback)
             ctx = {"message": f"exception in I/O callback {_callback_name(callback)}",
                    "exception": exc, "callback": callback}
         self.call_exception_handler(ctx)
@@ -596,7 +597,7 @@ class Loop(Networking):
                             except (SystemExit, KeyboardInterrupt):
                                 raise
                             except BaseException as exc:
-                                failed(_registered(cb), exc)
+                                failed(cb, exc)
                     if mask != read_only and mask & writable:
                         cb = entry[1]   # re-read: the reader may just have removed it
                         if cb is not None:
@@ -606,7 +607,7 @@ class Loop(Networking):
                             except (SystemExit, KeyboardInterrupt):
                                 raise
                             except BaseException as exc:
-                                failed(_registered(cb), exc)
+                                failed(cb, exc)
 
                 if timers:
                     now = monotonic()

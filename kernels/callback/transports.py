@@ -180,14 +180,24 @@ class SocketTransport:
         return (f"<SocketTransport {self.stats.name} fd={self._fileno} {state} "
                 f"buffer={len(self._buffer)}>")
 
+    #: an exception from ``connection_made``: the transport's fatal error (True,
+    #: this kernel) or reported with the connection left open, as asyncio's
+    #: loop reports a failed callback (False, the asyncio loop's transports)
+    _made_failure_is_fatal = True
+
     def _start(self):
         try:
             self._protocol.connection_made(self)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            self._fatal_error(exc, "protocol.connection_made() failed")
-            return
+            if self._made_failure_is_fatal:
+                self._fatal_error(exc, "protocol.connection_made() failed")
+                return
+            self._loop.call_exception_handler({
+                "message": f"Exception in callback {type(self._protocol).__qualname__}"
+                           f".connection_made({self!r})",
+                "exception": exc, "transport": self, "protocol": self._protocol})
         self._started = True
         if not self._closing and not self._read_paused:
             self._loop._add_reader(self._fileno, self._read_ready, ())
@@ -285,8 +295,8 @@ class SocketTransport:
             if isinstance(data, memoryview):
                 data = _byte_view(data)
             elif not isinstance(data, (bytes, bytearray)):
-                raise TypeError(f"data must be bytes, bytearray or memoryview, "
-                                f"not {type(data).__name__}")
+                raise TypeError(f"data argument must be a bytes-like object (bytes, "
+                                f"bytearray or memoryview), not {type(data).__name__!r}")
         if self._eof:
             raise RuntimeError("cannot write() after write_eof()")
         n = len(data)
