@@ -27,8 +27,8 @@ and ``write=try-send|defer`` shape every TCP transport an app opens,
 
 Use it with ``asyncio.run(main(), loop_factory=new_event_loop)`` (3.12+) or
 ``asyncio.Runner(loop_factory=functools.partial(new_event_loop, write="defer"))``.
-What it leaves out (subprocesses, pipes) raises ``NotImplementedError`` with
-the reason; docs/aioloop.md lists every divergence from CPython's loop.
+Pipes and child processes are in ``aioprocess.py``; docs/aioloop.md lists
+every divergence from CPython's loop.
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ import itertools
 import logging
 import os
 import socket
+import subprocess
 import sys
 import threading
 import warnings
@@ -50,6 +51,7 @@ import weakref
 from asyncio import events, format_helpers, futures, tasks
 
 from ..options import Schema
+from . import aioprocess
 from .aionet import AioNetworking
 from .loop import OPTIONS, Handle, Loop, TimerHandle, _Bound
 from .network import connect_result
@@ -187,6 +189,8 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         self._asyncgens = weakref.WeakSet()
         self._asyncgens_shutdown_called = False
         self._datagrams = set()           # live DatagramTransports
+        self._pipes = set()               # live pipe transports
+        self._children = {}               # pid -> stop watching it (aioprocess.watch_child)
 
     def __repr__(self):
         return (f"<{type(self).__name__} running={self.is_running()} "
@@ -401,9 +405,13 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
             raise RuntimeError("Cannot close a running event loop")
         if self._closed:
             return
-        for transport in list(self._datagrams):
+        for transport in [*self._datagrams, *self._pipes]:
             transport._abandon_at_exit()
         self._datagrams.clear()
+        self._pipes.clear()
+        for stop in list(self._children.values()):
+            stop()
+        self._children.clear()
         try:
             Loop.close(self)
         finally:
@@ -781,23 +789,91 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         self._debug = enabled = bool(enabled)
         self.get_debug = itertools.repeat(enabled).__next__
 
-    # ------------------------------------------------------------------ left out
-
-    async def subprocess_exec(self, *args, **kwargs):
-        raise NotImplementedError("looplab's loop has no subprocess transports "
-                                  "(child reaping is outside the lab's network scope)")
-
-    async def subprocess_shell(self, *args, **kwargs):
-        raise NotImplementedError("looplab's loop has no subprocess transports "
-                                  "(child reaping is outside the lab's network scope)")
+    # ------------------------------------------------------------------ pipes & processes
 
     async def connect_read_pipe(self, protocol_factory, pipe):
-        raise NotImplementedError("looplab's loop has no pipe transports "
-                                  "(its transports are sockets only)")
+        """Read ``pipe`` (a file object of a pipe, socket or character device)
+        for the protocol ``protocol_factory()`` makes; ``(transport, protocol)``."""
+        protocol = protocol_factory()
+        waiter = self.create_future()
+        transport = aioprocess.ReadPipeTransport(self, pipe, protocol, waiter)
+        return await self._pipe_connected(transport, protocol, waiter)
 
     async def connect_write_pipe(self, protocol_factory, pipe):
-        raise NotImplementedError("looplab's loop has no pipe transports "
-                                  "(its transports are sockets only)")
+        """Write to ``pipe`` through a transport that buffers what would block."""
+        protocol = protocol_factory()
+        waiter = self.create_future()
+        transport = aioprocess.WritePipeTransport(self, pipe, protocol, waiter)
+        return await self._pipe_connected(transport, protocol, waiter)
+
+    async def _pipe_connected(self, transport, protocol, waiter):
+        try:
+            await waiter
+        except BaseException:
+            transport.close()
+            raise
+        return transport, protocol
+
+    async def subprocess_exec(self, protocol_factory, program, *args,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=False, shell=False,
+                              bufsize=0, encoding=None, errors=None, text=None, **kwargs):
+        """Start ``program`` with ``args`` (no shell); ``(transport, protocol)``
+        once its pipes are connected. asyncio's argument rules."""
+        _check_subprocess_args(universal_newlines, bufsize, text, encoding, errors)
+        if shell:
+            raise ValueError("shell must be False")
+        protocol = protocol_factory()
+        transport = await self._make_subprocess_transport(
+            protocol, (program, *args), False, stdin, stdout, stderr, bufsize, **kwargs)
+        return transport, protocol
+
+    async def subprocess_shell(self, protocol_factory, cmd, *, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               universal_newlines=False, shell=True, bufsize=0,
+                               encoding=None, errors=None, text=None, **kwargs):
+        """Run ``cmd`` (str or bytes) in the shell; ``(transport, protocol)``."""
+        if not isinstance(cmd, (bytes, str)):
+            raise ValueError("cmd must be a string")
+        _check_subprocess_args(universal_newlines, bufsize, text, encoding, errors)
+        if not shell:
+            raise ValueError("shell must be True")
+        protocol = protocol_factory()
+        transport = await self._make_subprocess_transport(
+            protocol, cmd, True, stdin, stdout, stderr, bufsize, **kwargs)
+        return transport, protocol
+
+    async def _make_subprocess_transport(self, protocol, args, shell, stdin, stdout, stderr,
+                                         bufsize, extra=None, **kwargs):
+        self._check_closed()
+        waiter = self.create_future()
+        transport = aioprocess.SubprocessTransport(
+            self, protocol, args, shell, stdin, stdout, stderr, bufsize, waiter=waiter,
+            extra=extra, **kwargs)
+        aioprocess.watch_child(self, transport.get_pid(), transport._process_exited)
+        try:
+            await waiter
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException:
+            transport.close()
+            await transport._wait()
+            raise
+        return transport
+
+
+def _check_subprocess_args(universal_newlines, bufsize, text, encoding, errors):
+    # asyncio's rules: the pipes carry bytes, unbuffered
+    if universal_newlines:
+        raise ValueError("universal_newlines must be False")
+    if bufsize != 0:
+        raise ValueError("bufsize must be 0")
+    if text:
+        raise ValueError("text must be False")
+    if encoding is not None:
+        raise ValueError("encoding must be None")
+    if errors is not None:
+        raise ValueError("errors must be None")
 
 
 def new_event_loop(**options) -> AioLoop:

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import socket
+import sys
 
 from asyncio import futures
 
-from .transports import BufferedReads, SocketTransport, _ChunkBufferTransport, _RECV_BYTES
+from .transports import BufferedReads, SocketTransport, _ChunkBufferTransport
 
 __all__ = ["AioTransport", "DatagramTransport", "make_transport", "set_nodelay"]
+
+logger = logging.getLogger("asyncio")
 
 # ---------------------------------------------------------------------------
 # Transports: the kernel's SocketTransport with asyncio's two extras.
@@ -105,10 +109,20 @@ def set_nodelay(sock):
 # ---------------------------------------------------------------------------
 # UDP
 
+#: 3.12 sends an empty datagram (3.11 drops it) and counts 8 header bytes per
+#: queued datagram in get_write_buffer_size(); we follow the interpreter
+_EMPTY_DATAGRAMS_SENT = sys.version_info >= (3, 12)
+_DATAGRAM_HEADER = 8 if _EMPTY_DATAGRAMS_SENT else 0
+_MAX_DATAGRAM = 256 * 1024        # asyncio's max_size: a UNIX datagram can exceed 64 KiB
+_WARN_AFTER_LOST_SENDS = 5        # asyncio's LOG_THRESHOLD_FOR_CONNLOST_WRITES
+
+
 class DatagramTransport(asyncio.DatagramTransport):
-    """A UDP socket for a ``DatagramProtocol``: ``sendto`` tries the socket at
-    once and queues what would block (flow control with the loop's marks);
-    ``error_received`` gets the socket's errors; ``connection_lost`` once."""
+    """A UDP socket for a ``DatagramProtocol``, asyncio's selector transport's
+    behaviour: ``sendto`` tries the socket at once and queues what would block
+    (flow control with the loop's marks); ``error_received`` gets the socket's
+    errors; a connected endpoint counts sends after its loss and from the fifth
+    on logs each; ``connection_lost`` once."""
 
     def __init__(self, loop, sock, protocol, address=None, waiter=None):
         super().__init__({"socket": sock, "sockname": sock.getsockname()})
@@ -127,15 +141,24 @@ class DatagramTransport(asyncio.DatagramTransport):
         self._low_water = loop.options["low_water"]
         self._paused = False
         self._closing = False
-        self._lost = False
+        self._lost = 0                  # asyncio's _conn_lost: sends after the loss
         loop.call_soon(self._protocol.connection_made, self)
-        loop.call_soon(loop._add_reader, self._fileno, self._read_ready, ())
+        loop.call_soon(self._start_reading)
         if waiter is not None:
             loop.call_soon(futures._set_result_unless_cancelled, waiter, None)
 
+    def __repr__(self):
+        return f"<{type(self).__name__} fd={self._fileno} closing={self._closing}>"
+
+    def _start_reading(self):
+        if not self._closing:
+            self._loop._add_reader(self._fileno, self._read_ready, ())
+
     def _read_ready(self):
+        if self._lost:
+            return
         try:
-            data, addr = self._sock.recvfrom(_RECV_BYTES)
+            data, addr = self._sock.recvfrom(_MAX_DATAGRAM)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -143,7 +166,7 @@ class DatagramTransport(asyncio.DatagramTransport):
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            self._fatal_error(exc)
+            self._fatal_error(exc, "Fatal read error on datagram transport")
         else:
             self._protocol.datagram_received(data, addr)
 
@@ -151,63 +174,73 @@ class DatagramTransport(asyncio.DatagramTransport):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data argument must be a bytes-like object, "
                             f"not {type(data).__name__!r}")
+        if not data and not _EMPTY_DATAGRAMS_SENT:
+            return
         if self._address:
             if addr not in (None, self._address):
                 raise ValueError(f"Invalid address: must be None or {self._address}")
             addr = self._address
-        if self._lost or self._closing:
+        if self._lost and self._address:
+            if self._lost >= _WARN_AFTER_LOST_SENDS:
+                logger.warning("socket.send() raised exception.")
+            self._lost += 1
             return
         if not self._buffer:
-            try:
-                if self._extra["peername"]:
-                    self._sock.send(data)
-                else:
-                    self._sock.sendto(data, addr)
+            if self._send(data, addr):
                 return
-            except (BlockingIOError, InterruptedError):
-                self._loop._add_writer(self._fileno, self._write_ready, ())
-            except OSError as exc:
-                self._protocol.error_received(exc)
-                return
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc)
-                return
-        self._buffer.append((bytes(data), addr))
-        self._buffer_size += len(data)
+            self._loop._add_writer(self._fileno, self._write_ready, ())
+        self._buffer.append((bytes(data), addr))     # what we keep must not change
+        self._buffer_size += len(data) + _DATAGRAM_HEADER
         if self._buffer_size > self._high_water and not self._paused:
             self._paused = True
-            self._protocol.pause_writing()
+            self._protocol_call("pause_writing")
+
+    def _send(self, data, addr):
+        """One datagram now: True if it went or failed (reported), False if it
+        would block."""
+        try:
+            if self._extra["peername"]:
+                self._sock.send(data)
+            else:
+                self._sock.sendto(data, addr)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError as exc:
+            self._protocol.error_received(exc)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal write error on datagram transport")
+        return True
 
     def _write_ready(self):
-        while self._buffer:
-            data, addr = self._buffer.popleft()
-            self._buffer_size -= len(data)
-            try:
-                if self._extra["peername"]:
-                    self._sock.send(data)
-                else:
-                    self._sock.sendto(data, addr)
-            except (BlockingIOError, InterruptedError):
-                self._buffer.appendleft((data, addr))
-                self._buffer_size += len(data)
+        buffer = self._buffer
+        while buffer:
+            data, addr = buffer[0]
+            if not self._send(data, addr):
                 break
-            except OSError as exc:
-                self._protocol.error_received(exc)
-                return
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc)
+            buffer.popleft()
+            self._buffer_size -= len(data) + _DATAGRAM_HEADER
+            if self._lost:
                 return
         if self._paused and self._buffer_size <= self._low_water:
             self._paused = False
-            self._protocol.resume_writing()
-        if not self._buffer:
+            self._protocol_call("resume_writing")
+        if not buffer:
             self._loop._remove_writer(self._fileno)
-            if self._closing:
-                self._lose(None)
+            if self._closing and not self._lost:
+                self._lost += 1
+                self._call_connection_lost(None)
+
+    def _protocol_call(self, name):
+        try:
+            getattr(self._protocol, name)()
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._loop.call_exception_handler({
+                "message": f"protocol.{name}() failed", "exception": exc,
+                "transport": self, "protocol": self._protocol})
 
     def get_write_buffer_size(self):
         return self._buffer_size
@@ -221,30 +254,36 @@ class DatagramTransport(asyncio.DatagramTransport):
         self._closing = True
         self._loop._remove_reader(self._fileno)
         if not self._buffer:
-            self._lose(None)
+            self._lost += 1
+            self._loop.call_soon(self._call_connection_lost, None)
 
     def abort(self):
-        self._lose(None)
+        self._force_close(None)
 
-    def _fatal_error(self, exc):
-        self._loop.call_exception_handler({
-            "message": "Fatal error on datagram transport", "exception": exc,
-            "transport": self, "protocol": self._protocol})
-        self._lose(exc)
+    def _fatal_error(self, exc, message):
+        # socket errors reach the protocol as connection_lost(exc); others are bugs
+        if not isinstance(exc, OSError):
+            self._loop.call_exception_handler({
+                "message": message, "exception": exc, "transport": self,
+                "protocol": self._protocol})
+        self._force_close(exc)
 
-    def _lose(self, exc):
+    def _force_close(self, exc):
         if self._lost:
             return
-        self._lost = self._closing = True
-        self._buffer.clear()
-        self._buffer_size = 0
         loop = self._loop
-        if not loop._closed:
-            loop._remove_reader(self._fileno)
+        if self._buffer:
+            self._buffer.clear()
+            self._buffer_size = 0
             loop._remove_writer(self._fileno)
-            loop.call_soon(self._call_connection_lost, exc)
-        else:
+        if not self._closing:
+            self._closing = True
+            loop._remove_reader(self._fileno)
+        self._lost += 1
+        if loop._closed:
             self._sock.close()
+        else:
+            loop.call_soon(self._call_connection_lost, exc)
 
     def _call_connection_lost(self, exc):
         try:
@@ -254,7 +293,8 @@ class DatagramTransport(asyncio.DatagramTransport):
             self._loop._datagrams.discard(self)
 
     def _abandon_at_exit(self):
-        self._lost = self._closing = True
+        self._lost += 1
+        self._closing = True
         self._sock.close()
         return 0
 
