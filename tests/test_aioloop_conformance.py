@@ -663,3 +663,13 @@ def test_connection_lost_after_close_runs_in_the_closers_context(factory):
                 await proto.lost
         return proto.seen["lost"]
     assert run(factory, main) == "closing"
+
+
+def test_children_are_reaped_without_pidfd_too(monkeypatch):
+    # where os.pidfd_open is missing (or refused), a thread waits in waitpid
+    monkeypatch.delattr(os, "pidfd_open", raising=False)
+
+    async def main():
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "raise SystemExit(5)")
+        return await proc.wait()
+    assert run(cb.new_event_loop, main) == 5
