@@ -673,3 +673,47 @@ def test_children_are_reaped_without_pidfd_too(monkeypatch):
         proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "raise SystemExit(5)")
         return await proc.wait()
     assert run(cb.new_event_loop, main) == 5
+
+
+def test_subprocess_pipes_are_one_way(factory):
+    async def main():
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import sys; sys.stdin.read()",
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        transport = proc._transport
+        with pytest.raises(NotImplementedError):
+            transport.get_pipe_transport(0).pause_reading()      # stdin writes only
+        with pytest.raises((NotImplementedError, AttributeError)):
+            transport.get_pipe_transport(1).write(b"no")          # stdout reads only
+        proc.stdin.close()
+        return await proc.wait()
+    assert run(factory, main) == 0
+
+
+def test_unix_connection_checks_its_arguments_before_connecting(factory, tmp_path):
+    async def main():
+        loop = asyncio.get_running_loop()
+        with pytest.raises(ValueError, match="ssl_handshake_timeout is only meaningful"):
+            await loop.create_unix_connection(asyncio.Protocol, path=str(tmp_path / "none"),
+                                              ssl_handshake_timeout=1.0)
+    run(factory, main)
+
+
+def test_datagram_sendto_without_address_on_a_connected_socket_sends():
+    # ours only, a declared difference: CPython's loop calls sendto(data, None)
+    # on a socket connected before it was handed over, a fatal TypeError
+    class Got(asyncio.DatagramProtocol):
+        pass
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        s1, s2 = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        with s1, s2:
+            transport, _ = await loop.create_datagram_endpoint(Got, sock=s1)
+            transport.sendto(b"no address")
+            s2.settimeout(5)
+            got = s2.recv(100)
+            transport.close()
+            await asyncio.sleep(0.01)
+        return got
+    assert run(cb.new_event_loop, main) == b"no address"

@@ -359,8 +359,13 @@ class AioNetworking:
         if ssl:
             if server_hostname is None:
                 raise ValueError("you have to pass server_hostname when using ssl")
-        elif server_hostname is not None:
-            raise ValueError("server_hostname is only meaningful with ssl")
+        else:
+            if server_hostname is not None:
+                raise ValueError("server_hostname is only meaningful with ssl")
+            if ssl_handshake_timeout is not None:
+                raise ValueError("ssl_handshake_timeout is only meaningful with ssl")
+            if ssl_shutdown_timeout is not None:
+                raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
         if path is not None:
             if sock is not None:
                 raise ValueError("path and sock can not be specified at the same time")

@@ -167,9 +167,11 @@ class ReadPipeTransport(_PipeTransport, asyncio.ReadTransport):
         self._loop.call_soon(self._call_connection_lost, exc)
 
 
-class WritePipeTransport(_PipeTransport, asyncio.WriteTransport):
+class WritePipeTransport(_PipeTransport, asyncio.Transport):
     """The write end of a pipe (or a socket or character device) for a
-    protocol: ``write`` never blocks, the rest as the module says."""
+    protocol: ``write`` never blocks, the rest as the module says. An
+    ``asyncio.Transport``, as asyncio's write pipe is, so ``pause_reading()``
+    raises ``NotImplementedError``."""
     _kind_error = "Pipe transport is only for pipes, sockets and character devices"
 
     def __init__(self, loop, pipe, protocol, waiter=None):

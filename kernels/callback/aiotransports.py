@@ -199,7 +199,9 @@ class DatagramTransport(asyncio.DatagramTransport):
         """One datagram now: True if it went or failed (reported), False if it
         would block."""
         try:
-            if self._extra["peername"]:
+            if self._extra["peername"] or addr is None:
+                # (asyncio calls sendto(data, None) on a socket connected before
+                # it was handed over, a TypeError; we send on it)
                 self._sock.send(data)
             else:
                 self._sock.sendto(data, addr)
