@@ -174,6 +174,8 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
     def __init__(self, *, io=None, **options):
         options = LOOP_OPTIONS.validate(options)
         self._debug = False
+        #: call_soon's one test for its slow path: the loop is closed or in debug mode
+        self._checked_calls = False
         self._thread_id = None
         super().__init__(io=io, **options)
         self.set_debug(sys.flags.dev_mode or (
@@ -206,11 +208,8 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         """Run ``callback(*args)`` on a later pass, in ``context`` (default: a
         copy of the current one), FIFO with other ``call_soon``\\ s. In debug
         mode: only from the loop's thread, timed, with its source traceback."""
-        if self._closed:
-            raise RuntimeError("Event loop is closed")
-        if self._debug:
-            self._check_thread()
-            return self._debug_handle(AioHandle, None, callback, args, context)
+        if self._checked_calls:          # closed, or debug mode
+            return self._call_soon_checked(callback, args, context)
         if context is None:
             context = _copy_context()
         # the handle's fields set here, without an __init__ frame: this runs
@@ -222,6 +221,12 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         handle._context = context
         self._ready.append(handle)
         return handle
+
+    def _call_soon_checked(self, callback, args, context):
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        self._check_thread()
+        return self._debug_handle(AioHandle, None, callback, args, context)
 
     def call_soon_threadsafe(self, callback, *args, context=None):
         if self._closed:
@@ -415,6 +420,7 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         try:
             Loop.close(self)
         finally:
+            self._checked_calls = True
             self._executor_shutdown_called = True
             executor, self._default_executor = self._default_executor, None
             if executor is not None:
@@ -787,6 +793,7 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
 
     def set_debug(self, enabled):
         self._debug = enabled = bool(enabled)
+        self._checked_calls = enabled or self._closed
         self.get_debug = itertools.repeat(enabled).__next__
 
     # ------------------------------------------------------------------ pipes & processes

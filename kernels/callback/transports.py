@@ -46,6 +46,8 @@ import os
 import socket
 import weakref
 
+from ..probe import ConnStats
+
 __all__ = ["Protocol", "SocketTransport", "BufferedReads"]
 
 #: From this many writes dropped on a closed or lost connection on, each one
@@ -119,6 +121,21 @@ def _byte_view(view: memoryview) -> memoryview:
         raise TypeError("write() needs a C-contiguous memoryview") from None
 
 
+class _TransportStats(ConnStats):
+    """A transport's ``ConnStats``: ``accepted_bytes`` is not counted per write
+    but derived. Every byte ``write()`` accepts is, at any moment, exactly one
+    of: sent, still buffered, dropped by an abort or a fatal error, or dropped
+    at the loop's exit; the transport keeps those four exact, so their sum is
+    the accepted count, and a write on the fast path updates one counter
+    instead of two."""
+    __slots__ = ()
+
+    @property
+    def accepted_bytes(self):
+        return (self.sent_bytes + self.user_buffer_bytes + self.lost_on_abort_bytes
+                + self.lost_on_exit_bytes)
+
+
 #: what ``SocketTransport._guarded`` gives for a call that failed or would block
 _FAILED = object()
 _WOULD_BLOCK = (BlockingIOError, InterruptedError)
@@ -184,7 +201,8 @@ class SocketTransport:
         self._extra = {"socket": sock, "sockname": sock.getsockname(), "peername": peername}
         probe = loop.probe
         self._tid = len(probe.connections)
-        self.stats = probe.new_conn()
+        self.stats = stats = probe.new_conn()
+        stats.__class__ = _TransportStats
         self._trace = trace = probe.trace
         if trace is not None:
             trace.track(self._tid, f"{self.stats.name} {peername}")
@@ -310,8 +328,7 @@ class SocketTransport:
         if self._direct and not self._buffer:
             # the common case, checked by one flag: an open transport that sends
             # at once, nothing buffered, no trace, not paused (see _update_direct)
-            cls = data.__class__
-            if cls is bytes or cls is bytearray:
+            if data.__class__ is bytes:
                 n = len(data)
                 if n:
                     try:
@@ -321,11 +338,9 @@ class SocketTransport:
                     except (SystemExit, KeyboardInterrupt):
                         raise
                     except BaseException as exc:
-                        self.stats.accepted_bytes += n
                         self._write_failed(exc, n)
                         return
                     stats = self.stats
-                    stats.accepted_bytes += n
                     if sent == n:
                         stats.sent_bytes += n
                         return
@@ -358,7 +373,6 @@ class SocketTransport:
                 self._drop_write()
                 return
         stats = self.stats
-        stats.accepted_bytes += n
         if self._protocol_paused:
             stats.written_while_paused_bytes += n
         trace = self._trace
