@@ -553,6 +553,9 @@ class Loop(Networking):
         timers = self._timers
         heappop = heapq.heappop
         wait = self._poller.wait
+        chooser = self._chooser
+        if chooser is not None:
+            wait = self._chosen_wait(wait, chooser)
         fds_get = self._fds.get
         monotonic = self._io.time
         wait_timeout = _io.wait_timeout
@@ -563,7 +566,6 @@ class Loop(Networking):
         probe = self.probe
         failed = self._callback_failed
         wait_exit = self.options["exit"] == "wait"
-        chooser = self._chooser
         draining = False
         drain_deadline = drain_guard = None
         try:
@@ -578,9 +580,6 @@ class Loop(Networking):
                 else:
                     timeout = None
                 events = wait(timeout)
-                if chooser is not None:   # an explorer's choices (kernels.choice)
-                    events = _choice.poll_order(chooser.choose, events, bool(ready) or bool(
-                        timers and timers[0][0] <= monotonic()))
                 ran = 0
                 for fd, mask in events:
                     entry = fds_get(fd)
@@ -625,14 +624,15 @@ class Loop(Networking):
                         self._compact_timers()
 
                 ntodo = len(ready)
-                if ntodo > probe.ready_max:
-                    probe.ready_max = ntodo
-                if chooser is not None and ntodo > 1:
-                    # the explorer picks which of those queued now runs next, one
-                    # at a time (a callback of this batch only appends behind them)
-                    batch = [popleft() for _ in range(ntodo)]
-                    ready.extendleft(reversed(_choice.permute(chooser.choose, _choice.READY,
-                                                              batch)))
+                if ntodo:
+                    if ntodo > probe.ready_max:
+                        probe.ready_max = ntodo
+                    if ntodo > 1 and chooser is not None:
+                        # the explorer picks which of those queued now runs next, one
+                        # at a time (a callback of this batch only appends behind them)
+                        batch = [popleft() for _ in range(ntodo)]
+                        ready.extendleft(reversed(_choice.permute(
+                            chooser.choose, _choice.READY, batch)))
                 while ntodo:
                     ntodo -= 1
                     handle = popleft()
@@ -668,6 +668,16 @@ class Loop(Networking):
             self._stopping = False
             self._running = False
             _running.loop = None
+
+    def _chosen_wait(self, wait, chooser):
+        """The poller's ``wait`` with an explorer's choice of the order in which
+        the pass dispatches what it returned (kernels.choice)."""
+        ready, timers, monotonic = self._ready, self._timers, self._io.time
+
+        def chosen(timeout):
+            return _choice.poll_order(chooser.choose, wait(timeout), bool(ready) or bool(
+                timers and timers[0][0] <= monotonic()))
+        return chosen
 
     def _exit_pending(self) -> bool:
         for transport in self._transports:

@@ -241,7 +241,8 @@ class SocketTransport:
 
     def _read_ready(self):
         try:
-            data = self._recv(_RECV_BYTES)
+            recv = self._recv      # an attribute load, not a method lookup
+            data = recv(_RECV_BYTES)
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
@@ -331,8 +332,9 @@ class SocketTransport:
             if data.__class__ is bytes:
                 n = len(data)
                 if n:
+                    send = self._send
                     try:
-                        sent = self._send(data)
+                        sent = send(data)
                     except (BlockingIOError, InterruptedError):
                         sent = 0
                     except (SystemExit, KeyboardInterrupt):
