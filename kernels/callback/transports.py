@@ -100,7 +100,7 @@ class Protocol:
 
 
 def _byte_calls(sock, fd):
-    """The transport's ``recv(n)`` and ``send(data)``. On a real socket they are
+    """The transport's ``recv()`` (of ``_RECV_BYTES``) and ``send(data)``. On a real socket they are
     ``os.read``/``os.write`` on its descriptor: the same syscalls' effect on a
     stream socket, through argument-clinic functions, where ``socket.recv``
     and ``send`` parse a tuple with ``PyArg_ParseTuple`` and go through the
@@ -108,8 +108,8 @@ def _byte_calls(sock, fd):
     trip). Any other socket object (the simulated network's) keeps its methods.
     The transport owns the descriptor: it never reads or writes after closing."""
     if type(sock) is socket.socket:
-        return functools.partial(os.read, fd), functools.partial(os.write, fd)
-    return sock.recv, sock.send
+        return functools.partial(os.read, fd, _RECV_BYTES), functools.partial(os.write, fd)
+    return functools.partial(sock.recv, _RECV_BYTES), sock.send
 
 
 def _byte_view(view: memoryview) -> memoryview:
@@ -242,7 +242,7 @@ class SocketTransport:
     def _read_ready(self):
         try:
             recv = self._recv      # an attribute load, not a method lookup
-            data = recv(_RECV_BYTES)
+            data = recv()
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
@@ -326,7 +326,7 @@ class SocketTransport:
         before the close completes (dropped and counted instead with the option
         ``write_after_close="drop"``, CPython 115514). After ``close()`` with
         nothing buffered, ``abort()`` or a lost connection: dropped and counted."""
-        if self._direct and not self._buffer:
+        if self._direct:
             # the common case, checked by one flag: an open transport that sends
             # at once, nothing buffered, no trace, not paused (see _update_direct)
             if data.__class__ is bytes:
@@ -413,6 +413,7 @@ class SocketTransport:
         self._buffer_more(data)
 
     def _buffer_more(self, data):
+        self._direct = False
         buf = self._buffer
         buf += data
         size = len(buf)
@@ -427,11 +428,12 @@ class SocketTransport:
             self._pause_protocol()
 
     def _update_direct(self):
-        """``write()``'s one-flag test: true while a write on an empty buffer
-        needs nothing but the send (open, no EOF sent, try-send, no trace, not
-        paused). Every place that changes one of these calls this."""
+        """``write()``'s one-flag test: true while a write needs nothing but the
+        send (open, no EOF sent, try-send, no trace, not paused, nothing
+        buffered). Every place that changes one of these calls this or clears it."""
         self._direct = (self._try_send and self._trace is None and not self._closing
-                        and not self._eof and not self._protocol_paused)
+                        and not self._eof and not self._protocol_paused
+                        and not self._buffer)
 
     def writelines(self, list_of_data) -> None:
         """Write the concatenation as one ``write()``: same flow-control check
@@ -480,6 +482,7 @@ class SocketTransport:
             # before resume_writing(): a write() made from it must find the
             # writer unregistered, like any write() on an empty buffer
             self._loop._remove_writer(self._fileno)
+            self._update_direct()
         if self._protocol_paused and size <= self._low_water:
             self._resume_protocol()
         if buf or self._conn_lost:
@@ -791,6 +794,7 @@ class _ChunkBufferTransport(SocketTransport):
             trace.counter("user_buffer_bytes", size, self._tid)
         if not size:
             self._loop._remove_writer(self._fileno)
+            self._update_direct()
         if self._protocol_paused and size <= self._low_water:
             self._resume_protocol()
         if buf or self._conn_lost:
