@@ -556,7 +556,7 @@ class Loop(Networking):
         chooser = self._chooser
         if chooser is not None:
             wait = self._chosen_wait(wait, chooser)
-        fds_get = self._fds.get
+        fds = self._fds
         monotonic = self._io.time
         wait_timeout = _io.wait_timeout
         needs_compaction = _io.heap_needs_compaction
@@ -580,23 +580,31 @@ class Loop(Networking):
                 else:
                     timeout = None
                 events = wait(timeout)
-                ran = 0
+                # callbacks run: one per event, corrected on the rare paths below
+                # (no entry, no callback, nothing readable), so the common event
+                # costs no count of its own
+                ran = len(events)
                 for fd, mask in events:
-                    entry = fds_get(fd)
-                    if entry is None:
+                    try:
+                        entry = fds[fd]
+                    except KeyError:
+                        ran -= 1
                         continue
                     # only readable, the common event, takes one compare where the
                     # general test is two ands (an int & is not specialised on 3.11)
                     if mask == read_only or mask & readable:
                         cb = entry[0]
                         if cb is not None:
-                            ran += 1
                             try:
                                 cb()
                             except (SystemExit, KeyboardInterrupt):
                                 raise
                             except BaseException as exc:
                                 failed(cb, exc)
+                        else:
+                            ran -= 1
+                    else:
+                        ran -= 1
                     if mask != read_only and mask & writable:
                         cb = entry[1]   # re-read: the reader may just have removed it
                         if cb is not None:
