@@ -42,7 +42,6 @@ import itertools
 import logging
 import os
 import socket
-import subprocess
 import sys
 import threading
 import warnings
@@ -51,8 +50,8 @@ import weakref
 from asyncio import events, format_helpers, futures, tasks
 
 from ..options import Schema
-from . import aioprocess
 from .aionet import AioNetworking
+from .aioprocess import AioProcesses
 from .loop import OPTIONS, Handle, Loop, TimerHandle, _Bound
 from .network import connect_result
 
@@ -164,7 +163,7 @@ def _literal_host(host) -> bool:
     return False
 
 
-class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
+class AioLoop(AioNetworking, AioProcesses, Loop, asyncio.AbstractEventLoop):
     """``asyncio.AbstractEventLoop`` on the callback kernel's reactor.
     ``AioLoop(io=None, **options)``; options as ``LOOP_OPTIONS``."""
 
@@ -795,92 +794,6 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         self._debug = enabled = bool(enabled)
         self._checked_calls = enabled or self._closed
         self.get_debug = itertools.repeat(enabled).__next__
-
-    # ------------------------------------------------------------------ pipes & processes
-
-    async def connect_read_pipe(self, protocol_factory, pipe):
-        """Read ``pipe`` (a file object of a pipe, socket or character device)
-        for the protocol ``protocol_factory()`` makes; ``(transport, protocol)``."""
-        protocol = protocol_factory()
-        waiter = self.create_future()
-        transport = aioprocess.ReadPipeTransport(self, pipe, protocol, waiter)
-        return await self._pipe_connected(transport, protocol, waiter)
-
-    async def connect_write_pipe(self, protocol_factory, pipe):
-        """Write to ``pipe`` through a transport that buffers what would block."""
-        protocol = protocol_factory()
-        waiter = self.create_future()
-        transport = aioprocess.WritePipeTransport(self, pipe, protocol, waiter)
-        return await self._pipe_connected(transport, protocol, waiter)
-
-    async def _pipe_connected(self, transport, protocol, waiter):
-        try:
-            await waiter
-        except BaseException:
-            transport.close()
-            raise
-        return transport, protocol
-
-    async def subprocess_exec(self, protocol_factory, program, *args,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, universal_newlines=False, shell=False,
-                              bufsize=0, encoding=None, errors=None, text=None, **kwargs):
-        """Start ``program`` with ``args`` (no shell); ``(transport, protocol)``
-        once its pipes are connected. asyncio's argument rules."""
-        _check_subprocess_args(universal_newlines, bufsize, text, encoding, errors)
-        if shell:
-            raise ValueError("shell must be False")
-        protocol = protocol_factory()
-        transport = await self._make_subprocess_transport(
-            protocol, (program, *args), False, stdin, stdout, stderr, bufsize, **kwargs)
-        return transport, protocol
-
-    async def subprocess_shell(self, protocol_factory, cmd, *, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               universal_newlines=False, shell=True, bufsize=0,
-                               encoding=None, errors=None, text=None, **kwargs):
-        """Run ``cmd`` (str or bytes) in the shell; ``(transport, protocol)``."""
-        if not isinstance(cmd, (bytes, str)):
-            raise ValueError("cmd must be a string")
-        _check_subprocess_args(universal_newlines, bufsize, text, encoding, errors)
-        if not shell:
-            raise ValueError("shell must be True")
-        protocol = protocol_factory()
-        transport = await self._make_subprocess_transport(
-            protocol, cmd, True, stdin, stdout, stderr, bufsize, **kwargs)
-        return transport, protocol
-
-    async def _make_subprocess_transport(self, protocol, args, shell, stdin, stdout, stderr,
-                                         bufsize, extra=None, **kwargs):
-        self._check_closed()
-        waiter = self.create_future()
-        transport = aioprocess.SubprocessTransport(
-            self, protocol, args, shell, stdin, stdout, stderr, bufsize, waiter=waiter,
-            extra=extra, **kwargs)
-        aioprocess.watch_child(self, transport.get_pid(), transport._process_exited)
-        try:
-            await waiter
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException:
-            transport.close()
-            await transport._wait()
-            raise
-        return transport
-
-
-def _check_subprocess_args(universal_newlines, bufsize, text, encoding, errors):
-    # asyncio's rules: the pipes carry bytes, unbuffered
-    if universal_newlines:
-        raise ValueError("universal_newlines must be False")
-    if bufsize != 0:
-        raise ValueError("bufsize must be 0")
-    if text:
-        raise ValueError("text must be False")
-    if encoding is not None:
-        raise ValueError("encoding must be None")
-    if errors is not None:
-        raise ValueError("errors must be None")
 
 
 def new_event_loop(**options) -> AioLoop:

@@ -644,6 +644,12 @@ class AioNetworking:
         waiter = self.create_future()
         transport = DatagramTransport(self, sock, protocol, remote, waiter)
         self._datagrams.add(transport)
+        return await self._connected(transport, protocol, waiter)
+
+    @staticmethod
+    async def _connected(transport, protocol, waiter):
+        """``(transport, protocol)`` once ``waiter`` says ``connection_made`` ran;
+        the transport closed if the wait is cancelled (datagrams, pipes)."""
         try:
             await waiter
         except BaseException:

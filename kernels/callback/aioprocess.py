@@ -36,8 +36,10 @@ import threading
 
 from asyncio import base_subprocess, futures
 
-__all__ = ["ReadPipeTransport", "WritePipeTransport", "SubprocessTransport",
-           "watch_child"]
+from .transports import call_protocol
+
+__all__ = ["AioProcesses", "ReadPipeTransport", "WritePipeTransport",
+           "SubprocessTransport", "watch_child"]
 
 logger = logging.getLogger("asyncio")
 
@@ -277,14 +279,7 @@ class WritePipeTransport(_PipeTransport, asyncio.Transport):
 
     def _protocol_call(self, name):
         self._protocol_paused = name == "pause_writing"
-        try:
-            getattr(self._protocol, name)()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._loop.call_exception_handler({
-                "message": f"protocol.{name}() failed", "exception": exc,
-                "transport": self, "protocol": self._protocol})
+        call_protocol(self, name)
 
     def can_write_eof(self):
         return True
@@ -383,3 +378,87 @@ def _watch_with_thread(loop, pid, callback):
     loop._children[pid] = lambda: None       # the thread ends with the child
     thread.start()
     return loop._children[pid]
+
+
+class AioProcesses:
+    """The pipes-and-processes half of ``AioLoop`` (a base class; never used
+    alone): ``connect_read_pipe``, ``connect_write_pipe``, ``subprocess_exec``,
+    ``subprocess_shell``. It relies on the loop's ``_pipes`` and ``_children``."""
+    __slots__ = ()
+
+    async def connect_read_pipe(self, protocol_factory, pipe):
+        """Read ``pipe`` (a file object of a pipe, socket or character device)
+        for the protocol ``protocol_factory()`` makes; ``(transport, protocol)``."""
+        protocol = protocol_factory()
+        waiter = self.create_future()
+        transport = ReadPipeTransport(self, pipe, protocol, waiter)
+        return await self._connected(transport, protocol, waiter)
+
+    async def connect_write_pipe(self, protocol_factory, pipe):
+        """Write to ``pipe`` through a transport that buffers what would block."""
+        protocol = protocol_factory()
+        waiter = self.create_future()
+        transport = WritePipeTransport(self, pipe, protocol, waiter)
+        return await self._connected(transport, protocol, waiter)
+
+
+    async def subprocess_exec(self, protocol_factory, program, *args,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=False, shell=False,
+                              bufsize=0, encoding=None, errors=None, text=None, **kwargs):
+        """Start ``program`` with ``args`` (no shell); ``(transport, protocol)``
+        once its pipes are connected. asyncio's argument rules."""
+        _check_subprocess_args(universal_newlines, bufsize, text, encoding, errors)
+        if shell:
+            raise ValueError("shell must be False")
+        protocol = protocol_factory()
+        transport = await self._make_subprocess_transport(
+            protocol, (program, *args), False, stdin, stdout, stderr, bufsize, **kwargs)
+        return transport, protocol
+
+    async def subprocess_shell(self, protocol_factory, cmd, *, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               universal_newlines=False, shell=True, bufsize=0,
+                               encoding=None, errors=None, text=None, **kwargs):
+        """Run ``cmd`` (str or bytes) in the shell; ``(transport, protocol)``."""
+        if not isinstance(cmd, (bytes, str)):
+            raise ValueError("cmd must be a string")
+        _check_subprocess_args(universal_newlines, bufsize, text, encoding, errors)
+        if not shell:
+            raise ValueError("shell must be True")
+        protocol = protocol_factory()
+        transport = await self._make_subprocess_transport(
+            protocol, cmd, True, stdin, stdout, stderr, bufsize, **kwargs)
+        return transport, protocol
+
+    async def _make_subprocess_transport(self, protocol, args, shell, stdin, stdout, stderr,
+                                         bufsize, extra=None, **kwargs):
+        self._check_closed()
+        waiter = self.create_future()
+        transport = SubprocessTransport(
+            self, protocol, args, shell, stdin, stdout, stderr, bufsize, waiter=waiter,
+            extra=extra, **kwargs)
+        watch_child(self, transport.get_pid(), transport._process_exited)
+        try:
+            await waiter
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException:
+            transport.close()
+            await transport._wait()
+            raise
+        return transport
+
+
+def _check_subprocess_args(universal_newlines, bufsize, text, encoding, errors):
+    # asyncio's rules: the pipes carry bytes, unbuffered
+    if universal_newlines:
+        raise ValueError("universal_newlines must be False")
+    if bufsize != 0:
+        raise ValueError("bufsize must be 0")
+    if text:
+        raise ValueError("text must be False")
+    if encoding is not None:
+        raise ValueError("encoding must be None")
+    if errors is not None:
+        raise ValueError("errors must be None")

@@ -23,7 +23,8 @@ import sys
 
 from asyncio import futures
 
-from .transports import BufferedReads, SocketTransport, _ChunkBufferTransport
+from .transports import (Aborting, BufferedReads, SocketTransport, _ChunkBufferTransport,
+                         call_protocol)
 
 __all__ = ["AioTransport", "DatagramTransport", "make_transport", "set_nodelay"]
 
@@ -117,7 +118,7 @@ _MAX_DATAGRAM = 256 * 1024        # asyncio's max_size: a UNIX datagram can exce
 _WARN_AFTER_LOST_SENDS = 5        # asyncio's LOG_THRESHOLD_FOR_CONNLOST_WRITES
 
 
-class DatagramTransport(asyncio.DatagramTransport):
+class DatagramTransport(Aborting, asyncio.DatagramTransport):
     """A UDP socket for a ``DatagramProtocol``, asyncio's selector transport's
     behaviour: ``sendto`` tries the socket at once and queues what would block
     (flow control with the loop's marks); ``error_received`` gets the socket's
@@ -193,7 +194,7 @@ class DatagramTransport(asyncio.DatagramTransport):
         self._buffer_size += len(data) + _DATAGRAM_HEADER
         if self._buffer_size > self._high_water and not self._paused:
             self._paused = True
-            self._protocol_call("pause_writing")
+            call_protocol(self, "pause_writing")
 
     def _send(self, data, addr):
         """One datagram now: True if it went or failed (reported), False if it
@@ -227,22 +228,12 @@ class DatagramTransport(asyncio.DatagramTransport):
                 return
         if self._paused and self._buffer_size <= self._low_water:
             self._paused = False
-            self._protocol_call("resume_writing")
+            call_protocol(self, "resume_writing")
         if not buffer:
             self._loop._remove_writer(self._fileno)
             if self._closing and not self._lost:
                 self._lost += 1
                 self._call_connection_lost(None)
-
-    def _protocol_call(self, name):
-        try:
-            getattr(self._protocol, name)()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._loop.call_exception_handler({
-                "message": f"protocol.{name}() failed", "exception": exc,
-                "transport": self, "protocol": self._protocol})
 
     def get_write_buffer_size(self):
         return self._buffer_size
@@ -258,17 +249,6 @@ class DatagramTransport(asyncio.DatagramTransport):
         if not self._buffer:
             self._lost += 1
             self._loop.call_soon(self._call_connection_lost, None)
-
-    def abort(self):
-        self._force_close(None)
-
-    def _fatal_error(self, exc, message):
-        # socket errors reach the protocol as connection_lost(exc); others are bugs
-        if not isinstance(exc, OSError):
-            self._loop.call_exception_handler({
-                "message": message, "exception": exc, "transport": self,
-                "protocol": self._protocol})
-        self._force_close(exc)
 
     def _force_close(self, exc):
         if self._lost:
@@ -287,12 +267,8 @@ class DatagramTransport(asyncio.DatagramTransport):
         else:
             loop.call_soon(self._call_connection_lost, exc)
 
-    def _call_connection_lost(self, exc):
-        try:
-            self._protocol.connection_lost(exc)
-        finally:
-            self._sock.close()
-            self._loop._datagrams.discard(self)
+    def _released(self):
+        self._loop._datagrams.discard(self)
 
     def _abandon_at_exit(self):
         self._lost += 1

@@ -48,7 +48,8 @@ import weakref
 
 from ..probe import ConnStats
 
-__all__ = ["Protocol", "SocketTransport", "BufferedReads"]
+__all__ = ["Protocol", "SocketTransport", "BufferedReads", "Aborting", "report_fatal",
+           "call_protocol"]
 
 #: From this many writes dropped on a closed or lost connection on, each one
 #: more logs "socket.send() raised exception." (asyncio's threshold and text).
@@ -136,12 +137,64 @@ class _TransportStats(ConnStats):
                 + self.lost_on_exit_bytes)
 
 
+def report_fatal(transport, exc, message):
+    """A transport's fatal error, reported as asyncio reports it: socket errors
+    are the peer's business and reach the protocol through
+    ``connection_lost(exc)`` alone; anything else is a bug worth a report. Every
+    transport of both loops (stream, datagram) reports through this."""
+    if not isinstance(exc, OSError):
+        transport._loop.call_exception_handler({
+            "message": message, "exception": exc, "transport": transport,
+            "protocol": transport._protocol})
+
+
+def call_protocol(transport, name):
+    """``transport._protocol.<name>()`` (``pause_writing``, ``resume_writing``):
+    advice whose failure is reported to the loop's handler, never raised into
+    the transport. Every transport of both loops advises through this."""
+    try:
+        getattr(transport._protocol, name)()
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        transport._loop.call_exception_handler({
+            "message": f"protocol.{name}() failed", "exception": exc,
+            "transport": transport, "protocol": transport._protocol})
+
+
 #: what ``SocketTransport._guarded`` gives for a call that failed or would block
 _FAILED = object()
 _WOULD_BLOCK = (BlockingIOError, InterruptedError)
 
 
-class SocketTransport:
+class Aborting:
+    """How every socket transport of both loops (stream, datagram) ends:
+    ``abort()`` and the fatal-error path report as asyncio does
+    (``report_fatal``), then the transport's own ``_force_close(exc)`` drops
+    what is buffered and queues ``_call_connection_lost(exc)``, which tells the
+    protocol, closes the socket and lets the transport forget it
+    (``_released``)."""
+    __slots__ = ()
+
+    def _call_connection_lost(self, exc):
+        try:
+            self._protocol.connection_lost(exc)
+        finally:
+            self._sock.close()
+            self._released()
+
+    def abort(self) -> None:
+        """Close now: drop the buffer (a stream transport counts it in
+        ``stats.lost_on_abort_bytes``); ``connection_lost(None)`` runs on the
+        next pass."""
+        self._force_close(None)
+
+    def _fatal_error(self, exc, message):
+        report_fatal(self, exc, message)
+        self._force_close(exc)
+
+
+class SocketTransport(Aborting):
     """A non-blocking stream socket driven by the loop on behalf of a protocol.
 
     Lifecycle: created by the loop (accept, connect or
@@ -382,15 +435,13 @@ class SocketTransport:
             trace.instant("write", self._tid, bytes=n)
         if not self._buffer:
             if self._try_send:
-                try:
-                    sent = self._send(data)
-                except (BlockingIOError, InterruptedError):
-                    sent = 0
-                except (SystemExit, KeyboardInterrupt):
-                    raise
-                except BaseException as exc:
-                    self._write_failed(exc, n)
-                    return
+                sent = self._guarded("fatal write error on socket transport", self._send, data,
+                                     would_block=_WOULD_BLOCK)
+                if sent is _FAILED:
+                    if self._conn_lost:         # the send failed: the bytes are lost
+                        stats.lost_on_abort_bytes += n
+                        return
+                    sent = 0                    # it would block
                 if sent:
                     stats.sent_bytes += sent
                     if trace is not None:
@@ -506,14 +557,7 @@ class SocketTransport:
         trace = self._trace
         if trace is not None:
             trace.instant("pause_writing", self._tid, buffer_bytes=len(self._buffer))
-        try:
-            self._protocol.pause_writing()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._loop.call_exception_handler({
-                "message": "protocol.pause_writing() failed", "exception": exc,
-                "transport": self, "protocol": self._protocol})
+        call_protocol(self, "pause_writing")
 
     def _resume_protocol(self):
         self._protocol_paused = False
@@ -521,14 +565,7 @@ class SocketTransport:
         trace = self._trace
         if trace is not None:
             trace.instant("resume_writing", self._tid, buffer_bytes=len(self._buffer))
-        try:
-            self._protocol.resume_writing()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._loop.call_exception_handler({
-                "message": "protocol.resume_writing() failed", "exception": exc,
-                "transport": self, "protocol": self._protocol})
+        call_protocol(self, "resume_writing")
 
     def get_write_buffer_size(self) -> int:
         """Bytes accepted by ``write()`` and not yet taken by a send syscall. O(1)."""
@@ -606,20 +643,6 @@ class SocketTransport:
             self._conn_lost = True
             loop.call_soon(self._call_connection_lost, None)
 
-    def abort(self) -> None:
-        """Close now: drop the buffer (counted in ``stats.lost_on_abort_bytes``)
-        and the socket; ``connection_lost(None)`` runs on the next pass."""
-        self._force_close(None)
-
-    def _fatal_error(self, exc, message):
-        # Socket errors are the peer's business and reach the protocol through
-        # connection_lost(exc); anything else is a bug worth a report.
-        if not isinstance(exc, OSError):
-            self._loop.call_exception_handler({
-                "message": message, "exception": exc, "transport": self,
-                "protocol": self._protocol})
-        self._force_close(exc)
-
     def _force_close(self, exc):
         if self._conn_lost:
             return
@@ -649,17 +672,13 @@ class SocketTransport:
             trace.counter("user_buffer_bytes", 0, self._tid)
         loop.call_soon(self._call_connection_lost, exc)
 
-    def _call_connection_lost(self, exc):
-        try:
-            self._protocol.connection_lost(exc)
-        finally:
-            self._sock.close()
-            self.stats.closed = True
-            self._loop._transports.discard(self)
-            self._server = None
-            trace = self._trace
-            if trace is not None:
-                trace.instant("close_completed", self._tid)
+    def _released(self):
+        self.stats.closed = True
+        self._loop._transports.discard(self)
+        self._server = None
+        trace = self._trace
+        if trace is not None:
+            trace.instant("close_completed", self._tid)
 
     def _abandon_at_exit(self) -> int:
         """``Loop.close()``: drop what is buffered (``lost_on_exit_bytes``) and
