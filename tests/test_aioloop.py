@@ -932,16 +932,6 @@ def test_start_tls_upgrades_a_plain_connection(factory, tls_contexts):
 
 # --------------------------------------------------------------------- declared divergences
 
-def test_subprocesses_are_declared_not_implemented():
-    async def main():
-        with pytest.raises(NotImplementedError, match="subprocess"):
-            await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
-        with pytest.raises(NotImplementedError, match="pipe"):
-            await asyncio.get_running_loop().connect_read_pipe(asyncio.Protocol, sys.stdin)
-        return True
-    assert run(cb.new_event_loop, main)
-
-
 def test_not_a_subclass_of_asyncio_loops():
     loop = cb.new_event_loop()
     try:

@@ -67,11 +67,18 @@ move with the machine's load; repeated runs agree within ~2-4 %:
   readiness). With the poller's own ``poll`` bound to a local and a flat deque
   of Handles, an echo request costs 11.4k instructions here against 23.8k in
   asyncio's Protocol loop and 12.0k in uvloop's.
-* One ``recv(65536)`` per read, no ``recv_into`` a reused buffer: that needed
-  two more objects and a copy per read (~4 % of a round trip).
+* One read of 65536 bytes per readiness, no ``recv_into`` a reused buffer: that
+  needed two more objects and a copy per read (~4 % of a round trip). On a real
+  socket the read and the send are ``os.read``/``os.write`` on its descriptor,
+  argument-clinic calls that skip ``socket.recv``/``send``'s tuple parsing and
+  timeout machinery: 11,042 -> 10,110 instructions per request (2026-11-28).
+* ``write()`` tests one flag (open, try-send, no trace, not paused, nothing
+  buffered) before its send, and counts one byte total (``accepted_bytes`` is
+  derived from the sent, buffered and lost counts); the reactor counts
+  callbacks once per pass and indexes its fd table: 10,110 -> 9,216.
 * Writes are not batched per pass. An echo already makes exactly one send per
-  request (strace: 1.00 ``sendto`` and 1.00 ``recvfrom`` per request, 0.17
-  ``epoll_wait``; uvloop 1.00 / 1.00 / 0.11), so a per-pass write list could
+  request (strace, when reads were ``recvfrom``: 1.00 ``sendto`` and 1.00
+  ``recvfrom`` per request, 0.17 ``epoll_wait``; uvloop 1.00 / 1.00 / 0.11), so a per-pass write list could
   only add work; it would pay only for several small writes to one connection
   in one pass, which ``writelines`` already joins.
 * No cliff in the loop's own work: 11,350 instructions per request at 10
@@ -82,9 +89,11 @@ move with the machine's load; repeated runs agree within ~2-4 %:
   connection count is outside the interpreter: the cache footprint of the
   connections' objects and the kernel's socket work.
 
-The remaining gap to uvloop is not instruction count (ours is lower) but what
-each instruction costs: an interpreter's loads and branches against compiled
-code.
+uvloop's compiled loop still executes fewer instructions: 5,477 per request for
+its Protocol echo against our 9,216 (2026-11-28, ``python -m bench.perf.icount
+callback asyncio-protocol:loop=uvloop,instrument=false --pause 0.005``); most of
+what is left here is the interpreter's own work and the C under the three syscalls
+(docs/aioloop.md, "Speed III").
 
 Module map: ``loop`` (Loop, Handle, TimerHandle, OPTIONS, get_running_loop,
 UnsentDataError), ``network`` (Server, create_server/create_connection) and
@@ -92,7 +101,7 @@ UnsentDataError), ``network`` (Server, create_server/create_connection) and
 Futures, Tasks and streams on these very classes. The same reactor and
 transports are also an asyncio event loop: ``aioloop`` (AioLoop,
 new_event_loop, LOOP_OPTIONS), ``aionet`` (its servers, connections, UDP,
-TLS) and ``aiotransports`` (docs/aioloop.md).
+TLS), ``aiotransports`` and ``aioprocess`` (pipes, subprocesses; docs/aioloop.md).
 """
 def new_event_loop(**options):
     """The callback kernel as an ``asyncio`` event loop (``aioloop.AioLoop``),

@@ -27,8 +27,8 @@ and ``write=try-send|defer`` shape every TCP transport an app opens,
 
 Use it with ``asyncio.run(main(), loop_factory=new_event_loop)`` (3.12+) or
 ``asyncio.Runner(loop_factory=functools.partial(new_event_loop, write="defer"))``.
-What it leaves out (subprocesses, pipes) raises ``NotImplementedError`` with
-the reason; docs/aioloop.md lists every divergence from CPython's loop.
+Pipes and child processes are in ``aioprocess.py``; docs/aioloop.md lists
+every divergence from CPython's loop.
 """
 from __future__ import annotations
 
@@ -47,11 +47,13 @@ import threading
 import warnings
 import weakref
 
-from asyncio import events, futures, tasks
+from asyncio import events, format_helpers, futures, tasks
 
 from ..options import Schema
 from .aionet import AioNetworking
-from .loop import OPTIONS, Handle, Loop, TimerHandle
+from .aioprocess import AioProcesses
+from .loop import OPTIONS, Handle, Loop, TimerHandle, _Bound
+from .network import connect_result
 
 __all__ = ["AioLoop", "AioHandle", "AioTimerHandle", "new_event_loop", "LOOP_OPTIONS"]
 
@@ -67,9 +69,12 @@ _new_handle = object.__new__
 
 
 def _handle_repr(handle):
+    # asyncio's class names (a slow-callback warning reads "Executing <Handle ...>")
     args = handle._args
-    name = "cancelled" if handle._cancelled or not args else _callback_name(args[0])
-    return f"<{type(handle).__name__} {name}>"
+    kind = type(handle).__name__.removeprefix("Aio")
+    if handle._cancelled or not args:
+        return f"<{kind} cancelled>"
+    return f"<{kind} {format_helpers._format_callback_source(args[0], args[1:])}>"
 
 
 def _callback_name(cb):
@@ -78,8 +83,10 @@ def _callback_name(cb):
 
 class AioHandle(Handle):
     """A callback queued with ``call_soon``; runs in ``get_context()``. The
-    reactor calls ``_callback(*_args)``, which is ``context.run(callback, *args)``."""
-    __slots__ = ("_context",)
+    reactor calls ``_callback(*_args)``, which is ``context.run(callback, *args)``
+    (in debug mode, ``_run_timed`` around it). Weak-referenceable, as
+    asyncio's handles are; ``_source_traceback`` is set in debug mode only."""
+    __slots__ = ("_context", "_source_traceback", "__weakref__")
 
     def get_context(self):
         return self._context
@@ -89,12 +96,46 @@ class AioHandle(Handle):
 
 class AioTimerHandle(TimerHandle):
     """A callback due at ``when()``; runs in ``get_context()``."""
-    __slots__ = ("_context",)
+    __slots__ = ("_context", "_source_traceback", "__weakref__")
 
     def get_context(self):
         return self._context
 
     __repr__ = _handle_repr
+
+
+#: frames of a coroutine's origin recorded in debug mode (asyncio's constant)
+_DEBUG_STACK_DEPTH = 10
+
+
+def _user_frame():
+    """The first frame outside this module: where a debug-mode handle was made."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    return frame
+
+
+class _IOCallback:
+    """What a debug-mode slow-I/O warning names: the registered callback."""
+    __slots__ = ("callback", "args")
+
+    def __init__(self, callback, args):
+        self.callback = callback
+        self.args = args
+
+    def __repr__(self):
+        return f"<I/O callback {format_helpers._format_callback_source(self.callback, self.args)}>"
+
+
+def _format_handle(handle):
+    # asyncio's rule: a Task's step is named by its Task
+    args = getattr(handle, "_args", None)
+    callback = args[0] if args else None
+    task = getattr(callback, "__self__", None)
+    if isinstance(task, tasks.Task):
+        return repr(task)
+    return repr(handle)
 
 
 def _run_until_complete_cb(fut):
@@ -122,7 +163,7 @@ def _literal_host(host) -> bool:
     return False
 
 
-class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
+class AioLoop(AioNetworking, AioProcesses, Loop, asyncio.AbstractEventLoop):
     """``asyncio.AbstractEventLoop`` on the callback kernel's reactor.
     ``AioLoop(io=None, **options)``; options as ``LOOP_OPTIONS``."""
 
@@ -131,6 +172,10 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
 
     def __init__(self, *, io=None, **options):
         options = LOOP_OPTIONS.validate(options)
+        self._debug = False
+        #: call_soon's one test for its slow path: the loop is closed or in debug mode
+        self._checked_calls = False
+        self._thread_id = None
         super().__init__(io=io, **options)
         self.set_debug(sys.flags.dev_mode or (
             not sys.flags.ignore_environment and bool(os.environ.get("PYTHONASYNCIODEBUG"))))
@@ -144,8 +189,9 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         self._executor_shutdown_called = False
         self._asyncgens = weakref.WeakSet()
         self._asyncgens_shutdown_called = False
-        self._thread_id = None
         self._datagrams = set()           # live DatagramTransports
+        self._pipes = set()               # live pipe transports
+        self._children = {}               # pid -> stop watching it (aioprocess.watch_child)
 
     def __repr__(self):
         return (f"<{type(self).__name__} running={self.is_running()} "
@@ -159,9 +205,10 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
 
     def call_soon(self, callback, *args, context=None):
         """Run ``callback(*args)`` on a later pass, in ``context`` (default: a
-        copy of the current one), FIFO with other ``call_soon``\\ s."""
-        if self._closed:
-            raise RuntimeError("Event loop is closed")
+        copy of the current one), FIFO with other ``call_soon``\\ s. In debug
+        mode: only from the loop's thread, timed, with its source traceback."""
+        if self._checked_calls:          # closed, or debug mode
+            return self._call_soon_checked(callback, args, context)
         if context is None:
             context = _copy_context()
         # the handle's fields set here, without an __init__ frame: this runs
@@ -174,27 +221,105 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         self._ready.append(handle)
         return handle
 
+    def _call_soon_checked(self, callback, args, context):
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        self._check_thread()
+        return self._debug_handle(AioHandle, None, callback, args, context)
+
     def call_soon_threadsafe(self, callback, *args, context=None):
-        handle = self.call_soon(callback, *args, context=context)
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        if self._debug:
+            handle = self._debug_handle(AioHandle, None, callback, args, context)
+        else:
+            handle = self._new_handle(AioHandle, callback, args, context)
+            self._ready.append(handle)
         self._waker.wake()
         return handle
 
     def call_later(self, delay, callback, *args, context=None):
         if delay is None:
             raise TypeError("delay must not be None")
-        return self.call_at(self.time() + delay, callback, *args, context=context)
+        return self._call_at(self.time() + delay, callback, args, context)
 
     def call_at(self, when, callback, *args, context=None):
+        return self._call_at(when, callback, args, context)
+
+    def _call_at(self, when, callback, args, context):
         if self._closed:
             raise RuntimeError("Event loop is closed")
         if when is None:
             raise TypeError("when cannot be None")
-        if context is None:
-            context = _copy_context()
-        handle = AioTimerHandle(when, context.run, (callback, *args), self)
-        handle._context = context
+        if self._debug:
+            self._check_thread()
+            return self._debug_handle(AioTimerHandle, when, callback, args, context)
+        handle = self._new_handle(AioTimerHandle, callback, args, context, when)
         heappush(self._timers, (when, next(self._timer_seq), handle))
         return handle
+
+    def _new_handle(self, cls, callback, args, context, when=None):
+        if context is None:
+            context = _copy_context()
+        if when is None:
+            handle = _new_handle(cls)
+            handle._callback = context.run
+            handle._args = (callback, *args)
+            handle._cancelled = False
+        else:
+            handle = cls(when, context.run, (callback, *args), self)
+        handle._context = context
+        return handle
+
+    # ------------------------------------------------------------------ debug mode
+
+    def _check_thread(self):
+        """asyncio's debug-mode rule: the non-thread-safe calls only from the
+        thread running the loop (any thread while it is not running)."""
+        thread_id = self._thread_id
+        if thread_id is not None and thread_id != threading.get_ident():
+            raise RuntimeError("Non-thread-safe operation invoked on an event loop other "
+                               "than the current one")
+
+    def _debug_handle(self, cls, when, callback, args, context):
+        """A handle as in normal mode, plus its source traceback, whose run
+        ``_run_timed`` times; queued (``when`` None) or pushed on the timers."""
+        if not callable(callback):
+            raise TypeError(f"a callable object was expected by call_soon(), got {callback!r}")
+        handle = self._new_handle(cls, callback, args, context, when)
+        handle._source_traceback = format_helpers.extract_stack(_user_frame())
+        handle._callback = functools.partial(self._run_timed, handle, handle._callback)
+        if when is None:
+            self._ready.append(handle)
+        else:
+            heappush(self._timers, (when, next(self._timer_seq), handle))
+        return handle
+
+    def _run_timed(self, what, run, *args):
+        """``run(*args)``, warning on the ``asyncio`` logger when it took at least
+        ``slow_callback_duration`` seconds (asyncio's text)."""
+        start = self.time()
+        try:
+            return run(*args)
+        finally:
+            took = self.time() - start
+            if took >= self.slow_callback_duration:
+                logger.warning("Executing %s took %.3f seconds", _format_handle(what), took)
+
+    def _add_reader(self, fd, callback, args):
+        # every I/O callback (a transport's reads, a server's accepts, sock_*)
+        # runs in a copy of the context it was registered in, as asyncio's
+        # handles do; in debug mode it is timed too
+        Loop._add_reader(self, fd, *self._in_context(callback, args))
+
+    def _add_writer(self, fd, callback, args):
+        Loop._add_writer(self, fd, *self._in_context(callback, args))
+
+    def _in_context(self, callback, args):
+        run = _copy_context().run
+        if self._debug:
+            return self._run_timed, (_IOCallback(callback, args), run, callback, *args)
+        return run, (callback, *args)
 
     # ------------------------------------------------------------------ futures & tasks
 
@@ -241,9 +366,15 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         sys.set_asyncgen_hooks(firstiter=self._asyncgen_firstiter_hook,
                                finalizer=self._asyncgen_finalizer_hook)
         events._set_running_loop(self)
+        debug = self._debug
+        if debug:
+            old_depth = sys.get_coroutine_origin_tracking_depth()
+            sys.set_coroutine_origin_tracking_depth(_DEBUG_STACK_DEPTH)
         try:
             Loop.run_forever(self)
         finally:
+            if debug:
+                sys.set_coroutine_origin_tracking_depth(old_depth)
             events._set_running_loop(None)
             self._thread_id = None
             sys.set_asyncgen_hooks(*old_hooks)
@@ -278,12 +409,17 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
             raise RuntimeError("Cannot close a running event loop")
         if self._closed:
             return
-        for transport in list(self._datagrams):
+        for transport in [*self._datagrams, *self._pipes]:
             transport._abandon_at_exit()
         self._datagrams.clear()
+        self._pipes.clear()
+        for stop in list(self._children.values()):
+            stop()
+        self._children.clear()
         try:
             Loop.close(self)
         finally:
+            self._checked_calls = True
             self._executor_shutdown_called = True
             executor, self._default_executor = self._default_executor, None
             if executor is not None:
@@ -327,7 +463,7 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
             executor = self._default_executor
             if executor is None:
                 executor = self._default_executor = concurrent.futures.ThreadPoolExecutor(
-                    thread_name_prefix="looplab")
+                    thread_name_prefix="asyncio")
         return futures.wrap_future(executor.submit(func, *args), loop=self)
 
     def set_default_executor(self, executor):
@@ -389,11 +525,11 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         """Call ``callback(*args)`` (in a copy of the current context) whenever
         ``fd`` is readable; replaces a previous reader of that fd."""
         self._check_closed()
-        Loop.add_reader(self, fd, _copy_context().run, callback, *args)
+        Loop.add_reader(self, fd, callback, *args)
 
     def add_writer(self, fd, callback, *args):
         self._check_closed()
-        Loop.add_writer(self, fd, _copy_context().run, callback, *args)
+        Loop.add_writer(self, fd, callback, *args)
 
     def _sock_wait(self, sock, writer, step, *args):
         """A future for ``step(fut, sock, *args)`` run on each readiness of
@@ -402,12 +538,18 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         fd = sock.fileno()
         if fd < 0:
             raise ValueError("the socket is closed")
-        if writer:
-            self._add_writer(fd, step, (fut, sock, *args))
-            fut.add_done_callback(lambda _f: self._closed or self._remove_writer(fd))
-        else:
-            self._add_reader(fd, step, (fut, sock, *args))
-            fut.add_done_callback(lambda _f: self._closed or self._remove_reader(fd))
+        slot = 1 if writer else 0
+        (self._add_writer if writer else self._add_reader)(fd, step, (fut, sock, *args))
+        mine = self._fds[fd][slot]
+
+        def unregister(_fut):
+            # only our own registration: a cancelled sock_recv's callback runs a
+            # pass later, when another sock_recv may already wait on this fd
+            entry = self._fds.get(fd)
+            if not self._closed and entry is not None and entry[slot] is mine:
+                (self._remove_writer if writer else self._remove_reader)(fd)
+
+        fut.add_done_callback(unregister)
         return fut
 
     @staticmethod
@@ -505,19 +647,14 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
         if fut.done():
             return
         try:
-            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if not err:
-                try:
-                    sock.getpeername()
-                except OSError as exc:
-                    if exc.errno == errno.ENOTCONN:
-                        return    # spurious readiness of a reused fd: keep waiting
-                    raise
+            err = connect_result(sock)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
             fut.set_exception(exc)
             return
+        if err is None:
+            return    # spurious readiness of a reused fd: keep waiting
         if err:
             fut.set_exception(OSError(err, f"Connect call failed {address}"))
         else:
@@ -636,7 +773,15 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
             name = _callback_name(callback._args[0])
             ctx = {"message": f"Exception in callback {name}", "exception": exc,
                    "handle": callback}
+            source = getattr(callback, "_source_traceback", None)
+            if source:
+                ctx["source_traceback"] = source
         else:
+            if callback.__class__ is _Bound and callback.args:
+                # context.run's callback, or in debug mode _run_timed's
+                callback = callback.args[0]
+                if callback.__class__ is _IOCallback:
+                    callback = callback.callback
             ctx = {"message": f"Exception in I/O callback {_callback_name(callback)}",
                    "exception": exc, "callback": callback}
         self.call_exception_handler(ctx)
@@ -647,25 +792,8 @@ class AioLoop(AioNetworking, Loop, asyncio.AbstractEventLoop):
 
     def set_debug(self, enabled):
         self._debug = enabled = bool(enabled)
+        self._checked_calls = enabled or self._closed
         self.get_debug = itertools.repeat(enabled).__next__
-
-    # ------------------------------------------------------------------ left out
-
-    async def subprocess_exec(self, *args, **kwargs):
-        raise NotImplementedError("looplab's loop has no subprocess transports "
-                                  "(child reaping is outside the lab's network scope)")
-
-    async def subprocess_shell(self, *args, **kwargs):
-        raise NotImplementedError("looplab's loop has no subprocess transports "
-                                  "(child reaping is outside the lab's network scope)")
-
-    async def connect_read_pipe(self, protocol_factory, pipe):
-        raise NotImplementedError("looplab's loop has no pipe transports "
-                                  "(its transports are sockets only)")
-
-    async def connect_write_pipe(self, protocol_factory, pipe):
-        raise NotImplementedError("looplab's loop has no pipe transports "
-                                  "(its transports are sockets only)")
 
 
 def new_event_loop(**options) -> AioLoop:

@@ -26,6 +26,7 @@ import asyncio
 import collections
 import collections.abc
 import errno
+import logging
 import os
 import socket
 import stat
@@ -35,6 +36,7 @@ import weakref
 from asyncio import sslproto, tasks
 
 from .aiotransports import DatagramTransport, _SendfileProtocol, make_transport, set_nodelay
+from .network import Acceptor
 from .transports import SocketTransport
 
 try:
@@ -44,16 +46,20 @@ except ImportError:  # pragma: no cover - interpreter built without OpenSSL
 
 __all__ = ["AioNetworking", "AioServer"]
 
+logger = logging.getLogger("asyncio")
+
 #: 3.12.1 fixed ``Server.wait_closed`` (gh-79033); 3.13 tracks the clients
 #: themselves for ``close_clients``/``abort_clients``. We follow the interpreter.
 _WAIT_CLOSED_FIXED = sys.version_info >= (3, 12, 1)
 _HAS_CLOSE_CLIENTS = hasattr(asyncio.Server, "close_clients")
+#: create_datagram_endpoint(sock=<not a datagram socket>)'s words, per interpreter
+_DGRAM_SOCKET = "datagram socket" if sys.version_info >= (3, 13) else "UDP Socket"
 
 
 # ---------------------------------------------------------------------------
 # Server
 
-class AioServer(asyncio.AbstractServer):
+class AioServer(Acceptor, asyncio.AbstractServer):
     """asyncio's ``Server`` contract on looplab's loop: listening sockets, the
     clients they accepted, ``close``/``wait_closed``/``serve_forever``/
     ``start_serving``; ``close_clients``/``abort_clients`` where the running
@@ -105,39 +111,19 @@ class AioServer(asyncio.AbstractServer):
             sock.listen(self._backlog)
             self._loop._add_reader(sock.fileno(), self._accept_ready, (sock,))
 
-    def _accept_ready(self, lsock):
-        loop = self._loop
-        for _ in range(self._backlog):
-            try:
-                conn, _addr = lsock.accept()
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                return
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    loop.call_exception_handler({
-                        "message": "socket.accept() out of system resource",
-                        "exception": exc, "socket": lsock})
-                    loop._remove_reader(lsock.fileno())
-                    loop.call_later(1.0, self._resume_accepting, lsock)
-                    return
-                raise
-            try:
-                conn.setblocking(False)
-                set_nodelay(conn)
-                loop._accepted(conn, self._protocol_factory, self._ssl_context, self,
-                               self._ssl_handshake_timeout, self._ssl_shutdown_timeout)
-            except (SystemExit, KeyboardInterrupt):
-                conn.close()
-                raise
-            except BaseException as exc:
-                conn.close()
-                loop.call_exception_handler({
-                    "message": "Error on transport creation for incoming connection",
-                    "exception": exc})
+    # the accept path is the kernel's (network.Acceptor), with asyncio's texts
+    _resource_message = "socket.accept() out of system resource"
+    _failure_message = "Error on transport creation for incoming connection"
+    _reported = BaseException
 
-    def _resume_accepting(self, lsock):
-        if self._sockets is not None and not self._loop._closed:
-            self._loop._add_reader(lsock.fileno(), self._accept_ready, (lsock,))
+    def _connection(self, conn):
+        conn.setblocking(False)
+        set_nodelay(conn)
+        self._loop._accepted(conn, self._protocol_factory, self._ssl_context, self,
+                             self._ssl_handshake_timeout, self._ssl_shutdown_timeout)
+
+    def _serving_now(self):
+        return self._sockets is not None
 
     def get_loop(self):
         return self._loop
@@ -373,8 +359,13 @@ class AioNetworking:
         if ssl:
             if server_hostname is None:
                 raise ValueError("you have to pass server_hostname when using ssl")
-        elif server_hostname is not None:
-            raise ValueError("server_hostname is only meaningful with ssl")
+        else:
+            if server_hostname is not None:
+                raise ValueError("server_hostname is only meaningful with ssl")
+            if ssl_handshake_timeout is not None:
+                raise ValueError("ssl_handshake_timeout is only meaningful with ssl")
+            if ssl_shutdown_timeout is not None:
+                raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
         if path is not None:
             if sock is not None:
                 raise ValueError("path and sock can not be specified at the same time")
@@ -599,53 +590,34 @@ class AioNetworking:
 
     async def create_datagram_endpoint(self, protocol_factory, local_addr=None,
                                        remote_addr=None, *, family=0, proto=0, flags=0,
-                                       reuse_address=None, reuse_port=None,
-                                       allow_broadcast=None, sock=None):
-        if reuse_address:
-            raise ValueError("Passing `reuse_address=True` is no longer supported, as the "
-                             "usage of SO_REUSEPORT in UDP poses a significant security "
-                             "concern.")
+                                       reuse_port=None, allow_broadcast=None, sock=None):
+        """A UDP (or UNIX datagram) endpoint, asyncio's rules: ``sock`` alone or
+        addresses resolved and grouped by (family, proto), the first pair that
+        binds and connects wins; ``allow_broadcast`` sends to ``remote_addr``
+        without connecting. ``reuse_address`` is gone, as in asyncio 3.11+."""
         if sock is not None:
             if sock.type != socket.SOCK_DGRAM:
-                raise ValueError(f"A datagram socket was expected, got {sock!r}")
-            if any((local_addr, remote_addr, family, proto, flags, reuse_port,
-                    allow_broadcast)):
-                raise ValueError("socket modifier keyword arguments can not be used "
-                                 "when sock is specified.")
+                raise ValueError(f"A {_DGRAM_SOCKET} was expected, got {sock!r}")
+            modifiers = dict(local_addr=local_addr, remote_addr=remote_addr, family=family,
+                             proto=proto, flags=flags, reuse_port=reuse_port,
+                             allow_broadcast=allow_broadcast)
+            problems = ", ".join(f"{k}={v}" for k, v in modifiers.items() if v)
+            if problems:
+                raise ValueError(f"socket modifier keyword arguments can not be used "
+                                 f"when sock is specified. ({problems})")
             sock.setblocking(False)
             remote = None
         else:
-            if not (local_addr or remote_addr):
-                if family == 0:
-                    raise ValueError("unexpected address family")
-                pairs = [((family, proto), (None, None))]
-            elif family == socket.AF_UNIX:
-                pairs = [((family, proto), (local_addr, remote_addr))]
-            else:
-                by_family = {}
-                for index, addr in ((0, local_addr), (1, remote_addr)):
-                    if addr is None:
-                        continue
-                    infos = await self._ensure_resolved(
-                        addr, family=family, type=socket.SOCK_DGRAM, proto=proto, flags=flags)
-                    if not infos:
-                        raise OSError("getaddrinfo() returned empty list")
-                    for fam, _, pro, _, address in infos:
-                        by_family.setdefault((fam, pro), [None, None])
-                        if by_family[(fam, pro)][index] is None:
-                            by_family[(fam, pro)][index] = address
-                pairs = [(key, tuple(addrs)) for key, addrs in by_family.items()
-                         if not ((local_addr and addrs[0] is None)
-                                 or (remote_addr and addrs[1] is None))]
-                if not pairs:
-                    raise ValueError("can not get address information")
+            pairs = await self._datagram_address_pairs(local_addr, remote_addr, family,
+                                                       proto, flags)
             exceptions = []
             for (fam, pro), (laddr, raddr) in pairs:
-                sock = None
-                remote = None
+                sock = remote = None
                 try:
                     sock = self._io.socket(fam, socket.SOCK_DGRAM, pro)
                     if reuse_port:
+                        if not hasattr(socket, "SO_REUSEPORT"):
+                            raise ValueError("reuse_port not supported by socket module")
                         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                     if allow_broadcast:
                         sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
@@ -672,12 +644,56 @@ class AioNetworking:
         waiter = self.create_future()
         transport = DatagramTransport(self, sock, protocol, remote, waiter)
         self._datagrams.add(transport)
+        return await self._connected(transport, protocol, waiter)
+
+    @staticmethod
+    async def _connected(transport, protocol, waiter):
+        """``(transport, protocol)`` once ``waiter`` says ``connection_made`` ran;
+        the transport closed if the wait is cancelled (datagrams, pipes)."""
         try:
             await waiter
         except BaseException:
             transport.close()
             raise
         return transport, protocol
+
+    async def _datagram_address_pairs(self, local_addr, remote_addr, family, proto, flags):
+        """``[((family, proto), (local, remote)), ...]`` to try, asyncio's way."""
+        if not (local_addr or remote_addr):
+            if family == 0:
+                raise ValueError("unexpected address family")
+            return [((family, proto), (None, None))]
+        if hasattr(socket, "AF_UNIX") and family == socket.AF_UNIX:
+            for addr in (local_addr, remote_addr):
+                if addr is not None and not isinstance(addr, str):
+                    raise TypeError("string is expected")
+            if local_addr and local_addr[0] not in (0, "\x00"):
+                try:
+                    if stat.S_ISSOCK(os.stat(local_addr).st_mode):
+                        os.remove(local_addr)     # a stale socket file
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    logger.error("Unable to check or remove stale UNIX socket %r: %r",
+                                 local_addr, err)
+            return [((family, proto), (local_addr, remote_addr))]
+        by_family = {}
+        for index, addr in ((0, local_addr), (1, remote_addr)):
+            if addr is None:
+                continue
+            if not (isinstance(addr, tuple) and len(addr) == 2):
+                raise TypeError("2-tuple is expected")
+            infos = await self._ensure_resolved(addr, family=family, type=socket.SOCK_DGRAM,
+                                                proto=proto, flags=flags)
+            if not infos:
+                raise OSError("getaddrinfo() returned empty list")
+            for fam, _, pro, _, address in infos:
+                by_family.setdefault((fam, pro), [None, None])[index] = address
+        pairs = [(key, tuple(addrs)) for key, addrs in by_family.items()
+                 if not ((local_addr and addrs[0] is None) or (remote_addr and addrs[1] is None))]
+        if not pairs:
+            raise ValueError("can not get address information")
+        return pairs
 
 
 def _swallow(fut):

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import socket
+import sys
 
 from asyncio import futures
 
-from .transports import SocketTransport, _ChunkBufferTransport, _RECV_BYTES
+from .transports import (Aborting, BufferedReads, SocketTransport, _ChunkBufferTransport,
+                         call_protocol)
 
 __all__ = ["AioTransport", "DatagramTransport", "make_transport", "set_nodelay"]
+
+logger = logging.getLogger("asyncio")
 
 # ---------------------------------------------------------------------------
 # Transports: the kernel's SocketTransport with asyncio's two extras.
@@ -33,6 +38,7 @@ class _AioMixin:
     connection ends, and ``set_protocol`` picks the read path for the new
     protocol (``BufferedProtocol`` reads into the protocol's buffer)."""
     __slots__ = ()
+    _made_failure_is_fatal = False
 
     def set_protocol(self, protocol):
         self._protocol = protocol
@@ -54,47 +60,11 @@ class _AioMixin:
         return self._extra.get(name, default)
 
 
-class _BufferedReads:
-    """``BufferedProtocol`` reading: ``recv_into(protocol.get_buffer(-1))``."""
-    __slots__ = ()
-
-    def _read_ready(self):
-        protocol = self._protocol
-        try:
-            buf = protocol.get_buffer(-1)
-            if not len(buf):
-                raise RuntimeError("get_buffer() returned an empty buffer")
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal error: protocol.get_buffer() call failed.")
-            return
-        try:
-            n = self._sock.recv_into(buf)
-        except (BlockingIOError, InterruptedError):
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "fatal read error on socket transport")
-            return
-        if not n:
-            self._read_eof()
-            return
-        self.stats.received_bytes += n
-        try:
-            protocol.buffer_updated(n)
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "Fatal error: protocol.buffer_updated() call failed.")
-
-
 class AioTransport(_AioMixin, SocketTransport):
     __slots__ = ()
 
 
-class AioBufferedTransport(_BufferedReads, AioTransport):
+class AioBufferedTransport(BufferedReads, AioTransport):
     __slots__ = ()
 
 
@@ -102,7 +72,7 @@ class AioChunkTransport(_AioMixin, _ChunkBufferTransport):
     __slots__ = ()
 
 
-class AioChunkBufferedTransport(_BufferedReads, AioChunkTransport):
+class AioChunkBufferedTransport(BufferedReads, AioChunkTransport):
     __slots__ = ()
 
 
@@ -140,10 +110,20 @@ def set_nodelay(sock):
 # ---------------------------------------------------------------------------
 # UDP
 
-class DatagramTransport(asyncio.DatagramTransport):
-    """A UDP socket for a ``DatagramProtocol``: ``sendto`` tries the socket at
-    once and queues what would block (flow control with the loop's marks);
-    ``error_received`` gets the socket's errors; ``connection_lost`` once."""
+#: 3.12 sends an empty datagram (3.11 drops it) and counts 8 header bytes per
+#: queued datagram in get_write_buffer_size(); we follow the interpreter
+_EMPTY_DATAGRAMS_SENT = sys.version_info >= (3, 12)
+_DATAGRAM_HEADER = 8 if _EMPTY_DATAGRAMS_SENT else 0
+_MAX_DATAGRAM = 256 * 1024        # asyncio's max_size: a UNIX datagram can exceed 64 KiB
+_WARN_AFTER_LOST_SENDS = 5        # asyncio's LOG_THRESHOLD_FOR_CONNLOST_WRITES
+
+
+class DatagramTransport(Aborting, asyncio.DatagramTransport):
+    """A UDP socket for a ``DatagramProtocol``, asyncio's selector transport's
+    behaviour: ``sendto`` tries the socket at once and queues what would block
+    (flow control with the loop's marks); ``error_received`` gets the socket's
+    errors; a connected endpoint counts sends after its loss and from the fifth
+    on logs each; ``connection_lost`` once."""
 
     def __init__(self, loop, sock, protocol, address=None, waiter=None):
         super().__init__({"socket": sock, "sockname": sock.getsockname()})
@@ -162,15 +142,24 @@ class DatagramTransport(asyncio.DatagramTransport):
         self._low_water = loop.options["low_water"]
         self._paused = False
         self._closing = False
-        self._lost = False
+        self._lost = 0                  # asyncio's _conn_lost: sends after the loss
         loop.call_soon(self._protocol.connection_made, self)
-        loop.call_soon(loop._add_reader, self._fileno, self._read_ready, ())
+        loop.call_soon(self._start_reading)
         if waiter is not None:
             loop.call_soon(futures._set_result_unless_cancelled, waiter, None)
 
+    def __repr__(self):
+        return f"<{type(self).__name__} fd={self._fileno} closing={self._closing}>"
+
+    def _start_reading(self):
+        if not self._closing:
+            self._loop._add_reader(self._fileno, self._read_ready, ())
+
     def _read_ready(self):
+        if self._lost:
+            return
         try:
-            data, addr = self._sock.recvfrom(_RECV_BYTES)
+            data, addr = self._sock.recvfrom(_MAX_DATAGRAM)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -178,7 +167,7 @@ class DatagramTransport(asyncio.DatagramTransport):
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            self._fatal_error(exc)
+            self._fatal_error(exc, "Fatal read error on datagram transport")
         else:
             self._protocol.datagram_received(data, addr)
 
@@ -186,63 +175,65 @@ class DatagramTransport(asyncio.DatagramTransport):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data argument must be a bytes-like object, "
                             f"not {type(data).__name__!r}")
+        if not data and not _EMPTY_DATAGRAMS_SENT:
+            return
         if self._address:
             if addr not in (None, self._address):
                 raise ValueError(f"Invalid address: must be None or {self._address}")
             addr = self._address
-        if self._lost or self._closing:
+        if self._lost and self._address:
+            if self._lost >= _WARN_AFTER_LOST_SENDS:
+                logger.warning("socket.send() raised exception.")
+            self._lost += 1
             return
         if not self._buffer:
-            try:
-                if self._extra["peername"]:
-                    self._sock.send(data)
-                else:
-                    self._sock.sendto(data, addr)
+            if self._send(data, addr):
                 return
-            except (BlockingIOError, InterruptedError):
-                self._loop._add_writer(self._fileno, self._write_ready, ())
-            except OSError as exc:
-                self._protocol.error_received(exc)
-                return
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc)
-                return
-        self._buffer.append((bytes(data), addr))
-        self._buffer_size += len(data)
+            self._loop._add_writer(self._fileno, self._write_ready, ())
+        self._buffer.append((bytes(data), addr))     # what we keep must not change
+        self._buffer_size += len(data) + _DATAGRAM_HEADER
         if self._buffer_size > self._high_water and not self._paused:
             self._paused = True
-            self._protocol.pause_writing()
+            call_protocol(self, "pause_writing")
+
+    def _send(self, data, addr):
+        """One datagram now: True if it went or failed (reported), False if it
+        would block."""
+        try:
+            if self._extra["peername"] or addr is None:
+                # (asyncio calls sendto(data, None) on a socket connected before
+                # it was handed over, a TypeError; we send on it)
+                self._sock.send(data)
+            else:
+                self._sock.sendto(data, addr)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError as exc:
+            self._protocol.error_received(exc)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal write error on datagram transport")
+        return True
 
     def _write_ready(self):
-        while self._buffer:
-            data, addr = self._buffer.popleft()
-            self._buffer_size -= len(data)
-            try:
-                if self._extra["peername"]:
-                    self._sock.send(data)
-                else:
-                    self._sock.sendto(data, addr)
-            except (BlockingIOError, InterruptedError):
-                self._buffer.appendleft((data, addr))
-                self._buffer_size += len(data)
+        buffer = self._buffer
+        while buffer:
+            data, addr = buffer[0]
+            if not self._send(data, addr):
                 break
-            except OSError as exc:
-                self._protocol.error_received(exc)
-                return
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc)
+            buffer.popleft()
+            self._buffer_size -= len(data) + _DATAGRAM_HEADER
+            if self._lost:
                 return
         if self._paused and self._buffer_size <= self._low_water:
             self._paused = False
-            self._protocol.resume_writing()
-        if not self._buffer:
+            call_protocol(self, "resume_writing")
+        if not buffer:
             self._loop._remove_writer(self._fileno)
-            if self._closing:
-                self._lose(None)
+            if self._closing and not self._lost:
+                self._lost += 1
+                self._call_connection_lost(None)
 
     def get_write_buffer_size(self):
         return self._buffer_size
@@ -256,40 +247,32 @@ class DatagramTransport(asyncio.DatagramTransport):
         self._closing = True
         self._loop._remove_reader(self._fileno)
         if not self._buffer:
-            self._lose(None)
+            self._lost += 1
+            self._loop.call_soon(self._call_connection_lost, None)
 
-    def abort(self):
-        self._lose(None)
-
-    def _fatal_error(self, exc):
-        self._loop.call_exception_handler({
-            "message": "Fatal error on datagram transport", "exception": exc,
-            "transport": self, "protocol": self._protocol})
-        self._lose(exc)
-
-    def _lose(self, exc):
+    def _force_close(self, exc):
         if self._lost:
             return
-        self._lost = self._closing = True
-        self._buffer.clear()
-        self._buffer_size = 0
         loop = self._loop
-        if not loop._closed:
-            loop._remove_reader(self._fileno)
+        if self._buffer:
+            self._buffer.clear()
+            self._buffer_size = 0
             loop._remove_writer(self._fileno)
-            loop.call_soon(self._call_connection_lost, exc)
+        if not self._closing:
+            self._closing = True
+            loop._remove_reader(self._fileno)
+        self._lost += 1
+        if loop._closed:
+            self._sock.close()
         else:
-            self._sock.close()
+            loop.call_soon(self._call_connection_lost, exc)
 
-    def _call_connection_lost(self, exc):
-        try:
-            self._protocol.connection_lost(exc)
-        finally:
-            self._sock.close()
-            self._loop._datagrams.discard(self)
+    def _released(self):
+        self._loop._datagrams.discard(self)
 
     def _abandon_at_exit(self):
-        self._lost = self._closing = True
+        self._lost += 1
+        self._closing = True
         self._sock.close()
         return 0
 

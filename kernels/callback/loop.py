@@ -515,6 +515,7 @@ class Loop(Networking):
             ctx = {"message": f"exception in callback {_callback_name(callback._callback)}",
                    "exception": exc, "handle": callback}
         else:
+            callback = _registered(callback)
             ctx = {"message": f"exception in I/O callback {_callback_name(callback)}",
                    "exception": exc, "callback": callback}
         self.call_exception_handler(ctx)
@@ -552,7 +553,10 @@ class Loop(Networking):
         timers = self._timers
         heappop = heapq.heappop
         wait = self._poller.wait
-        fds_get = self._fds.get
+        chooser = self._chooser
+        if chooser is not None:
+            wait = self._chosen_wait(wait, chooser)
+        fds = self._fds
         monotonic = self._io.time
         wait_timeout = _io.wait_timeout
         needs_compaction = _io.heap_needs_compaction
@@ -562,7 +566,6 @@ class Loop(Networking):
         probe = self.probe
         failed = self._callback_failed
         wait_exit = self.options["exit"] == "wait"
-        chooser = self._chooser
         draining = False
         drain_deadline = drain_guard = None
         try:
@@ -577,26 +580,31 @@ class Loop(Networking):
                 else:
                     timeout = None
                 events = wait(timeout)
-                if chooser is not None:   # an explorer's choices (kernels.choice)
-                    events = _choice.poll_order(chooser.choose, events, bool(ready) or bool(
-                        timers and timers[0][0] <= monotonic()))
-                ran = 0
+                # callbacks run: one per event, corrected on the rare paths below
+                # (no entry, no callback, nothing readable), so the common event
+                # costs no count of its own
+                ran = len(events)
                 for fd, mask in events:
-                    entry = fds_get(fd)
-                    if entry is None:
+                    try:
+                        entry = fds[fd]
+                    except KeyError:
+                        ran -= 1
                         continue
                     # only readable, the common event, takes one compare where the
                     # general test is two ands (an int & is not specialised on 3.11)
                     if mask == read_only or mask & readable:
                         cb = entry[0]
                         if cb is not None:
-                            ran += 1
                             try:
                                 cb()
                             except (SystemExit, KeyboardInterrupt):
                                 raise
                             except BaseException as exc:
-                                failed(_registered(cb), exc)
+                                failed(cb, exc)
+                        else:
+                            ran -= 1
+                    else:
+                        ran -= 1
                     if mask != read_only and mask & writable:
                         cb = entry[1]   # re-read: the reader may just have removed it
                         if cb is not None:
@@ -606,7 +614,7 @@ class Loop(Networking):
                             except (SystemExit, KeyboardInterrupt):
                                 raise
                             except BaseException as exc:
-                                failed(_registered(cb), exc)
+                                failed(cb, exc)
 
                 if timers:
                     now = monotonic()
@@ -624,14 +632,15 @@ class Loop(Networking):
                         self._compact_timers()
 
                 ntodo = len(ready)
-                if ntodo > probe.ready_max:
-                    probe.ready_max = ntodo
-                if chooser is not None and ntodo > 1:
-                    # the explorer picks which of those queued now runs next, one
-                    # at a time (a callback of this batch only appends behind them)
-                    batch = [popleft() for _ in range(ntodo)]
-                    ready.extendleft(reversed(_choice.permute(chooser.choose, _choice.READY,
-                                                              batch)))
+                if ntodo:
+                    if ntodo > probe.ready_max:
+                        probe.ready_max = ntodo
+                    if ntodo > 1 and chooser is not None:
+                        # the explorer picks which of those queued now runs next, one
+                        # at a time (a callback of this batch only appends behind them)
+                        batch = [popleft() for _ in range(ntodo)]
+                        ready.extendleft(reversed(_choice.permute(
+                            chooser.choose, _choice.READY, batch)))
                 while ntodo:
                     ntodo -= 1
                     handle = popleft()
@@ -667,6 +676,16 @@ class Loop(Networking):
             self._stopping = False
             self._running = False
             _running.loop = None
+
+    def _chosen_wait(self, wait, chooser):
+        """The poller's ``wait`` with an explorer's choice of the order in which
+        the pass dispatches what it returned (kernels.choice)."""
+        ready, timers, monotonic = self._ready, self._timers, self._io.time
+
+        def chosen(timeout):
+            return _choice.poll_order(chooser.choose, wait(timeout), bool(ready) or bool(
+                timers and timers[0][0] <= monotonic()))
+        return chosen
 
     def _exit_pending(self) -> bool:
         for transport in self._transports:

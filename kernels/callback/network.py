@@ -14,7 +14,7 @@ import errno
 import os
 import socket
 
-__all__ = ["Networking", "Server"]
+__all__ = ["Networking", "Server", "Acceptor", "connect_result"]
 
 
 def _literal_family(host: str) -> int:
@@ -149,14 +149,9 @@ class Networking:
         self._add_writer(fd, self._connect_done, (sock, protocol_factory, callback))
 
     def _connect_done(self, sock, protocol_factory, callback):
-        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if not err:
-            try:
-                sock.getpeername()
-            except OSError as exc:
-                if exc.errno == errno.ENOTCONN:
-                    return   # spurious readiness (see the module notes): keep waiting
-                err = exc.errno or errno.ECONNABORTED
+        err = connect_result(sock)
+        if err is None:
+            return   # spurious readiness (see the module notes): keep waiting
         fd = sock.fileno()
         self._remove_writer(fd)
         del self._connecting[fd]
@@ -187,13 +182,79 @@ class Networking:
         return transport, protocol
 
 
+def connect_result(sock):
+    """After a non-blocking connect's socket turned writable: 0 if it is
+    connected, the errno if the connect failed, None if the readiness was
+    spurious (an fd closed and reused within one batch) and the connect is
+    still pending. Both loops' connects use it."""
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if not err:
+        try:
+            sock.getpeername()
+        except OSError as exc:
+            if exc.errno == errno.ENOTCONN:
+                return None
+            err = exc.errno or errno.ECONNABORTED
+    return err
+
+
 def _transport_class():
     # transports.py imports the loop; bind lazily to avoid the cycle
     from .transports import SocketTransport
     return SocketTransport
 
 
-class Server:
+class Acceptor:
+    """The accept path of a listening server, shared by this kernel's ``Server``
+    and the asyncio loop's (``aionet.AioServer``). A subclass supplies
+    ``_loop``, ``_backlog``, ``_serving_now()`` and ``_connection(conn)`` (what an
+    accepted socket becomes), and may rename its reports (``_resource_message``,
+    ``_failure_message``) or widen what a failed connection reports instead of
+    raising (``_reported``)."""
+    __slots__ = ()
+
+    _resource_message = "accept() failed; pausing accepts for 1 s"
+    _failure_message = "protocol factory failed for an accepted connection"
+    #: a failure of ``_connection`` of this class is reported and the accept loop
+    #: goes on; anything else is raised (SystemExit and KeyboardInterrupt always are)
+    _reported = Exception
+
+    def _accept_ready(self, lsock):
+        # Accept a batch per readiness (asyncio takes up to backlog): a burst of
+        # connects costs one select pass, not one each.
+        loop = self._loop
+        for _ in range(self._backlog):
+            try:
+                conn, _addr = lsock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Out of descriptors or memory: stop accepting for a second
+                    # rather than spin on a listening socket that stays readable.
+                    loop.call_exception_handler({
+                        "message": self._resource_message, "exception": exc,
+                        "socket": lsock, "server": self})
+                    loop._remove_reader(lsock.fileno())
+                    loop.call_later(1.0, self._resume_accepting, lsock)
+                    return
+                raise
+            try:
+                self._connection(conn)
+            except BaseException as exc:
+                conn.close()
+                if (isinstance(exc, (SystemExit, KeyboardInterrupt))
+                        or not isinstance(exc, self._reported)):
+                    raise
+                loop.call_exception_handler({
+                    "message": self._failure_message, "exception": exc, "server": self})
+
+    def _resume_accepting(self, lsock):
+        if self._serving_now() and not self._loop._closed:
+            self._loop._add_reader(lsock.fileno(), self._accept_ready, (lsock,))
+
+
+class Server(Acceptor):
     """Listening sockets feeding new ``SocketTransport``\\ s to the loop.
 
     ``close()`` stops accepting and closes the listening sockets; connections
@@ -217,6 +278,9 @@ class Server:
     def is_serving(self) -> bool:
         return self._serving
 
+    def _serving_now(self) -> bool:
+        return self._serving
+
     def close(self) -> None:
         if not self._serving:
             return
@@ -232,41 +296,6 @@ class Server:
         names = [s.getsockname() for s in self._sockets if s.fileno() >= 0]
         return f"<looplab callback Server {names} serving={self._serving}>"
 
-    def _accept_ready(self, lsock):
-        # Accept a batch per readiness (asyncio takes up to backlog): a burst of
-        # connects costs one select pass, not one each.
-        loop = self._loop
-        transport_class = _transport_class()
-        for _ in range(self._backlog):
-            try:
-                conn, _addr = lsock.accept()
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                return
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    # Out of descriptors or memory: stop accepting for a second
-                    # rather than spin on a listening socket that stays readable.
-                    loop.call_exception_handler({
-                        "message": "accept() failed; pausing accepts for 1 s",
-                        "exception": exc, "server": self})
-                    loop._remove_reader(lsock.fileno())
-                    loop.call_later(1.0, self._resume_accepting, lsock)
-                    return
-                raise
-            try:
-                _prepare_stream_socket(conn, self._sockbuf)
-                protocol = self._protocol_factory()
-            except Exception as exc:
-                conn.close()
-                loop.call_exception_handler({
-                    "message": "protocol factory failed for an accepted connection",
-                    "exception": exc, "server": self})
-                continue
-            except BaseException:
-                conn.close()
-                raise
-            transport_class(loop, conn, protocol, server=self)
-
-    def _resume_accepting(self, lsock):
-        if self._serving and not self._loop._closed:
-            self._loop._add_reader(lsock.fileno(), self._accept_ready, (lsock,))
+    def _connection(self, conn):
+        _prepare_stream_socket(conn, self._sockbuf)
+        _transport_class()(self._loop, conn, self._protocol_factory(), server=self)

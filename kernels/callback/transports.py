@@ -40,11 +40,16 @@ raises ``AttributeError`` for a ``write()`` after a buffered close completed
 from __future__ import annotations
 
 import collections
+import functools
 import logging
+import os
 import socket
 import weakref
 
-__all__ = ["Protocol", "SocketTransport"]
+from ..probe import ConnStats
+
+__all__ = ["Protocol", "SocketTransport", "BufferedReads", "Aborting", "report_fatal",
+           "call_protocol"]
 
 #: From this many writes dropped on a closed or lost connection on, each one
 #: more logs "socket.send() raised exception." (asyncio's threshold and text).
@@ -95,6 +100,19 @@ class Protocol:
         pass
 
 
+def _byte_calls(sock, fd):
+    """The transport's ``recv()`` (of ``_RECV_BYTES``) and ``send(data)``. On a real socket they are
+    ``os.read``/``os.write`` on its descriptor: the same syscalls' effect on a
+    stream socket, through argument-clinic functions, where ``socket.recv``
+    and ``send`` parse a tuple with ``PyArg_ParseTuple`` and go through the
+    socket's timeout machinery (about 900 fewer instructions per echo round
+    trip). Any other socket object (the simulated network's) keeps its methods.
+    The transport owns the descriptor: it never reads or writes after closing."""
+    if type(sock) is socket.socket:
+        return functools.partial(os.read, fd, _RECV_BYTES), functools.partial(os.write, fd)
+    return functools.partial(sock.recv, _RECV_BYTES), sock.send
+
+
 def _byte_view(view: memoryview) -> memoryview:
     if view.format == "B" and view.ndim == 1:
         return view
@@ -104,7 +122,79 @@ def _byte_view(view: memoryview) -> memoryview:
         raise TypeError("write() needs a C-contiguous memoryview") from None
 
 
-class SocketTransport:
+class _TransportStats(ConnStats):
+    """A transport's ``ConnStats``: ``accepted_bytes`` is not counted per write
+    but derived. Every byte ``write()`` accepts is, at any moment, exactly one
+    of: sent, still buffered, dropped by an abort or a fatal error, or dropped
+    at the loop's exit; the transport keeps those four exact, so their sum is
+    the accepted count, and a write on the fast path updates one counter
+    instead of two."""
+    __slots__ = ()
+
+    @property
+    def accepted_bytes(self):
+        return (self.sent_bytes + self.user_buffer_bytes + self.lost_on_abort_bytes
+                + self.lost_on_exit_bytes)
+
+
+def report_fatal(transport, exc, message):
+    """A transport's fatal error, reported as asyncio reports it: socket errors
+    are the peer's business and reach the protocol through
+    ``connection_lost(exc)`` alone; anything else is a bug worth a report. Every
+    transport of both loops (stream, datagram) reports through this."""
+    if not isinstance(exc, OSError):
+        transport._loop.call_exception_handler({
+            "message": message, "exception": exc, "transport": transport,
+            "protocol": transport._protocol})
+
+
+def call_protocol(transport, name):
+    """``transport._protocol.<name>()`` (``pause_writing``, ``resume_writing``):
+    advice whose failure is reported to the loop's handler, never raised into
+    the transport. Every transport of both loops advises through this."""
+    try:
+        getattr(transport._protocol, name)()
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        transport._loop.call_exception_handler({
+            "message": f"protocol.{name}() failed", "exception": exc,
+            "transport": transport, "protocol": transport._protocol})
+
+
+#: what ``SocketTransport._guarded`` gives for a call that failed or would block
+_FAILED = object()
+_WOULD_BLOCK = (BlockingIOError, InterruptedError)
+
+
+class Aborting:
+    """How every socket transport of both loops (stream, datagram) ends:
+    ``abort()`` and the fatal-error path report as asyncio does
+    (``report_fatal``), then the transport's own ``_force_close(exc)`` drops
+    what is buffered and queues ``_call_connection_lost(exc)``, which tells the
+    protocol, closes the socket and lets the transport forget it
+    (``_released``)."""
+    __slots__ = ()
+
+    def _call_connection_lost(self, exc):
+        try:
+            self._protocol.connection_lost(exc)
+        finally:
+            self._sock.close()
+            self._released()
+
+    def abort(self) -> None:
+        """Close now: drop the buffer (a stream transport counts it in
+        ``stats.lost_on_abort_bytes``); ``connection_lost(None)`` runs on the
+        next pass."""
+        self._force_close(None)
+
+    def _fatal_error(self, exc, message):
+        report_fatal(self, exc, message)
+        self._force_close(exc)
+
+
+class SocketTransport(Aborting):
     """A non-blocking stream socket driven by the loop on behalf of a protocol.
 
     Lifecycle: created by the loop (accept, connect or
@@ -126,16 +216,17 @@ class SocketTransport:
     dropped one on, each is logged ("socket.send() raised exception.").
     """
 
-    __slots__ = ("_loop", "_sock", "_fileno", "_protocol", "_server", "_buffer",
-                 "_high_water", "_low_water", "_try_send", "_protocol_paused",
-                 "_read_paused", "_started", "_eof_received", "_eof", "_closing",
-                 "_conn_lost", "_dropped", "_extra", "_trace", "_tid", "stats",
+    __slots__ = ("_loop", "_sock", "_fileno", "_recv", "_send", "_protocol", "_server",
+                 "_buffer", "_high_water", "_low_water", "_try_send", "_direct",
+                 "_protocol_paused", "_read_paused", "_started", "_eof_received", "_eof",
+                 "_closing", "_conn_lost", "_dropped", "_extra", "_trace", "_tid", "stats",
                  "__weakref__")
 
     def __init__(self, loop, sock, protocol, server=None):
         self._loop = loop
         self._sock = sock
-        self._fileno = sock.fileno()
+        self._fileno = fd = sock.fileno()
+        self._recv, self._send = _byte_calls(sock, fd)
         self._protocol = protocol
         self._server = server
         self._buffer = bytearray()
@@ -163,10 +254,12 @@ class SocketTransport:
         self._extra = {"socket": sock, "sockname": sock.getsockname(), "peername": peername}
         probe = loop.probe
         self._tid = len(probe.connections)
-        self.stats = probe.new_conn()
+        self.stats = stats = probe.new_conn()
+        stats.__class__ = _TransportStats
         self._trace = trace = probe.trace
         if trace is not None:
             trace.track(self._tid, f"{self.stats.name} {peername}")
+        self._update_direct()
         loop._transports.add(self)
         loop.call_soon(self._start)
 
@@ -175,14 +268,24 @@ class SocketTransport:
         return (f"<SocketTransport {self.stats.name} fd={self._fileno} {state} "
                 f"buffer={len(self._buffer)}>")
 
+    #: an exception from ``connection_made``: the transport's fatal error (True,
+    #: this kernel) or reported with the connection left open, as asyncio's
+    #: loop reports a failed callback (False, the asyncio loop's transports)
+    _made_failure_is_fatal = True
+
     def _start(self):
         try:
             self._protocol.connection_made(self)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            self._fatal_error(exc, "protocol.connection_made() failed")
-            return
+            if self._made_failure_is_fatal:
+                self._fatal_error(exc, "protocol.connection_made() failed")
+                return
+            self._loop.call_exception_handler({
+                "message": f"Exception in callback {type(self._protocol).__qualname__}"
+                           f".connection_made({self!r})",
+                "exception": exc, "transport": self, "protocol": self._protocol})
         self._started = True
         if not self._closing and not self._read_paused:
             self._loop._add_reader(self._fileno, self._read_ready, ())
@@ -191,7 +294,8 @@ class SocketTransport:
 
     def _read_ready(self):
         try:
-            data = self._sock.recv(_RECV_BYTES)
+            recv = self._recv      # an attribute load, not a method lookup
+            data = recv()
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
@@ -213,15 +317,25 @@ class SocketTransport:
     def _read_eof(self):
         self._eof_received = True
         self._loop._remove_reader(self._fileno)
-        try:
-            keep_open = self._protocol.eof_received()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._fatal_error(exc, "protocol.eof_received() failed")
+        keep_open = self._guarded("protocol.eof_received() failed", self._protocol.eof_received)
+        if keep_open is _FAILED:
             return
         if not keep_open:
             self.close()
+
+    def _guarded(self, message, call, *args, would_block=()):
+        """``call(*args)`` on a path that is not the per-read one: a failure is
+        this transport's fatal error (``message``) and gives ``_FAILED``, as does
+        an exception of ``would_block`` (then without error)."""
+        try:
+            return call(*args)
+        except would_block:
+            return _FAILED
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, message)
+            return _FAILED
 
     def pause_reading(self) -> None:
         """Stop calling ``data_received`` until ``resume_reading()``. Idempotent;
@@ -265,13 +379,43 @@ class SocketTransport:
         before the close completes (dropped and counted instead with the option
         ``write_after_close="drop"``, CPython 115514). After ``close()`` with
         nothing buffered, ``abort()`` or a lost connection: dropped and counted."""
+        if self._direct:
+            # the common case, checked by one flag: an open transport that sends
+            # at once, nothing buffered, no trace, not paused (see _update_direct)
+            if data.__class__ is bytes:
+                n = len(data)
+                if n:
+                    send = self._send
+                    try:
+                        sent = send(data)
+                    except (BlockingIOError, InterruptedError):
+                        sent = 0
+                    except (SystemExit, KeyboardInterrupt):
+                        raise
+                    except BaseException as exc:
+                        self._write_failed(exc, n)
+                        return
+                    stats = self.stats
+                    if sent == n:
+                        stats.sent_bytes += n
+                        return
+                    if sent:
+                        stats.sent_bytes += sent
+                        data = memoryview(data)[sent:]
+                    self._buffer_rest(data)
+                return
+        self._write(data)
+
+    def _write(self, data):
+        """``write()`` in general: any bytes-like type, after ``close()`` or
+        ``write_eof()``, with a trace, while paused, or behind buffered bytes."""
         cls = data.__class__
         if cls is not bytes and cls is not bytearray:
             if isinstance(data, memoryview):
                 data = _byte_view(data)
             elif not isinstance(data, (bytes, bytearray)):
-                raise TypeError(f"data must be bytes, bytearray or memoryview, "
-                                f"not {type(data).__name__}")
+                raise TypeError(f"data argument must be a bytes-like object (bytes, "
+                                f"bytearray or memoryview), not {type(data).__name__!r}")
         if self._eof:
             raise RuntimeError("cannot write() after write_eof()")
         n = len(data)
@@ -284,25 +428,20 @@ class SocketTransport:
                 self._drop_write()
                 return
         stats = self.stats
-        stats.accepted_bytes += n
         if self._protocol_paused:
             stats.written_while_paused_bytes += n
         trace = self._trace
         if trace is not None:
             trace.instant("write", self._tid, bytes=n)
-        buf = self._buffer
-        if not buf:
+        if not self._buffer:
             if self._try_send:
-                try:
-                    sent = self._sock.send(data)
-                except (BlockingIOError, InterruptedError):
-                    sent = 0
-                except (SystemExit, KeyboardInterrupt):
-                    raise
-                except BaseException as exc:
-                    stats.lost_on_abort_bytes += n
-                    self._fatal_error(exc, "fatal write error on socket transport")
-                    return
+                sent = self._guarded("fatal write error on socket transport", self._send, data,
+                                     would_block=_WOULD_BLOCK)
+                if sent is _FAILED:
+                    if self._conn_lost:         # the send failed: the bytes are lost
+                        stats.lost_on_abort_bytes += n
+                        return
+                    sent = 0                    # it would block
                 if sent:
                     stats.sent_bytes += sent
                     if trace is not None:
@@ -310,16 +449,42 @@ class SocketTransport:
                     if sent == n:
                         return
                     data = memoryview(data)[sent:]
-            self._loop._add_writer(self._fileno, self._write_ready, ())
+            self._buffer_rest(data)
+            return
+        self._buffer_more(data)
+
+    def _write_failed(self, exc, n):
+        self.stats.lost_on_abort_bytes += n
+        self._fatal_error(exc, "fatal write error on socket transport")
+
+    def _buffer_rest(self, data):
+        """Buffer what a write could not send on an empty buffer; from now on
+        the writable callback sends."""
+        self._loop._add_writer(self._fileno, self._write_ready, ())
+        self._buffer_more(data)
+
+    def _buffer_more(self, data):
+        self._direct = False
+        buf = self._buffer
         buf += data
         size = len(buf)
+        stats = self.stats
         stats.user_buffer_bytes = size
         if size > stats.peak_user_buffer_bytes:
             stats.peak_user_buffer_bytes = size
+        trace = self._trace
         if trace is not None:
             trace.counter("user_buffer_bytes", size, self._tid)
         if size > self._high_water and not self._protocol_paused:
             self._pause_protocol()
+
+    def _update_direct(self):
+        """``write()``'s one-flag test: true while a write needs nothing but the
+        send (open, no EOF sent, try-send, no trace, not paused, nothing
+        buffered). Every place that changes one of these calls this or clears it."""
+        self._direct = (self._try_send and self._trace is None and not self._closing
+                        and not self._eof and not self._protocol_paused
+                        and not self._buffer)
 
     def writelines(self, list_of_data) -> None:
         """Write the concatenation as one ``write()``: same flow-control check
@@ -346,7 +511,7 @@ class SocketTransport:
     def _write_ready(self):
         buf = self._buffer
         try:
-            n = self._sock.send(buf)
+            n = self._send(buf)
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
@@ -368,6 +533,7 @@ class SocketTransport:
             # before resume_writing(): a write() made from it must find the
             # writer unregistered, like any write() on an empty buffer
             self._loop._remove_writer(self._fileno)
+            self._update_direct()
         if self._protocol_paused and size <= self._low_water:
             self._resume_protocol()
         if buf or self._conn_lost:
@@ -386,32 +552,20 @@ class SocketTransport:
 
     def _pause_protocol(self):
         self._protocol_paused = True
+        self._direct = False
         self.stats.pause_writing_count += 1
         trace = self._trace
         if trace is not None:
             trace.instant("pause_writing", self._tid, buffer_bytes=len(self._buffer))
-        try:
-            self._protocol.pause_writing()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._loop.call_exception_handler({
-                "message": "protocol.pause_writing() failed", "exception": exc,
-                "transport": self, "protocol": self._protocol})
+        call_protocol(self, "pause_writing")
 
     def _resume_protocol(self):
         self._protocol_paused = False
+        self._update_direct()
         trace = self._trace
         if trace is not None:
             trace.instant("resume_writing", self._tid, buffer_bytes=len(self._buffer))
-        try:
-            self._protocol.resume_writing()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._loop.call_exception_handler({
-                "message": "protocol.resume_writing() failed", "exception": exc,
-                "transport": self, "protocol": self._protocol})
+        call_protocol(self, "resume_writing")
 
     def get_write_buffer_size(self) -> int:
         """Bytes accepted by ``write()`` and not yet taken by a send syscall. O(1)."""
@@ -455,6 +609,7 @@ class SocketTransport:
         if self._closing or self._eof:
             return
         self._eof = True
+        self._direct = False
         if not self._buffer:
             self._shutdown_write()
 
@@ -478,6 +633,7 @@ class SocketTransport:
         if self._closing:
             return
         self._closing = True
+        self._direct = False
         loop = self._loop
         loop._remove_reader(self._fileno)
         trace = self._trace
@@ -487,25 +643,12 @@ class SocketTransport:
             self._conn_lost = True
             loop.call_soon(self._call_connection_lost, None)
 
-    def abort(self) -> None:
-        """Close now: drop the buffer (counted in ``stats.lost_on_abort_bytes``)
-        and the socket; ``connection_lost(None)`` runs on the next pass."""
-        self._force_close(None)
-
-    def _fatal_error(self, exc, message):
-        # Socket errors are the peer's business and reach the protocol through
-        # connection_lost(exc); anything else is a bug worth a report.
-        if not isinstance(exc, OSError):
-            self._loop.call_exception_handler({
-                "message": message, "exception": exc, "transport": self,
-                "protocol": self._protocol})
-        self._force_close(exc)
-
     def _force_close(self, exc):
         if self._conn_lost:
             return
         self._conn_lost = True
         self._closing = True
+        self._direct = False
         stats = self.stats
         buf = self._buffer
         loop = self._loop
@@ -529,17 +672,13 @@ class SocketTransport:
             trace.counter("user_buffer_bytes", 0, self._tid)
         loop.call_soon(self._call_connection_lost, exc)
 
-    def _call_connection_lost(self, exc):
-        try:
-            self._protocol.connection_lost(exc)
-        finally:
-            self._sock.close()
-            self.stats.closed = True
-            self._loop._transports.discard(self)
-            self._server = None
-            trace = self._trace
-            if trace is not None:
-                trace.instant("close_completed", self._tid)
+    def _released(self):
+        self.stats.closed = True
+        self._loop._transports.discard(self)
+        self._server = None
+        trace = self._trace
+        if trace is not None:
+            trace.instant("close_completed", self._tid)
 
     def _abandon_at_exit(self) -> int:
         """``Loop.close()``: drop what is buffered (``lost_on_exit_bytes``) and
@@ -552,6 +691,7 @@ class SocketTransport:
             buf.clear()
             stats.user_buffer_bytes = 0
         self._closing = True
+        self._direct = False
         self._conn_lost = True
         self._sock.close()
         stats.closed = True
@@ -572,6 +712,42 @@ class SocketTransport:
     @property
     def loop(self):
         return self._loop
+
+
+# ---------------------------------------------------------------------------
+# Reading into the protocol's buffer
+
+def _nonempty_buffer(protocol):
+    buf = protocol.get_buffer(-1)
+    if not len(buf):
+        raise RuntimeError("get_buffer() returned an empty buffer")
+    return buf
+
+
+class BufferedReads:
+    """The read path for a protocol that lends its own buffer (asyncio's
+    ``BufferedProtocol``: ``get_buffer``/``buffer_updated``), mixed in before a
+    ``SocketTransport`` class: one ``recv_into`` the protocol's buffer per
+    readiness, the rest (EOF, errors, counts) as in the plain path. TLS needs
+    it: asyncio's ``SSLProtocol`` is a ``BufferedProtocol``."""
+    __slots__ = ()
+
+    def _read_ready(self):
+        protocol = self._protocol
+        buf = self._guarded("Fatal error: protocol.get_buffer() call failed.",
+                            _nonempty_buffer, protocol)
+        if buf is _FAILED:
+            return
+        n = self._guarded("fatal read error on socket transport", self._sock.recv_into, buf,
+                          would_block=_WOULD_BLOCK)
+        if n is _FAILED:
+            return
+        if not n:
+            self._read_eof()
+            return
+        self.stats.received_bytes += n
+        self._guarded("Fatal error: protocol.buffer_updated() call failed.",
+                      protocol.buffer_updated, n)
 
 
 # ---------------------------------------------------------------------------
@@ -614,7 +790,7 @@ class _ChunkBufferTransport(SocketTransport):
             front = b"".join(parts)
             buf.appendleft(front)
         try:
-            n = self._sock.send(front)
+            n = self._send(front)
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
@@ -637,6 +813,7 @@ class _ChunkBufferTransport(SocketTransport):
             trace.counter("user_buffer_bytes", size, self._tid)
         if not size:
             self._loop._remove_writer(self._fileno)
+            self._update_direct()
         if self._protocol_paused and size <= self._low_water:
             self._resume_protocol()
         if buf or self._conn_lost:
