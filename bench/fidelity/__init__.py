@@ -34,7 +34,9 @@ from __future__ import annotations
 
 # the probe modules, in the order their probes are listed
 from bench.fidelity import callback, coro, streams, tasks  # noqa: F401
-from bench.fidelity import loops, loopstate  # noqa: F401,I001  (the loop-conformance probes come last)
+# the loop-conformance probes come last, by theme
+from bench.fidelity import (loops, loopstate, looptransport, loophandler, loopsock,  # noqa: F401,I001
+                            loopsignal, loopcontext, loopdgram, loopproc, looptls)
 from bench.fidelity.measure import (COMMAND, collect, compare, counts, declared, document,
                                     grid_reference,
                                     markdown_section, measure, pairings, probes_block,

@@ -171,9 +171,12 @@ def _worker_cmd(rid, names):
 
 def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL, meta=None) -> dict:
     """Run the probes on each runtime in its own process: {runtime: {probe: record}}.
-    A record has ``obs``, ``skip`` or ``error``. A process that dies or overruns keeps the
-    probes it finished; the rest get an error record. ``meta``, a dict, receives each
-    runtime's Python and loop version as its worker reported them."""
+    A record has ``obs``, ``skip`` or ``error``. A process that overruns keeps the probes
+    it finished; the rest get an error record. A process that dies (a loop that aborts
+    the interpreter) charges the probe it was running with an error naming how it died,
+    and a fresh process runs the probes after it (at most ``MAX_RESTARTS`` times).
+    ``meta``, a dict, receives each runtime's Python and loop version as its worker
+    reported them."""
     probes = _probes()
     from bench.host.procs import ROOT as root
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -184,22 +187,28 @@ def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL, meta=N
     modules += [m for m in rtmod.plugin_modules() if m not in modules]
     if modules:
         env[rtmod.ENV_VAR] = ",".join(modules)
-    todo = [(rid, [n for n in names if probes[n].style == rtmod.parse(rid).style])
+    todo = [(rid, [n for n in names if probes[n].style == rtmod.parse(rid).style], 0)
             for rid in runtimes]
-    todo = [(rid, ns) for rid, ns in todo if ns]
-    results, running, started = {}, [], []
+    todo = [t for t in todo if t[1]]
+    results: dict = {rid: {} for rid, _, _ in todo}
+    running, started = [], []
 
-    def finish(rid, ns, proc, start):
+    def start(rid, ns, restarts):
+        proc = subprocess.Popen(_worker_cmd(rid, ns), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, cwd=root)
+        started.append(proc)
+        running.append((rid, ns, restarts, proc, time.monotonic()))
+
+    def finish(rid, ns, restarts, proc, began):
         try:
-            out, err = proc.communicate(timeout=max(0.0, timeout - (time.monotonic() - start)))
-            failure = None if proc.returncode == 0 else \
-                f"runtime process exited with {proc.returncode}: " \
-                f"{(err.strip().splitlines() or ['?'])[-1][:120]}"
+            out, err = proc.communicate(timeout=max(0.0, timeout - (time.monotonic() - began)))
+            failure = None if proc.returncode == 0 else _died(proc.returncode, err)
+            crashed = proc.returncode != 0
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
-            failure = f"runtime process timed out after {timeout:g} s"
-        recs = {}
+            failure, crashed = f"runtime process timed out after {timeout:g} s", False
+        recs = results[rid]
         for line in out.splitlines():
             try:
                 rec = json.loads(line)
@@ -208,19 +217,20 @@ def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL, meta=N
                 recs[rec["probe"]] = rec
             except (ValueError, KeyError, TypeError):
                 continue
+        missing = [n for n in ns if n not in recs]
+        if crashed and missing:
+            # the probe it was running when it died; the rest run in a new process
+            recs[missing[0]] = {"probe": missing[0], "error": f"{failure} while this probe ran"}
+            if missing[1:] and restarts < MAX_RESTARTS:
+                todo.insert(0, (rid, missing[1:], restarts + 1))
+                return
         for n in ns:
             recs.setdefault(n, {"probe": n, "error": failure or "no result"})
-        results[rid] = recs
 
     try:
-        for rid, ns in todo:
-            while len(running) >= parallel:
-                finish(*running.pop(0))
-            proc = subprocess.Popen(_worker_cmd(rid, ns), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, env=env, cwd=root)
-            started.append(proc)
-            running.append((rid, ns, proc, time.monotonic()))
-        while running:
+        while todo or running:
+            while todo and len(running) < parallel:
+                start(*todo.pop(0))
             finish(*running.pop(0))
     finally:
         # interrupted (Ctrl-C): no worker outlives the run
@@ -231,14 +241,48 @@ def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL, meta=N
     return results
 
 
+MAX_RESTARTS = 20
+
+
+def _died(code: int, err: str) -> str:
+    """How a worker process ended, in one line: its exit status (the signal's name when a
+    signal killed it) and the last line it wrote to stderr."""
+    import signal as sigmod
+    how = f"exited with {code}"
+    if code < 0:
+        try:
+            how = f"was killed by {sigmod.Signals(-code).name}"
+        except ValueError:
+            pass
+    last = (err.strip().splitlines() or ["?"])[-1][:120]
+    return f"runtime process {how}: {last}"
+
+
 # ---------------------------------------------------------------------------
 # Comparing
 
+def comparable(obs):
+    """An observation as it is compared: without the exception messages (``"message"``
+    keys, at any depth). Two runtimes that raise the same type agree; the message is
+    shown, to say why one raised something else."""
+    if isinstance(obs, dict):
+        return {k: comparable(v) for k, v in obs.items() if k != "message"}
+    if isinstance(obs, list):
+        return [comparable(v) for v in obs]
+    return obs
+
+
+def same(a, b) -> bool:
+    """Are two observations equal as compared (messages aside)?"""
+    return comparable(a) == comparable(b)
+
+
 def _diff(ref, ours):
-    """The parts that differ: for two dicts, only their differing keys."""
+    """The parts that differ (messages aside), shown whole: for two dicts, only their
+    differing keys."""
     if isinstance(ref, dict) and isinstance(ours, dict):
         keys = sorted(set(ref) | set(ours))
-        d = [k for k in keys if ref.get(k, "<absent>") != ours.get(k, "<absent>")]
+        d = [k for k in keys if not same(ref.get(k, "<absent>"), ours.get(k, "<absent>"))]
         return ({k: ref.get(k, "<absent>") for k in d}, {k: ours.get(k, "<absent>") for k in d})
     return ref, ours
 
@@ -260,8 +304,8 @@ def _as_declared(ref_obs, ours_obs, expected) -> bool:
     if isinstance(ref_obs, dict) and isinstance(ours_obs, dict) and isinstance(expected, dict):
         differing = _diff(ref_obs, ours_obs)[1]
         return set(differing) <= set(expected) and all(
-            ours_obs.get(k, "<absent>") == v for k, v in expected.items())
-    return ours_obs == expected
+            same(ours_obs.get(k, "<absent>"), v) for k, v in expected.items())
+    return same(ours_obs, expected)
 
 
 def compare(results: dict, names) -> list[dict]:
@@ -296,7 +340,7 @@ def compare(results: dict, names) -> list[dict]:
                     row["verdict"] = "n/a"
                 elif "error" in a or "error" in b:
                     row["verdict"] = "error"
-                elif a["obs"] == b["obs"]:
+                elif same(a["obs"], b["obs"]):
                     row["verdict"] = "agree"
                 elif kind == "loop":
                     row["verdict"] = "divergent"

@@ -26,8 +26,10 @@ from bench import runtimes as rtmod
 
 __all__ = ["grid", "add_grid", "markdown_grid", "html_page", "reproduction", "repro_probe", "REPRO_MAX_LINES"]
 
-REPRO_MAX_LINES = 30
-_STDLIB = ("concurrent.futures", "gc", "os", "signal", "socket", "threading", "time")
+REPRO_MAX_LINES = 60
+#: the standard library modules a loop probe may use (imported by its reproduction)
+_STDLIB = ("concurrent.futures", "contextvars", "gc", "logging", "os", "re", "signal", "socket",
+           "ssl", "subprocess", "sys", "tempfile", "threading", "time", "warnings", "weakref")
 
 
 def _probes():
@@ -46,7 +48,7 @@ def _vkey(v):
 def grid(results: dict, rows: list, names, meta: dict) -> dict:
     """What the report shows of the loops x interpreters grid (empty ``cells`` when no
     asyncio cell ran)."""
-    from bench.fidelity.measure import _diff, grid_reference
+    from bench.fidelity.measure import _diff, comparable, grid_reference
     probes = _probes()
     cells = []
     for key in results:
@@ -95,7 +97,7 @@ def grid(results: dict, rows: list, names, meta: dict) -> dict:
             if probes[n].style != style:
                 continue
             seen = {c["python"]: (results[c["spec"]].get(n) or {}).get("obs") for c in same}
-            if len({_compact(v) for v in seen.values()}) > 1:
+            if len({_compact(comparable(v)) for v in seen.values()}) > 1:
                 changed.append({"probe": n, "style": style, "documented": probes[n].documented,
                                 "by_python": {v: _compact(o) for v, o in
                                               sorted(seen.items(), key=lambda kv: _vkey(kv[0]))}})
@@ -236,7 +238,7 @@ def repro_probe(name: str, quiet: bool = False) -> str | None:
         if quiet:
             return None
         raise UsageError(f"no probe named {name!r}; see looplab fidelity --probes")
-    if p.fn.__module__.endswith((".loops", ".loopstate")):
+    if p.standalone:
         return name
     twin = next((q.name for q in probes.values() if name in q.twin_of), None)
     if twin is None and not quiet:
@@ -315,11 +317,15 @@ def reproduction(name: str, spec: str, expected=None, observed=None, versions: d
     p = _probes()[target]
     import importlib
     module = importlib.import_module(p.fn.__module__)
-    used = _names_used(p.fn)
-    helpers = [getattr(module, n) for n in sorted(used) if n.startswith("_")
-               and inspect.isfunction(getattr(module, n, None))]
-    for hf in list(helpers):
-        used |= _names_used(hf)
+    used, helpers, todo = _names_used(p.fn), [], [p.fn]
+    while todo:         # the module's helpers it calls, and theirs, each once
+        for n in sorted(_names_used(todo.pop())):
+            hf = getattr(module, n, None)
+            if n.startswith("_") and inspect.isfunction(hf) and hf not in helpers:
+                helpers.append(hf)
+                todo.append(hf)
+                used |= _names_used(hf)
+    helpers.sort(key=lambda f: f.__name__)
     stdlib = [m for m in _STDLIB if m.split(".")[0] in used]
     imports, factory = _loop_lines(spec)
     v = versions or {}
