@@ -37,13 +37,14 @@ from bench.fidelity import callback, coro, streams, tasks  # noqa: F401
 # the loop-conformance probes come last, by theme
 from bench.fidelity import (loops, loopstate, looptransport, loophandler, loopsock,  # noqa: F401,I001
                             loopsignal, loopcontext, loopdgram, loopproc, looptls)
-from bench.fidelity.measure import (COMMAND, collect, compare, counts, declared, document,
-                                    grid_reference,
+from bench.fidelity.measure import (COMMAND, collect, compare, comparable, counts, declared,
+                                    document, grid_reference, same,
                                     markdown_section, measure, pairings, probes_block,
                                     select_probes, select_runtimes, summary_line, table,
                                     undeclared)
 from bench.fidelity.registry import PROBES, EdgeProbe, probe
 
-__all__ = ["PROBES", "EdgeProbe", "probe", "COMMAND", "collect", "compare", "counts", "grid_reference",
+__all__ = ["PROBES", "EdgeProbe", "probe", "COMMAND", "collect", "compare", "comparable", "counts",
+           "grid_reference", "same",
            "declared", "document", "markdown_section", "measure", "pairings", "probes_block",
            "select_probes", "select_runtimes", "summary_line", "table", "undeclared"]

@@ -451,6 +451,21 @@ async def lp_serve_forever_cancel_open_client(a):
     return out
 
 
+@loop_probe()
+async def lp_server_close_ends_serve_forever(a):
+    """Server.close() while serve_forever() runs: does the serve_forever() task end
+    (CPython cancels it)?"""
+    srv = await a.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    task = a.ensure_future(srv.serve_forever())
+    await a.sleep(0.02)
+    srv.close()
+    await a.sleep(0.05)
+    out = {"task_done": task.done(), "cancelled": task.cancelled()}
+    task.cancel()
+    await a.gather(task, return_exceptions=True)
+    return out
+
+
 @loop_probe(promise=doc("eventloop", "asyncio.Server.serve_forever",
                         "Only one serve_forever task can exist per one Server object."))
 async def lp_serve_forever_twice(a):

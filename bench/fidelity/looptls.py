@@ -106,34 +106,31 @@ async def lp_tls_start_tls_server(a):
     """STARTTLS: the server protocol gets b"STARTTLS", upgrades with loop.start_tls(
     server_side=True), and the client upgrades too: the data sent after arrives."""
     server_ctx, client_ctx = _tls()
-    loop, got, done, upgraded = a.get_running_loop(), [], a.get_running_loop().create_future(), []
+    loop, got, upgraded = a.get_running_loop(), [], []
+    asked = loop.create_future()
+
+    async def upgrade(p):
+        try:
+            upgraded.append(await a.wait_for(loop.start_tls(p.t, p, server_ctx, server_side=True), 2) is not p.t)
+        except Exception as exc:
+            upgraded.append(_raised(exc))
 
     class P(a.Protocol):
         connection_made = lambda self, t: setattr(self, "t", t)  # noqa: E731
 
         def data_received(self, d):
-            if d == b"STARTTLS" and not done.done():
-                self.t.pause_reading()
-                done.set_result(None)
-                loop.create_task(upgrade(self))
+            if d == b"STARTTLS" and not asked.done():
+                self.t.pause_reading(), asked.set_result(None), loop.create_task(upgrade(self))
             else:
                 got.append(d)
-
-    async def upgrade(p):
-        try:
-            tls = await a.wait_for(loop.start_tls(p.t, p, server_ctx, server_side=True), 2)
-            upgraded.append(tls is not p.t)
-        except Exception as exc:
-            upgraded.append(_raised(exc))
     srv = await loop.create_server(P, "127.0.0.1", 0)
     r, w = await a.open_connection(*srv.sockets[0].getsockname())
     w.write(b"STARTTLS")
-    await _wait(a, done)
+    await _wait(a, asked)
     out = {"client_start_tls": await _wait(a, w.start_tls(client_ctx, server_hostname="localhost"), 2)}
     w.write(b"hello")
     await a.sleep(0.1)
-    w.close()
-    srv.close()
+    w.close(), srv.close()
     return {**out, "server_upgraded": upgraded, "server_got": b"".join(got).decode()}
 
 
@@ -181,13 +178,12 @@ async def lp_tls_shutdown_timeout(a):
     """A TLS peer that never answers close_notify, ssl_shutdown_timeout=0.2: close()
     ends in connection_lost() within 1 s."""
     server_ctx, client_ctx = _tls()
-    lsn = socket.create_server(("127.0.0.1", 0))
+    lsn, stop = socket.create_server(("127.0.0.1", 0)), threading.Event()
     lsn.settimeout(2)
-    stop = threading.Event()
 
-    def peer():
+    def peer():             # handshakes, then never reads again
         try:
-            conn, _ = lsn.accept()
+            conn = lsn.accept()[0]
             conn.settimeout(2)
             with server_ctx.wrap_socket(conn, server_side=True):
                 stop.wait(3)
@@ -203,12 +199,10 @@ async def lp_tls_shutdown_timeout(a):
         t, _ = await a.wait_for(a.get_running_loop().create_connection(
             P, *lsn.getsockname(), ssl=client_ctx, server_hostname="localhost", ssl_shutdown_timeout=0.2), 2)
         t.close()
-        out = {"connection_lost": await _wait(a, lost, 1)}
-    except Exception as exc:
-        out = {"create_connection": _raised(exc)}
-    stop.set()
-    th.join()
-    lsn.close()
+        out = {"connection_lost": await a.wait_for(lost, 1)}
+    except Exception as exc:        # create_connection() failed, or connection_lost() never came
+        out = {"failed": _raised(exc), "lost": lost.done()}
+    stop.set(), th.join(), lsn.close()
     return out
 
 

@@ -92,10 +92,10 @@ def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
     Unavailable.
 
     A plain id keeps its pairing: a kernel brings its primary reference, a reference
-    brings its kernel. A spec with an interpreter (``@3.12``) or options is a cell of
-    the grid: a kernel brings its primary reference on the same interpreter, an
-    asyncio runtime on another loop brings CPython's asyncio on the same
-    interpreter (``grid_reference``)."""
+    brings its kernel. An asyncio runtime on another loop (``loop=rloop``, the
+    ``uvloop-*`` aliases) or with a flipped option is a cell of the grid: it brings
+    CPython's asyncio on the same interpreter (``grid_reference``) and nothing else. A
+    kernel with an interpreter (``@3.12``) brings its primary reference there."""
     members, pairs = _members(), pairings()
     if not text:
         named, explicit = list(members), False
@@ -110,7 +110,11 @@ def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
     wanted = []
     for spec in named:
         rt = rtmod.parse(spec)
-        if spec in members:
+        if explicit and grid_reference(rt) is not None:
+            # an asyncio loop (uvloop-*, loop=..., eager=true) is a cell of the grid: it
+            # brings CPython's asyncio on its interpreter, and nothing else was asked for
+            adds = [grid_reference(rt), spec]
+        elif spec in members:
             subjects = [spec] if spec in pairs else [s for s, refs in pairs.items() if spec in refs]
             adds = [x for s in subjects for x in (s, pairs[s][0])] + [spec]
             ref = grid_reference(rt)
@@ -487,12 +491,14 @@ def probes_block(rows, skipped=(), elapsed_s=None) -> dict:
                                  for x in (da, db))
         else:
             ref_txt, ours_txt = _show(r["ref_rec"]), _show(r["ours_rec"])
-        differences.append({"ours": r["ours"], "reference": r["reference"],
-                            "primary": r["primary"], "probe": r["probe"],
-                            "verdict": r["verdict"] if r["primary"] or r["verdict"] == "divergent"
-                            else "information",
-                            "reference_obs": ref_txt, "ours_obs": ours_txt,
-                            "reason": r["reason"] or ""})
+        d = {"subject": r["ours"], "ours": r["ours"], "reference": r["reference"],
+             "primary": r["primary"], "probe": r["probe"], "kind": r.get("kind", "kernel"),
+             "verdict": r["verdict"] if r["primary"] or r["verdict"] == "divergent"
+             else "information",
+             "reference_obs": ref_txt, "ours_obs": ours_txt, "reason": r["reason"] or ""}
+        if r.get("kind") == "loop":
+            d.update(promise=r.get("promise"), upstream=r.get("upstream"))
+        differences.append(d)
     block = {"command": COMMAND, "pairings": pairings, "differences": differences,
              "skipped": list(skipped)}
     if elapsed_s is not None:
@@ -523,10 +529,15 @@ def markdown_section(block: dict, level: str = "##") -> str:
     diffs = block["differences"]
     if diffs:
         lines += [f"{level}# Differences", "",
-                  format_table(["pairing", "probe", "reference", "ours", "verdict", "reason"],
-                               [[f"{d['ours']} vs {d['reference']}", d["probe"],
-                                 _md(d["reference_obs"]), _md(d["ours_obs"]), d["verdict"],
-                                 _md(d["reason"])] for d in diffs],
+                  "Verdict and reason first; `subject` is the runtime judged (our kernel, or an "
+                  "asyncio loop), `reference` the one it is judged against. A loop's reason is "
+                  "the promise of the asyncio docs it breaks (or de-facto) and the upstream "
+                  "threads read.", "",
+                  format_table(["verdict", "reason", "subject vs reference", "probe", "reference shows",
+                                "subject shows"],
+                               [[d["verdict"], _md(d["reason"]),
+                                 f"{d.get('subject', d['ours'])} vs {d['reference']}", d["probe"],
+                                 _md(d["reference_obs"]), _md(d["ours_obs"])] for d in diffs],
                                markdown=True, align="llllll"), ""]
     else:
         lines += ["No differences.", ""]
@@ -545,6 +556,8 @@ def measure(runtimes_text=None, probes_text=None) -> tuple[dict, list, list, dic
     meta: dict = {}
     results = collect(runtimes, names, meta=meta)
     rows = compare(results, names)
+    from bench.fidelity import observatory
+    observatory.annotate(rows, meta)
     block = probes_block(rows, skipped, time.monotonic() - start)
     # what each worker ran with (Python, loop and its version): the observatory's grid
     # (``bench.fidelity.observatory.add_grid``) reads it

@@ -21,6 +21,7 @@ import sys
 import textwrap
 
 from bench.errors import UsageError
+from bench.fidelity import upstream
 from bench.results.tables import format_table
 from bench import runtimes as rtmod
 
@@ -81,10 +82,12 @@ def grid(results: dict, rows: list, names, meta: dict) -> dict:
             da = _compact(a["obs"]) if "obs" in a else f"error: {a.get('error')}"
             db = _compact(b["obs"]) if "obs" in b else f"error: {b.get('error')}"
         twin = repro_probe(r["probe"], quiet=True)
+        cls, quote = classify(probes[r["probe"]], c["python"])
         divergences.append({"probe": r["probe"], "spec": r["ours"], "reference": r["reference"],
                             "verdict": r["verdict"], "loop": c["loop"],
                             "loop_version": c["loop_version"], "python": c["python"],
-                            "class": probes[r["probe"]].documented or "de-facto",
+                            "class": cls, "promise": quote,
+                            "upstream": upstream.line(r["probe"], c["loop"]),
                             "asyncio": da, "loop_shows": db, "repro": twin})
     # CPython's own asyncio across interpreters
     changed = []
@@ -98,7 +101,8 @@ def grid(results: dict, rows: list, names, meta: dict) -> dict:
                 continue
             seen = {c["python"]: (results[c["spec"]].get(n) or {}).get("obs") for c in same}
             if len({_compact(comparable(v)) for v in seen.values()}) > 1:
-                changed.append({"probe": n, "style": style, "documented": probes[n].documented,
+                changed.append({"probe": n, "style": style,
+                                "class": "documented" if probes[n].documented else "de-facto",
                                 "by_python": {v: _compact(o) for v, o in
                                               sorted(seen.items(), key=lambda kv: _vkey(kv[0]))}})
     styles = {c["style"] for c in cells}
@@ -106,10 +110,45 @@ def grid(results: dict, rows: list, names, meta: dict) -> dict:
     classes = {n: ("divergent" if n in divergent else
                    "documented" if probes[n].documented else "de-facto")
                for n in names if probes[n].style in styles}
+    counts = {k: sum(v == k for v in classes.values()) for k in ("documented", "de-facto", "divergent")}
+    # of the divergent probes, those that break a quoted promise on some cell
+    counts["divergent_documented"] = len({d["probe"] for d in divergences
+                                          if d["verdict"] == "divergent" and d["class"] == "documented"})
     return {"cells": cells, "divergences": divergences, "changed": changed,
-            "classes": classes,
-            "class_counts": {k: sum(v == k for v in classes.values())
-                             for k in ("documented", "de-facto", "divergent")}}
+            "classes": classes, "class_counts": counts}
+
+
+def classify(p, python) -> tuple[str, dict | None]:
+    """("documented", the quote speaking for ``python``) when the probe quotes a promise
+    of that interpreter's asyncio docs, else ("de-facto", None)."""
+    quote = p.documented.quote(python) if p.documented is not None else None
+    return ("documented", quote) if quote else ("de-facto", None)
+
+
+def promise_text(quote: dict | None, markdown: bool = True) -> str:
+    """How the reports show a promise beside a divergence."""
+    if not quote:
+        return "de-facto"
+    src = f"{quote['page']} {quote['docs']}"
+    return (f"documented: \"{quote['text']}\" ([{src}]({quote['url']}))" if markdown
+            else f"documented: \"{quote['text']}\" ({src})")
+
+
+def annotate(rows: list, meta: dict) -> list:
+    """Give each loop-conformance row that is not an agreement its promise and its
+    upstream threads (``row["promise"]``, ``row["upstream"]``) and say both in its
+    ``reason``, so every report shows the quote beside the divergence. ``meta``: each
+    worker's Python and loop (``measure.collect``)."""
+    probes = _probes()
+    for r in rows:
+        if r.get("kind") != "loop" or r["verdict"] in ("agree", "n/a"):
+            continue
+        m = meta.get(r["ours"], {})
+        loop = (m.get("loop") or {}).get("name") or rtmod.parse(r["ours"]).loop
+        _, quote = classify(probes[r["probe"]], m.get("python"))
+        r["promise"], r["upstream"] = quote, upstream.line(r["probe"], loop)
+        r["reason"] = f"{promise_text(quote, markdown=False)}; {r['upstream']}"
+    return rows
 
 
 def add_grid(results: dict, rows: list, names, block: dict) -> dict:
@@ -149,27 +188,36 @@ def markdown_grid(g: dict, level: str = "##") -> str:
     lines += [format_table(["style", "loop", *[f"Python {p}" for p in pythons]], body,
                            markdown=True, align="ll" + "l" * len(pythons)), ""]
     cc = g["class_counts"]
-    lines += [f"Probes on the grid: {sum(cc.values())} -- {cc['documented']} documented "
-              f"(the asyncio docs promise it), {cc['de-facto']} de-facto (CPython does it, no "
-              f"promise), {cc['divergent']} divergent on at least one loop.", ""]
+    total = cc["documented"] + cc["de-facto"] + cc["divergent"]
+    lines += [f"Probes on the grid: {total} -- {cc['documented']} documented (a quoted sentence "
+              f"of the asyncio docs promises it) and {cc['de-facto']} de-facto (CPython does it, "
+              f"no promise) that agree everywhere, and {cc['divergent']} divergent on at least one "
+              f"loop ({cc.get('divergent_documented', 0)} of them break a quoted promise).", ""]
     if g["divergences"]:
         lines += [f"{level}# Divergences", "",
                   "Against CPython's asyncio on the same interpreter, one row per probe and "
-                  "loop (the interpreters where it shows the same thing). `repro`: the probe "
-                  "whose standalone script `looplab fidelity --repro PROBE --runtime SPEC` "
-                  "writes.", ""]
+                  "loop (the interpreters where it shows the same thing). `promise`: the "
+                  "sentence of the asyncio docs of that interpreter the loop breaks, or "
+                  "de-facto. `upstream`: the issue threads read (`bench/fidelity/threads.json`). "
+                  "`repro`: the probe whose standalone script `looplab fidelity --repro PROBE "
+                  "--runtime SPEC` writes.", ""]
         grouped: dict = {}
         for d in g["divergences"]:
             key = (d["probe"], d["loop"], d["loop_version"], d["asyncio"], d["loop_shows"])
             grouped.setdefault(key, []).append(d)
-        body = [[probe, f"{loop} {ver or ''}".strip(),
-                 ", ".join(sorted({x["python"] or "?" for x in ds}, key=_vkey)),
-                 _md(ref), _md(got),
-                 "de-facto" if ds[0]["class"] == "de-facto" else f"[documented]({ds[0]['class']})",
-                 ds[0]["repro"] or "-"]
-                for (probe, loop, ver, ref, got), ds in grouped.items()]
-        lines += [format_table(["probe", "loop", "on Python", "asyncio", "loop shows", "class",
-                                "repro"], body, markdown=True, align="lllllll"), ""]
+        body = []
+        for (probe, loop, ver, ref, got), ds in grouped.items():
+            quotes = []
+            for x in ds:
+                text = promise_text(x.get("promise"))
+                if text not in quotes:
+                    quotes.append(text)
+            body.append([probe, f"{loop} {ver or ''}".strip(),
+                         ", ".join(sorted({x["python"] or "?" for x in ds}, key=_vkey)),
+                         _md(ref), _md(got), _md("; ".join(quotes)),
+                         ds[0].get("upstream") or "not searched", ds[0]["repro"] or "-"])
+        lines += [format_table(["probe", "loop", "on Python", "asyncio", "loop shows", "promise",
+                                "upstream", "repro"], body, markdown=True, align="llllllll"), ""]
     if g["changed"]:
         pys = sorted({p for ch in g["changed"] for p in ch["by_python"]}, key=_vkey)
         lines += [f"{level}# Changed between interpreters (CPython's asyncio)", "",
@@ -315,12 +363,11 @@ def reproduction(name: str, spec: str, expected=None, observed=None, versions: d
     the header with ``versions`` ({"python", "loop", "loop_version"})."""
     target = repro_probe(name)
     p = _probes()[target]
-    import importlib
-    module = importlib.import_module(p.fn.__module__)
     used, helpers, todo = _names_used(p.fn), [], [p.fn]
-    while todo:         # the module's helpers it calls, and theirs, each once
-        for n in sorted(_names_used(todo.pop())):
-            hf = getattr(module, n, None)
+    while todo:         # the helpers it calls, and theirs (each in its own module), once
+        fn = todo.pop()
+        for n in sorted(_names_used(fn)):
+            hf = fn.__globals__.get(n)
             if n.startswith("_") and inspect.isfunction(hf) and hf not in helpers:
                 helpers.append(hf)
                 todo.append(hf)
@@ -337,6 +384,11 @@ def reproduction(name: str, spec: str, expected=None, observed=None, versions: d
         head.append(f"CPython {py} asyncio: {_compact(expected)}")
     if observed is not None:
         head.append(f"{on} on {py}: {_compact(observed)}")
+    cls, quote = classify(p, py)
+    head.append(f"asyncio docs {quote['docs']} ({quote['page']}): \"{quote['text']}\""
+                if quote else "de-facto: no sentence of the asyncio docs promises this")
+    head.append(f"upstream: {upstream.line(target, v.get('loop') or rtmod.parse(spec).loop)}")
+    head = [head[0]] + [h.replace('"""', "'''") for h in head[1:]]   # keep the docstring whole
     head[-1] += '"""'
     parts = head + ["import asyncio"] + [f"import {m}" for m in stdlib] + imports
     for hf in helpers:
