@@ -211,12 +211,12 @@ async def lp_protocol_connection_made_raises(a):
     lsn = socket.create_server(("127.0.0.1", 0))
     try:
         t, _ = await a.wait_for(loop.create_connection(P, *lsn.getsockname()), 1)
-        await a.sleep(0.02)
-        out = {"create_connection": "returned", "is_closing": _call(lambda: t.is_closing())}
-        t.close()
     except Exception as exc:
-        out = {"create_connection": _raised(exc)}
-    lsn.close()
+        lsn.close()
+        return {"create_connection": _raised(exc), "contexts": seen}
+    await a.sleep(0.02)
+    out = {"create_connection": "returned", "is_closing": _call(lambda: t.is_closing())}
+    t.close(), lsn.close()
     return {**out, "contexts": seen}
 
 

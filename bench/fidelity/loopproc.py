@@ -243,11 +243,11 @@ async def lp_proc_shell(a):
 async def lp_proc_not_found(a):
     """create_subprocess_exec() of a program that does not exist."""
     try:
-        proc = await a.create_subprocess_exec("/nonexistent/looplab-probe")
-        await _reap(a, proc)
-        return {"create": "created"}
+        proc = await a.create_subprocess_exec("/nonexistent/no-such-program")
     except Exception as exc:
         return {"create": _raised(exc)}
+    await _reap(a, proc)
+    return {"create": "created"}
 
 
 @loop_probe()
@@ -255,10 +255,10 @@ async def lp_proc_text_mode(a):
     """create_subprocess_exec(text=True) (the docs: "should not be specified at all")."""
     try:
         proc = await a.create_subprocess_exec(sys.executable, "-c", "pass", text=True)
-        await _reap(a, proc)
-        return {"create": "created"}
     except Exception as exc:
         return {"create": _raised(exc)}
+    await _reap(a, proc)
+    return {"create": "created"}
 
 
 @loop_probe(promise=doc("eventloop", "asyncio.loop.subprocess_exec",

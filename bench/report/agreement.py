@@ -56,8 +56,8 @@ def _verdict_word(v) -> str:
 
 
 def _compare(subject: dict, ref: dict) -> dict:
-    ss, rs = cell_status(subject), cell_status(ref)
-    if ss not in ("pass", "fail") or rs not in ("pass", "fail"):
+    if any(c.get("skipped") or not c.get("verdicts") for c in (subject, ref)):
+        ss, rs = cell_status(subject), cell_status(ref)
         return {"status": "not comparable", "differ": [], "unmeasured": [],
                 "why": f"subject {STATUSES[ss][0]}, reference {STATUSES[rs][0]}"}
     vs, vr = subject.get("verdicts") or {}, ref.get("verdicts") or {}

@@ -1,0 +1,56 @@
+"""asyncio loops that each break one thing on purpose, for the observatory's tests: a
+test names one as ``loop=fakeloops:FACTORY`` (with this folder on PYTHONPATH) or runs a
+probe on it in-process. Each is CPython's selector loop with one method changed.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+
+class LateZeroLoop(asyncio.SelectorEventLoop):
+    """call_later(0) and call_later(-1) run as call_soon (uvloop 0.23's order)."""
+
+    def call_later(self, delay, callback, *args, context=None):
+        if delay <= 0:
+            return self.call_soon(callback, *args, context=context)
+        return super().call_later(delay, callback, *args, context=context)
+
+
+class _HalfHandle:
+    """A call_soon handle whose cancel() does nothing and that has no cancelled()."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def cancel(self):
+        pass
+
+
+class NoCancelledLoop(asyncio.SelectorEventLoop):
+    """call_soon() returns a handle whose cancel() is a no-op and which lacks
+    cancelled() (rloop 0.5's)."""
+
+    def call_soon(self, callback, *args, context=None):
+        return _HalfHandle(super().call_soon(callback, *args, context=context))
+
+
+class DyingLoop(asyncio.SelectorEventLoop):
+    """connect_read_pipe() kills the process (SIGKILL: no core file), as uvloop 0.23
+    aborts on a regular file."""
+
+    async def connect_read_pipe(self, protocol_factory, pipe):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def late_zero():
+    return LateZeroLoop()
+
+
+def no_cancelled():
+    return NoCancelledLoop()
+
+
+def dying():
+    return DyingLoop()
