@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 
 class LateZeroLoop(asyncio.SelectorEventLoop):
@@ -44,6 +45,15 @@ class DyingLoop(asyncio.SelectorEventLoop):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class StuckLoop(asyncio.SelectorEventLoop):
+    """add_signal_handler() blocks SIGALRM and hangs, as a loop stuck in C code does:
+    the worker's per-probe alarm never fires."""
+
+    def add_signal_handler(self, sig, callback, *args):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(120)
+
+
 def late_zero():
     return LateZeroLoop()
 
@@ -54,3 +64,7 @@ def no_cancelled():
 
 def dying():
     return DyingLoop()
+
+
+def stuck():
+    return StuckLoop()

@@ -77,6 +77,26 @@ def test_the_tool_counts_the_probes():
     assert "according to the event loop's internal monotonic clock" in r.stdout
 
 
+@pytest.fixture(scope="module")
+def reference_twice():
+    """Every loop probe on CPython's asyncio (the reference), twice."""
+    names = list(LOOP_PROBES)
+    return measure.collect(["asyncio-streams"], names), measure.collect(["asyncio-streams"], names)
+
+
+@pytest.mark.timeout(600)
+def test_loop_probes_run_clean_and_stable_on_the_reference(reference_twice):
+    first, second = (r["asyncio-streams"] for r in reference_twice)
+    errors = {n: rec["error"] for n, rec in first.items() if "error" in rec}
+    assert errors == {}
+    unstable = [n for n in first if not measure.same(first[n].get("obs"), second[n].get("obs"))]
+    assert unstable == []
+    for n, rec in first.items():
+        text = json.dumps(rec["obs"])
+        assert len(text) < 600, n
+        assert not re.search(r"0x[0-9a-f]{6,}|line \d+|File \"", text), n
+
+
 @pytest.mark.parametrize("spec, ref", [
     ("asyncio-streams:loop=rloop", "asyncio-streams"),
     ("asyncio-protocol@3.12:loop=rloop", "asyncio-protocol@3.12"),
@@ -168,6 +188,17 @@ def test_a_worker_that_dies_costs_one_probe_not_the_rest(monkeypatch):
     assert recs["lp_call_soon_order"]["obs"] == {"order": [0, 1, 2, 3, 4]}
     assert "killed by SIGKILL" in recs["lp_pipe_read_regular_file"]["error"]
     assert recs["lp_call_at_order"]["obs"] == {"order": [0.01, 0.02, 0.03]}
+
+
+def test_a_worker_stuck_past_its_probe_alarm_is_killed_and_the_rest_run(monkeypatch):
+    """A loop blocked in C code never sees the worker's per-probe alarm: the parent kills
+    the worker after a stall, charges that probe, and runs the rest in a fresh one."""
+    monkeypatch.setenv("PYTHONPATH", _with_fakeloops()["PYTHONPATH"])
+    names = ["lp_signal_handler_delivery", "lp_call_soon_order"]
+    res = measure.collect(["asyncio-streams:loop=fakeloops:stuck"], names, stall=3.0)
+    recs = res["asyncio-streams:loop=fakeloops:stuck"]
+    assert "gave no result for 3 s and was killed" in recs["lp_signal_handler_delivery"]["error"]
+    assert recs["lp_call_soon_order"]["obs"] == {"order": [0, 1, 2, 3, 4]}
 
 
 @needs_uvloop

@@ -18,8 +18,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import subprocess
-import sys
 import time
 
 from bench.errors import Unavailable, UsageError
@@ -31,7 +29,6 @@ __all__ = ["pairings", "declared", "collect", "compare", "counts", "undeclared",
            "select_probes", "select_runtimes", "measure", "probes_block", "markdown_section",
            "table", "summary_line", "COMMAND"]
 
-WORKER_TIMEOUT_S = 150.0
 PARALLEL = 3
 
 
@@ -160,7 +157,8 @@ def select_probes(text: str | None) -> list[str]:
     out = [n for n in probes if any(fnmatch.fnmatchcase(n, p) for p in pats)]
     if not out:
         raise UsageError(f"no probe matches {text!r}; probe names start with cb_ (callback), "
-                         "st_/tk_ (streams and tasks) or co_ (coro), e.g. --probes 'co_*'")
+                         "st_/tk_ (streams and tasks), co_ (coro) or lp_ (asyncio loops), e.g. "
+                         "--probes 'lp_*'; looplab fidelity --list lists them")
     return out
 
 
@@ -173,14 +171,14 @@ def _worker_cmd(rid, names):
     return [envs.interpreter_for(rid), "-m", "bench.fidelity.worker", rid, ",".join(names)]
 
 
-def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL, meta=None) -> dict:
+def collect(runtimes, names, timeout=None, parallel=PARALLEL, meta=None, stall=None) -> dict:
     """Run the probes on each runtime in its own process: {runtime: {probe: record}}.
-    A record has ``obs``, ``skip`` or ``error``. A process that overruns keeps the probes
-    it finished; the rest get an error record. A process that dies (a loop that aborts
-    the interpreter) charges the probe it was running with an error naming how it died,
-    and a fresh process runs the probes after it (at most ``MAX_RESTARTS`` times).
-    ``meta``, a dict, receives each runtime's Python and loop version as its worker
-    reported them."""
+    A record has ``obs``, ``skip`` or ``error``. A process that dies or stalls charges
+    the probe it was running and a fresh one runs the rest; one that overruns its
+    budget (``timeout`` seconds; by default ``workers.budget`` of its probe count) keeps
+    what it finished (``bench.fidelity.workers``). ``meta``, a dict, receives each
+    runtime's Python and loop version as its worker reported them."""
+    from bench.fidelity import workers
     probes = _probes()
     from bench.host.procs import ROOT as root
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -191,75 +189,14 @@ def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL, meta=N
     modules += [m for m in rtmod.plugin_modules() if m not in modules]
     if modules:
         env[rtmod.ENV_VAR] = ",".join(modules)
-    todo = [(rid, [n for n in names if probes[n].style == rtmod.parse(rid).style], 0)
+    todo = [(rid, [n for n in names if probes[n].style == rtmod.parse(rid).style])
             for rid in runtimes]
-    todo = [t for t in todo if t[1]]
-    results: dict = {rid: {} for rid, _, _ in todo}
-    running, started = [], []
 
-    def start(rid, ns, restarts):
-        proc = subprocess.Popen(_worker_cmd(rid, ns), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, cwd=root)
-        started.append(proc)
-        running.append((rid, ns, restarts, proc, time.monotonic()))
-
-    def finish(rid, ns, restarts, proc, began):
-        try:
-            out, err = proc.communicate(timeout=max(0.0, timeout - (time.monotonic() - began)))
-            failure = None if proc.returncode == 0 else _died(proc.returncode, err)
-            crashed = proc.returncode != 0
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-            failure, crashed = f"runtime process timed out after {timeout:g} s", False
-        recs = results[rid]
-        for line in out.splitlines():
-            try:
-                rec = json.loads(line)
-                if "meta" in rec and meta is not None:
-                    meta[rid] = rec["meta"]
-                recs[rec["probe"]] = rec
-            except (ValueError, KeyError, TypeError):
-                continue
-        missing = [n for n in ns if n not in recs]
-        if crashed and missing:
-            # the probe it was running when it died; the rest run in a new process
-            recs[missing[0]] = {"probe": missing[0], "error": f"{failure} while this probe ran"}
-            if missing[1:] and restarts < MAX_RESTARTS:
-                todo.insert(0, (rid, missing[1:], restarts + 1))
-                return
-        for n in ns:
-            recs.setdefault(n, {"probe": n, "error": failure or "no result"})
-
-    try:
-        while todo or running:
-            while todo and len(running) < parallel:
-                start(*todo.pop(0))
-            finish(*running.pop(0))
-    finally:
-        # interrupted (Ctrl-C): no worker outlives the run
-        for proc in started:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
-    return results
-
-
-MAX_RESTARTS = 20
-
-
-def _died(code: int, err: str) -> str:
-    """How a worker process ended, in one line: its exit status (the signal's name when a
-    signal killed it) and the last line it wrote to stderr."""
-    import signal as sigmod
-    how = f"exited with {code}"
-    if code < 0:
-        try:
-            how = f"was killed by {sigmod.Signals(-code).name}"
-        except ValueError:
-            pass
-    last = (err.strip().splitlines() or ["?"])[-1][:120]
-    return f"runtime process {how}: {last}"
+    def on_record(rid, rec):
+        if "meta" in rec and meta is not None:
+            meta[rid] = rec["meta"]
+    return workers.run([t for t in todo if t[1]], _worker_cmd, env, root, parallel, timeout,
+                       on_record, stall)
 
 
 # ---------------------------------------------------------------------------
