@@ -17,7 +17,7 @@ import pytest
 
 import fakeloops
 from bench.fidelity import promises, upstream
-from bench.fidelity.observatory import classify
+from bench.fidelity.classes import classify
 from bench.fidelity.registry import PROBES, EdgeProbe
 import bench.fidelity.worker  # noqa: F401  (registers every probe)
 
@@ -26,8 +26,8 @@ LOOP_PROBES = {n: p for n, p in PROBES.items() if p.standalone}
 
 
 def test_every_quote_is_found_in_the_docs_of_its_release():
-    assert promises.check() == []
-    quoted = promises.probe_promises()
+    assert promises.check(PROBES) == []
+    quoted = promises.probe_promises(PROBES)
     assert len(quoted) >= 100
     # every documented probe is quoted from each release it runs on (3.11, 3.12, 3.13),
     # or from the first that documents the API onwards
@@ -61,7 +61,7 @@ def test_markup_is_read_as_the_rendered_docs_show_it(rst, plain):
 
 
 def test_each_excerpt_names_its_origin_and_holds_only_quoted_paragraphs():
-    quoted = promises.probe_promises()
+    quoted = promises.probe_promises(PROBES)
     for minor, release in promises.RELEASES.items():
         folder = os.path.join(REPO, "docs", "sources", f"asyncio-{minor}")
         files = sorted(os.listdir(folder))
@@ -113,7 +113,7 @@ def test_python_m_check_exits_0_and_counts_the_quotes():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and not r.stderr, r.stdout + r.stderr
     m = re.search(r"(\d+) quotes in (\d+) documented probes; 0 problems", r.stdout)
-    assert m and int(m[2]) == len(promises.probe_promises())
+    assert m and int(m[2]) == len(promises.probe_promises(PROBES))
 
 
 # ---------------------------------------------------------------------------

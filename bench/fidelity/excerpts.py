@@ -14,18 +14,34 @@ from __future__ import annotations
 import os
 import sys
 
-from bench.fidelity.promises import (_DIRECTIVE, RELEASES, SOURCES, _root, check, normalize,
-                                     paragraphs, probe_promises)
+from bench.fidelity import promises
+from bench.fidelity.promises import _DIRECTIVE, RELEASES, SOURCES, _root, normalize, paragraphs
+
+
+def all_probes() -> dict:
+    """Every registered probe (the worker imports every probe module)."""
+    from bench.fidelity import worker  # noqa: F401
+    from bench.fidelity.registry import PROBES
+    return PROBES
+
+
+def check() -> list[str]:
+    """Every quote of every probe against its release's excerpt (``promises.check``)."""
+    return promises.check(all_probes())
+
+
+def probe_promises() -> dict:
+    return promises.probe_promises(all_probes())
 
 
 
-def write_excerpts(minor: str, library_dir: str, origin: dict, probes=None) -> list[str]:
+def write_excerpts(minor: str, library_dir: str, origin: dict) -> list[str]:
     """Rewrite ``docs/sources/asyncio-MINOR/*.rst`` from ``library_dir`` (a CPython
     ``Doc/library`` of release ``RELEASES[minor]``): each quoted paragraph verbatim,
     after the directive line it belongs to. ``origin``: ``repository``, ``tag``,
     ``commit``, ``copied from`` (where the text was read). Returns the files written."""
     wanted: dict = {}
-    for name, pr in probe_promises(probes).items():
+    for name, pr in probe_promises().items():
         if minor in pr.texts:
             wanted.setdefault(pr.page, []).append((name, pr.texts[minor]))
     folder = os.path.join(SOURCES, f"asyncio-{minor}")

@@ -485,16 +485,20 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def measure(runtimes_text=None, probes_text=None) -> tuple[dict, list, list, dict]:
-    """Run the probes: (results, rows, names, block). For the main job and the verb."""
+def measure(runtimes_text=None, probes_text=None, loop_probes=True) -> tuple[dict, list, list, dict]:
+    """Run the probes: (results, rows, names, block). For the main job and the verb.
+    ``loop_probes=False`` leaves out the observatory's loop-conformance probes (the
+    main job measures our kernels; ``looplab fidelity`` measures the loops)."""
     names = select_probes(probes_text)
+    if not loop_probes:
+        names = [n for n in names if not _probes()[n].standalone]
     runtimes, skipped = select_runtimes(runtimes_text)
     start = time.monotonic()
     meta: dict = {}
     results = collect(runtimes, names, meta=meta)
     rows = compare(results, names)
-    from bench.fidelity import observatory
-    observatory.annotate(rows, meta)
+    from bench.fidelity import classes
+    classes.annotate(rows, meta, _probes())
     block = probes_block(rows, skipped, time.monotonic() - start)
     # what each worker ran with (Python, loop and its version): the observatory's grid
     # (``bench.fidelity.observatory.add_grid``) reads it

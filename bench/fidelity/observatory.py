@@ -22,6 +22,7 @@ import textwrap
 
 from bench.errors import UsageError
 from bench.fidelity import upstream
+from bench.fidelity.classes import classify, promise_text
 from bench.results.tables import format_table
 from bench import runtimes as rtmod
 
@@ -116,39 +117,6 @@ def grid(results: dict, rows: list, names, meta: dict) -> dict:
                                           if d["verdict"] == "divergent" and d["class"] == "documented"})
     return {"cells": cells, "divergences": divergences, "changed": changed,
             "classes": classes, "class_counts": counts}
-
-
-def classify(p, python) -> tuple[str, dict | None]:
-    """("documented", the quote speaking for ``python``) when the probe quotes a promise
-    of that interpreter's asyncio docs, else ("de-facto", None)."""
-    quote = p.documented.quote(python) if p.documented is not None else None
-    return ("documented", quote) if quote else ("de-facto", None)
-
-
-def promise_text(quote: dict | None, markdown: bool = True) -> str:
-    """How the reports show a promise beside a divergence."""
-    if not quote:
-        return "de-facto"
-    src = f"{quote['page']} {quote['docs']}"
-    return (f"documented: \"{quote['text']}\" ([{src}]({quote['url']}))" if markdown
-            else f"documented: \"{quote['text']}\" ({src})")
-
-
-def annotate(rows: list, meta: dict) -> list:
-    """Give each loop-conformance row that is not an agreement its promise and its
-    upstream threads (``row["promise"]``, ``row["upstream"]``) and say both in its
-    ``reason``, so every report shows the quote beside the divergence. ``meta``: each
-    worker's Python and loop (``measure.collect``)."""
-    probes = _probes()
-    for r in rows:
-        if r.get("kind") != "loop" or r["verdict"] in ("agree", "n/a"):
-            continue
-        m = meta.get(r["ours"], {})
-        loop = (m.get("loop") or {}).get("name") or rtmod.parse(r["ours"]).loop
-        _, quote = classify(probes[r["probe"]], m.get("python"))
-        r["promise"], r["upstream"] = quote, upstream.line(r["probe"], loop)
-        r["reason"] = f"{promise_text(quote, markdown=False)}; {r['upstream']}"
-    return rows
 
 
 def add_grid(results: dict, rows: list, names, block: dict) -> dict:

@@ -26,9 +26,10 @@ import re
 #: the releases whose docs are quoted: one per interpreter minor the observatory runs
 #: (the interpreters installed here; docs/observatory.md)
 RELEASES = {"3.11": "3.11.7", "3.12": "3.12.1", "3.13": "3.13.0"}
-PAGES = ("asyncio-eventloop", "asyncio-protocol", "asyncio-stream", "asyncio-task",
-         "asyncio-subprocess", "asyncio-dev", "asyncio-future", "asyncio-runner",
-         "asyncio-policy", "asyncio-sync", "asyncio-exceptions", "asyncio-platforms")
+#: the pages of Doc/library quoted (asyncio-eventloop.rst, ...)
+PAGES = tuple(f"asyncio-{p}" for p in ("eventloop", "protocol", "stream", "task", "subprocess",
+                                       "dev", "future", "runner", "policy", "sync",
+                                       "exceptions", "platforms"))
 
 
 def _root() -> str:
@@ -179,18 +180,14 @@ def found_in(quote: str, rst_text: str) -> bool:
     return any(q in normalize("\n".join(lines)) for _, lines in paragraphs(rst_text))
 
 
-def probe_promises(probes=None) -> dict:
-    """probe name -> Promise, for every documented probe."""
-    if probes is None:
-        from bench.fidelity.measure import _probes
-        probes = _probes()
-    # duck-typed: under ``python -m`` this module runs twice (as __main__ too)
-    return {n: p.documented for n, p in probes.items() if hasattr(p.documented, "texts")}
+def probe_promises(probes: dict) -> dict:
+    """probe name -> Promise, for every documented probe of ``probes`` (name -> EdgeProbe)."""
+    return {n: p.documented for n, p in probes.items() if isinstance(p.documented, Promise)}
 
 
-def check(probes=None) -> list[str]:
-    """Every quote against its release's excerpt: one line per quote not found (or
-    excerpt missing, or whose header does not name its release)."""
+def check(probes: dict) -> list[str]:
+    """Every quote of ``probes`` against its release's excerpt: one line per quote not
+    found (or excerpt missing, or whose header does not name its release)."""
     problems = []
     for name, pr in probe_promises(probes).items():
         for minor, text in pr.texts.items():

@@ -15,7 +15,7 @@ import time
 
 from bench.host import envs
 from bench import fidelity
-from bench.fidelity import observatory, upstream
+from bench.fidelity import classes, observatory, upstream
 from bench import results as resmod
 from bench.errors import ExitCode
 from bench.scenarios import api as scmod
@@ -195,9 +195,9 @@ def _repro(args) -> ExitCode:
         print(f"wrote {path} ({len(text.splitlines())} lines)")
     else:
         print(text, end="")
-    _, quote = observatory.classify(fidelity.PROBES[target], versions["python"])
+    _, quote = classes.classify(fidelity.PROBES[target], versions["python"])
     loop = versions["loop"] or rtmod.parse(rt).loop
-    print(f"{target} on {rt}: {observatory.promise_text(quote, markdown=False)}; "
+    print(f"{target} on {rt}: {classes.promise_text(quote, markdown=False)}; "
           f"{upstream.line(target, loop)}", file=sys.stderr)
     return ExitCode.OK
 
