@@ -316,7 +316,10 @@ async def lp_dgram_many_datagrams(a):
         _dgram(a, events), local_addr=("127.0.0.1", 0))
     for i in range(50):
         peer.sendto(str(i).encode(), t.get_extra_info("sockname"))
-    await a.sleep(0.05)
+    for _ in range(100):
+        if sum(e[0] == "data" for e in events) >= 50:
+            break
+        await a.sleep(0.01)
     got = [e[2] for e in events if e[0] == "data"]
     t.close(), peer.close()
     return {"count": len(got), "in_order": got == [str(i) for i in range(50)]}

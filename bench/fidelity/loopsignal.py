@@ -281,10 +281,10 @@ async def lp_run_in_executor_on_closed_loop(a):
 
 @loop_probe()
 async def lp_run_in_executor_cancel(a):
-    """Cancelling the future of a running run_in_executor(): the await raises
-    CancelledError, and the function still runs to its end."""
-    done, loop = [], a.get_running_loop()
-    f = loop.run_in_executor(None, lambda: time.sleep(0.05) or done.append(1))
+    """Cancelling the future of a run_in_executor() whose function is running: the await
+    raises CancelledError, and the function still runs to its end."""
+    done, go, loop = [], threading.Event(), a.get_running_loop()
+    f = loop.run_in_executor(None, lambda: go.wait(2) and done.append(1))
     await a.sleep(0.01)
     f.cancel()
     try:
@@ -292,7 +292,11 @@ async def lp_run_in_executor_cancel(a):
         out = None
     except BaseException as exc:
         out = type(exc).__name__
-    await a.sleep(0.1)
+    go.set()
+    for _ in range(200):
+        if done:
+            break
+        await a.sleep(0.01)
     return {"await": out, "function_finished": done}
 
 
