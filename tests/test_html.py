@@ -340,8 +340,8 @@ def test_errors_skips_unknown_scenarios_and_several_machines(edge_doc, tmp_path)
     assert "agree" in row("S3", "naive")[2]                       # callback vs asyncio-protocol
     assert "not comparable" in row("S3", "naive")[3] and "error: no measurement" in row("S3", "naive")[3]
     assert "differ" in row("S1", "naive")[2]
-    assert "bounded: ours \u2717, asyncio-protocol \u2713" in row("S1", "naive")[2]
-    assert "equal their primary reference's in 1 of 2" in fid
+    assert "bounded: subject \u2717, reference \u2713" in row("S1", "naive")[2]
+    assert "equal its primary reference's in 1 of 2 comparable cells" in html.unescape(fid)
     # the series in the hand-made S1 cell is drawn
     assert "S1 callback style: in flight" in text
 

@@ -114,7 +114,7 @@ def test_rendering_reads_the_document_not_the_registry():
     text = report.render_terminal(doc)
     assert "X — a scenario no registry has" in text and "the a" in text and "300.0 %" in text
     assert report.fidelity(doc["cells"], doc) == [
-        ["X", "naive", "k", "r", "yes", "NO", "ok: ours=True ref=False"]]
+        ["X", "naive", "k", "r", "yes", "differ", "ok: subject yes, reference NO"]]
 
 
 # ---------------------------------------------------------------------------

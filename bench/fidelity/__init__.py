@@ -34,14 +34,17 @@ from __future__ import annotations
 
 # the probe modules, in the order their probes are listed
 from bench.fidelity import callback, coro, streams, tasks  # noqa: F401
-from bench.fidelity import loops, loopstate  # noqa: F401,I001  (the loop-conformance probes come last)
-from bench.fidelity.measure import (COMMAND, collect, compare, counts, declared, document,
-                                    grid_reference,
+# the loop-conformance probes come last, by theme
+from bench.fidelity import (loops, loopstate, looptransport, loophandler, loopsock,  # noqa: F401,I001
+                            loopsignal, loopcontext, loopdgram, loopproc, looptls)
+from bench.fidelity.measure import (COMMAND, collect, compare, comparable, counts, declared,
+                                    document, grid_reference, same,
                                     markdown_section, measure, pairings, probes_block,
                                     select_probes, select_runtimes, summary_line, table,
                                     undeclared)
 from bench.fidelity.registry import PROBES, EdgeProbe, probe
 
-__all__ = ["PROBES", "EdgeProbe", "probe", "COMMAND", "collect", "compare", "counts", "grid_reference",
+__all__ = ["PROBES", "EdgeProbe", "probe", "COMMAND", "collect", "compare", "comparable", "counts",
+           "grid_reference", "same",
            "declared", "document", "markdown_section", "measure", "pairings", "probes_block",
            "select_probes", "select_runtimes", "summary_line", "table", "undeclared"]

@@ -1,21 +1,20 @@
-"""Loop-conformance probes, continued: a loop's own state -- a closed loop, threads and
-the clock, eager tasks and the task factory, reading paused around EOF and buffer limits,
-signal handlers, the default executor, futures and a task's loop, and when
+"""Loop-conformance probes, continued: a loop's own state -- its life (run, stop,
+close), the clock and scheduled callbacks, handles, tasks and futures, reading paused
+around EOF and write-buffer limits, the protocol's callbacks and when
 ``connection_lost`` comes. The rules of ``bench.fidelity.loops`` hold here: each probe
-is self-contained, so ``looplab fidelity --repro`` can turn it into a standalone script.
+is self-contained and each key is one call.
 """
 from __future__ import annotations
 
-import concurrent.futures
-import os
-import signal
-import socket
+import contextvars
 import threading
 import time
+import weakref
 
-from bench.fidelity.loops import _EL, _PR, _ST, _TK, loop_probe  # noqa: F401
+from bench.fidelity.loops import _call, _wait, loop_probe
+from bench.fidelity.promises import doc
 
-# --- a closed loop, threads, the clock -----------------------------------------------
+# --- a closed loop, running state, threads ---------------------------------------------
 
 def _closed_loop(a):
     loop = type(a.get_running_loop())()
@@ -23,38 +22,26 @@ def _closed_loop(a):
     return loop
 
 
-@loop_probe(documented=f"{_EL}#asyncio.loop.close")
+@loop_probe()
 async def lp_call_soon_after_close(a):
     """call_soon(), call_later() and create_future() on a closed loop (of the same class)."""
-    loop, out = _closed_loop(a), {}
-    for name, call in (("call_soon", lambda: loop.call_soon(print)),
-                       ("call_later", lambda: loop.call_later(1, print)),
-                       ("create_future", lambda: loop.create_future())):
-        try:
-            call()
-            out[name] = None
-        except Exception as exc:
-            out[name] = type(exc).__name__
-    return {**out, "is_closed": loop.is_closed()}
+    loop = _closed_loop(a)
+    return {"call_soon": _call(lambda: loop.call_soon(int)), "call_later": _call(lambda: loop.call_later(1, int)),
+            "create_future": _call(lambda: loop.create_future())}
 
 
-@loop_probe(documented=f"{_EL}#asyncio.loop.call_soon_threadsafe")
+@loop_probe(promise=doc("eventloop", "asyncio.loop.call_soon_threadsafe",
+                        "Raises RuntimeError if called on a loop that's been closed."))
 async def lp_call_soon_threadsafe_after_close(a):
     """call_soon_threadsafe() on a closed loop, from another thread."""
-    loop, out = _closed_loop(a), []
-
-    def other():
-        try:
-            loop.call_soon_threadsafe(print)
-            out.append(None)
-        except Exception as exc:
-            out.append(type(exc).__name__)
-    th = threading.Thread(target=other)
+    loop, out = _closed_loop(a), {}
+    th = threading.Thread(target=lambda: out.update(call=_call(lambda: loop.call_soon_threadsafe(int))))
     th.start(), th.join()
-    return {"raised": out}
+    return out
 
 
-@loop_probe(documented=f"{_EL}#asyncio.loop.call_soon_threadsafe")
+@loop_probe(promise=doc("eventloop", "asyncio.loop.call_soon_threadsafe",
+                        "A thread-safe variant of call_soon()."))
 async def lp_call_soon_threadsafe_wakes(a):
     """call_soon_threadsafe() from a thread wakes a loop waiting on a future; the
     callback runs in the loop's thread."""
@@ -64,46 +51,169 @@ async def lp_call_soon_threadsafe_wakes(a):
     th = threading.Thread(target=lambda: loop.call_soon_threadsafe(
         lambda: fut.set_result(threading.get_ident() == main)))
     th.start()
-    ok = await a.wait_for(fut, 1)
+    out = {"in_loop_thread": await _wait(a, fut)}
     th.join()
-    return {"in_loop_thread": ok}
-
-
-@loop_probe(documented=f"{_EL}#asyncio.loop.run_until_complete")
-async def lp_run_on_closed_loop(a):
-    """run_until_complete() and run_forever() on a closed loop."""
-    loop, out = _closed_loop(a), {}
-
-    async def nothing():
-        pass
-    for name in ("run_until_complete", "run_forever"):
-        coro = nothing()
-        try:
-            loop.run_until_complete(coro) if name == "run_until_complete" else loop.run_forever()
-            out[name] = None
-        except Exception as exc:
-            out[name] = type(exc).__name__
-        coro.close()
     return out
 
 
-@loop_probe(documented=f"{_EL}#asyncio.loop.close")
+@loop_probe()
+async def lp_run_on_closed_loop(a):
+    """run_until_complete() and run_forever() on a closed loop."""
+    loop = _closed_loop(a)
+
+    async def nothing():
+        pass
+    coro = nothing()
+    out = {"run_until_complete": _call(lambda: loop.run_until_complete(coro)), "run_forever": _call(lambda: loop.run_forever())}
+    coro.close()
+    return out
+
+
+@loop_probe()
 async def lp_close_running_loop(a):
-    """close() on the running loop, and run_forever() on it again."""
-    loop, out = a.get_running_loop(), {}
-    for name, call in (("close", loop.close), ("run_forever", loop.run_forever)):
-        try:
-            call()
-            out[name] = None
-        except Exception as exc:
-            out[name] = type(exc).__name__
+    """close() on the running loop, then run_forever() on it again."""
+    loop = a.get_running_loop()
+    out = {"close": _call(lambda: loop.close()), "run_forever": _call(lambda: loop.run_forever())}
     return {**out, "is_running": loop.is_running(), "is_closed": loop.is_closed()}
 
 
-@loop_probe(documented=f"{_EL}#asyncio.loop.time")
-async def lp_loop_time_is_monotonic(a):
-    """loop.time() is time.monotonic() (the documented clock), to within 50 ms."""
-    return {"monotonic": abs(a.get_running_loop().time() - time.monotonic()) < 0.05}
+@loop_probe(promise=doc("eventloop", "asyncio.loop.close",
+                        "This method is idempotent and irreversible."))
+async def lp_close_twice(a):
+    """close() twice on a fresh loop; is_closed() after."""
+    loop = type(a.get_running_loop())()
+    return {"first": _call(lambda: loop.close()), "second": _call(lambda: loop.close()), "is_closed": _call(lambda: loop.is_closed())}
+
+
+@loop_probe(promise=doc("eventloop", "asyncio.loop.is_running",
+                        "Return True if the event loop is currently running."))
+async def lp_is_running(a):
+    """is_running() of the running loop, and of a fresh loop of the same class."""
+    fresh = type(a.get_running_loop())()
+    out = {"running": _call(lambda: a.get_running_loop().is_running()), "fresh": _call(lambda: fresh.is_running())}
+    fresh.close()
+    return out
+
+
+@loop_probe(promise=doc("eventloop", "asyncio.loop.run_until_complete",
+                        "Return the Future's result or raise its exception."))
+async def lp_run_until_complete_result(a):
+    """run_until_complete() on a fresh loop (in a thread): a coroutine's result, then its
+    exception."""
+    loop = type(a.get_running_loop())()
+
+    async def ok():
+        return 42
+
+    async def bad():
+        raise KeyError("k")
+    out = {"result": await a.to_thread(_call, loop.run_until_complete, ok()),
+           "exception": await a.to_thread(_call, loop.run_until_complete, bad())}
+    loop.close()
+    return out
+
+
+@loop_probe()
+async def lp_run_until_complete_while_running(a):
+    """run_until_complete() on the loop that is running."""
+    async def nothing():
+        pass
+    coro = nothing()
+    out = {"run_until_complete": _call(lambda: a.get_running_loop().run_until_complete(coro))}
+    coro.close()
+    return out
+
+
+@loop_probe(promise=doc("eventloop", "asyncio.get_running_loop",
+                        "Return the running event loop in the current OS thread."))
+async def lp_get_running_loop_in_callback(a):
+    """asyncio.get_running_loop() inside a call_soon() callback."""
+    loop, fut = a.get_running_loop(), a.get_running_loop().create_future()
+    loop.call_soon(lambda: fut.set_result(_call(lambda: a.get_running_loop() is loop)))
+    return {"in_callback": await _wait(a, fut)}
+
+
+@loop_probe(promise=doc("eventloop", "asyncio.get_running_loop",
+                        "Raise a RuntimeError if there is no running event loop."))
+async def lp_get_running_loop_other_thread(a):
+    """asyncio.get_running_loop() in a thread with no loop."""
+    return {"other_thread": await a.to_thread(_call, a.get_running_loop)}
+
+
+@loop_probe(promise=doc("eventloop", "asyncio.get_event_loop",
+                        "When called from a coroutine or a callback (e.g. scheduled with "
+                        "call_soon or similar API), this function will always return the "
+                        "running event loop."))
+async def lp_get_event_loop_in_coroutine(a):
+    """asyncio.get_event_loop() from a coroutine is the running loop."""
+    return {"same": _call(lambda: a.get_event_loop() is a.get_running_loop())}
+
+
+# --- the clock and scheduled callbacks -------------------------------------------------
+
+@loop_probe(promise=doc("eventloop", "asyncio.loop.time",
+                        "Return the current time, as a float value, according to the event "
+                        "loop's internal monotonic clock."))
+async def lp_loop_time_monotonic(a):
+    """loop.time() is a float and never goes back, over 20 readings around sleeps."""
+    loop, seen = a.get_running_loop(), []
+    for _ in range(20):
+        seen.append(loop.time())
+        await a.sleep(0.001)
+    return {"float": isinstance(seen[0], float), "never_back": seen == sorted(seen)}
+
+
+@loop_probe()
+async def lp_loop_time_is_time_monotonic(a):
+    """loop.time() reads time.monotonic() (CPython's clock), to within 50 ms."""
+    return {"time_monotonic": abs(a.get_running_loop().time() - time.monotonic()) < 0.05}
+
+
+@loop_probe(promise=doc("eventloop", "asyncio.loop.call_soon",
+                        "Callbacks are called in the order in which they are registered."))
+async def lp_call_soon_order(a):
+    """Five call_soon() callbacks run in the order they were scheduled."""
+    loop, order = a.get_running_loop(), []
+    for i in range(5):
+        loop.call_soon(order.append, i)
+    await a.sleep(0.01)
+    return {"order": order}
+
+
+@loop_probe(promise=doc("eventloop", "asyncio.loop.call_later",
+                        "Schedule callback to be called after the given delay number of seconds "
+                        "(can be either an int or a float)."))
+async def lp_call_later_not_early(a):
+    """call_later(0.05): the callback runs no earlier than the delay, by loop.time()."""
+    loop, fut = a.get_running_loop(), a.get_running_loop().create_future()
+    start = loop.time()
+    loop.call_later(0.05, lambda: fut.set_result(loop.time() - start))
+    waited = await _wait(a, fut)
+    return {"not_early": isinstance(waited, float) and waited >= 0.049}
+
+
+@loop_probe(promise=doc("eventloop", "asyncio.loop.call_at",
+                        "Schedule callback to be called at the given absolute timestamp when (an "
+                        "int or a float), using the same time reference as loop.time()."))
+async def lp_call_at_order(a):
+    """call_at() three times, out of order: they run by their time."""
+    loop, order = a.get_running_loop(), []
+    now = loop.time()
+    for d in (0.03, 0.01, 0.02):
+        loop.call_at(now + d, order.append, d)
+    await a.sleep(0.06)
+    return {"order": order}
+
+
+@loop_probe()
+async def lp_call_later_same_time_order(a):
+    """Three call_at() callbacks for the same instant (the docs leave the order undefined)."""
+    loop, order = a.get_running_loop(), []
+    when = loop.time() + 0.01
+    for i in range(3):
+        loop.call_at(when, order.append, i)
+    await a.sleep(0.03)
+    return {"order": order}
 
 
 @loop_probe(twin_of=("cb_call_soon_vs_call_later_zero",))
@@ -117,7 +227,12 @@ async def lp_call_later_zero_order(a):
     return {"order": order}
 
 
-@loop_probe(twin_of=("cb_stop_before_run",))
+@loop_probe(promise=doc("eventloop", "asyncio.loop.run_forever",
+                        "If stop() is called before run_forever() is called, the loop will poll "
+                        "the I/O selector once with a timeout of zero, run all callbacks "
+                        "scheduled in response to I/O events (and those that were already "
+                        "scheduled), and then exit."),
+            twin_of=("cb_stop_before_run",))
 async def lp_stop_before_run_forever(a):
     """stop() before run_forever(): the callbacks already scheduled run once, then it stops."""
     loop, order = type(a.get_running_loop())(), []
@@ -131,19 +246,90 @@ async def lp_stop_before_run_forever(a):
     return {"first_run": first, "after": order}
 
 
-@loop_probe(documented=f"{_EL}#asyncio.TimerHandle.when")
-async def lp_timer_handle(a):
-    """A TimerHandle: when() is loop.time() + delay; cancel() and cancelled()."""
+# --- handles -------------------------------------------------------------------------
+
+@loop_probe(promise=doc("eventloop", "asyncio.TimerHandle.when",
+                        "The time is an absolute timestamp, using the same time reference as "
+                        "loop.time()."))
+async def lp_timer_handle_when(a):
+    """TimerHandle.when() of call_later(10) is loop.time() + 10."""
     loop = a.get_running_loop()
-    h = loop.call_later(10, print)
-    close = abs(h.when() - (loop.time() + 10)) < 0.05
+    h = loop.call_later(10, int)
+    out = {"when_ok": _call(lambda: abs(h.when() - (loop.time() + 10)) < 0.05)}
     h.cancel()
-    return {"when_ok": close, "cancelled": h.cancelled()}
+    return out
 
 
-# --- tasks: eager start, the task factory --------------------------------------------
+@loop_probe()
+async def lp_handle_cancel_twice(a):
+    """Handle.cancel() twice (call_soon) and TimerHandle.cancel() twice (call_later)."""
+    loop = a.get_running_loop()
+    h, th = loop.call_soon(int), loop.call_later(1, int)
+    return {"soon_first": _call(lambda: h.cancel()), "soon_second": _call(lambda: h.cancel()),
+            "later_first": _call(lambda: th.cancel()), "later_second": _call(lambda: th.cancel())}
 
-@loop_probe(documented=f"{_TK}#asyncio.eager_task_factory", twin_of=("tk_eager_spawn",))
+
+@loop_probe(promise=doc("eventloop", "asyncio.Handle.cancelled",
+                        "Return True if the callback was cancelled."))
+async def lp_handle_cancelled(a):
+    """Handle.cancelled() and TimerHandle.cancelled(), before and after cancel()."""
+    loop = a.get_running_loop()
+    h, th = loop.call_soon(int), loop.call_later(1, int)
+    out = {"soon_before": _call(lambda: h.cancelled()), "later_before": _call(lambda: th.cancelled())}
+    h.cancel(), th.cancel()
+    return {**out, "soon_after": _call(lambda: h.cancelled()), "later_after": _call(lambda: th.cancelled())}
+
+
+@loop_probe(promise=doc("eventloop", "asyncio.Handle.cancel",
+                        "Cancel the callback. If the callback has already been canceled or "
+                        "executed, this method has no effect."),
+            twin_of=("cb_cancelled_handle",))
+async def lp_cancelled_handle_never_runs(a):
+    """A cancelled call_soon() and a cancelled call_later(0.001) never run."""
+    loop, order = a.get_running_loop(), []
+    h, th = loop.call_soon(order.append, "soon"), loop.call_later(0.001, order.append, "later")
+    out = {"cancel_soon": _call(lambda: h.cancel()), "cancel_later": _call(lambda: th.cancel())}
+    await a.sleep(0.02)
+    return {**out, "ran": order}
+
+
+@loop_probe()
+async def lp_handle_cancel_after_run(a):
+    """Handle.cancel() after the callback ran: no effect, and cancelled() then."""
+    loop, order = a.get_running_loop(), []
+    h = loop.call_soon(order.append, 1)
+    await a.sleep(0.01)
+    return {"cancel": _call(lambda: h.cancel()), "cancelled": _call(lambda: h.cancelled()), "ran": order}
+
+
+@loop_probe()
+async def lp_handle_weakref(a):
+    """A Handle and a TimerHandle can be weakly referenced (CPython's can)."""
+    loop = a.get_running_loop()
+    h, th = loop.call_soon(int), loop.call_later(1, int)
+    out = {"handle": _call(lambda: weakref.ref(h)() is h), "timer": _call(lambda: weakref.ref(th)() is th)}
+    h.cancel(), th.cancel()
+    return out
+
+
+@loop_probe(promise=doc("eventloop", "asyncio.Handle.get_context",
+                        "Return the contextvars.Context object associated with the handle.",
+                        since="3.12"))
+async def lp_handle_get_context(a):
+    """Handle.get_context() (3.12) is the context given to call_soon(context=)."""
+    ctx = contextvars.copy_context()
+    h = a.get_running_loop().call_soon(int, context=ctx)
+    h.cancel()
+    return {"get_context": _call(lambda: h.get_context() is ctx) if hasattr(h, "get_context") else "absent"}
+
+
+# --- tasks and futures ---------------------------------------------------------------
+
+@loop_probe(promise=doc("task", "asyncio.eager_task_factory",
+                        "When using this factory (via loop.set_task_factory(asyncio."
+                        "eager_task_factory)), coroutines begin execution synchronously during "
+                        "Task construction.", since="3.12"),
+            twin_of=("tk_eager_spawn",))
 async def lp_eager_start(a):
     """eager_task_factory (3.12): the child's first step runs inside create_task(), and
     a child that never awaits is done when create_task() returns."""
@@ -156,288 +342,57 @@ async def lp_eager_start(a):
         order.append(n)
         if n:
             await a.sleep(0)
-    try:
-        t0, t1 = loop.create_task(child(0)), loop.create_task(child(1))
-    except Exception as exc:
-        loop.set_task_factory(None)
-        return {"create_task": type(exc).__name__}
+    t0 = _call(lambda: loop.create_task(child(0)))
+    t1 = _call(lambda: loop.create_task(child(1)))
     order.append("parent")
-    done = [t0.done(), t1.done()]
-    await a.gather(t0, t1)
     loop.set_task_factory(None)
-    return {"order": order, "done_at_once": done}
+    await a.sleep(0.01)
+    return {"create_task_0": t0, "create_task_1": t1, "order": order}
 
 
-@loop_probe(documented=f"{_EL}#asyncio.loop.set_task_factory")
+@loop_probe(promise=doc("eventloop", "asyncio.loop.get_task_factory",
+                        "Return a task factory or None if the default one is in use."))
 async def lp_task_factory_roundtrip(a):
-    """get_task_factory() after set_task_factory(); the factory sees every create_task()."""
+    """get_task_factory(): None by default, the factory once set, and the factory sees
+    every create_task()."""
     loop, seen = a.get_running_loop(), []
 
     def factory(lp, coro, **kw):
         seen.append(lp is loop)
         return a.Task(coro, loop=lp, **kw)
-    default = loop.get_task_factory()
+    out = {"default": _call(lambda: loop.get_task_factory())}
     loop.set_task_factory(factory)
-    same = loop.get_task_factory() is factory
+    out["same"] = _call(lambda: loop.get_task_factory() is factory)
     await a.create_task(a.sleep(0))
     loop.set_task_factory(None)
-    return {"default": default, "same": same, "seen": seen}
+    return {**out, "seen": seen}
 
 
-# --- reading paused around EOF, buffer limits ----------------------------------------
-
-def _recorder(a, events, keep_open):
-    class Rec(a.Protocol):
-        data_received = lambda self, data: events.append("data")  # noqa: E731
-        eof_received = lambda self: events.append("eof") or keep_open  # noqa: E731
-        connection_lost = lambda self, exc: events.append("lost")  # noqa: E731
-    return Rec
-
-
-@loop_probe(documented=f"{_PR}#asyncio.ReadTransport.pause_reading",
-            twin_of=("cb_pause_resume_after_eof",))
-async def lp_pause_reading_around_eof(a):
-    """Data then EOF arrive while reading is paused: nothing until resume_reading()."""
-    events, lsn = [], socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(
-        _recorder(a, events, True), *lsn.getsockname())
-    peer, _ = lsn.accept()
-    t.pause_reading()
-    peer.sendall(b"abc")
-    peer.shutdown(socket.SHUT_WR)
-    await a.sleep(0.05)
-    paused = list(events)
-    t.resume_reading()
-    await a.sleep(0.05)
-    t.close(), peer.close(), lsn.close()
-    return {"while_paused": paused, "after": events}
+@loop_probe(promise=doc("eventloop", "asyncio.loop.create_task",
+                        "If the name argument is provided and not None, it is set as the name "
+                        "of the task using Task.set_name()."))
+async def lp_create_task_name(a):
+    """loop.create_task(coro, name="n") names the task."""
+    t = a.get_running_loop().create_task(a.sleep(0), name="probe-task")
+    await t
+    return {"name": _call(lambda: t.get_name())}
 
 
-@loop_probe(documented=f"{_PR}#asyncio.ReadTransport.is_reading",
-            twin_of=("cb_is_reading_after_eof_kept_open",))
-async def lp_is_reading_after_eof(a):
-    """is_reading() after EOF with eof_received() returning True; resume_reading() then."""
-    events, lsn = [], socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(
-        _recorder(a, events, True), *lsn.getsockname())
-    peer, _ = lsn.accept()
-    peer.shutdown(socket.SHUT_WR)
-    await a.sleep(0.05)
-    out = {"events": list(events), "is_reading": t.is_reading(), "is_closing": t.is_closing()}
-    try:
-        t.resume_reading()
-        out["resume"] = None
-    except Exception as exc:
-        out["resume"] = type(exc).__name__
-    t.close(), peer.close(), lsn.close()
-    return out
-
-
-@loop_probe(documented=f"{_PR}#asyncio.ReadTransport.pause_reading")
-async def lp_pause_reading_twice_after_close(a):
-    """pause_reading() twice, resume_reading() twice, then both after close() (3.7+: no-ops)."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(a.Protocol, *lsn.getsockname())
-    out = []
-    for call in (t.pause_reading, t.pause_reading, t.resume_reading, t.resume_reading,
-                 t.close, t.pause_reading, t.resume_reading):
-        try:
-            call()
-            out.append(None)
-        except Exception as exc:
-            out.append(type(exc).__name__)
-    await a.sleep(0.01)
-    lsn.close()
-    return {"raised": out}
-
-
-@loop_probe(documented=f"{_PR}#asyncio.WriteTransport.set_write_buffer_limits",
-            twin_of=("cb_default_buffer_limits",))
-async def lp_write_buffer_limits(a):
-    """get_write_buffer_limits(): the default, after high=1000, after low=10 only."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(a.Protocol, *lsn.getsockname())
-    out = [t.get_write_buffer_limits()]
-    t.set_write_buffer_limits(high=1000)
-    out.append(t.get_write_buffer_limits())
-    t.set_write_buffer_limits(low=10)
-    out.append(t.get_write_buffer_limits())
-    t.close()
-    lsn.close()
-    return {"limits": [list(x) for x in out]}
-
-
-@loop_probe(documented=f"{_ST}#asyncio.StreamReader.readline")
-async def lp_stream_limit_readline(a):
-    """readline() past the stream's limit=8: what it raises, and what is left after."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    r, w = await a.open_connection(*lsn.getsockname(), limit=8)
-    peer, _ = lsn.accept()
-    peer.sendall(b"0123456789abcdef\nok\n")
-    try:
-        out = {"first": repr(await a.wait_for(r.readline(), 1))}
-    except Exception as exc:
-        out = {"first": type(exc).__name__}
-    out["next"] = repr(await a.wait_for(r.readline(), 1))
-    w.close()
-    peer.close(), lsn.close()
-    return out
-
-
-@loop_probe(documented=f"{_PR}#asyncio.Protocol.eof_received")
-async def lp_eof_received_false_closes(a):
-    """eof_received() returns None: the transport closes itself (events, is_closing)."""
-    events, lsn = [], socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(
-        _recorder(a, events, None), *lsn.getsockname())
-    peer, _ = lsn.accept()
-    peer.sendall(b"x")
-    peer.shutdown(socket.SHUT_WR)
-    await a.sleep(0.05)
-    peer.close(), lsn.close()
-    return {"events": events, "is_closing": t.is_closing()}
-
-
-@loop_probe(documented=f"{_EL}#asyncio.loop.connect_accepted_socket")
-async def lp_connect_accepted_socket(a):
-    """connect_accepted_socket() on an accepted socket: a transport, and data flows."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    c = socket.create_connection(lsn.getsockname())
-    conn, _ = lsn.accept()
-    events = []
-    try:
-        t, _ = await a.get_running_loop().connect_accepted_socket(_recorder(a, events, None), conn)
-        c.sendall(b"x")
-        await a.sleep(0.05)
-        out = {"events": events, "closing": t.close()}
-    except Exception as exc:
-        out = {"raised": type(exc).__name__}
-    c.close(), conn.close(), lsn.close()
-    return out
-
-
-# --- signal handlers -----------------------------------------------------------------
-
-@loop_probe(documented=f"{_EL}#asyncio.loop.add_signal_handler")
-async def lp_signal_handler_delivery(a):
-    """add_signal_handler(SIGUSR1): the callback runs with its arguments, in the loop."""
-    loop, fut = a.get_running_loop(), a.get_running_loop().create_future()
-    loop.add_signal_handler(signal.SIGUSR1, fut.set_result, "called")
-    os.kill(os.getpid(), signal.SIGUSR1)
-    try:
-        out = await a.wait_for(fut, 1)
-    except TimeoutError:
-        out = "not called"
-    try:
-        loop.remove_signal_handler(signal.SIGUSR1)
-    except Exception:
-        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
-    return {"handler": out}
-
-
-@loop_probe(documented=f"{_EL}#asyncio.loop.remove_signal_handler")
-async def lp_remove_signal_handler(a):
-    """remove_signal_handler(): True for an installed handler, False the second time."""
-    loop, out = a.get_running_loop(), []
-    loop.add_signal_handler(signal.SIGUSR2, print)
-    for _ in range(2):
-        try:
-            out.append(loop.remove_signal_handler(signal.SIGUSR2))
-        except Exception as exc:
-            out.append(type(exc).__name__)
-    signal.signal(signal.SIGUSR2, signal.SIG_DFL)
-    return {"returns": out}
-
-
-@loop_probe(documented=f"{_EL}#asyncio.loop.add_signal_handler")
-async def lp_signal_handler_bad_arguments(a):
-    """add_signal_handler() with SIGKILL, with signal 0, and with a coroutine function."""
-    loop, out = a.get_running_loop(), {}
-
-    async def coro_fn():
-        pass
-    for name, args in (("sigkill", (signal.SIGKILL, print)), ("zero", (0, print)),
-                       ("coroutine", (signal.SIGUSR2, coro_fn))):
-        try:
-            loop.add_signal_handler(*args)
-            out[name] = None
-        except Exception as exc:
-            out[name] = type(exc).__name__
-    signal.signal(signal.SIGUSR2, signal.SIG_DFL)
-    return out
-
-
-# --- the default executor ------------------------------------------------------------
-
-@loop_probe(documented=f"{_EL}#asyncio.loop.run_in_executor")
-async def lp_run_in_executor(a):
-    """run_in_executor(None, f): the result, in another thread; an exception propagates."""
-    loop = a.get_running_loop()
-    other = await loop.run_in_executor(None, lambda: threading.get_ident() != threading.main_thread().ident)
-    try:
-        await loop.run_in_executor(None, int, "x")
-        raised = None
-    except Exception as exc:
-        raised = type(exc).__name__
-    return {"in_other_thread": other, "raised": raised}
-
-
-@loop_probe(documented=f"{_EL}#asyncio.loop.shutdown_default_executor")
-async def lp_shutdown_default_executor(a):
-    """run_in_executor(None, ...) after shutdown_default_executor() (on a fresh loop)."""
-    loop = type(a.get_running_loop())()
-
-    async def go():
-        await loop.run_in_executor(None, int, "1")
-        await loop.shutdown_default_executor()
-        try:
-            await loop.run_in_executor(None, int, "2")
-            return None
-        except Exception as exc:
-            return type(exc).__name__
-    out = await a.to_thread(loop.run_until_complete, go())
-    loop.close()
-    return {"after_shutdown": out}
-
-
-@loop_probe(documented=f"{_EL}#asyncio.loop.set_default_executor")
-async def lp_set_default_executor_wrong_type(a):
-    """set_default_executor() with something that is not a ThreadPoolExecutor (3.11: TypeError)."""
-    loop = a.get_running_loop()
-    try:
-        loop.set_default_executor(object())
-        out = None
-    except Exception as exc:
-        out = type(exc).__name__
-    loop.set_default_executor(concurrent.futures.ThreadPoolExecutor())
-    return {"raised": out}
-
-
-# --- futures and a task's loop -------------------------------------------------------
-
-@loop_probe(documented=f"{_EL}#asyncio.loop.create_future")
+@loop_probe(promise=doc("eventloop", "asyncio.loop.create_future",
+                        "Create an asyncio.Future object attached to the event loop."))
 async def lp_future_class(a):
-    """create_future(): an asyncio.Future? isfuture()? get_loop() is the running loop?"""
+    """create_future(): an asyncio.Future, isfuture(), and get_loop() is the running loop."""
     loop = a.get_running_loop()
     fut = loop.create_future()
     out = {"is_asyncio_future": isinstance(fut, a.Future), "isfuture": a.isfuture(fut),
-           "same_loop": fut.get_loop() is loop}
+           "same_loop": _call(lambda: fut.get_loop() is loop)}
     fut.cancel()
     return out
 
 
-@loop_probe(documented=f"{_EL}#asyncio.loop.get_debug")
-async def lp_debug_flag(a):
-    """get_debug() follows set_debug()."""
-    loop = a.get_running_loop()
-    before = loop.get_debug()
-    loop.set_debug(True)
-    on = loop.get_debug()
-    loop.set_debug(before)
-    return {"on": on, "restored": loop.get_debug() == before}
-
-
-@loop_probe(documented=f"{_EL}#asyncio.loop.shutdown_asyncgens")
+@loop_probe(promise=doc("eventloop", "asyncio.loop.shutdown_asyncgens",
+                        "Schedule all currently open asynchronous generator objects to close "
+                        "with an aclose() call."))
 async def lp_shutdown_asyncgens(a):
     """An async generator left suspended: finalized by shutdown_asyncgens() (on a fresh loop)."""
     loop, order = type(a.get_running_loop())(), []
@@ -455,96 +410,7 @@ async def lp_shutdown_asyncgens(a):
         order.append("suspended")
         return g
     g = await a.to_thread(loop.run_until_complete, go())
-    await a.to_thread(loop.run_until_complete, loop.shutdown_asyncgens())
+    out = {"shutdown": await a.to_thread(_call, loop.run_until_complete, loop.shutdown_asyncgens())}
     loop.close()
     del g
-    return {"order": order}
-
-
-# --- transports: when connection_lost comes, and with what ---------------------------
-
-def _lost_recorder(a, lost):
-    class Rec(a.Protocol):
-        connection_lost = lambda self, exc: lost.append(type(exc).__name__ if exc else None)  # noqa: E731
-    return Rec
-
-
-@loop_probe(documented=f"{_PR}#asyncio.BaseTransport.close",
-            twin_of=("cb_close_is_deferred", "cb_abort_with_buffer"))
-async def lp_connection_lost_is_deferred(a):
-    """close() and abort(): connection_lost() is called later, never inside the call."""
-    lsn, out = socket.create_server(("127.0.0.1", 0)), {}
-    for how in ("close", "abort"):
-        lost = []
-        t, _ = await a.get_running_loop().create_connection(_lost_recorder(a, lost),
-                                                             *lsn.getsockname())
-        getattr(t, how)()
-        out[how] = {"inside": list(lost)}
-        await a.sleep(0.02)
-        out[how]["later"] = lost
-    lsn.close()
-    return out
-
-
-@loop_probe(documented=f"{_PR}#asyncio.BaseProtocol.connection_lost",
-            twin_of=("cb_peer_reset_while_reading", "cb_peer_reset_while_buffered"))
-async def lp_peer_reset_connection_lost(a):
-    """The peer resets an idle connection: connection_lost() and with which exception."""
-    lsn, lost = socket.create_server(("127.0.0.1", 0)), []
-    t, _ = await a.get_running_loop().create_connection(_lost_recorder(a, lost),
-                                                         *lsn.getsockname())
-    peer, _ = lsn.accept()
-    peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
-    peer.close()
-    await a.sleep(0.1)
-    t.close(), lsn.close()
-    return {"lost": lost}
-
-
-@loop_probe(documented=f"{_PR}#asyncio.BaseProtocol.connection_lost")
-async def lp_write_to_closed_peer(a):
-    """Writes to a peer that has closed its socket: connection_lost()'s exception."""
-    lsn, lost = socket.create_server(("127.0.0.1", 0)), []
-    t, _ = await a.get_running_loop().create_connection(_lost_recorder(a, lost),
-                                                         *lsn.getsockname())
-    peer, _ = lsn.accept()
-    peer.close()
-    for _ in range(20):
-        if not t.is_closing():
-            t.write(b"x" * 10_000)
-        await a.sleep(0.01)
-    lsn.close()
-    return {"lost": lost}
-
-
-@loop_probe(documented=f"{_PR}#asyncio.WriteTransport.set_write_buffer_limits",
-            twin_of=("cb_bad_buffer_limits",))
-async def lp_bad_buffer_limits(a):
-    """set_write_buffer_limits(high=10, low=20) and high=-1 (asyncio: ValueError)."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(a.Protocol, *lsn.getsockname())
-    out = []
-    for kw in ({"high": 10, "low": 20}, {"high": -1}):
-        try:
-            t.set_write_buffer_limits(**kw)
-            out.append(None)
-        except Exception as exc:
-            out.append(type(exc).__name__)
-    t.close(), lsn.close()
-    return {"raised": out}
-
-
-@loop_probe(documented=f"{_EL}#asyncio.Handle.cancelled", twin_of=("cb_cancelled_handle",))
-async def lp_cancelled_handle(a):
-    """Handle and TimerHandle: cancel() twice, cancelled(), and they never run."""
-    loop, order = a.get_running_loop(), []
-    hs = [loop.call_soon(order.append, "soon"), loop.call_later(0.001, order.append, "later")]
-    out = {}
-    for name, h in zip(("call_soon", "call_later"), hs):
-        try:
-            h.cancel(), h.cancel()
-            out[name] = h.cancelled()
-        except Exception as exc:
-            out[name] = type(exc).__name__
-    await a.sleep(0.02)
-    return {"cancelled": out, "ran": order}
+    return {**out, "order": order}

@@ -18,8 +18,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import subprocess
-import sys
 import time
 
 from bench.errors import Unavailable, UsageError
@@ -31,7 +29,6 @@ __all__ = ["pairings", "declared", "collect", "compare", "counts", "undeclared",
            "select_probes", "select_runtimes", "measure", "probes_block", "markdown_section",
            "table", "summary_line", "COMMAND"]
 
-WORKER_TIMEOUT_S = 150.0
 PARALLEL = 3
 
 
@@ -92,10 +89,10 @@ def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
     Unavailable.
 
     A plain id keeps its pairing: a kernel brings its primary reference, a reference
-    brings its kernel. A spec with an interpreter (``@3.12``) or options is a cell of
-    the grid: a kernel brings its primary reference on the same interpreter, an
-    asyncio runtime on another loop brings CPython's asyncio on the same
-    interpreter (``grid_reference``)."""
+    brings its kernel. An asyncio runtime on another loop (``loop=rloop``, the
+    ``uvloop-*`` aliases) or with a flipped option is a cell of the grid: it brings
+    CPython's asyncio on the same interpreter (``grid_reference``) and nothing else. A
+    kernel with an interpreter (``@3.12``) brings its primary reference there."""
     members, pairs = _members(), pairings()
     if not text:
         named, explicit = list(members), False
@@ -110,7 +107,11 @@ def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
     wanted = []
     for spec in named:
         rt = rtmod.parse(spec)
-        if spec in members:
+        if explicit and grid_reference(rt) is not None:
+            # an asyncio loop (uvloop-*, loop=..., eager=true) is a cell of the grid: it
+            # brings CPython's asyncio on its interpreter, and nothing else was asked for
+            adds = [grid_reference(rt), spec]
+        elif spec in members:
             subjects = [spec] if spec in pairs else [s for s, refs in pairs.items() if spec in refs]
             adds = [x for s in subjects for x in (s, pairs[s][0])] + [spec]
             ref = grid_reference(rt)
@@ -156,7 +157,8 @@ def select_probes(text: str | None) -> list[str]:
     out = [n for n in probes if any(fnmatch.fnmatchcase(n, p) for p in pats)]
     if not out:
         raise UsageError(f"no probe matches {text!r}; probe names start with cb_ (callback), "
-                         "st_/tk_ (streams and tasks) or co_ (coro), e.g. --probes 'co_*'")
+                         "st_/tk_ (streams and tasks), co_ (coro) or lp_ (asyncio loops), e.g. "
+                         "--probes 'lp_*'; looplab fidelity --list lists them")
     return out
 
 
@@ -169,11 +171,14 @@ def _worker_cmd(rid, names):
     return [envs.interpreter_for(rid), "-m", "bench.fidelity.worker", rid, ",".join(names)]
 
 
-def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL, meta=None) -> dict:
+def collect(runtimes, names, timeout=None, parallel=PARALLEL, meta=None, stall=None) -> dict:
     """Run the probes on each runtime in its own process: {runtime: {probe: record}}.
-    A record has ``obs``, ``skip`` or ``error``. A process that dies or overruns keeps the
-    probes it finished; the rest get an error record. ``meta``, a dict, receives each
+    A record has ``obs``, ``skip`` or ``error``. A process that dies or stalls charges
+    the probe it was running and a fresh one runs the rest; one that overruns its
+    budget (``timeout`` seconds; by default ``workers.budget`` of its probe count) keeps
+    what it finished (``bench.fidelity.workers``). ``meta``, a dict, receives each
     runtime's Python and loop version as its worker reported them."""
+    from bench.fidelity import workers
     probes = _probes()
     from bench.host.procs import ROOT as root
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -186,59 +191,39 @@ def collect(runtimes, names, timeout=WORKER_TIMEOUT_S, parallel=PARALLEL, meta=N
         env[rtmod.ENV_VAR] = ",".join(modules)
     todo = [(rid, [n for n in names if probes[n].style == rtmod.parse(rid).style])
             for rid in runtimes]
-    todo = [(rid, ns) for rid, ns in todo if ns]
-    results, running, started = {}, [], []
 
-    def finish(rid, ns, proc, start):
-        try:
-            out, err = proc.communicate(timeout=max(0.0, timeout - (time.monotonic() - start)))
-            failure = None if proc.returncode == 0 else \
-                f"runtime process exited with {proc.returncode}: " \
-                f"{(err.strip().splitlines() or ['?'])[-1][:120]}"
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-            failure = f"runtime process timed out after {timeout:g} s"
-        recs = {}
-        for line in out.splitlines():
-            try:
-                rec = json.loads(line)
-                if "meta" in rec and meta is not None:
-                    meta[rid] = rec["meta"]
-                recs[rec["probe"]] = rec
-            except (ValueError, KeyError, TypeError):
-                continue
-        for n in ns:
-            recs.setdefault(n, {"probe": n, "error": failure or "no result"})
-        results[rid] = recs
-
-    try:
-        for rid, ns in todo:
-            while len(running) >= parallel:
-                finish(*running.pop(0))
-            proc = subprocess.Popen(_worker_cmd(rid, ns), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, env=env, cwd=root)
-            started.append(proc)
-            running.append((rid, ns, proc, time.monotonic()))
-        while running:
-            finish(*running.pop(0))
-    finally:
-        # interrupted (Ctrl-C): no worker outlives the run
-        for proc in started:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
-    return results
+    def on_record(rid, rec):
+        if "meta" in rec and meta is not None:
+            meta[rid] = rec["meta"]
+    return workers.run([t for t in todo if t[1]], _worker_cmd, env, root, parallel, timeout,
+                       on_record, stall)
 
 
 # ---------------------------------------------------------------------------
 # Comparing
 
+def comparable(obs):
+    """An observation as it is compared: without the exception messages (``"message"``
+    keys, at any depth). Two runtimes that raise the same type agree; the message is
+    shown, to say why one raised something else."""
+    if isinstance(obs, dict):
+        return {k: comparable(v) for k, v in obs.items() if k != "message"}
+    if isinstance(obs, list):
+        return [comparable(v) for v in obs]
+    return obs
+
+
+def same(a, b) -> bool:
+    """Are two observations equal as compared (messages aside)?"""
+    return comparable(a) == comparable(b)
+
+
 def _diff(ref, ours):
-    """The parts that differ: for two dicts, only their differing keys."""
+    """The parts that differ (messages aside), shown whole: for two dicts, only their
+    differing keys."""
     if isinstance(ref, dict) and isinstance(ours, dict):
         keys = sorted(set(ref) | set(ours))
-        d = [k for k in keys if ref.get(k, "<absent>") != ours.get(k, "<absent>")]
+        d = [k for k in keys if not same(ref.get(k, "<absent>"), ours.get(k, "<absent>"))]
         return ({k: ref.get(k, "<absent>") for k in d}, {k: ours.get(k, "<absent>") for k in d})
     return ref, ours
 
@@ -260,8 +245,8 @@ def _as_declared(ref_obs, ours_obs, expected) -> bool:
     if isinstance(ref_obs, dict) and isinstance(ours_obs, dict) and isinstance(expected, dict):
         differing = _diff(ref_obs, ours_obs)[1]
         return set(differing) <= set(expected) and all(
-            ours_obs.get(k, "<absent>") == v for k, v in expected.items())
-    return ours_obs == expected
+            same(ours_obs.get(k, "<absent>"), v) for k, v in expected.items())
+    return same(ours_obs, expected)
 
 
 def compare(results: dict, names) -> list[dict]:
@@ -296,7 +281,7 @@ def compare(results: dict, names) -> list[dict]:
                     row["verdict"] = "n/a"
                 elif "error" in a or "error" in b:
                     row["verdict"] = "error"
-                elif a["obs"] == b["obs"]:
+                elif same(a["obs"], b["obs"]):
                     row["verdict"] = "agree"
                 elif kind == "loop":
                     row["verdict"] = "divergent"
@@ -443,12 +428,14 @@ def probes_block(rows, skipped=(), elapsed_s=None) -> dict:
                                  for x in (da, db))
         else:
             ref_txt, ours_txt = _show(r["ref_rec"]), _show(r["ours_rec"])
-        differences.append({"ours": r["ours"], "reference": r["reference"],
-                            "primary": r["primary"], "probe": r["probe"],
-                            "verdict": r["verdict"] if r["primary"] or r["verdict"] == "divergent"
-                            else "information",
-                            "reference_obs": ref_txt, "ours_obs": ours_txt,
-                            "reason": r["reason"] or ""})
+        d = {"subject": r["ours"], "ours": r["ours"], "reference": r["reference"],
+             "primary": r["primary"], "probe": r["probe"], "kind": r.get("kind", "kernel"),
+             "verdict": r["verdict"] if r["primary"] or r["verdict"] == "divergent"
+             else "information",
+             "reference_obs": ref_txt, "ours_obs": ours_txt, "reason": r["reason"] or ""}
+        if r.get("kind") == "loop":
+            d.update(promise=r.get("promise"), upstream=r.get("upstream"))
+        differences.append(d)
     block = {"command": COMMAND, "pairings": pairings, "differences": differences,
              "skipped": list(skipped)}
     if elapsed_s is not None:
@@ -479,10 +466,15 @@ def markdown_section(block: dict, level: str = "##") -> str:
     diffs = block["differences"]
     if diffs:
         lines += [f"{level}# Differences", "",
-                  format_table(["pairing", "probe", "reference", "ours", "verdict", "reason"],
-                               [[f"{d['ours']} vs {d['reference']}", d["probe"],
-                                 _md(d["reference_obs"]), _md(d["ours_obs"]), d["verdict"],
-                                 _md(d["reason"])] for d in diffs],
+                  "Verdict and reason first; `subject` is the runtime judged (our kernel, or an "
+                  "asyncio loop), `reference` the one it is judged against. A loop's reason is "
+                  "the promise of the asyncio docs it breaks (or de-facto) and the upstream "
+                  "threads read.", "",
+                  format_table(["verdict", "reason", "subject vs reference", "probe", "reference shows",
+                                "subject shows"],
+                               [[d["verdict"], _md(d["reason"]),
+                                 f"{d.get('subject', d['ours'])} vs {d['reference']}", d["probe"],
+                                 _md(d["reference_obs"]), _md(d["ours_obs"])] for d in diffs],
                                markdown=True, align="llllll"), ""]
     else:
         lines += ["No differences.", ""]
@@ -493,14 +485,20 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def measure(runtimes_text=None, probes_text=None) -> tuple[dict, list, list, dict]:
-    """Run the probes: (results, rows, names, block). For the main job and the verb."""
+def measure(runtimes_text=None, probes_text=None, loop_probes=True) -> tuple[dict, list, list, dict]:
+    """Run the probes: (results, rows, names, block). For the main job and the verb.
+    ``loop_probes=False`` leaves out the observatory's loop-conformance probes (the
+    main job measures our kernels; ``looplab fidelity`` measures the loops)."""
     names = select_probes(probes_text)
+    if not loop_probes:
+        names = [n for n in names if not _probes()[n].standalone]
     runtimes, skipped = select_runtimes(runtimes_text)
     start = time.monotonic()
     meta: dict = {}
     results = collect(runtimes, names, meta=meta)
     rows = compare(results, names)
+    from bench.fidelity import classes
+    classes.annotate(rows, meta, _probes())
     block = probes_block(rows, skipped, time.monotonic() - start)
     # what each worker ran with (Python, loop and its version): the observatory's grid
     # (``bench.fidelity.observatory.add_grid``) reads it

@@ -21,13 +21,17 @@ import sys
 import textwrap
 
 from bench.errors import UsageError
+from bench.fidelity import upstream
+from bench.fidelity.classes import classify, promise_text
 from bench.results.tables import format_table
 from bench import runtimes as rtmod
 
 __all__ = ["grid", "add_grid", "markdown_grid", "html_page", "reproduction", "repro_probe", "REPRO_MAX_LINES"]
 
-REPRO_MAX_LINES = 30
-_STDLIB = ("concurrent.futures", "gc", "os", "signal", "socket", "threading", "time")
+REPRO_MAX_LINES = 60
+#: the standard library modules a loop probe may use (imported by its reproduction)
+_STDLIB = ("concurrent.futures", "contextvars", "gc", "logging", "os", "re", "signal", "socket",
+           "ssl", "subprocess", "sys", "tempfile", "threading", "time", "warnings", "weakref")
 
 
 def _probes():
@@ -46,7 +50,7 @@ def _vkey(v):
 def grid(results: dict, rows: list, names, meta: dict) -> dict:
     """What the report shows of the loops x interpreters grid (empty ``cells`` when no
     asyncio cell ran)."""
-    from bench.fidelity.measure import _diff, grid_reference
+    from bench.fidelity.measure import _diff, comparable, grid_reference
     probes = _probes()
     cells = []
     for key in results:
@@ -79,10 +83,12 @@ def grid(results: dict, rows: list, names, meta: dict) -> dict:
             da = _compact(a["obs"]) if "obs" in a else f"error: {a.get('error')}"
             db = _compact(b["obs"]) if "obs" in b else f"error: {b.get('error')}"
         twin = repro_probe(r["probe"], quiet=True)
+        cls, quote = classify(probes[r["probe"]], c["python"])
         divergences.append({"probe": r["probe"], "spec": r["ours"], "reference": r["reference"],
                             "verdict": r["verdict"], "loop": c["loop"],
                             "loop_version": c["loop_version"], "python": c["python"],
-                            "class": probes[r["probe"]].documented or "de-facto",
+                            "class": cls, "promise": quote,
+                            "upstream": upstream.line(r["probe"], c["loop"]),
                             "asyncio": da, "loop_shows": db, "repro": twin})
     # CPython's own asyncio across interpreters
     changed = []
@@ -95,8 +101,9 @@ def grid(results: dict, rows: list, names, meta: dict) -> dict:
             if probes[n].style != style:
                 continue
             seen = {c["python"]: (results[c["spec"]].get(n) or {}).get("obs") for c in same}
-            if len({_compact(v) for v in seen.values()}) > 1:
-                changed.append({"probe": n, "style": style, "documented": probes[n].documented,
+            if len({_compact(comparable(v)) for v in seen.values()}) > 1:
+                changed.append({"probe": n, "style": style,
+                                "class": "documented" if probes[n].documented else "de-facto",
                                 "by_python": {v: _compact(o) for v, o in
                                               sorted(seen.items(), key=lambda kv: _vkey(kv[0]))}})
     styles = {c["style"] for c in cells}
@@ -104,10 +111,12 @@ def grid(results: dict, rows: list, names, meta: dict) -> dict:
     classes = {n: ("divergent" if n in divergent else
                    "documented" if probes[n].documented else "de-facto")
                for n in names if probes[n].style in styles}
+    counts = {k: sum(v == k for v in classes.values()) for k in ("documented", "de-facto", "divergent")}
+    # of the divergent probes, those that break a quoted promise on some cell
+    counts["divergent_documented"] = len({d["probe"] for d in divergences
+                                          if d["verdict"] == "divergent" and d["class"] == "documented"})
     return {"cells": cells, "divergences": divergences, "changed": changed,
-            "classes": classes,
-            "class_counts": {k: sum(v == k for v in classes.values())
-                             for k in ("documented", "de-facto", "divergent")}}
+            "classes": classes, "class_counts": counts}
 
 
 def add_grid(results: dict, rows: list, names, block: dict) -> dict:
@@ -147,27 +156,36 @@ def markdown_grid(g: dict, level: str = "##") -> str:
     lines += [format_table(["style", "loop", *[f"Python {p}" for p in pythons]], body,
                            markdown=True, align="ll" + "l" * len(pythons)), ""]
     cc = g["class_counts"]
-    lines += [f"Probes on the grid: {sum(cc.values())} -- {cc['documented']} documented "
-              f"(the asyncio docs promise it), {cc['de-facto']} de-facto (CPython does it, no "
-              f"promise), {cc['divergent']} divergent on at least one loop.", ""]
+    total = cc["documented"] + cc["de-facto"] + cc["divergent"]
+    lines += [f"Probes on the grid: {total} -- {cc['documented']} documented (a quoted sentence "
+              f"of the asyncio docs promises it) and {cc['de-facto']} de-facto (CPython does it, "
+              f"no promise) that agree everywhere, and {cc['divergent']} divergent on at least one "
+              f"loop ({cc.get('divergent_documented', 0)} of them break a quoted promise).", ""]
     if g["divergences"]:
         lines += [f"{level}# Divergences", "",
                   "Against CPython's asyncio on the same interpreter, one row per probe and "
-                  "loop (the interpreters where it shows the same thing). `repro`: the probe "
-                  "whose standalone script `looplab fidelity --repro PROBE --runtime SPEC` "
-                  "writes.", ""]
+                  "loop (the interpreters where it shows the same thing). `promise`: the "
+                  "sentence of the asyncio docs of that interpreter the loop breaks, or "
+                  "de-facto. `upstream`: the issue threads read (`bench/fidelity/threads.json`). "
+                  "`repro`: the probe whose standalone script `looplab fidelity --repro PROBE "
+                  "--runtime SPEC` writes.", ""]
         grouped: dict = {}
         for d in g["divergences"]:
             key = (d["probe"], d["loop"], d["loop_version"], d["asyncio"], d["loop_shows"])
             grouped.setdefault(key, []).append(d)
-        body = [[probe, f"{loop} {ver or ''}".strip(),
-                 ", ".join(sorted({x["python"] or "?" for x in ds}, key=_vkey)),
-                 _md(ref), _md(got),
-                 "de-facto" if ds[0]["class"] == "de-facto" else f"[documented]({ds[0]['class']})",
-                 ds[0]["repro"] or "-"]
-                for (probe, loop, ver, ref, got), ds in grouped.items()]
-        lines += [format_table(["probe", "loop", "on Python", "asyncio", "loop shows", "class",
-                                "repro"], body, markdown=True, align="lllllll"), ""]
+        body = []
+        for (probe, loop, ver, ref, got), ds in grouped.items():
+            quotes = []
+            for x in ds:
+                text = promise_text(x.get("promise"))
+                if text not in quotes:
+                    quotes.append(text)
+            body.append([probe, f"{loop} {ver or ''}".strip(),
+                         ", ".join(sorted({x["python"] or "?" for x in ds}, key=_vkey)),
+                         _md(ref), _md(got), _md("; ".join(quotes)),
+                         ds[0].get("upstream") or "not searched", ds[0]["repro"] or "-"])
+        lines += [format_table(["probe", "loop", "on Python", "asyncio", "loop shows", "promise",
+                                "upstream", "repro"], body, markdown=True, align="llllllll"), ""]
     if g["changed"]:
         pys = sorted({p for ch in g["changed"] for p in ch["by_python"]}, key=_vkey)
         lines += [f"{level}# Changed between interpreters (CPython's asyncio)", "",
@@ -236,7 +254,7 @@ def repro_probe(name: str, quiet: bool = False) -> str | None:
         if quiet:
             return None
         raise UsageError(f"no probe named {name!r}; see looplab fidelity --probes")
-    if p.fn.__module__.endswith((".loops", ".loopstate")):
+    if p.standalone:
         return name
     twin = next((q.name for q in probes.values() if name in q.twin_of), None)
     if twin is None and not quiet:
@@ -313,13 +331,16 @@ def reproduction(name: str, spec: str, expected=None, observed=None, versions: d
     the header with ``versions`` ({"python", "loop", "loop_version"})."""
     target = repro_probe(name)
     p = _probes()[target]
-    import importlib
-    module = importlib.import_module(p.fn.__module__)
-    used = _names_used(p.fn)
-    helpers = [getattr(module, n) for n in sorted(used) if n.startswith("_")
-               and inspect.isfunction(getattr(module, n, None))]
-    for hf in list(helpers):
-        used |= _names_used(hf)
+    used, helpers, todo = _names_used(p.fn), [], [p.fn]
+    while todo:         # the helpers it calls, and theirs (each in its own module), once
+        fn = todo.pop()
+        for n in sorted(_names_used(fn)):
+            hf = fn.__globals__.get(n)
+            if n.startswith("_") and inspect.isfunction(hf) and hf not in helpers:
+                helpers.append(hf)
+                todo.append(hf)
+                used |= _names_used(hf)
+    helpers.sort(key=lambda f: f.__name__)
     stdlib = [m for m in _STDLIB if m.split(".")[0] in used]
     imports, factory = _loop_lines(spec)
     v = versions or {}
@@ -331,6 +352,11 @@ def reproduction(name: str, spec: str, expected=None, observed=None, versions: d
         head.append(f"CPython {py} asyncio: {_compact(expected)}")
     if observed is not None:
         head.append(f"{on} on {py}: {_compact(observed)}")
+    cls, quote = classify(p, py)
+    head.append(f"asyncio docs {quote['docs']} ({quote['page']}): \"{quote['text']}\""
+                if quote else "de-facto: no sentence of the asyncio docs promises this")
+    head.append(f"upstream: {upstream.line(target, v.get('loop') or rtmod.parse(spec).loop)}")
+    head = [head[0]] + [h.replace('"""', "'''") for h in head[1:]]   # keep the docstring whole
     head[-1] += '"""'
     parts = head + ["import asyncio"] + [f"import {m}" for m in stdlib] + imports
     for hf in helpers:

@@ -17,30 +17,34 @@ SOCKBUF = 65536
 class EdgeProbe:
     """One registered probe: ``name``, ``style``, the function, what it checks, the
     sides (adapter class names) it does not apply to (the API does not map there),
-    ``documented``: the asyncio documentation section that promises the behaviour
-    (None: de-facto, CPython does it without a promise), and ``twin_of``: older
-    probes whose divergence this self-contained one reproduces."""
-    __slots__ = ("name", "style", "fn", "doc", "skip", "documented", "twin_of")
+    ``documented``: the sentence of the asyncio docs that promises the behaviour (a
+    ``bench.fidelity.promises.Promise``; None: de-facto, CPython does it without a
+    promise), ``twin_of``: older probes whose divergence this self-contained one
+    reproduces, and ``standalone``: its source is its own reproduction (the loop
+    probes)."""
+    __slots__ = ("name", "style", "fn", "doc", "skip", "documented", "twin_of", "standalone")
 
-    def __init__(self, name, style, fn, doc, skip, documented=None, twin_of=()):
+    def __init__(self, name, style, fn, doc, skip, documented=None, twin_of=(), standalone=False):
         self.name, self.style, self.fn, self.doc, self.skip = name, style, fn, doc, skip
-        self.documented, self.twin_of = documented, tuple(twin_of)
+        self.documented, self.twin_of, self.standalone = documented, tuple(twin_of), standalone
 
 
 PROBES: dict[str, EdgeProbe] = {}
 
 
-def probe(style, unmapped_on=(), documented=None, twin_of=()):
+def probe(style, unmapped_on=(), documented=None, twin_of=(), standalone=False):
     """Register the decorated function as a probe of ``style``; ``unmapped_on``: the
     names of the side classes whose library's API does not map onto it;
-    ``documented``: a link to the asyncio docs section that promises what it checks;
-    ``twin_of``: probes whose divergence it reproduces standalone."""
+    ``documented``: the quoted promise of the asyncio docs it checks (a ``Promise``);
+    ``twin_of``: probes whose divergence it reproduces standalone; ``standalone``: its
+    source runs on its own (``looplab fidelity --repro``)."""
     def register(fn):
         name = fn.__name__
         if name in PROBES:
             raise ValueError(f"duplicate probe {name}")
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else name
-        PROBES[name] = EdgeProbe(name, style, fn, doc, tuple(unmapped_on), documented, twin_of)
+        PROBES[name] = EdgeProbe(name, style, fn, doc, tuple(unmapped_on), documented, twin_of,
+                                 standalone)
         return fn
     return register
 

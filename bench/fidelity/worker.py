@@ -14,11 +14,15 @@ from __future__ import annotations
 import contextvars
 import gc
 import json
+import re
 import signal
 import sys
+import time
 
 from bench.fidelity import callback, coro, streams, tasks  # noqa: F401  (their probes, in this order)
-from bench.fidelity import loops, loopstate  # noqa: F401,I001  (the loop-conformance probes come last)
+# the loop-conformance probes come last, by theme
+from bench.fidelity import (loops, loopstate, looptransport, loophandler, loopsock,  # noqa: F401,I001
+                            loopsignal, loopcontext, loopdgram, loopproc, looptls)
 from bench.fidelity.registry import PROBES
 from bench.fidelity.streams import PortStreamSide
 from bench import runtimes as rtmod
@@ -44,6 +48,13 @@ def _jsonable(value):
         return value
     except (TypeError, ValueError):
         return repr(value)
+
+
+def failure(exc) -> str:
+    """An exception as one line: its type and message, addresses and ports masked (the
+    message says why: ``'RLoop' object has no attribute '_is_main_thread'``)."""
+    text = re.sub(r"0x[0-9a-f]+|(?<=', )\d+(?=\))|(?<=fd=)\d+", "N", str(exc)).splitlines()
+    return f"{type(exc).__name__}: {text[0][:160]}" if text and text[0] else type(exc).__name__
 
 
 def side_class(info):
@@ -111,6 +122,7 @@ def run_probes(rt, names=None, out=sys.stdout, options=None):
             rec = {"probe": p.name, "skip": "API does not map"}
         else:
             signal.setitimer(signal.ITIMER_REAL, PROBE_TIMEOUT_S)
+            began = time.monotonic()
             try:
                 # each probe in a fresh copy of the context: contextvar probes
                 # must not see each other's values
@@ -122,9 +134,11 @@ def run_probes(rt, names=None, out=sys.stdout, options=None):
             except BaseException as exc:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                rec = {"probe": p.name, "error": f"probe failed: {type(exc).__name__}"}
+                rec = {"probe": p.name, "error": f"probe failed: {failure(exc)}"}
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            # how long it took: not part of the observation, a hint for slow probes
+            rec["s"] = round(time.monotonic() - began, 3)
         out.write(json.dumps(rec, sort_keys=True) + "\n")
         out.flush()
         gc.collect()

@@ -310,11 +310,14 @@ class Anchors:
 # HTML pieces
 
 def html_table(header: list, rows: list, *, cls: str = "data", row_attrs: list | None = None,
-           caption: str = "") -> str:
-    """``rows`` hold already-escaped HTML cells."""
+           caption: str = "", colgroup: list | None = None) -> str:
+    """``rows`` hold already-escaped HTML cells; ``colgroup``: a class per column (widths
+    set in CSS)."""
     out = [f'<table class="{cls}">']
     if caption:
         out.insert(0, f'<p class="caption">{caption}</p>')
+    if colgroup:
+        out.append("<colgroup>" + "".join(f'<col class="{c}">' for c in colgroup) + "</colgroup>")
     out.append("<thead><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr></thead><tbody>")
     for i, row in enumerate(rows):
         attrs = row_attrs[i] if row_attrs else ""

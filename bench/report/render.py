@@ -23,7 +23,8 @@ from bench.report.htmldoc import axis_key, cell_net, incomplete_line, net_rank, 
 from bench.results.tables import MISSING, fmt, format_table
 
 from protocols.apps import STYLES as STYLE_ORDER
-FIDELITY_HEADER = ["scenario", "variant", "ours", "reference", "primary", "same", "difference"]
+from bench.report import agreement
+FIDELITY_HEADER = agreement.TABLE_HEADER
 LEGEND = (f"Rows marked `*` are our kernels; the rows beside them are the reference libraries "
           f"of the same style. Sizes in MB/kB are powers of 10. `{MISSING}` = not measured or "
           "not observable on that runtime.")
@@ -102,34 +103,12 @@ def _references(doc: dict, runtime_spec: str) -> tuple[tuple, str | None]:
 
 
 def fidelity(cells: list[dict], doc: dict | None = None) -> list[list[str]]:
-    """For each scenario x variant x style: a kernel's verdicts vs each reference's.
-    Only a mismatch with the primary reference is a fidelity failure; the others show
-    how the reference libraries differ among themselves (uvloop vs asyncio, trio vs curio)."""
-    rows = []
-    by_key: dict = {}
-    for r in cells:
-        if r.get("skipped") or not r.get("verdicts"):
-            continue
-        # a kernel is compared with its references on the same network only
-        by_key.setdefault((r["scenario"], r["variant"], r.get("style"), cell_net(r) or ""), []).append(r)
-    for (sid, variant, style, net), group in sorted(by_key.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        if net:
-            variant = f"{variant} ({net})"
-        refs_of = {r["runtime"]: _references(doc or {}, r["runtime"]) for r in group}
-        subjects = [r for r in group if refs_of[r["runtime"]][0]]
-        refs = [r for r in group if not refs_of[r["runtime"]][0]]
-        for o in subjects:
-            primary = refs_of[o["runtime"]][1]
-            for ref in refs:
-                same = o["verdicts"] == ref["verdicts"]
-                diff = "" if same else "; ".join(
-                    f"{k}: ours={o['verdicts'].get(k)} ref={ref['verdicts'].get(k)}"
-                    for k in sorted(set(o["verdicts"]) | set(ref["verdicts"]))
-                    if o["verdicts"].get(k) != ref["verdicts"].get(k))
-                rows.append([sid, variant, o["runtime"], ref["runtime"],
-                             "yes" if ref["runtime"] == primary else "no",
-                             "yes" if same else "NO", diff])
-    return rows
+    """For each scenario x variant: each kernel's verdicts against each reference it
+    names (``bench.report.agreement``, the computation report.html uses too): rows of
+    ``FIDELITY_HEADER`` whose ``verdicts`` column is same, differ or not comparable.
+    Only a primary reference's difference is a fidelity failure; the others show how
+    the libraries differ among themselves."""
+    return agreement.table_rows(agreement.comparisons(dict(doc or {}, cells=cells)))
 
 
 def _notes(cells, code="") -> list[str]:
@@ -143,13 +122,10 @@ def render_terminal(doc: dict, notes_in: str | None = None) -> str:
         parts.append("\n" + incomplete_line(doc))
     for title, header, rows in table_rows(doc):
         parts.append(f"\n{title}  (* = our kernel)\n" + format_table(header, rows, align="l" * len(header)))
-    fid = fidelity(doc["cells"], doc)
-    if fid:
-        primary = [r for r in fid if r[4] == "yes"]
-        same = sum(1 for r in primary if r[5] == "yes")
-        parts.append(f"\nFidelity: our kernel's verdicts equal its primary reference's in {same} of "
-                     f"{len(primary)} cells")
-        bad = [r for r in fid if r[5] != "yes"]
+    comps = agreement.comparisons(doc)
+    if comps:
+        parts.append("\nFidelity: " + agreement.summary_line(agreement.summary(comps)))
+        bad = agreement.table_rows(comps, only_not_same=True)
         if bad:
             parts.append(format_table(FIDELITY_HEADER, bad))
     probes = doc.get("fidelity_probes")
@@ -204,12 +180,18 @@ def render_markdown(doc: dict, plots: list[str]) -> str:
         for p in plots:
             if os.path.basename(p).startswith(sid.lower() + "_"):
                 lines += [f"![{sid}]({os.path.basename(p)})", ""]
-    fid = fidelity(cells, doc)
-    lines += ["## Fidelity: does our kernel's verdict equal its references'?", "",
-              "Only a mismatch with the *primary* reference (the library whose behaviour our "
-              "kernel's defaults reproduce) is a fidelity failure; rows against the other "
-              "references show where the libraries differ among themselves.", "",
-              format_table(FIDELITY_HEADER, fid, markdown=True) if fid else "(no comparable cells)", ""]
+    comps = agreement.comparisons(doc)
+    lines += ["## Fidelity: does a kernel's verdict equal its references'?", "",
+              "Each kernel (ours, or one registered from outside) is compared only with the "
+              "libraries it names. Only a mismatch with the *primary* reference (the library "
+              "whose behaviour the kernel's defaults reproduce) is a fidelity failure; rows "
+              "against the other references show where the libraries differ among themselves. "
+              "A side that measured nothing is *not comparable*, never *same*.", ""]
+    if comps:
+        lines += [f"Fidelity: {agreement.summary_line(agreement.summary(comps))}.", "",
+                  format_table(FIDELITY_HEADER, agreement.table_rows(comps), markdown=True), ""]
+    else:
+        lines += ["(no comparable cells)", ""]
     if doc.get("fidelity_probes"):
         from bench import fidelity as fidmod
         lines += [fidmod.markdown_section(doc["fidelity_probes"]), ""]

@@ -8,13 +8,14 @@ checked before any probe runs.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 
 from bench.host import envs
 from bench import fidelity
-from bench.fidelity import observatory
+from bench.fidelity import classes, observatory, upstream
 from bench import results as resmod
 from bench.errors import ExitCode
 from bench.scenarios import api as scmod
@@ -44,6 +45,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--runtime", metavar="SPEC",
                    help="with --repro: the runtime whose loop runs it, e.g. "
                         "asyncio-streams@3.12:loop=rloop")
+    p.add_argument("--list", action="store_true",
+                   help="list the probes (or those --probes matches) with their class and the "
+                        "quoted promise of a documented one, and count them; run nothing")
     p.add_argument("--runtime-module", action="append", default=[], metavar="MODULE",
                    help="import a module that registers runtimes (repeatable); a runtime it "
                         "registers with references is a subject like our kernels")
@@ -52,6 +56,8 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> ExitCode:
     scmod.load_runtime_modules(args.runtime_module)
+    if args.list:
+        return _list(args)
     if args.repro or args.runtime:
         return _repro(args)
     # bad input and unwritable outputs are reported before any probe runs
@@ -97,6 +103,33 @@ def run(args) -> ExitCode:
     return ExitCode.OK
 
 
+def _list(args) -> ExitCode:
+    """``--list``: every probe (or those ``--probes`` matches), one line each -- name,
+    style, class -- the quoted promise under a documented one, then the counts."""
+    names = fidelity.select_probes(args.probes)
+    probes = fidelity.PROBES
+    for n in names:
+        p = probes[n]
+        cls = "documented" if p.documented is not None else (
+            "de-facto" if p.standalone else "kernel probe")
+        print(f"{n:44} {p.style:8} {cls:12} {p.doc}")
+        if p.documented is not None:
+            since = f" (documented since {p.documented.since})" if p.documented.since else ""
+            quote = p.documented.quote(None)
+            print(f"{'':44} {'':8} {'':12} \"{quote['text']}\" ({quote['page']}){since}")
+    loop = [n for n in names if probes[n].standalone]
+    documented = sum(probes[n].documented is not None for n in loop)
+    styles = {}
+    for n in names:
+        if not probes[n].standalone:
+            styles[probes[n].style] = styles.get(probes[n].style, 0) + 1
+    kernel = ", ".join(f"{v} {k}" for k, v in sorted(styles.items()))
+    print(f"{len(names)} probes: {len(names) - len(loop)} on our kernels and their references "
+          f"({kernel or 'none'}), {len(loop)} loop-conformance probes (lp_*: {documented} "
+          f"documented, {len(loop) - documented} de-facto)")
+    return ExitCode.OK
+
+
 def _write_repros(out_dir, grid, results) -> None:
     """One standalone reproduction per divergence that has one, on the runtime of the
     reproducing probe's style: DIR/repro/PROBE-SPEC.py (a probe reproducing several
@@ -125,7 +158,8 @@ def _file_part(spec: str) -> str:
 
 def _repro(args) -> ExitCode:
     """``--repro PROBE --runtime SPEC``: measure the probe on SPEC and on CPython's asyncio
-    on the same interpreter, then write the standalone script."""
+    on the same interpreter, then write the standalone script -- only when the two
+    differ: a probe that agrees there is refused on one line (exit 1), nothing written."""
     from bench.errors import Unavailable, UsageError
     from bench import runtimes as rtmod
     if not (args.repro and args.runtime):
@@ -134,27 +168,47 @@ def _repro(args) -> ExitCode:
     target = observatory.repro_probe(args.repro)
     rt = observatory.runtime_for(target, args.runtime)
     ref = fidelity.grid_reference(rt)
+    if ref is None:
+        raise UsageError(f"{rt} is CPython's asyncio itself, the reference of the loop cells; "
+                         "give a runtime on another loop, e.g. asyncio-streams:loop=uvloop")
     for spec in (rt, ref):
-        why = spec and envs.unavailable_reason(rtmod.parse(spec))
+        why = envs.unavailable_reason(rtmod.parse(spec))
         if why:
             raise Unavailable(f"runtime {spec} is unavailable here: {why}")
     if args.out:
         resmod.check_output(args.out, "--out", folder=True)
     meta: dict = {}
-    results = fidelity.collect([r for r in (ref, rt) if r], [target], meta=meta)
-    obs = (results.get(rt, {}).get(target) or {}).get("obs")
-    expected = (results.get(ref, {}).get(target) or {}).get("obs") if ref else None
+    results = fidelity.collect([ref, rt], [target], meta=meta)
+    got, want = results.get(rt, {}).get(target) or {}, results.get(ref, {}).get(target) or {}
+    if not _differs(want, got):
+        seen = _compact(got["obs"]) if "obs" in got else str(got.get("error", "no result"))
+        print(f"looplab: {target} shows no difference on {rt}: it observes what CPython's asyncio "
+              f"does on the same interpreter ({seen[:100]}); nothing to reproduce", file=sys.stderr)
+        return ExitCode.FAILED
     m = meta.get(rt, {})
     versions = {"python": m.get("python"), "loop": (m.get("loop") or {}).get("name"),
                 "loop_version": (m.get("loop") or {}).get("version")}
-    text = observatory.reproduction(target, rt, expected, obs, versions)
+    text = observatory.reproduction(target, rt, want.get("obs"), got.get("obs"), versions)
     if args.out:
         path = os.path.join(args.out, f"{target}-{_file_part(rt)}.py")
         resmod.write_text(path, text)
         print(f"wrote {path} ({len(text.splitlines())} lines)")
     else:
         print(text, end="")
-    if expected is not None and obs is not None and expected == obs:
-        print(f"note: {target} agrees with CPython's asyncio here; nothing to report",
-              file=sys.stderr)
+    _, quote = classes.classify(fidelity.PROBES[target], versions["python"])
+    loop = versions["loop"] or rtmod.parse(rt).loop
+    print(f"{target} on {rt}: {classes.promise_text(quote, markdown=False)}; "
+          f"{upstream.line(target, loop)}", file=sys.stderr)
     return ExitCode.OK
+
+
+def _differs(want: dict, got: dict) -> bool:
+    """Do two probe records differ as compared (messages aside)? An error on one side
+    only is a difference; the same error on both is not."""
+    if "obs" in want and "obs" in got:
+        return not fidelity.same(want["obs"], got["obs"])
+    return want.get("obs", want.get("error")) != got.get("obs", got.get("error"))
+
+
+def _compact(obs) -> str:
+    return json.dumps(obs, sort_keys=True, separators=(",", ":"))

@@ -197,10 +197,11 @@ def cmd_main_job(args) -> int:
         print(f"skipping {spec}: {reason}", file=sys.stderr)
     cells = matrix.plan(None, available, None, "quick", main_job=True)
     # The edge probes first (a few seconds), so no cell is measured while they run;
-    # the report shows them beside the scenario verdicts.
+    # the report shows them beside the scenario verdicts. The loop-conformance probes
+    # (lp_*, a minute) are the observatory's: looplab fidelity runs them.
     from bench import fidelity
     print("looplab: fidelity probes (our kernels against their references) ...", file=sys.stderr)
-    *_, probes = fidelity.measure()
+    *_, probes = fidelity.measure(loop_probes=False)
     for p in probes["pairings"]:
         if p["primary"]:
             print(f"  {p['pairing']}: {p['agree']}/{p['compared']} agree, {p['declared']} "
