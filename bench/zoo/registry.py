@@ -75,6 +75,9 @@ class Entry:
     minimum: tuple = ()
     # Declared properties beyond bug_shown (bench.scenarios.properties), checked by looplab explore.
     properties: tuple = ()
+    # The runtimes the card names -> whether the naive program shows the bug there
+    # (bench.zoo.expected): what ``looplab repro ID`` runs by default and checks.
+    expect: dict = field(default_factory=dict)
 
     def runs_on(self) -> str:
         """Where the bug is measured: the real library here, or what stands in for it;
@@ -112,6 +115,15 @@ class Entry:
     # it (each must be measured).
     decided_by: tuple = ()
 
+    def expected_on(self, spec: str) -> bool | None:
+        """Whether the card expects the naive program to show the bug on runtime
+        ``spec`` (a named runtime, or one of the entry's flips), or None when the card
+        says nothing about it."""
+        flip = next((f for f in self.flips if f.spec == spec), None)
+        if flip is not None:
+            return flip.shows
+        return self.expect.get(spec)
+
     def names(self) -> tuple:
         return (self.id,) + tuple(self.aliases)
 
@@ -139,8 +151,10 @@ def register_in_order(order) -> None:
     if sorted(order) != sorted(_DECLARED) or len(set(order)) != len(order):
         raise RuntimeError(f"zoo order {list(order)} does not match the declared entries "
                            f"{sorted(_DECLARED)}")
+    from bench.zoo.expected import EXPECT
     for eid in order:
         e, run, metrics, presets, programs_ = _DECLARED.pop(eid)
+        e.expect = dict(EXPECT.get(eid, {}))
         e.scenario = Scenario(
             id=e.id, title=e.title, run=_noted_on_sim(e, run), summary=e.mechanism, variants=("naive", "fixed"),
             presets=presets, programs=programs_ or {}, styles=e.styles, verdicts=VERDICT,

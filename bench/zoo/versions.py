@@ -196,13 +196,6 @@ def build(planned) -> list[tuple[Point, str | None]]:
     return out
 
 
-def check(entries) -> None:
-    """A ``--versions`` run of one named entry that declares no versions is a usage error."""
-    if len(entries) == 1 and not declares_versions(entries[0]):
-        raise UsageError(f"{entries[0].id} declares no versions to run at (its card has no "
-                         "affected_versions/fixed_versions/unaffected_versions)")
-
-
 # ---------------------------------------------------------------------------
 # Reading the results back
 
