@@ -369,8 +369,14 @@ def _version_plan(args, entries) -> tuple[list, dict]:
     for eid, planned in plans.items():
         specs = list(dict.fromkeys(spec for _, spec in planned if spec))
         if specs:
-            cells += matrix.plan(eid, ",".join(specs), "naive,fixed", args.preset)
+            variants = ",".join(getattr(zoo_entry(eid), "version_variants", ("naive", "fixed")))
+            cells += matrix.plan(eid, ",".join(specs), variants, args.preset)
     return cells, plans
+
+
+def zoo_entry(eid):
+    from bench import zoo
+    return zoo.ENTRIES[eid]
 
 
 def _versions_lines(zoo, vs) -> list[str]:

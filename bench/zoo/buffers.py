@@ -14,7 +14,13 @@ from bench import peers
 from bench.scenarios.api import APP, Metric, Minimum, run_program, serve_app
 from bench.zoo.harness import (KiB, MiB, SOCKBUF, _by_style, _callback, _notes, _open,
                                 _open_task, _presets, _stream, _task)
+from bench.zoo import releases
 from bench.zoo.registry import Entry, _add
+
+#: aiohttp 1.x's dependencies at the releases of its time (early 2017): a bare
+#: environment installs exactly these beside the pinned aiohttp (pip check passes)
+_AIOHTTP1_DEPS = ("async-timeout==1.1.0", "chardet==2.3.0", "multidict==2.1.4", "yarl==0.8.1")
+AIOHTTP1_WITH = {f"aiohttp=={v}": _AIOHTTP1_DEPS for v in ("1.2.0", "1.3.0", "1.3.1")}
 
 
 # ---------------------------------------------------------------------------
@@ -107,7 +113,12 @@ _add(Entry(
              "1.2.0 queued 12800 messages (write buffer peak 124 MB), 1.3.0 sent 6 (peak 0 "
              "B); the installed aiohttp 3.14.5's /ws held back after about 50 (backlog under "
              "300 kB, tests/test_frameworks.py)",
-    affected_versions=("aiohttp==1.2.0",), fixed_versions=("aiohttp==1.3.0",),
+    affected_versions=("aiohttp==1.2.0", "aiohttp==1.3.0"), fixed_versions=("aiohttp==1.3.1",),
+    # aiohttp 1.x runs on Python 3.6, below looplab's minimum: a standalone program in a
+    # bare environment, with the dependency releases of early 2017 (pip check passes)
+    version_python="3.6", program_file="aiohttp1.py", version_run=releases.push_run,
+    version_runtimes=("asyncio-streams",), version_variants=("naive",),
+    version_with=AIOHTTP1_WITH,
     decided_by=("backlog_peak_bytes",),
     minimum=(Minimum("broadcasts_count", 4, "the server pushed a few messages"),),
     title="push to a subscriber that never reads: the backlog grows without bound",

@@ -64,8 +64,21 @@ class Entry:
     # imports a framework (aiohttp) names the runtimes it runs that program on.
     version_runtimes: tuple = ()
     # Exact releases every version run of the entry also installs: what its program
-    # needs beside the pinned library ("starlette==1.10.0" for a uvicorn entry's app).
-    version_with: tuple = ()
+    # needs beside the pinned library ("starlette==1.10.0" for a uvicorn entry's app);
+    # a dict gives them per requirement string (an old release's own dependencies).
+    version_with: tuple | dict = ()
+    # The Python a library's version rows run on ("3.6"; default: looplab's own).
+    version_python: str = ""
+    # The run of a version row (a cell whose runtime pins releases, or runs below
+    # looplab's minimum): the real framework at that release (bench.zoo.releases),
+    # where the entry's own programs re-enact the bug. None: the entry's own run.
+    version_run: object = None
+    # The standalone program (a file in bench/zoo/programs) a version row runs on an
+    # interpreter below looplab's minimum (Scenario.program_file).
+    program_file: str = ""
+    # The variants a version row runs: ("naive",) where the fix is the release itself
+    # (the same program at the affected and at the fixed release).
+    version_variants: tuple = ("naive", "fixed")
     # What plays the buggy version here: "" when the entry shows on a real library
     # or interpreter installed here (or the bug is the program's own), otherwise
     # the option of our kernel that stands in for it.
@@ -156,15 +169,37 @@ def register_in_order(order) -> None:
         e, run, metrics, presets, programs_ = _DECLARED.pop(eid)
         e.expect = dict(EXPECT.get(eid, {}))
         e.scenario = Scenario(
-            id=e.id, title=e.title, run=_noted_on_sim(e, run), summary=e.mechanism, variants=("naive", "fixed"),
+            id=e.id, title=e.title, run=_at_versions(e, _noted_on_sim(e, run)), summary=e.mechanism,
+            variants=("naive", "fixed"),
             presets=presets, programs=programs_ or {}, styles=e.styles, verdicts=VERDICT,
             metrics=tuple(metrics), symptoms=tuple(VERDICT),
             decided_by={"bug_shown": e.decided_by} if e.decided_by else {},
-            properties=e.properties, **_evidence(e))
+            properties=e.properties, program_file=_program_file(e), **_evidence(e))
         e.scenario.origin = "bench.zoo"
         ENTRIES[e.id] = e
         for name in e.names():
             _ALIASES[name.lower()] = e.id
+
+
+def _program_file(e: Entry) -> str:
+    if not e.program_file:
+        return ""
+    from bench.zoo.releases import program_path
+    return program_path(e.program_file)
+
+
+def _at_versions(e: Entry, run):
+    """A cell at a pinned release (its runtime pins one, or runs below looplab's
+    minimum) runs the entry's ``version_run``: the real framework at that release."""
+    if e.version_run is None:
+        return run
+
+    def dispatched(ctx):
+        from bench.host import envs
+        if ctx.runtime.pins or envs.is_bare(ctx.runtime):
+            return e.version_run(ctx)
+        return run(ctx)
+    return dispatched
 
 
 def _evidence(e: Entry) -> dict:
