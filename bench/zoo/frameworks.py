@@ -53,6 +53,7 @@ from bench import peers
 from bench.peers import http as httppeers
 from bench.scenarios.api import Metric, run_program
 from bench.zoo.harness import _listen, _now, _presets, _stream
+from bench.zoo import releases
 from bench.zoo.registry import Entry, _add
 from protocols import ports
 
@@ -637,6 +638,12 @@ _add(Entry(
            "client's keep-alive connection carried every request",
     styles=("stream",),
     affected_versions=("aiohttp==1.0.5",), fixed_versions=("aiohttp==1.1.0",),
+    # aiohttp 1.0/1.1 run on Python 3.6: the real releases in bare environments
+    version_python="3.6", program_file="aiohttp1.py", version_run=releases.keepalive_run,
+    version_runtimes=("asyncio-streams",), version_variants=("naive",),
+    version_with={"aiohttp==1.0.5": ("async-timeout==1.1.0", "chardet==2.3.0", "multidict==2.1.4"),
+                  "aiohttp==1.1.0": ("async-timeout==1.1.0", "chardet==2.3.0", "multidict==2.1.4",
+                                     "yarl==0.8.1")},
     show_on=("asyncio-streams",),
     minimum=(("responses_count", 2, "both keep-alive requests answered"),),
     verified="read the thread (tahajahangir: ^C waits 60 s with a browser's keep-alive "

@@ -50,8 +50,8 @@ def push_run(ctx):
     p = {**PUSH, **{k: v for k, v in ctx.params.items() if k in PUSH}}
     ctx.params = {**ctx.params, **p}
     ran = run_program(ctx, max_s=p["serve_s"] + 10, peers=[peers.role(
-        "ws_subscriber", "stalled", path="/ws", stall_s=p["serve_s"] + 8,
-        max_s=p["serve_s"] + 9)])
+        "ws_subscriber", "stalled", path="/ws", stall_s=p["serve_s"] + 1.5,
+        max_s=p["serve_s"] + 2)])
     a, c = ran.app, ran.peers["stalled"]
     peak, err = a.get("write_buffer_peak_bytes"), a.get("send_error")
     m = {"backlog_peak_bytes": peak, "rss_growth_bytes": a.get("rss_growth_bytes"),

@@ -58,8 +58,8 @@ class Point:
     def label(self) -> str:
         if self.reason is not None:
             return self.requirement
-        if self.pins:
-            return " ".join(p.replace("==", " ") for p in self.pins) + f" (Python {self.interpreter})"
+        if self.pins and self.dist != "python":     # the card's release; the rest is its setting
+            return self.pins[0].replace("==", " ") + f" (Python {self.interpreter})"
         return f"Python {self.interpreter}"
 
 
