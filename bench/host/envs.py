@@ -361,7 +361,7 @@ def bare_env_vars() -> dict:
 
 def build_bare(it: Interpreter, pins: tuple) -> Env:
     """A bare environment for an interpreter below looplab's minimum: ``venv`` plus
-    exactly ``pins`` (``pip install --no-deps``: the pins are the whole set, every
+    exactly ``pins``, one at a time in their order (``pip install --no-deps``: the pins are the whole set, every
     dependency named at its release, so nothing newer slips in from an index that
     does not say which Python a release needs), a wheel where one exists and the
     source release otherwise (compiled here where it has C code). ``pip check``
@@ -390,18 +390,42 @@ def build_bare(it: Interpreter, pins: tuple) -> Env:
         if out.returncode != 0:
             raise UsageError(f"{what} failed to build: venv: {_pip_failure(out.stdout + out.stderr)}")
         py = os.path.join(tmp, "bin", "python")
-        if pins:
-            _say("  installing with pip (wheels where they exist, else compiled from source) ...")
-            try:
-                out = subprocess.run([py, "-m", "pip", "install", "--disable-pip-version-check",
-                                      "--no-deps", "--prefer-binary", *pins],
-                                     capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                     timeout=900, **clean)
-            except subprocess.TimeoutExpired:
-                raise UsageError(f"{what} failed to build: pip took over 900 s") from None
+        # One pin at a time: an old source release's setup_requires (Twisted's
+        # incremental) must find its pinned release installed, or setuptools fetches
+        # today's, which may not run on this Python. A pin that fails is tried again
+        # once the others are in.
+        if _vtuple(it.version) < (3, 7):
+            # Python 3.6's venv brings pip 18, which cannot find an old sdist under its
+            # normalized name (zope-interface for zope.interface-4.3.3.tar.gz); 21.3.1 is
+            # the last pip for 3.6 and can
+            _say("  pip: pip==21.3.1 (the last release for Python 3.6) ...")
+            out = subprocess.run([py, "-m", "pip", "install", "--disable-pip-version-check",
+                                  "pip==21.3.1"], capture_output=True, text=True,
+                                 stdin=subprocess.DEVNULL, timeout=300, **clean)
             if out.returncode != 0:
-                raise UsageError(f"{what} failed to build: pip: "
+                raise UsageError(f"{what} failed to build: pip (pip==21.3.1): "
                                  f"{_pip_failure(out.stdout + out.stderr)}")
+        pending, failures = list(pins), {}
+        for _ in range(2):
+            failures = {}
+            for pin in pending:
+                _say(f"  pip: {pin} (a wheel where one exists, else built from source) ...")
+                try:
+                    out = subprocess.run([py, "-m", "pip", "install", "--disable-pip-version-check",
+                                          "--no-deps", "--prefer-binary", pin],
+                                         capture_output=True, text=True,
+                                         stdin=subprocess.DEVNULL, timeout=600, **clean)
+                except subprocess.TimeoutExpired:
+                    failures[pin] = "pip took over 600 s"
+                    continue
+                if out.returncode != 0:
+                    failures[pin] = _pip_failure(out.stdout + out.stderr)
+            pending = list(failures)
+            if not pending:
+                break
+        if failures:
+            pin, why = next(iter(failures.items()))
+            raise UsageError(f"{what} failed to build: pip ({pin}): {why}")
         out = subprocess.run([py, "-m", "pip", "check", "--disable-pip-version-check"],
                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
                              **clean)

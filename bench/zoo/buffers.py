@@ -21,6 +21,8 @@ from bench.zoo.registry import Entry, _add
 #: environment installs exactly these beside the pinned aiohttp (pip check passes)
 _AIOHTTP1_DEPS = ("async-timeout==1.1.0", "chardet==2.3.0", "multidict==2.1.4", "yarl==0.8.1")
 AIOHTTP1_WITH = {f"aiohttp=={v}": _AIOHTTP1_DEPS for v in ("1.2.0", "1.3.0", "1.3.1")}
+#: Twisted 16.6's dependencies at their releases of late 2016 (17.1 adds Automat's)
+_TWISTED_DEPS = ("constantly==15.1.0", "incremental==16.10.1", "zope.interface==4.3.3")
 
 
 # ---------------------------------------------------------------------------
@@ -64,6 +66,12 @@ _add(Entry(
     styles=STYLES,
     show_on=("callback", "hybrid", "asyncio-protocol"),
     affected_versions=("twisted==16.6.0",), fixed_versions=("twisted==17.1.0",),
+    # Twisted 16.6/17.1 on Python 3.6, on Twisted's asyncio reactor: the real twisted.web
+    version_python="3.6", program_file="twisted_web.py", version_run=releases.pipeline_run,
+    version_runtimes=("asyncio-protocol",), version_variants=("naive",),
+    version_with={"twisted==16.6.0": _TWISTED_DEPS,
+                  "twisted==17.1.0": _TWISTED_DEPS + ("attrs==16.3.0", "automat==0.5.0",
+                                                      "six==1.10.0")},
     verified="read the thread (njsmith's report: a client that sends GETs and never reads; "
              "branch named there) and Twisted's NEWS.rst (Twisted Web 17.1.0: 'now exerts "
              "backpressure against clients that do not read responses ... (#8868)'; 16.6.0 "

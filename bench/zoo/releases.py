@@ -47,7 +47,7 @@ PUSH = {"message_bytes": 10_000, "serve_s": 1.0, "cap_bytes": 16 * 1024 * 1024}
 def push_run(ctx):
     """A subscriber that never reads (looplab's ws_subscriber, stalled once upgraded),
     served by the real aiohttp 1.x's websocket send (programs/aiohttp1.py)."""
-    p = {**PUSH, **{k: v for k, v in ctx.params.items() if k in PUSH}}
+    p = dict(PUSH)           # the release runs have sizes of their own (not the preset's)
     ctx.params = {**ctx.params, **p}
     ran = run_program(ctx, max_s=p["serve_s"] + 10, peers=[peers.role(
         "ws_subscriber", "stalled", path="/ws", stall_s=p["serve_s"] + 1.5,
@@ -81,7 +81,7 @@ KEEPALIVE = {"until_requests": 2, "body_bytes": 4096, "shutdown_timeout_s": 1.0,
 def keepalive_run(ctx):
     """Two keep-alive GETs, then an idle connection, then run_app's shutdown order of the
     real aiohttp 1.0/1.1 (programs/aiohttp1.py)."""
-    p = {**KEEPALIVE, **{k: v for k, v in ctx.params.items() if k in KEEPALIVE}}
+    p = dict(KEEPALIVE)
     ctx.params = {**ctx.params, **p}
     bound = p["serve_s"] + p["shutdown_bound_s"] + 4
     ran = run_program(ctx, max_s=bound + 4, peers=[peers.role(
@@ -97,3 +97,35 @@ def keepalive_run(ctx):
         return m, {"bug_shown": None}, notes + ["not measured: the keep-alive connection did "
                                                 "not carry every request"]
     return m, {"bug_shown": s is None or s >= 0.8 * p["shutdown_timeout_s"]}, notes
+
+
+# ---------------------------------------------------------------------------
+# Twisted 8868 on Twisted 16.6.0 / 17.1.0
+
+PIPELINE = {"count": 1000, "response_bytes": 16 * 1024, "hold_s": 1.0, "path_bytes": 3000}
+
+
+def pipeline_run(ctx):
+    """``count`` pipelined GETs from a client that never reads (looplab's http_client),
+    answered by the real twisted.web (programs/twisted_web.py). Each request carries a
+    ``path_bytes`` path, so one read of the server's takes a few requests and not all
+    of them: the fix (17.1) stops *reading* while the transport is paused, and what a
+    read already took is still answered."""
+    p = dict(PIPELINE)
+    ctx.params = {**ctx.params, **p}
+    path = "/" + "x" * (p["path_bytes"] - 1)
+    ran = run_program(ctx, max_s=p["hold_s"] + 10, peers=[peers.role(
+        "http_client", "client", path=path, count=p["count"], pipeline=True, read=False,
+        hold_s=p["hold_s"] + 1.0, max_s=p["hold_s"] + 2.0)])
+    a, c = ran.app, ran.peers["client"]
+    request = len(f"GET {path} HTTP/1.1\r\nHost: looplab.test\r\nUser-Agent: looplab-peer\r\n\r\n")
+    handled = a.get("requests_handled_count")
+    m = {"requests_handled_count": handled, "rss_growth_bytes": a.get("rss_growth_bytes"),
+         "peak_user_buffer_bytes": a.get("write_buffer_peak_bytes"),
+         "requests_sent_count": (c.get("sent_bytes") or 0) // request}
+    notes = _notes(a) + [f"the client got {m['requests_sent_count']} of {p['count']} requests "
+                         f"into the socket; the site answered {handled}, its write buffer "
+                         f"peaked at {a.get('write_buffer_peak_bytes')} B"]
+    if handled is None:
+        return m, {"bug_shown": None}, notes + ["not measured: the program reported nothing"]
+    return m, {"bug_shown": handled >= p["count"] // 2}, notes

@@ -195,7 +195,9 @@ def points(e) -> list[Point]:
 def spec_for(e, point: Point, runtime: str) -> str:
     """The runtime spec of ``runtime`` at ``point``: ``ID@X.Y.Z[+DIST==V][:OPTIONS]``."""
     rt = rtmod.parse(runtime)
-    return replace(rt, interpreter=point.interpreter, pins=tuple(sorted(point.pins))).spec
+    # parsed again: the canonical spec (pins named as the grammar prints them), which is
+    # what the cells carry
+    return rtmod.parse(replace(rt, interpreter=point.interpreter, pins=tuple(sorted(point.pins))).spec).spec
 
 
 def plan(e) -> list[tuple[Point, str | None]]:
