@@ -21,6 +21,9 @@ from bench.zoo.registry import Entry, _add
 #: environment installs exactly these beside the pinned aiohttp (pip check passes)
 _AIOHTTP1_DEPS = ("async-timeout==1.1.0", "chardet==2.3.0", "multidict==2.1.4", "yarl==0.8.1")
 AIOHTTP1_WITH = {f"aiohttp=={v}": _AIOHTTP1_DEPS for v in ("1.2.0", "1.3.0", "1.3.1")}
+#: uvicorn 0.11.8 and its dependencies (mid 2020), beside a pinned starlette 0.13
+_UVICORN011 = ("click==7.1.2", "h11==0.9.0", "httptools==0.1.1", "uvicorn==0.11.8",
+               "uvloop==0.14.0", "websockets==8.1")
 #: Twisted 16.6's dependencies at their releases of late 2016 (17.1 adds Automat's)
 _TWISTED_DEPS = ("constantly==15.1.0", "incremental==16.10.1", "zope.interface==4.3.3")
 
@@ -379,6 +382,10 @@ _add(Entry(
              "the producer never ahead of the server (0 B) with or without the middleware",
     affected_versions=("starlette==0.13.6", "starlette==0.13.8"),
     fixed_versions=("starlette==0.13.7",),
+    # starlette 0.13 with the uvicorn of its time on Python 3.8: the real releases
+    version_python="3.8", program_file="starlette_stream.py", version_run=releases.stream_run,
+    version_runtimes=("asyncio-streams",), version_variants=("naive",),
+    version_with=_UVICORN011,
     decided_by=("app_queue_peak_bytes",),
     title="an unbounded queue between producer and socket: a slow client grows memory",
     link="https://github.com/encode/starlette/issues/1012",

@@ -129,3 +129,30 @@ def pipeline_run(ctx):
     if handled is None:
         return m, {"bug_shown": None}, notes + ["not measured: the program reported nothing"]
     return m, {"bug_shown": handled >= p["count"] // 2}, notes
+
+
+# ---------------------------------------------------------------------------
+# starlette 1012 on starlette 0.13.6 / 0.13.7 / 0.13.8 (uvicorn 0.11.8, Python 3.8)
+
+STREAM = {"chunk_bytes": 64 * 1024, "cap_bytes": 16 * 1024 * 1024, "serve_s": 1.5,
+          "rate_Bps": 1_000_000, "sockbuf": 64 * 1024}
+
+
+def stream_run(ctx):
+    """A StreamingResponse behind BaseHTTPMiddleware to a client that reads 1 MB/s
+    (looplab's http_slow_reader), on the real starlette and uvicorn
+    (programs/starlette_stream.py)."""
+    p = dict(STREAM)
+    ctx.params = {**ctx.params, **p}
+    ran = run_program(ctx, max_s=p["serve_s"] + 10, peers=[peers.role(
+        "http_slow_reader", "client", path="/stream", rate_Bps=float(p["rate_Bps"]),
+        sockbuf=p["sockbuf"], recv_bytes=p["sockbuf"], max_s=p["serve_s"] + 2)])
+    a, c = ran.app, ran.peers["client"]
+    produced, got = a.get("produced_bytes"), c.get("body_bytes") or 0
+    lead = None if produced is None else produced - got
+    m = {"app_queue_peak_bytes": lead, "delivered_bytes": got}
+    notes = _notes(a) + [f"the generator produced {produced} B, the client got {got} B"]
+    if not got:
+        return m, {"bug_shown": None}, notes + ["not measured: no body byte reached the client"]
+    # the fix holds the generator to a message or two past what the sockets hold
+    return m, {"bug_shown": lead is not None and lead > p["cap_bytes"] // 2}, notes
