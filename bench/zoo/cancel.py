@@ -19,6 +19,7 @@ import gc
 
 from bench.scenarios.api import Metric, run_program
 from bench.zoo.harness import _by_style, _listen, _notes, _open, _presets, _stream, _task
+from bench.zoo import releases
 from bench.zoo.registry import Entry, Flip, _add
 
 
@@ -396,7 +397,12 @@ _add(Entry(
     oracle="bug shown when any command received a reply meant for another command; not "
            "measured when no command was cancelled",
     styles=("stream", "task"),
-    affected_versions=("redis>=4.2.0,<4.5.4",), fixed_versions=("redis==4.5.4",),
+    affected_versions=("redis==4.5.1", "redis==4.5.3"), fixed_versions=("redis==4.5.4",),
+    # the real redis-py asyncio client (Python 3.10, async-timeout of its time) against
+    # looplab's resp_server peer
+    version_python="3.10", program_file="redis_cancel.py", version_run=releases.cancel_run,
+    version_runtimes=("asyncio-streams",), version_variants=("naive",),
+    version_with=("async-timeout==4.0.2",),
     show_on=("asyncio-streams", "hybrid", "uvloop-streams", "trio", "coro", "curio"),
     minimum=(("cancelled_count", 1, "one cancelled command"),),
     verified="read issues 2624 and 2665 (the repro: create_task(r.get), sleep, cancel, the "

@@ -156,3 +156,29 @@ def stream_run(ctx):
         return m, {"bug_shown": None}, notes + ["not measured: no body byte reached the client"]
     # the fix holds the generator to a message or two past what the sockets hold
     return m, {"bug_shown": lead is not None and lead > p["cap_bytes"] // 2}, notes
+
+
+# ---------------------------------------------------------------------------
+# redis-py 2624 / 2665 on redis 4.5.1 / 4.5.3 / 4.5.4 (Python 3.10)
+
+CANCEL = {"rounds": 4, "reply_delay_s": 0.2, "cancel_after_s": 0.05}
+
+
+def cancel_run(ctx):
+    """The thread's repro on the real redis-py asyncio client against looplab's
+    ``resp_server`` (programs/redis_cancel.py)."""
+    from bench.peers import resp as _resp  # noqa: F401 -- registers resp_server
+    p = dict(CANCEL)
+    ctx.params = {**ctx.params, **p}
+    bound = p["rounds"] * (2 * p["reply_delay_s"] + 1) + 5
+    ran = run_program(ctx, max_s=bound, peers=[peers.role(
+        "resp_server", "redis", reply_delay_s=p["reply_delay_s"], max_s=bound)])
+    a, srv = ran.app, ran.peers["redis"]
+    n, cancelled = a.get("wrong_replies_count"), a.get("cancelled_count")
+    m = {"wrong_replies_count": n, "answered_count": a.get("answered_count"),
+         "cancelled_count": cancelled, "connections_opened_count": None}
+    notes = _notes(a) + [f"the server answered GETs for {', '.join(srv.get('answered') or []) or 'nothing'}"
+                         f" ({srv.get('commands_count')} commands)"]
+    if not cancelled:
+        return m, {"bug_shown": None}, notes + ["not measured: no command was cancelled"]
+    return m, {"bug_shown": n > 0}, notes
