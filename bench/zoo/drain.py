@@ -11,6 +11,7 @@ from bench import peers
 from bench.scenarios.api import Metric, Minimum, observe, run_program, sometimes
 from bench.zoo.harness import (_CAP, KiB, SOCKBUF, _block, _by_style, _callback, _notes, _now,
                                 _open, _open_task, _presets, _stream, _task, _unless_cut)
+from bench.zoo import releases
 from bench.zoo.registry import Entry, Flip, _add
 
 
@@ -444,6 +445,12 @@ _add(Entry(
     styles=("callback", "stream"),
     show_on=("callback", "asyncio-protocol"),
     affected_versions=("uvicorn==0.6.1",), fixed_versions=("uvicorn==0.7.0",),
+    # uvicorn 0.6/0.7 with the uvloop, httptools, h11 and websockets of early 2019 on
+    # Python 3.7: the real releases (their h11 protocol on asyncio's loop)
+    version_python="3.7", program_file="uvicorn_flow.py", version_run=releases.parked_run,
+    version_runtimes=("asyncio-protocol",), version_variants=("naive",),
+    version_with=("click==7.0", "h11==0.8.1", "httptools==0.0.13", "uvloop==0.12.2",
+                  "websockets==7.0"),
     verified="read the thread (the maintainer's suggestion to call resume_writing in "
              "connection_lost, confirmed to fix the leak) and PR 340; read connection_lost() "
              "in today's uvicorn (it resumes the flow); 0.7.0 as the release is taken from the "

@@ -182,3 +182,30 @@ def cancel_run(ctx):
     if not cancelled:
         return m, {"bug_shown": None}, notes + ["not measured: no command was cancelled"]
     return m, {"bug_shown": n > 0}, notes
+
+
+# ---------------------------------------------------------------------------
+# uvicorn 336 on uvicorn 0.6.1 / 0.7.0 (Python 3.7)
+
+PARKED = {"body_bytes": 20 * 1024 * 1024, "chunk_bytes": 64 * 1024, "serve_s": 4.0,
+          "bound_s": 1.0, "vanish_after_bytes": 100_000, "rate_Bps": 400_000, "sockbuf": 64 * 1024}
+
+
+def parked_run(ctx):
+    """A streaming ASGI response to a client that reads slowly and resets mid-body
+    (looplab's http_vanish), on the real uvicorn (programs/uvicorn_flow.py)."""
+    p = dict(PARKED)
+    ctx.params = {**ctx.params, **p}
+    ran = run_program(ctx, max_s=p["serve_s"] + p["bound_s"] + 8, peers=[peers.role(
+        "http_vanish", "client", path="/", vanish_after_bytes=p["vanish_after_bytes"],
+        rate_Bps=float(p["rate_Bps"]), sockbuf=p["sockbuf"], recv_bytes=16384,
+        max_s=p["serve_s"])])
+    a, c = ran.app, ran.peers["client"]
+    released = a.get("released")
+    m = {"released": released, "release_reason": "returned" if released else None}
+    notes = _notes(a) + [f"the client reset after {c.get('body_bytes')} B ({c.get('ended')}); "
+                         f"the app had sent {a.get('sent_bytes')} B"]
+    if not a.get("connection_lost") or c.get("ended") != "reset_sent":
+        return m, {"bug_shown": None}, notes + ["not measured: the client did not reset "
+                                                "mid-response"]
+    return m, {"bug_shown": released is False}, notes
