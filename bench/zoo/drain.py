@@ -166,7 +166,12 @@ _add(Entry(
                 "asyncio's did up to 3.9"),),
     show_on=("hybrid:drain_waiters=one",),
     stand_in="hybrid:drain_waiters=one",
-    affected_versions=("python==3.9.18",), fixed_versions=("python==3.10.13", "python>=3.11.0"),
+    affected_versions=("python==3.9.18", "websockets==3.2"),
+    fixed_versions=("python==3.10.13", "python>=3.11.0", "websockets==3.3"),
+    # below looplab's minimum (3.9, 3.10; websockets 3.x on 3.6) a standalone program runs
+    # the same two drains on asyncio's streams, or through the real websockets' send()
+    version_python="3.6", program_file="drain_waiters.py", version_run=releases.twodrain_run,
+    version_runtimes=("asyncio-streams",), version_variants=("naive",),
     verified="read the thread and PR 94705; grepped streams.py of the installed 3.6.15-3.9.18 "
              "(single waiter) and 3.10.13/3.11.7 (_drain_waiters); the first 3.10 patch with it "
              "is not established here"),

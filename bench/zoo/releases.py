@@ -209,3 +209,27 @@ def parked_run(ctx):
         return m, {"bug_shown": None}, notes + ["not measured: the client did not reset "
                                                 "mid-response"]
     return m, {"bug_shown": released is False}, notes
+
+
+# ---------------------------------------------------------------------------
+# CPython 74116 (bpo-29930) on Python 3.9 / 3.10, and on websockets 3.2 / 3.3 (Python 3.6)
+
+TWODRAIN = {"writes": 8, "chunk_bytes": 128 * 1024, "sockbuf": 64 * 1024}
+
+
+def twodrain_run(ctx):
+    """Two tasks draining one writer (programs/drain_waiters.py): asyncio's own streams
+    on an old Python, or websockets' send() where websockets is pinned."""
+    ws = any(pin.startswith("websockets==") for pin in ctx.runtime.pins)
+    p = {**TWODRAIN, "mode": "websockets" if ws else "streams", "max_s": 8}
+    ctx.params = {**ctx.params, **p}
+    role = (peers.role("ws_subscriber", "subscriber", path="/", stall_s=0.3, max_s=p["max_s"])
+            if ws else peers.reader(sockbuf=64 * 1024, start_after_s=0.2, max_s=p["max_s"]))
+    ran = run_program(ctx, max_s=p["max_s"] + 2, peers=[role])
+    a = ran.app
+    n = a.get("drain_errors_count")
+    notes = _notes(a) + ([a["first_error"]] if a.get("first_error") else [])
+    if n is None:
+        return {"drain_errors_count": n}, {"bug_shown": None}, notes + [
+            "not measured: the program reported nothing"]
+    return {"drain_errors_count": n}, {"bug_shown": bool(n)}, notes

@@ -55,9 +55,15 @@ def pattern(n, start=0):
     return bytes((start + i) % 251 for i in range(n))
 
 
-def connect(addr):
-    """A non-blocking socket connected to a listening peer."""
-    s = socket.create_connection((addr[0], int(addr[1])), timeout=10)
+def connect(addr, sockbuf=None):
+    """A non-blocking socket connected to a listening peer (its send and receive
+    buffers pinned to ``sockbuf`` bytes if given, so a write fills them soon)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if sockbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockbuf)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockbuf)
+    s.settimeout(10)
+    s.connect((addr[0], int(addr[1])))
     s.setblocking(False)
     return s
 
