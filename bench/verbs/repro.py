@@ -518,6 +518,10 @@ def cmd_repro(args) -> int:
         print(zoo_table(zoo, summaries))
     else:
         print()
+        if entries[0].kind() == "re-enactment":
+            print(f"re-enactment: these cells run our program in place of the framework's code "
+                  f"({entries[0].stand_in.split(':')[0]})"
+                  + ("; `--versions` runs the real releases" if entries[0].version_run else ""))
         print(result_table(entries[0], results))
         print()
         print("verdict: " + verdict_line(summaries[0]))

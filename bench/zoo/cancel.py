@@ -372,7 +372,8 @@ def _run_pool(ctx):
 
 _add(Entry(
     id="redis-py-2624", aliases=("CVE-2023-28858", "CVE-2023-28859", "redis-py-2665"),
-    stand_in="our one-connection pool in place of redis-py's asyncio client",
+    stand_in="our one-connection pool in place of redis-py's asyncio client (--versions runs "
+             "the real 4.5.1, 4.5.3 and 4.5.4 on Python 3.10 against a RESP peer)",
     title="a cancelled command leaves its reply on the pooled connection: the next caller "
           "reads someone else's data",
     link="https://github.com/redis/redis-py/issues/2624",
@@ -409,7 +410,11 @@ _add(Entry(
              "next command gets the old reply) and the advisory texts quoted in downstream "
              "issues (feast 3603, django-q 722, openFEC 5381): 28858 fixed in 4.3.6/4.4.3/"
              "4.5.3, 28859 through 4.5.3 and fixed in 4.4.4/4.5.4; the CVE records themselves "
-             "were not read"),
+             "were not read; the advisory-database PR 1894 (fixes in 4.5.4 and 4.4.4); "
+             "measured with looplab repro redis-py-2624 --versions (the real asyncio client on "
+             "Python 3.10.13 against looplab's resp_server, reply delay 0.2 s, cancel after "
+             "0.05 s, 4 rounds): 4 of 4 replies went to the wrong command on 4.5.1 and 4.5.3, "
+             "none on 4.5.4"),
     _run_pool, [Metric("wrong_replies_count", "lower", "wrong replies"),
                 Metric("answered_count", None, "answered"),
                 Metric("cancelled_count", None, "cancelled"),

@@ -92,15 +92,24 @@ class Entry:
     # (bench.zoo.expected): what ``looplab repro ID`` runs by default and checks.
     expect: dict = field(default_factory=dict)
 
-    def runs_on(self) -> str:
-        """Where the bug is measured: the real library here, or what stands in for it;
-        and, where the card names versions of Python or of a runtime's library, that
-        ``--versions`` runs the real ones (bench.zoo.versions)."""
+    def kind(self) -> str:
+        """"real" (the bug is measured on the library or interpreter installed here),
+        "re-enactment" (our program plays a framework's code) or "knob" (an option of
+        our kernels plays a release that is not installed)."""
         if not self.stand_in:
-            return "real: the installed runtimes" + (
-                "; --versions runs the versions it names" if self._real_versions() else "")
-        return f"stand-in: {self.stand_in}" + (
-            "; --versions runs the versions it names" if self._real_versions() else "")
+            return "real"
+        head = self.stand_in.split(":", 1)[0].split(",", 1)[0].strip()
+        return "knob" if head in runtimes.RUNTIMES else "re-enactment"
+
+    def runs_on(self) -> str:
+        """Where the bug is measured: the real library here, our re-enactment of a
+        framework's code, or a knob of our kernels; and, where the card names versions,
+        that ``--versions`` runs the real ones (bench.zoo.versions)."""
+        head = {"real": "real: the installed runtimes", "re-enactment": f"re-enactment: {self.stand_in}",
+                "knob": f"knob: {self.stand_in}"}[self.kind()]
+        if self.version_run is not None:
+            return head + "; --versions runs the real releases the card names"
+        return head + ("; --versions runs the versions it names" if self._real_versions() else "")
 
     def _real_versions(self) -> bool:
         """Whether a version the card names is of Python or of a runtime's library

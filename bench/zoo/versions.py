@@ -163,7 +163,8 @@ def points(e) -> list[Point]:
             continue
         if not _runtimes_for(e, dist):
             out.append(Point(role, req, None, dist=dist, reason=(
-                f"no runtime here runs {dist}: the entry's program stands in for it")))
+                f"re-enactment only: the entry's program stands in for {dist}, and no "
+                f"program of the real {dist} runs its releases here")))
             continue
         if dist == "python":
             found = envs.found()
@@ -357,11 +358,14 @@ def versions_cell(e) -> str:
 
 
 def runs_on_cell(e, version_summary: dict | None = None) -> str:
-    """Real or stand-in, for the zoo page: "real (pinned versions)" when a version run
-    measured the entry on a real interpreter or library release (whatever it showed),
-    with the design knob that also plays it, if any; otherwise the card's own word."""
+    """What runs the bug, for the zoo page and the verdict lines: the installed library
+    ("real"), our program in place of a framework's ("re-enactment"), or one of our
+    kernels' options ("knob"); with "; real at pinned releases" where a version run
+    measured the real interpreter or release (whatever it showed)."""
+    kind = getattr(e, "kind", lambda: "knob" if e.stand_in else "real")()
+    word = {"real": "real (installed)", "re-enactment": "re-enactment", "knob": "knob"}[kind]
+    if kind == "knob":
+        word = f"knob: {e.stand_in}"
     ran = version_summary is not None and any(
         r["runtime"] and r["naive"] in ("shown", "not shown") for r in version_summary["rows"])
-    if ran:
-        return "real (pinned versions)" + (f"; knob: {e.stand_in}" if e.stand_in else "")
-    return f"stand-in: {e.stand_in}" if e.stand_in else "real (installed)"
+    return word + ("; real at pinned releases" if ran else "")
