@@ -151,9 +151,9 @@ def test_the_summary_reads_verdicts_per_version_and_flags_disagreement(found):
             cell(specs[1], "naive", False, "3.12.1"), cell(specs[1], "fixed", False, "3.12.1")]
     s = versions.summarize(e, planned, good)
     assert s["shown_pair"] and [r["versions"] for r in s["rows"]] == ["Python 3.11.7", "Python 3.12.1"]
-    assert versions.runs_on_cell(SimpleNamespace(stand_in="a knob"), s).startswith("real (pinned")
+    assert versions.runs_on_cell(SimpleNamespace(stand_in="a knob"), s).endswith("real at pinned releases")
     unrun = versions.summarize(e, planned, [])
-    assert versions.runs_on_cell(SimpleNamespace(stand_in="a knob"), unrun) == "stand-in: a knob"
+    assert versions.runs_on_cell(SimpleNamespace(stand_in="a knob"), unrun) == "knob: a knob"
     bad = good[:2] + [cell(specs[1], "naive", True, "3.12.1"), good[3]]
     s = versions.summarize(e, planned, bad)
     assert not s["shown_pair"] and s["rows"][1]["agrees"] is False
