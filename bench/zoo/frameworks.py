@@ -638,7 +638,6 @@ _add(Entry(
            "client's keep-alive connection carried every request",
     styles=("stream",),
     affected_versions=("aiohttp==1.0.5",), fixed_versions=("aiohttp==1.1.0",),
-    # aiohttp 1.0/1.1 run on Python 3.6: the real releases in bare environments
     version_python="3.6", program_file="aiohttp1.py", version_run=releases.keepalive_run,
     version_runtimes=("asyncio-streams",), version_variants=("naive",),
     version_with={"aiohttp==1.0.5": ("async-timeout==1.1.0", "chardet==2.3.0", "multidict==2.1.4"),
