@@ -96,15 +96,17 @@ _add(Entry(
            "trial cancelled a running task",
     styles=("stream",), affects={"python": ("3.8.0", "3.12.0")},
     affected_versions=("python>=3.8,<3.12",), fixed_versions=("python>=3.12.0",),
+    unaffected_versions=("python>=3.6,<3.8",),
+    # below looplab's minimum (3.6-3.10) the same race runs as a standalone program
+    program_file="wait_for_race.py", version_run=releases.race_run, version_variants=("naive",),
     flips=(Flip("hybrid:wait_for=inline", False,
                 "our kernel with 3.12's wait_for (inline under a timeout)"),),
     show_on=("asyncio-streams", "hybrid:wait_for=task", "uvloop-streams"),
     minimum=(("trials_count", 1, "one cancelled trial"),),
     verified="read the thread (bpo-42130 migrated; PRs 26097 and 28149 closed unmerged) and "
-             "PR 98518 (the 3.12 rewrite); ran the cancel-after-completion race with a one-off "
-             "script on the installed interpreters: cancelled on 3.6.15 and 3.7.16, swallowed "
-             "on 3.8.18, 3.9.18, 3.10.13 and 3.11.7, cancelled on 3.12.1; measured with "
-             "--versions: shown on 3.11.7, not on 3.12.1 or 3.13.0"),
+             "PR 98518 (the 3.12 rewrite); measured with looplab repro cpython-86296 "
+             "--versions (3.6-3.10 as a standalone program on asyncio's own loop): see the "
+             "versions table in docs/zoo.md"),
     _run_race, [Metric("swallowed_count", "lower", "cancels swallowed"),
                 Metric("trials_count", None, "trials")],
     _presets({"trials": 12, "offsets": 3, "timeout_s": 5.0, "max_s": 5}),

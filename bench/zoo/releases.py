@@ -233,3 +233,22 @@ def twodrain_run(ctx):
         return {"drain_errors_count": n}, {"bug_shown": None}, notes + [
             "not measured: the program reported nothing"]
     return {"drain_errors_count": n}, {"bug_shown": bool(n)}, notes
+
+
+# ---------------------------------------------------------------------------
+# CPython 86296 on Python 3.6-3.10 (the rows below looplab's minimum)
+
+RACE = {"trials": 12, "offsets": 3, "timeout_s": 5.0, "max_s": 5}
+
+
+def race_run(ctx):
+    """The wait_for race on an old interpreter's asyncio (programs/wait_for_race.py)."""
+    p = dict(RACE)
+    ctx.params = {**ctx.params, **p}
+    a = run_program(ctx, max_s=p["max_s"] + 2).app
+    n, trials = a.get("swallowed_count"), a.get("trials_count")
+    m = {"swallowed_count": n, "trials_count": trials}
+    notes = _notes(a)
+    if not trials:
+        return m, {"bug_shown": None}, notes + ["not measured: no trial cancelled a running task"]
+    return m, {"bug_shown": n is not None and n > 0}, notes
