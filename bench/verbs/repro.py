@@ -295,9 +295,10 @@ def _versions_line(e) -> str | None:
         return None
     pts = zoo_versions.points(e)
     ran = list(dict.fromkeys(f"{p.label} ({p.role})" for p in pts if p.reason is None))
-    off = len(pts) - sum(p.reason is None for p in pts)
+    off = list(dict.fromkeys(f"{p.requirement} ({p.role}): {p.reason}" for p in pts
+                             if p.reason is not None))
     return (f"  --versions: {'; '.join(ran) or 'nothing installable here'}"
-            + (f" ({off} not runnable here)" if off else ""))
+            + "".join(f"\n  not run:   {line}" for line in off))
 
 
 def _measure(e, cell) -> str:

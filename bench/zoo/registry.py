@@ -76,6 +76,9 @@ class Entry:
     # The standalone program (a file in bench/zoo/programs) a version row runs on an
     # interpreter below looplab's minimum (Scenario.program_file).
     program_file: str = ""
+    # Requirement -> why the card's version is not run here, where the card knows better
+    # than the planner (a release for a Python this machine cannot have).
+    not_run: dict = field(default_factory=dict)
     # The variants a version row runs: ("naive",) where the fix is the release itself
     # (the same program at the affected and at the fixed release).
     version_variants: tuple = ("naive", "fixed")

@@ -156,6 +156,10 @@ def points(e) -> list[Point]:
     least_text, least = envs._minimum()
     out = []
     for role, req in versions_of(e):
+        why = (getattr(e, "not_run", None) or {}).get(req)
+        if why:
+            out.append(Point(role, req, None, reason=why))
+            continue
         try:
             dist, clauses = parse_requirement(req)
         except ValueError as exc:
