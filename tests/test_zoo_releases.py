@@ -209,3 +209,15 @@ def test_versions_on_a_card_with_versions_is_not_a_usage_error(capsys, monkeypat
     assert looplab(["repro", "aiohttp-1367", "--versions"]) == 1
     out, err = capsys.readouterr()
     assert "no Python 3.6 here (test)" in out and "nothing measured" in err
+
+
+@pytest.mark.timeout(300)
+def test_cpython_86296_on_old_pythons_runs_the_standalone_race():
+    # Python rows below looplab's minimum: a bare environment with no pins (a venv)
+    e, planned = _rows("cpython-86296", lambda p: p.interpreter in ("3.7.16", "3.9.18"))
+    if len(planned) != 2:
+        pytest.skip(f"Python 3.7.16 and 3.9.18 are not both here: {planned}")
+    s = _run_rows(e, planned)
+    by = {r["label"]: r for r in s["rows"]}
+    assert by["Python 3.9.18"]["naive"] == "shown" and by["Python 3.9.18"]["role"] == "affected", s
+    assert by["Python 3.7.16"]["naive"] == "not shown" and by["Python 3.7.16"]["role"] == "unaffected", s
