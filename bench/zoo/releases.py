@@ -252,3 +252,28 @@ def race_run(ctx):
     if not trials:
         return m, {"bug_shown": None}, notes + ["not measured: no trial cancelled a running task"]
     return m, {"bug_shown": n is not None and n > 0}, notes
+
+
+# ---------------------------------------------------------------------------
+# sanic 2921 on sanic 23.12.1 / 23.12.2 / 24.6.0 (Python 3.10, uvloop)
+
+CLOSE = {"body_bytes": 1024 * 1024, "rate_Bps": 2_000_000, "sockbuf": 64 * 1024, "serve_s": 4.0}
+
+
+def close_run(ctx):
+    """One large response to a ``Connection: close`` request from a client reading 2 MB/s
+    (looplab's http_slow_reader), on the real Sanic (programs/sanic_close.py)."""
+    p = dict(CLOSE)
+    ctx.params = {**ctx.params, **p}
+    ran = run_program(ctx, max_s=p["serve_s"] + 8, peers=[peers.role(
+        "http_slow_reader", "reader", path="/big", rate_Bps=float(p["rate_Bps"]), connection="close",
+        sockbuf=p["sockbuf"], recv_bytes=p["sockbuf"], max_s=p["serve_s"] + 2)])
+    a, c = ran.app, ran.peers["reader"]
+    got = c.get("body_bytes") or 0
+    m = {"delivered_bytes": got, "lost_bytes": p["body_bytes"] - got, "aborted_with_bytes": None}
+    notes = _notes(a) + [f"the client got {got} of {p['body_bytes']} B and its connection "
+                         f"ended by {c.get('ended')}"]
+    if not a.get("requests_count") or c.get("ended") == "timeout":
+        return m, {"bug_shown": None}, notes + ["not measured: the request was not served, or "
+                                                "the client ran out of time"]
+    return m, {"bug_shown": got < p["body_bytes"]}, notes
