@@ -34,7 +34,7 @@ from bench.zoo import versions  # noqa: E402
 from bench.zoo.expected import EXPECT  # noqa: E402
 
 REAL = ("aiohttp-1367", "aiohttp-1221", "twisted-8868", "starlette-1012", "redis-py-2624",
-        "uvicorn-336", "cpython-74116")
+        "uvicorn-336", "cpython-74116", "sanic-2921")
 
 
 # ---------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def test_a_loop_with_options_is_a_runtime_not_a_flip():
     assert repro._is_flip(e, "callback:write=defer")
 
 
-def test_the_eight_real_entries_have_release_programs_and_say_re_enactment_otherwise():
+def test_the_real_entries_have_release_programs_and_say_re_enactment_otherwise():
     for eid in REAL:
         e = zoo.entry(eid)
         assert e.version_run is not None and e.program_file, eid
