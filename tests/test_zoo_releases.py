@@ -221,3 +221,19 @@ def test_cpython_86296_on_old_pythons_runs_the_standalone_race():
     by = {r["label"]: r for r in s["rows"]}
     assert by["Python 3.9.18"]["naive"] == "shown" and by["Python 3.9.18"]["role"] == "affected", s
     assert by["Python 3.7.16"]["naive"] == "not shown" and by["Python 3.7.16"]["role"] == "unaffected", s
+
+
+def test_a_users_scenario_named_like_a_zoo_alias_wins_in_explore():
+    # issue 35: with a user scenario C8, `looplab explore C8` explored asyncio-263 (alias C8)
+    from bench.explore import targets
+    from bench.scenarios.api import _REGISTRY
+    assert targets.resolve("C8").sid == "asyncio-263"          # no user scenario: the alias
+    mine = scmod.Scenario(id="C8", title="t", summary="s", run=lambda ctx: ({}, {"ok": True}, []),
+                          presets={"tiny": {}}, metrics=[scmod.Metric("x_count")],
+                          verdicts={"ok": "fine"}, variants=("naive",))
+    scmod.register(mine)
+    try:
+        assert targets.resolve("C8").sid == "C8"
+        assert targets.resolve("zoo:C8").sid == "asyncio-263"  # the entry, by its prefix
+    finally:
+        _REGISTRY.pop("C8", None)
