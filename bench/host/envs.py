@@ -511,10 +511,15 @@ def version(dist):
 libs = {}
 for pin in pins:
     dist = pin.partition("==")[0]
-    try:
-        libs[dist] = version(dist)
-    except Exception:
-        libs[dist] = None
+    libs[dist] = None
+    # a pin's name is normalized (zope-interface); old pkg_resources wants the project's
+    for name in (dist, dist.replace("-", "."), dist.replace("-", "_")):
+        try:
+            libs[dist] = version(name)
+        except Exception:
+            continue
+        if libs[dist]:
+            break
 print(json.dumps({"interpreter": {"version": platform.python_version(),
                                   "implementation": platform.python_implementation(),
                                   "path": sys.executable},
