@@ -89,8 +89,8 @@ _add(Entry(
              "which awaits the inner awaitable in the calling task; not backported to 3.11",
     expected="shown on the installed Python 3.11 asyncio and uvloop (asyncio's wait_for on "
              "uvloop's loop) and on hybrid with wait_for=task (its 3.11 default); not with "
-             "the fixed program (timeout() + await), nor on hybrid:wait_for=inline; measured "
-             "not shown on python 3.12.1 with a one-off script",
+             "the fixed program (timeout() + await), nor on hybrid:wait_for=inline; not shown "
+             "on Python 3.12.1 and 3.13.0 (looplab repro cpython-86296 --versions)",
     oracle="bug shown when in any trial a task cancelled while still running ended normally; "
            "a trial whose task had already returned is not counted; not measured when no "
            "trial cancelled a running task",
@@ -176,17 +176,18 @@ _add(Entry(
              "timeout's block still needs uncancel() (documented by the same PR), which is "
              "what this entry measures",
     expected="shown on the installed Python 3.11.7 asyncio, on uvloop and on hybrid (whose "
-             "Timeout follows the fixed 3.11.3 rule); not with uncancel(); measured the same "
-             "on python 3.12.1 and 3.13.0 with a one-off script",
+             "Timeout follows the fixed 3.11.3 rule); not with uncancel(); the same on "
+             "Python 3.12.1 and 3.13.0 (looplab repro cpython-102780 --versions)",
     oracle="bug shown when any trial's timeout() raised CancelledError rather than "
            "TimeoutError after the outer cancel had been caught",
     styles=("stream",),
     affected_versions=("python>=3.11",), fixed_versions=(),
     show_on=("asyncio-streams", "hybrid", "uvloop-streams"),
     minimum=(("trials_count", 1, "one trial"),),
-    verified="read the thread and PR 102815 (its description and the docs it added); ran the "
-             "thread's repro on 3.11.7, 3.12.1, 3.13.0 (TimeoutError: fixed) and the swallow "
-             "inside the block (CancelledError on all three without uncancel)"),
+    verified="read the thread and PR 102815 (its description and the docs it added); the "
+             "swallow inside the block measured with looplab repro cpython-102780 --versions: "
+             "CancelledError on 3.11.7, 3.12.1 and 3.13.0 without uncancel (the thread's own "
+             "first repro, fixed in 3.11.3, is not what the entry runs)"),
     _run_uncancel, [Metric("cancelled_instead_of_timeout_count", "lower", "CancelledError escaped"),
                     Metric("timeout_error_count", None, "TimeoutError"),
                     Metric("trials_count", None, "trials")],
