@@ -567,19 +567,20 @@ def _nothing_to_run(zoo, entries, plans) -> int:
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "repro", help="reproduce a famous backpressure or shutdown bug by name (uvloop-548, ...)",
-        description="Run a bug zoo entry: its naive and fixed programs on every available "
-                    "runtime of its styles and on the option flips of our kernels that turn the "
+        description="Run a bug zoo entry: its naive and fixed programs on the runtimes its "
+                    "card names and on the option flips of our kernels that turn the "
                     "mechanism on or off, judged from measurements. --list lists the bugs; --all "
-                    "runs them all into a report folder with the zoo table. --net sim|both runs "
+                    "runs them all into a report folder with the zoo table; --versions runs "
+                    "them at the releases the card names. --net sim|both runs "
                     "the cells on the simulated network too, --seeds explores its universes. "
-                    "Exit 0 ok (whether "
-                    "or not a bug showed), 1 a cell failed, 2 usage, 130 interrupted.")
+                    "Exit 0 when every cell is as its card expects, 1 a cell failed or is not "
+                    "as the card expects, 2 usage, 130 interrupted.")
     p.add_argument("bug", nargs="?", help="an entry id or alias, e.g. uvloop-631, aiohttp-1367, C6")
     p.add_argument("--list", action="store_true", help="list the bugs")
     p.add_argument("--all", action="store_true", help="run every bug (into --out, default looplab-zoo)")
     p.add_argument("--runtimes", default=None,
-                   help="comma list of runtime specs (default: every available runtime of the "
-                        "bug's styles plus its option flips)")
+                   help="comma list of runtime specs (default: the runtimes the bug's card "
+                        "names that are available here, plus its option flips)")
     p.add_argument("--knob", action="append", default=[], metavar="OPT=VAL",
                    help="also run our kernels that have design option OPT with value VAL "
                         "(repeatable), e.g. --knob write=defer")
