@@ -152,9 +152,10 @@ _MODULE_CALLS = {"import_module", "_library", "getLogger", "find_spec", "version
 #: kernels (``Flip(SPEC, ...)``) are facts about the bug, named as the report names them.
 #: ``not_on=`` (where it was measured not to show) and ``stand_in=`` (the option flip that
 #: plays an uninstalled version) are the same kind of fact, and so is ``version_runtimes=``
-#: (the runtimes that run the framework's program at the versions the card pins).
+#: (the runtimes that run the framework's program at the versions the card pins), and so
+#: are a card's expectations (bench/zoo/expected.py: ``_card(shown=, not_shown=)``).
 _BUG_REPORT_CALL, _BUG_REPORT_KEYWORDS = ("Flip", ("show_on", "not_on", "stand_in",
-                                                   "version_runtimes"))
+                                                   "version_runtimes", "shown", "not_shown"))
 
 
 def _builtin_ids() -> tuple[set, set]:

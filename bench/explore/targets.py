@@ -289,12 +289,15 @@ def resolve(name: str, preset: str = "tiny") -> Target:
     if forced:
         name = name[len("zoo:"):]
     sid, _, variant = name.partition(":")
-    e = registry.entry(sid)
+    known = scmod.scenarios()
+    # A user's scenario wins over a zoo alias of the same name (C8 is asyncio-263's
+    # alias): `run` and `list scenarios` take the user's; ``zoo:C8`` names the entry.
+    users = sid in known and getattr(known[sid], "origin", "") != "bench.zoo" and not forced
+    e = None if users else registry.entry(sid)
     if e is not None:
         sid = e.id
     elif forced:
         raise UsageError(f"zoo:{sid}: no zoo entry {sid!r}")
-    known = scmod.scenarios()
     if sid not in known:
         raise UsageError(f"unknown explore target {name!r}; give a scenario (S3), a variant "
                          f"(S3:drain), a zoo id or one of {', '.join(bugs.PROGRAMS)}")

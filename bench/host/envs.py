@@ -26,6 +26,13 @@ A spec's ``+DIST==VERSION`` pins (``uvloop-streams@3.11+uvloop==0.22.1``) are
 requirements like the loop's: they go into the key, so each pinned set of releases
 has its own environment.
 
+An interpreter below looplab's minimum (``requires-python``) cannot hold looplab. A
+spec that names one (``asyncio-streams@3.6+aiohttp==1.2.0+...``) gets a *bare*
+environment (``build_bare``): ``venv`` plus exactly the pins, nothing else.
+Only a scenario that ships a standalone program for it (``Scenario.program_file``:
+the zoo's version rows) runs a cell there; ``looplab run`` refuses such a spec as
+before (``prepare``).
+
 ``describe(runtime)`` runs ``python -m bench.host.envs describe SPEC`` in the runtime's
 interpreter: the exact Python, the loop with its version, the requirements its
 environment was built with, and the version of every distribution whose modules the
@@ -54,7 +61,7 @@ from bench.host import procs
 from bench import runtimes as rtmod
 from bench.runtimes.spec import dist_name
 
-__all__ = ["Interpreter", "Env", "cache_root", "found", "find", "requirements", "ensure",
+__all__ = ["Interpreter", "Env", "cache_root", "found", "find", "locate", "is_bare", "requirements", "ensure",
            "interpreter_for", "describe", "prepare", "cached", "clear", "SOURCE", "unavailable_reason"]
 
 #: The checkout looplab runs from: what every environment installs (editable).
@@ -183,33 +190,57 @@ def _minimum() -> tuple[str, tuple]:
     return text, _vtuple(m.group(1)) if m else (3,)
 
 
-def find(token: str) -> Interpreter:
-    """The interpreter ``@token`` names (a version X.Y[.Z] or a path). UsageError if
-    there is none, or it is older than looplab supports."""
+def locate(token: str) -> Interpreter:
+    """The interpreter ``@token`` names (a version X.Y[.Z] or a path), whatever its
+    version. UsageError if there is none."""
     with _lock:
         if os.sep in token:
             it = _ask(token, "given path") if os.access(token, os.X_OK) else None
             if it is None:
                 raise UsageError(f"no Python interpreter at {token} (not an executable that runs)")
-        else:
-            want = _vtuple(token)
-            it = next((i for i in found() if _vtuple(i.version)[:len(want)] == want), None)
-            if it is None and shutil.which("uv"):
-                try:
-                    path = subprocess.run(["uv", "python", "find", token], capture_output=True,
-                                          text=True, timeout=30).stdout.strip()
-                except (OSError, subprocess.SubprocessError):
-                    path = ""
-                it = _ask(path, "uv") if path else None
-            if it is None:
-                have = ", ".join(f"{i.version} ({i.path})" for i in found()) or "none"
-                where = "on PATH, in pyenv" + (" or through uv" if shutil.which("uv") else "")
-                raise UsageError(f"no Python {token} found {where}; found: {have}")
-        text, least = _minimum()
-        if _vtuple(it.version) < least:
-            raise UsageError(f"Python {it.version} ({it.path}) is below looplab's minimum "
-                             f"(requires-python {text})")
+            return it
+        want = _vtuple(token)
+        it = next((i for i in found() if _vtuple(i.version)[:len(want)] == want), None)
+        if it is None and shutil.which("uv"):
+            try:
+                path = subprocess.run(["uv", "python", "find", token], capture_output=True,
+                                      text=True, timeout=30).stdout.strip()
+            except (OSError, subprocess.SubprocessError):
+                path = ""
+            it = _ask(path, "uv") if path else None
+        if it is None:
+            have = ", ".join(f"{i.version} ({i.path})" for i in found()) or "none"
+            where = "on PATH, in pyenv" + (" or through uv" if shutil.which("uv") else "")
+            raise UsageError(f"no Python {token} found {where}; found: {have}")
         return it
+
+
+def below_minimum(it: Interpreter) -> bool:
+    return _vtuple(it.version) < _minimum()[1]
+
+
+def find(token: str) -> Interpreter:
+    """The interpreter ``@token`` names (a version X.Y[.Z] or a path). UsageError if
+    there is none, or it is older than looplab supports."""
+    it = locate(token)
+    if below_minimum(it):
+        raise UsageError(f"Python {it.version} ({it.path}) is below looplab's minimum "
+                         f"(requires-python {_minimum()[0]})")
+    return it
+
+
+def is_bare(rt) -> bool:
+    """Whether runtime ``rt`` runs in a *bare* environment: its interpreter is below
+    looplab's minimum, so its environment holds the spec's pins and nothing of
+    looplab, and a cell there runs its scenario's ``program_file`` (a standalone
+    program), not looplab's cell process. An interpreter that is not found is not
+    bare (``find`` says why it is missing)."""
+    if rt.interpreter is None or _inside_env():
+        return False
+    try:
+        return below_minimum(locate(rt.interpreter))
+    except UsageError:
+        return False
 
 
 # ---------------------------------------------------------------------------
@@ -242,7 +273,8 @@ def _say(text: str) -> None:
 
 def _pip_failure(output: str) -> str:
     lines = [ln.strip() for ln in output.splitlines()
-             if ln.strip() and not ln.lstrip().startswith("WARNING: Location")]
+             if ln.strip() and not ln.lstrip().startswith("WARNING: Location")
+             and "is ignored: it is neither a file nor a directory" not in ln]
     return lines[-1] if lines else "no output"
 
 
@@ -301,17 +333,117 @@ def build(it: Interpreter, reqs: tuple) -> Env:
 
 
 def ensure(rt) -> Env | None:
-    """The built environment runtime ``rt`` runs in; None for no ``@`` (looplab's own)."""
+    """The built environment runtime ``rt`` runs in; None for no ``@`` (looplab's own).
+    A bare runtime (``is_bare``) gets a bare environment: its pins only."""
     if isinstance(rt, str):     # the perf tools hand specs as text
         rt = rtmod.parse(rt)
     if rt.interpreter is None:
         return None
-    reqs = requirements(rt)
     with _lock:
+        it = locate(rt.interpreter)
+        if below_minimum(it):
+            key = (rt.interpreter, "bare", rt.pins)
+            if key not in _envs:
+                _envs[key] = build_bare(it, rt.pins)
+            return _envs[key]
+        reqs = requirements(rt)
         key = (rt.interpreter, reqs)
         if key not in _envs:
             _envs[key] = build(find(rt.interpreter), reqs)
         return _envs[key]
+
+
+def bare_env_vars() -> dict:
+    """The environment variables a bare environment's processes get: ours without
+    PYTHONPATH and PYTHONHOME (nothing of looplab's checkout on their path)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
+def build_bare(it: Interpreter, pins: tuple) -> Env:
+    """A bare environment for an interpreter below looplab's minimum: ``venv`` plus
+    exactly ``pins``, one at a time in their order (``pip install --no-deps``: the pins are the whole set, every
+    dependency named at its release, so nothing newer slips in from an index that
+    does not say which Python a release needs), a wheel where one exists and the
+    source release otherwise (compiled here where it has C code). ``pip check``
+    then refuses a set with a missing or conflicting dependency. No looplab: a cell
+    there runs its scenario's standalone ``program_file``."""
+    root = cache_root()
+    key = json.dumps({"path": os.path.realpath(it.path), "version": it.version, "bare": True,
+                      "pins": sorted(pins)}, sort_keys=True)
+    final = os.path.join(root, f"bare-py{it.version}-{hashlib.sha256(key.encode()).hexdigest()[:12]}")
+    env = Env(final, it, tuple(pins))
+    if os.path.exists(os.path.join(final, MARKER)):
+        return env
+    os.makedirs(root, exist_ok=True)
+    tmp = os.path.join(root, f".building-{os.path.basename(final)}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    t0 = time.monotonic()
+    _say(f"building {os.path.basename(final)}: Python {it.version} ({it.path}), bare (below "
+         f"looplab's minimum: no looplab){''.join(', ' + p for p in pins)}")
+    what = f"the bare environment for Python {it.version}" + (f" with {' '.join(pins)}" if pins else "")
+    # Run from the cache, with no PYTHONPATH: a checkout in the working directory (its
+    # looplab.egg-info) must not look installed to pip there.
+    clean = {"cwd": root, "env": bare_env_vars()}
+    try:
+        out = subprocess.run([it.path, "-m", "venv", tmp], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL, timeout=300, **clean)
+        if out.returncode != 0:
+            raise UsageError(f"{what} failed to build: venv: {_pip_failure(out.stdout + out.stderr)}")
+        py = os.path.join(tmp, "bin", "python")
+        # One pin at a time: an old source release's setup_requires (Twisted's
+        # incremental) must find its pinned release installed, or setuptools fetches
+        # today's, which may not run on this Python. A pin that fails is tried again
+        # once the others are in.
+        if _vtuple(it.version) < (3, 7):
+            # Python 3.6's venv brings pip 18, which cannot find an old sdist under its
+            # normalized name (zope-interface for zope.interface-4.3.3.tar.gz); 21.3.1 is
+            # the last pip for 3.6 and can
+            _say("  pip: pip==21.3.1 (the last release for Python 3.6) ...")
+            out = subprocess.run([py, "-m", "pip", "install", "--disable-pip-version-check",
+                                  "pip==21.3.1"], capture_output=True, text=True,
+                                 stdin=subprocess.DEVNULL, timeout=300, **clean)
+            if out.returncode != 0:
+                raise UsageError(f"{what} failed to build: pip (pip==21.3.1): "
+                                 f"{_pip_failure(out.stdout + out.stderr)}")
+        pending, failures = list(pins), {}
+        for _ in range(2):
+            failures = {}
+            for pin in pending:
+                _say(f"  pip: {pin} (a wheel where one exists, else built from source) ...")
+                try:
+                    out = subprocess.run([py, "-m", "pip", "install", "--disable-pip-version-check",
+                                          "--no-deps", "--prefer-binary", pin],
+                                         capture_output=True, text=True,
+                                         stdin=subprocess.DEVNULL, timeout=600, **clean)
+                except subprocess.TimeoutExpired:
+                    failures[pin] = "pip took over 600 s"
+                    continue
+                if out.returncode != 0:
+                    failures[pin] = _pip_failure(out.stdout + out.stderr)
+            pending = list(failures)
+            if not pending:
+                break
+        if failures:
+            pin, why = next(iter(failures.items()))
+            raise UsageError(f"{what} failed to build: pip ({pin}): {why}")
+        out = subprocess.run([py, "-m", "pip", "check", "--disable-pip-version-check"],
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
+                             **clean)
+        if out.returncode != 0:
+            raise UsageError(f"{what} is incomplete: pip check: {_pip_failure(out.stdout + out.stderr)}")
+        with open(os.path.join(tmp, MARKER), "w") as f:
+            json.dump({"python": it.version, "interpreter": it.path, "implementation":
+                       it.implementation, "bare": True, "requirements": list(pins),
+                       "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
+        try:
+            os.rename(tmp, final)
+        except OSError:       # another process finished the same environment first
+            if not os.path.exists(os.path.join(final, MARKER)):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _say(f"  ready in {time.monotonic() - t0:.0f} s: {final}")
+    return env
 
 
 def interpreter_for(runtime) -> str:
@@ -323,8 +455,11 @@ def interpreter_for(runtime) -> str:
 def prepare(rts) -> None:
     """Before a run: find every interpreter and build every missing environment,
     so a failure is one line before anything is measured. Eager tasks before
-    3.12 are refused here too."""
+    3.12, and interpreters below looplab's minimum (only a zoo entry's standalone
+    program runs there, through ``looplab repro ID --versions``), are refused here too."""
     for rt in rts:
+        if rt.interpreter is not None:
+            find(rt.interpreter)
         env = ensure(rt)
         version = env.interpreter.version if env else platform.python_version()
         if rt.options.get("eager") and _vtuple(version) < (3, 12):
@@ -342,8 +477,13 @@ def describe(rt) -> dict:
             exe = interpreter_for(rt)
             cmd = [exe, "-m", "bench.host.envs", "describe", json.dumps(rt.to_data()),
                    ",".join(rtmod.plugin_modules())]
+            if is_bare(rt):
+                cmd = [exe, "-c", _DESCRIBE_BARE, json.dumps(list(rt.pins))]
+
+            bare = is_bare(rt)
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                                 stdin=subprocess.DEVNULL)
+                                 stdin=subprocess.DEVNULL,
+                                 **({"cwd": cache_root(), "env": bare_env_vars()} if bare else {}))
             try:
                 _described[rt.spec] = json.loads(out.stdout.strip().splitlines()[-1])
             except (ValueError, IndexError):
@@ -351,6 +491,41 @@ def describe(rt) -> dict:
                 _described[rt.spec] = {"unavailable": f"its interpreter {exe} failed to describe "
                                                       f"it: {tail}"}
         return dict(_described[rt.spec])
+
+
+# What a bare environment's interpreter says about itself: standard library only, and
+# Python 3.6 syntax (importlib.metadata came with 3.8; setuptools' pkg_resources is in
+# every venv before that).
+_DESCRIBE_BARE = """
+import json, platform, sys
+pins = json.loads(sys.argv[1])
+def version(dist):
+    try:
+        from importlib import metadata
+        return metadata.version(dist)
+    except ImportError:
+        import pkg_resources
+        return pkg_resources.get_distribution(dist).version
+    except Exception:
+        return None
+libs = {}
+for pin in pins:
+    dist = pin.partition("==")[0]
+    libs[dist] = None
+    # a pin's name is normalized (zope-interface); old pkg_resources wants the project's
+    for name in (dist, dist.replace("-", "."), dist.replace("-", "_")):
+        try:
+            libs[dist] = version(name)
+        except Exception:
+            continue
+        if libs[dist]:
+            break
+print(json.dumps({"interpreter": {"version": platform.python_version(),
+                                  "implementation": platform.python_implementation(),
+                                  "path": sys.executable},
+                  "loop": None, "libraries": libs, "requirements": pins, "bare": True,
+                  "unavailable": None}))
+"""
 
 
 def unavailable_reason(rt) -> str | None:

@@ -164,17 +164,19 @@ class HttpClient(Role):
     when a response is complete). ``finish``: "close" after the last response, or
     "idle" (keep the idle keep-alive connection open until the server closes it or
     ``max_s``). ``read=False``: never read (hold the connection for ``hold_s``).
-    ``vanish_after_bytes``: reset once that much response body arrived."""
+    ``vanish_after_bytes``: reset once that much response body arrived. ``connection``:
+    send a ``Connection: close`` (or ``keep-alive``) header."""
     role = "http_client"
     listens = True
     tracked = "received"
     fields = {"path": "/", "count": 1, "pipeline": False, "finish": "close", "rate_Bps": None,
               "recv_bytes": 65536, "read": True, "hold_s": 0.0, "vanish_after_bytes": None,
-              "host": "looplab.test"}
+              "host": "looplab.test", "connection": None}
     checks = {"path": _str, "pipeline": lambda f, v: _bool(f, v),
               "finish": lambda f, v: _choice(f, v, ("close", "idle")),
               "read": lambda f, v: _bool(f, v), "vanish_after_bytes": _opt_int,
-              "host": _host}
+              "host": _host,
+              "connection": lambda f, v: v if v is None else _choice(f, v, ("close", "keep-alive"))}
 
     def setup(self):
         self.result.update(responses_count=0, statuses=[], body_bytes=0, mismatch_bytes=0,
@@ -189,8 +191,9 @@ class HttpClient(Role):
 
     def _request(self) -> bytes:
         c = self.cfg
+        conn = f"Connection: {c['connection']}\r\n" if c.get("connection") else ""
         return (f"GET {c['path']} HTTP/1.1\r\nHost: {c['host']}\r\n"
-                f"User-Agent: looplab-peer\r\n\r\n").encode()
+                f"User-Agent: looplab-peer\r\n{conn}\r\n").encode()
 
     def start(self, now):
         c = self.cfg

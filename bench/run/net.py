@@ -53,6 +53,12 @@ class Network:
 class RealNetwork(Network):
     name = "real"
 
+    def unable(self, cell) -> str | None:
+        if envs.is_bare(cell.rt) and not getattr(cell.sc, "program_file", ""):
+            return (f"{cell.runtime}: its Python is below looplab's minimum, and "
+                    f"{cell.scenario} ships no standalone program for it (program_file)")
+        return super().unable(cell)
+
     def environment(self, cell):
 
         return {k: v for k, v in envs.describe(cell.rt).items() if k != "unavailable"}
@@ -70,6 +76,9 @@ class SimNetwork(Network):
         why = getattr(cell.sc, "real_network_only", "")
         if why:
             return f"{cell.scenario} runs only on the real network: {why}"
+        if envs.is_bare(cell.rt):
+            return (f"{cell.runtime} runs only on the real network: its Python is below "
+                    "looplab's minimum, where a standalone program runs on real sockets")
         if cell.rt.interpreter is not None and cell.world is not None:
             # elsewhere() hands the other interpreter a plain `run --net sim`
             return (f"{cell.runtime}: a simulated cell on another interpreter runs in the "

@@ -289,6 +289,13 @@ class Scenario:
     # Declared properties beyond the verdicts (``always``, ``eventually``,
     # ``sometimes``: bench.scenarios.properties), checked by ``looplab explore``.
     properties: tuple = ()
+    # A standalone program (a path: standard library and the runtime's pinned libraries
+    # only) that ``run_program`` runs instead of the cell process on an interpreter below
+    # looplab's minimum, in a bare environment (bench.host.envs.is_bare). It gets the
+    # program's spec as JSON in argv[1] (``variant``, ``params``, ``peers``, ``max_s``,
+    # ``linger_s``) and prints the cell process's JSON lines: ``{"event": "stopped",
+    # "at": time.monotonic()}``, then ``{"event": "result", ...}``.
+    program_file: str = ""
 
     def __post_init__(self):
         self.metrics = tuple(self.metrics)

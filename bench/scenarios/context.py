@@ -85,14 +85,21 @@ class AppProcess:
     """``python -m bench.scenarios.appside SPEC`` with its stdout read by a thread. Leaving the
     with-block always ends the process (SIGINT, then kill)."""
 
-    def __init__(self, spec: dict, runtime):
+    def __init__(self, spec: dict, runtime, program_file: str | None = None):
         # The runtime travels parsed, as data: the child rebuilds it without parsing.
         spec = {**spec, "runtime": runtime.to_data(), "plugins": plugin_spec()}
         from bench.host import envs      # the interpreter axis: the runtime's @INTERPRETER
-        # The one place a cell's process is launched, on its runtime's interpreter.
-        self.proc = procs.spawn(procs.python_command("bench.scenarios.appside", json.dumps(spec),
-                                                     python=envs.interpreter_for(runtime)),
-                                text=True, cwd=None, env=os.environ.copy())
+        # The one place a cell's process is launched, on its runtime's interpreter: the
+        # app side, or in a bare environment (no looplab) the scenario's standalone
+        # program, which speaks the same JSON lines.
+        python = envs.interpreter_for(runtime)
+        if program_file:
+            self.proc = procs.spawn([python, program_file, json.dumps(spec)], text=True,
+                                    cwd=envs.cache_root(), env=envs.bare_env_vars())
+        else:
+            self.proc = procs.spawn(procs.python_command("bench.scenarios.appside", json.dumps(spec),
+                                                         python=python),
+                                    text=True, cwd=None, env=os.environ.copy())
         self.events: queue.Queue = queue.Queue()
         self.stderr_lines: list[str] = []
         self._threads = [threading.Thread(target=self._read_stdout, daemon=True),
@@ -275,14 +282,21 @@ def run_program(ctx: CellContext, *, peers=(), linger_s: float = 0.0,
     bound = max_s or _bound(roles)
     spec = {"kind": "program", "scenario": ctx.scenario.id,
             "variant": ctx.variant, "params": ctx.params, "linger_s": linger_s, "max_s": bound}
+    from bench.host import envs
+    program_file = None
+    if envs.is_bare(ctx.runtime):
+        program_file = getattr(ctx.scenario, "program_file", "")
+        if not program_file:
+            raise RuntimeError(f"{ctx.runtime.spec} runs below looplab's minimum and "
+                               f"{ctx.scenario.id} has no standalone program_file for it")
     if not roles:
-        with AppProcess({**spec, "peers": {}}, ctx.runtime) as proc:
+        with AppProcess({**spec, "peers": {}}, ctx.runtime, program_file) as proc:
             stopped = proc.wait("stopped", bound + 10)["at"]
             return Ran(proc.result(linger_s + 10), {}, stopped)
     with _Peers(roles, timeout_s=bound + 5) as pp:
         addrs = {r.get("name") or r["role"]: list(pp.address(r.get("name") or r["role"]))
                  for r in roles if r.get("listen")}
-        with AppProcess({**spec, "peers": addrs}, ctx.runtime) as proc:
+        with AppProcess({**spec, "peers": addrs}, ctx.runtime, program_file) as proc:
             stopped = proc.wait("stopped", bound + 10)["at"]
             out = proc.result(linger_s + 10)
         res = pp.results()

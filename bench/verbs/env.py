@@ -30,9 +30,13 @@ def cmd_env(args) -> int:
         built = envs.cached()
         print(f"\nenvironments in {envs.cache_root()}: {len(built) or 'none'}")
         for e in built:
-            reqs = ", ".join(e.get("requirements") or []) or "looplab only"
-            print(f"  {e['name']}  Python {e['python']} ({e['interpreter']}); {reqs}; "
-                  f"source {e.get('source')}; built {e.get('built_at')}")
+            if e.get("bare"):      # below looplab's minimum: the pins, no looplab
+                what = "bare (no looplab): " + (", ".join(e.get("requirements") or []) or "no pins")
+            else:
+                what = (", ".join(e.get("requirements") or []) or "looplab only") + \
+                    f"; source {e.get('source')}"
+            print(f"  {e['name']}  Python {e['python']} ({e['interpreter']}); {what}; "
+                  f"built {e.get('built_at')}")
         return ExitCode.OK
     if args.action == "build":
         rts = _specs(args)

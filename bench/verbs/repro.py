@@ -87,12 +87,13 @@ def knob_specs(knobs) -> list[str]:
 
 
 def _runtimes_for(e, text: str | None, knobs: list[str]) -> list:
-    """The entry's runtimes: the named ones, or every available runtime of its styles,
-    plus its option flips and the knob runtimes (those of its styles)."""
+    """The entry's runtimes: the named ones, or the runtimes its card names
+    (``Entry.expect``) that are available here, plus its option flips and the knob
+    runtimes (those of its styles)."""
     if text:
         rts = rtmod.parse_list(text)
     else:
-        rts = [r for r in rtmod.parse_list("all") if r.available()]
+        rts = [r for r in (rtmod.parse(rid) for rid in e.expect) if r.available()]
         rts += [rtmod.parse(f.spec) for f in e.flips]
     rts += [rtmod.parse(s) for s in knobs]
     seen, out = set(), []
@@ -100,6 +101,16 @@ def _runtimes_for(e, text: str | None, knobs: list[str]) -> list:
         if r.style in e.styles and r.spec not in seen:
             seen.add(r.spec)
             out.append(r)
+    return out
+
+
+def unavailable_named(e) -> list[str]:
+    """The runtimes the card names that cannot run here, each with its reason."""
+    out = []
+    for rid in e.expect:
+        why = rtmod.parse(rid).unavailable_reason()
+        if why:
+            out.append(f"{rid} ({why})")
     return out
 
 
@@ -144,7 +155,7 @@ def summarize(zoo, e, cells: list[dict]) -> dict:
         if len(nets) > 1:
             rows[spec]["sim"] = words.get("sim", {"naive": "n/a", "fixed": "n/a"})
     flips = {f.spec: f for f in e.flips}
-    defaults = [s for s in rows if ":" not in s]
+    defaults = [s for s in rows if not _is_flip(e, s)]
     out = {
         "id": e.id, "net": "both" if len(nets) > 1 else main, "rows": rows,
         "shown_on": [s for s in defaults if rows[s]["naive"] == "shown"],
@@ -153,7 +164,7 @@ def summarize(zoo, e, cells: list[dict]) -> dict:
         "fix_failed_on": [s for s in rows if rows[s]["fixed"] == "shown"],
         "flips": [{"runtime": s, "naive": rows[s]["naive"], "expected_shown": flips[s].shows
                    if s in flips else None, "meaning": flips[s].meaning if s in flips else "--knob"}
-                  for s in rows if ":" in s],
+                  for s in rows if _is_flip(e, s)],
         "needs": e.needs, "installed": zoo.affected_note(e),
     }
     if "sim" in nets and e.sim_skip():
@@ -164,6 +175,40 @@ def summarize(zoo, e, cells: list[dict]) -> dict:
                       "differ_on": [s for s in ran if {k: rows[s][k] for k in ("naive", "fixed")}
                                     != rows[s]["sim"]],
                       "skipped_on": [s for s in rows if rows[s]["sim"]["naive"] == "skipped"]}
+    out["off_card"] = off_card(e, out)
+    return out
+
+
+def _is_flip(e, spec: str) -> bool:
+    """A row of one of our kernels with an option flipped (the entry's flips, --knob):
+    any other spec, a reference with a loop or an interpreter, is a runtime."""
+    if any(f.spec == spec for f in e.flips):
+        return True
+    try:
+        rt = rtmod.parse(spec)
+    except Exception:
+        return False
+    return rt.ours and rt.spec != rt.id and ":" in spec
+
+
+def off_card(e, s: dict) -> list[str]:
+    """The cells that are not as the card expects (``Entry.expected_on``): the naive
+    program's word where the card names the runtime, the fixed program never shown.
+    A skipped cell is not judged (it did not run); "not measured" is not as expected."""
+    out = []
+    for spec, r in s["rows"].items():
+        want = e.expected_on(spec)
+        if want is None:
+            continue
+        for net, words in (("", r), (" (sim)", r.get("sim"))):
+            if not words or "skipped" in (words["naive"], words["fixed"]):
+                continue
+            expected = "shown" if want else "not shown"
+            # "n/a": that variant did not run (a --replay of one cell)
+            if words["naive"] not in (expected, "n/a"):
+                out.append(f"{spec}{net}: naive {words['naive']}, the card expects {expected}")
+            if words["fixed"] not in ("not shown", "n/a"):
+                out.append(f"{spec}{net}: fixed {words['fixed']}, the card expects not shown")
     return out
 
 
@@ -178,6 +223,8 @@ def verdict_line(s: dict) -> str:
         parts.append(f"the fixed program still shows it on: {', '.join(s['fix_failed_on'])}")
     if s.get("skipped_on"):
         parts.append(f"skipped on: {', '.join(s['skipped_on'])}")
+    if s.get("off_card"):
+        parts.append("NOT as the card expects: " + "; ".join(s["off_card"]))
     sim = s.get("sim")
     if sim and s.get("sim_skipped"):
         parts.append(f"simulated network: not run ({s['sim_skipped']})")
@@ -249,9 +296,10 @@ def _versions_line(e) -> str | None:
         return None
     pts = zoo_versions.points(e)
     ran = list(dict.fromkeys(f"{p.label} ({p.role})" for p in pts if p.reason is None))
-    off = len(pts) - sum(p.reason is None for p in pts)
+    off = list(dict.fromkeys(f"{p.requirement} ({p.role}): {p.reason}" for p in pts
+                             if p.reason is not None))
     return (f"  --versions: {'; '.join(ran) or 'nothing installable here'}"
-            + (f" ({off} not runnable here)" if off else ""))
+            + "".join(f"\n  not run:   {line}" for line in off))
 
 
 def _measure(e, cell) -> str:
@@ -317,15 +365,20 @@ def _version_plan(args, entries) -> tuple[list, dict]:
         raise UsageError("--versions picks its own runtimes (one environment per version) and "
                          "runs on the real network: give no --runtimes, --knob, --net sim|both "
                          "or --seeds with it")
-    zoo_versions.check(entries)
     plans = {e.id: zoo_versions.build(zoo_versions.plan(e))
              for e in entries if zoo_versions.declares_versions(e)}
     cells = []
     for eid, planned in plans.items():
         specs = list(dict.fromkeys(spec for _, spec in planned if spec))
         if specs:
-            cells += matrix.plan(eid, ",".join(specs), "naive,fixed", args.preset)
+            variants = ",".join(getattr(zoo_entry(eid), "version_variants", ("naive", "fixed")))
+            cells += matrix.plan(eid, ",".join(specs), variants, args.preset)
     return cells, plans
+
+
+def zoo_entry(eid):
+    from bench import zoo
+    return zoo.ENTRIES[eid]
 
 
 def _versions_lines(zoo, vs) -> list[str]:
@@ -390,12 +443,26 @@ def cmd_repro(args) -> int:
         knobs = knob_specs(args.knob)
         if args.versions:
             cells, version_plans = _version_plan(args, entries)
+            if not version_plans:          # one entry, and its card names no version
+                print(card(zoo, entries[0]))
+                print(f"\n{entries[0].id} names no versions: its bug is in the program's own "
+                      "code, not in a release of a library or of Python; `looplab repro "
+                      f"{entries[0].id}` runs it on the runtimes its card names")
+                return ExitCode.OK
             entries = [e for e in entries if e.id in version_plans]
+            if not cells:
+                return _nothing_to_run(zoo, entries, version_plans)
         else:
+            if not args.runtimes:
+                for e in entries:
+                    missing = unavailable_named(e)
+                    if missing:
+                        print(f"looplab repro: {e.id}: not run here: {'; '.join(missing)}",
+                              file=sys.stderr)
             cells = plan(zoo, entries, args.runtimes, knobs, args.preset)
-        if not cells:
-            raise UsageError(f"no runtime of {entries[0].id}'s styles "
-                             f"({', '.join(entries[0].styles)}) among --runtimes")
+            if not cells:
+                raise UsageError(f"no runtime of {entries[0].id}'s styles "
+                                 f"({', '.join(entries[0].styles)}) among --runtimes")
         cells = simruns.cells_for(args, cells)       # --net real|sim|both; checks --seeds
     out_dir = args.out or ("looplab-zoo" if args.all else None)
     if args.seeds and not out_dir:
@@ -453,6 +520,10 @@ def cmd_repro(args) -> int:
         print(zoo_table(zoo, summaries))
     else:
         print()
+        if entries[0].kind() == "re-enactment":
+            print(f"re-enactment: these cells run our program in place of the framework's code "
+                  f"({entries[0].stand_in.split(':')[0]})"
+                  + ("; `--versions` runs the real releases" if entries[0].version_run else ""))
         print(result_table(entries[0], results))
         print()
         print("verdict: " + verdict_line(summaries[0]))
@@ -461,25 +532,55 @@ def cmd_repro(args) -> int:
     errors = [f"{r['id']}: {e}" for r in results for e in r.get("errors", [])]
     for line in errors:
         print(f"error: {line}", file=sys.stderr)
-    return ExitCode.FAILED if errors else ExitCode.OK
+    off = _off_expectations(summaries, bool(version_plans))
+    for line in off:
+        print(f"not as the card expects: {line}", file=sys.stderr)
+    return ExitCode.FAILED if errors or off else ExitCode.OK
+
+
+def _off_expectations(summaries, versions: bool) -> list[str]:
+    """Every cell that is not as its card expects: at a version, the row's ``agrees``;
+    otherwise the card's runtimes (``off_card``)."""
+    out = []
+    for s in summaries:
+        if versions:
+            out += [f"{s['id']} at {r['runtime']} ({r['role']}): naive {r['naive']}, fixed "
+                    f"{r['fixed']}, expected naive {r['expected']}, fixed not shown"
+                    for r in s["versions"]["rows"] if r["agrees"] is False]
+        else:
+            out += [f"{s['id']} on {line}" for line in s.get("off_card", ())]
+    return out
+
+
+def _nothing_to_run(zoo, entries, plans) -> int:
+    """``--versions`` where no version the cards name can run here: the rows, each with
+    why it is not run, and exit 1 (nothing was measured)."""
+    vs = [zoo_versions.summarize(e, plans[e.id], []) for e in entries]
+    if len(entries) == 1:
+        print(card(zoo, entries[0]))
+    _print_versions(zoo, [{"versions": v} for v in vs])
+    print("looplab repro: nothing measured: no version the card names can run here "
+          "(each row says why)", file=sys.stderr)
+    return ExitCode.FAILED
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "repro", help="reproduce a famous backpressure or shutdown bug by name (uvloop-548, ...)",
-        description="Run a bug zoo entry: its naive and fixed programs on every available "
-                    "runtime of its styles and on the option flips of our kernels that turn the "
+        description="Run a bug zoo entry: its naive and fixed programs on the runtimes its "
+                    "card names and on the option flips of our kernels that turn the "
                     "mechanism on or off, judged from measurements. --list lists the bugs; --all "
-                    "runs them all into a report folder with the zoo table. --net sim|both runs "
+                    "runs them all into a report folder with the zoo table; --versions runs "
+                    "them at the releases the card names. --net sim|both runs "
                     "the cells on the simulated network too, --seeds explores its universes. "
-                    "Exit 0 ok (whether "
-                    "or not a bug showed), 1 a cell failed, 2 usage, 130 interrupted.")
+                    "Exit 0 when every cell is as its card expects, 1 a cell failed or is not "
+                    "as the card expects, 2 usage, 130 interrupted.")
     p.add_argument("bug", nargs="?", help="an entry id or alias, e.g. uvloop-631, aiohttp-1367, C6")
     p.add_argument("--list", action="store_true", help="list the bugs")
     p.add_argument("--all", action="store_true", help="run every bug (into --out, default looplab-zoo)")
     p.add_argument("--runtimes", default=None,
-                   help="comma list of runtime specs (default: every available runtime of the "
-                        "bug's styles plus its option flips)")
+                   help="comma list of runtime specs (default: the runtimes the bug's card "
+                        "names that are available here, plus its option flips)")
     p.add_argument("--knob", action="append", default=[], metavar="OPT=VAL",
                    help="also run our kernels that have design option OPT with value VAL "
                         "(repeatable), e.g. --knob write=defer")

@@ -14,7 +14,18 @@ from bench import peers
 from bench.scenarios.api import APP, Metric, Minimum, run_program, serve_app
 from bench.zoo.harness import (KiB, MiB, SOCKBUF, _by_style, _callback, _notes, _open,
                                 _open_task, _presets, _stream, _task)
+from bench.zoo import releases
 from bench.zoo.registry import Entry, _add
+
+#: aiohttp 1.x's dependencies at the releases of its time (early 2017): a bare
+#: environment installs exactly these beside the pinned aiohttp (pip check passes)
+_AIOHTTP1_DEPS = ("async-timeout==1.1.0", "chardet==2.3.0", "multidict==2.1.4", "yarl==0.8.1")
+AIOHTTP1_WITH = {f"aiohttp=={v}": _AIOHTTP1_DEPS for v in ("1.2.0", "1.3.0", "1.3.1")}
+#: uvicorn 0.11.8 and its dependencies (mid 2020), beside a pinned starlette 0.13
+_UVICORN011 = ("click==7.1.2", "h11==0.9.0", "httptools==0.1.1", "uvicorn==0.11.8",
+               "uvloop==0.14.0", "websockets==8.1")
+#: Twisted 16.6's dependencies at their releases of late 2016 (17.1 adds Automat's)
+_TWISTED_DEPS = ("constantly==15.1.0", "incremental==16.10.1", "zope.interface==4.3.3")
 
 
 # ---------------------------------------------------------------------------
@@ -58,10 +69,20 @@ _add(Entry(
     styles=STYLES,
     show_on=("callback", "hybrid", "asyncio-protocol"),
     affected_versions=("twisted==16.6.0",), fixed_versions=("twisted==17.1.0",),
+    # Twisted 16.6/17.1 on Python 3.6, on Twisted's asyncio reactor: the real twisted.web
+    version_python="3.6", program_file="twisted_web.py", version_run=releases.pipeline_run,
+    version_runtimes=("asyncio-protocol",), version_variants=("naive",),
+    version_with={"twisted==16.6.0": _TWISTED_DEPS,
+                  "twisted==17.1.0": _TWISTED_DEPS + ("attrs==16.3.0", "automat==0.5.0",
+                                                      "six==1.10.0")},
     verified="read the thread (njsmith's report: a client that sends GETs and never reads; "
              "branch named there) and Twisted's NEWS.rst (Twisted Web 17.1.0: 'now exerts "
              "backpressure against clients that do not read responses ... (#8868)'; 16.6.0 "
-             "of 2016-11-17 is the release before)"),
+             "of 2016-11-17 is the release before) and HTTPChannel.pauseProducing in 17.1.0 "
+             "(it stops reading; what one read took is still answered); measured with looplab "
+             "repro twisted-8868 --versions (twisted.web on Python 3.6.15, 1000 pipelined GETs "
+             "with 3 kB paths, 16 KiB answers): 16.6.0 answered 955 into a 12.9 MB write "
+             "buffer, 17.1.0 answered 200 and stopped reading (347 kB)"),
     _run_pipelining,
     [Metric("requests_handled_count", "lower", "requests answered", ceiling=lambda p: p["count"]),
      Metric("rss_growth_bytes", None, "RSS growth"),
@@ -95,19 +116,24 @@ def _run_push(ctx):
 
 _add(Entry(
     id="aiohttp-1367", aliases=("websockets-10", "C4"), catalog="S6",
-    stand_in="our push server in place of aiohttp's and websockets' send(): the naive side "
-             "is aiohttp 1.2's send without drain, which does not run on Python 3.11; the "
-             "installed aiohttp is the fixed side, measured by the framework program "
-             "(bench/zoo/frameworks.py, /ws)",
+    stand_in="our push server in place of aiohttp's and websockets' send() (aiohttp 1.x does "
+             "not run on Python 3.11; --versions runs the real 1.2.0, 1.3.0 and 1.3.1 on 3.6)",
     verified="read the thread (njsmith: a websocket server that sends without awaiting grows "
              "its memory for a client that never reads), Home Assistant PR 89905, and "
              "aiohttp's commit b3c80ee3f ('Accepting back-pressure from slow websocket "
-             "clients #1367', first in tag 1.3.0); ran a one-off aiohttp server on Python "
-             "3.6.15 sending 10 kB messages for 1 s to a client that never reads: aiohttp "
-             "1.2.0 queued 12800 messages (write buffer peak 124 MB), 1.3.0 sent 6 (peak 0 "
-             "B); the installed aiohttp 3.14.5's /ws held back after about 50 (backlog under "
-             "300 kB, tests/test_frameworks.py)",
-    affected_versions=("aiohttp==1.2.0",), fixed_versions=("aiohttp==1.3.0",),
+             "clients #1367', first in tag 1.3.0) and issue 1613 (1.3.0's server writer "
+             "called drain() on the transport: AttributeError, fixed in 1.3.1 the next day); "
+             "measured with looplab repro aiohttp-1367 --versions (the real aiohttp on Python "
+             "3.6.15, a subscriber that never reads, 10 kB messages): 1.2.0's write buffer "
+             "reached the program's 16 MiB cap, 1.3.0's send raised '_SelectorSocketTransport' "
+             "object has no attribute 'drain' after 6 messages, 1.3.1's send parked in the "
+             "drain at 95 kB",
+    affected_versions=("aiohttp==1.2.0", "aiohttp==1.3.0"), fixed_versions=("aiohttp==1.3.1",),
+    # aiohttp 1.x runs on Python 3.6, below looplab's minimum: a standalone program in a
+    # bare environment, with the dependency releases of early 2017 (pip check passes)
+    version_python="3.6", program_file="aiohttp1.py", version_run=releases.push_run,
+    version_runtimes=("asyncio-streams",), version_variants=("naive",),
+    version_with=AIOHTTP1_WITH,
     decided_by=("backlog_peak_bytes",),
     minimum=(Minimum("broadcasts_count", 4, "the server pushed a few messages"),),
     title="push to a subscriber that never reads: the backlog grows without bound",
@@ -347,9 +373,8 @@ def _run_queue(ctx):
 _add(Entry(
     id="starlette-1012",
     stand_in="our producer, queue and sender in place of starlette's BaseHTTPMiddleware "
-             "and StreamingResponse: no affected starlette runs on Python 3.11; the "
-             "installed starlette is the fixed side, measured by the framework program "
-             "(bench/zoo/frameworks.py, starlette_stream_serve)",
+             "and StreamingResponse (no affected starlette runs on Python 3.11; --versions "
+             "runs the real 0.13.6, 0.13.7 and 0.13.8 with uvicorn 0.11.8 on Python 3.8)",
     verified="read the thread (BaseHTTPMiddleware's unbounded asyncio.Queue, a slow client "
              "grows it without bound), PR 1018 (maxsize=1, release 0.13.7) and PR 1028 "
              "(reverted in 0.13.8 because users relied on the full evaluation); starlette "
@@ -357,9 +382,16 @@ _add(Entry(
              "(asyncio.wait() given coroutines), so it cannot run here; the installed 1.10.0 "
              "(anyio stream without buffer in BaseHTTPMiddleware) measured with "
              "starlette_stream_serve under uvicorn 0.54.0: a 3.9 MB body to a 1 MB/s client, "
-             "the producer never ahead of the server (0 B) with or without the middleware",
+             "the producer never ahead of the server (0 B) with or without the middleware; "
+             "measured with looplab repro starlette-1012 --versions (Python 3.8.18, a 16 MiB "
+             "StreamingResponse behind a no-op BaseHTTPMiddleware to a 1 MB/s client, 1.5 s): "
+             "the generator ran 13.9 MB ahead at 0.13.6 and 14.2 MB at 0.13.8, 3.1 MB at 0.13.7",
     affected_versions=("starlette==0.13.6", "starlette==0.13.8"),
     fixed_versions=("starlette==0.13.7",),
+    # starlette 0.13 with the uvicorn of its time on Python 3.8: the real releases
+    version_python="3.8", program_file="starlette_stream.py", version_run=releases.stream_run,
+    version_runtimes=("asyncio-streams",), version_variants=("naive",),
+    version_with=_UVICORN011,
     decided_by=("app_queue_peak_bytes",),
     title="an unbounded queue between producer and socket: a slow client grows memory",
     link="https://github.com/encode/starlette/issues/1012",

@@ -19,6 +19,7 @@ import gc
 
 from bench.scenarios.api import Metric, run_program
 from bench.zoo.harness import _by_style, _listen, _notes, _open, _presets, _stream, _task
+from bench.zoo import releases
 from bench.zoo.registry import Entry, Flip, _add
 
 
@@ -88,22 +89,24 @@ _add(Entry(
              "which awaits the inner awaitable in the calling task; not backported to 3.11",
     expected="shown on the installed Python 3.11 asyncio and uvloop (asyncio's wait_for on "
              "uvloop's loop) and on hybrid with wait_for=task (its 3.11 default); not with "
-             "the fixed program (timeout() + await), nor on hybrid:wait_for=inline; measured "
-             "not shown on python 3.12.1 with a one-off script",
+             "the fixed program (timeout() + await), nor on hybrid:wait_for=inline; not shown "
+             "on Python 3.12.1 and 3.13.0 (looplab repro cpython-86296 --versions)",
     oracle="bug shown when in any trial a task cancelled while still running ended normally; "
            "a trial whose task had already returned is not counted; not measured when no "
            "trial cancelled a running task",
     styles=("stream",), affects={"python": ("3.8.0", "3.12.0")},
     affected_versions=("python>=3.8,<3.12",), fixed_versions=("python>=3.12.0",),
+    unaffected_versions=("python>=3.6,<3.8",),
+    # below looplab's minimum (3.6-3.10) the same race runs as a standalone program
+    program_file="wait_for_race.py", version_run=releases.race_run, version_variants=("naive",),
     flips=(Flip("hybrid:wait_for=inline", False,
                 "our kernel with 3.12's wait_for (inline under a timeout)"),),
     show_on=("asyncio-streams", "hybrid:wait_for=task", "uvloop-streams"),
     minimum=(("trials_count", 1, "one cancelled trial"),),
     verified="read the thread (bpo-42130 migrated; PRs 26097 and 28149 closed unmerged) and "
-             "PR 98518 (the 3.12 rewrite); ran the cancel-after-completion race with a one-off "
-             "script on the installed interpreters: cancelled on 3.6.15 and 3.7.16, swallowed "
-             "on 3.8.18, 3.9.18, 3.10.13 and 3.11.7, cancelled on 3.12.1; measured with "
-             "--versions: shown on 3.11.7, not on 3.12.1 or 3.13.0"),
+             "PR 98518 (the 3.12 rewrite); measured with looplab repro cpython-86296 "
+             "--versions (3.6-3.10 as a standalone program on asyncio's own loop): see the "
+             "versions table in docs/zoo.md"),
     _run_race, [Metric("swallowed_count", "lower", "cancels swallowed"),
                 Metric("trials_count", None, "trials")],
     _presets({"trials": 12, "offsets": 3, "timeout_s": 5.0, "max_s": 5}),
@@ -173,17 +176,18 @@ _add(Entry(
              "timeout's block still needs uncancel() (documented by the same PR), which is "
              "what this entry measures",
     expected="shown on the installed Python 3.11.7 asyncio, on uvloop and on hybrid (whose "
-             "Timeout follows the fixed 3.11.3 rule); not with uncancel(); measured the same "
-             "on python 3.12.1 and 3.13.0 with a one-off script",
+             "Timeout follows the fixed 3.11.3 rule); not with uncancel(); the same on "
+             "Python 3.12.1 and 3.13.0 (looplab repro cpython-102780 --versions)",
     oracle="bug shown when any trial's timeout() raised CancelledError rather than "
            "TimeoutError after the outer cancel had been caught",
     styles=("stream",),
     affected_versions=("python>=3.11",), fixed_versions=(),
     show_on=("asyncio-streams", "hybrid", "uvloop-streams"),
     minimum=(("trials_count", 1, "one trial"),),
-    verified="read the thread and PR 102815 (its description and the docs it added); ran the "
-             "thread's repro on 3.11.7, 3.12.1, 3.13.0 (TimeoutError: fixed) and the swallow "
-             "inside the block (CancelledError on all three without uncancel)"),
+    verified="read the thread and PR 102815 (its description and the docs it added); the "
+             "swallow inside the block measured with looplab repro cpython-102780 --versions: "
+             "CancelledError on 3.11.7, 3.12.1 and 3.13.0 without uncancel (the thread's own "
+             "first repro, fixed in 3.11.3, is not what the entry runs)"),
     _run_uncancel, [Metric("cancelled_instead_of_timeout_count", "lower", "CancelledError escaped"),
                     Metric("timeout_error_count", None, "TimeoutError"),
                     Metric("trials_count", None, "trials")],
@@ -371,7 +375,8 @@ def _run_pool(ctx):
 
 _add(Entry(
     id="redis-py-2624", aliases=("CVE-2023-28858", "CVE-2023-28859", "redis-py-2665"),
-    stand_in="our one-connection pool in place of redis-py's asyncio client",
+    stand_in="our one-connection pool in place of redis-py's asyncio client (--versions runs "
+             "the real 4.5.1, 4.5.3 and 4.5.4 on Python 3.10 against a RESP peer)",
     title="a cancelled command leaves its reply on the pooled connection: the next caller "
           "reads someone else's data",
     link="https://github.com/redis/redis-py/issues/2624",
@@ -396,14 +401,23 @@ _add(Entry(
     oracle="bug shown when any command received a reply meant for another command; not "
            "measured when no command was cancelled",
     styles=("stream", "task"),
-    affected_versions=("redis>=4.2.0,<4.5.4",), fixed_versions=("redis==4.5.4",),
+    affected_versions=("redis==4.5.1", "redis==4.5.3"), fixed_versions=("redis==4.5.4",),
+    # the real redis-py asyncio client (Python 3.10, async-timeout of its time) against
+    # looplab's resp_server peer
+    version_python="3.10", program_file="redis_cancel.py", version_run=releases.cancel_run,
+    version_runtimes=("asyncio-streams",), version_variants=("naive",),
+    version_with=("async-timeout==4.0.2",),
     show_on=("asyncio-streams", "hybrid", "uvloop-streams", "trio", "coro", "curio"),
     minimum=(("cancelled_count", 1, "one cancelled command"),),
     verified="read issues 2624 and 2665 (the repro: create_task(r.get), sleep, cancel, the "
              "next command gets the old reply) and the advisory texts quoted in downstream "
              "issues (feast 3603, django-q 722, openFEC 5381): 28858 fixed in 4.3.6/4.4.3/"
              "4.5.3, 28859 through 4.5.3 and fixed in 4.4.4/4.5.4; the CVE records themselves "
-             "were not read"),
+             "were not read; the advisory-database PR 1894 (fixes in 4.5.4 and 4.4.4); "
+             "measured with looplab repro redis-py-2624 --versions (the real asyncio client on "
+             "Python 3.10.13 against looplab's resp_server, reply delay 0.2 s, cancel after "
+             "0.05 s, 4 rounds): 4 of 4 replies went to the wrong command on 4.5.1 and 4.5.3, "
+             "none on 4.5.4"),
     _run_pool, [Metric("wrong_replies_count", "lower", "wrong replies"),
                 Metric("answered_count", None, "answered"),
                 Metric("cancelled_count", None, "cancelled"),

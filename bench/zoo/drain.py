@@ -11,6 +11,7 @@ from bench import peers
 from bench.scenarios.api import Metric, Minimum, observe, run_program, sometimes
 from bench.zoo.harness import (_CAP, KiB, SOCKBUF, _block, _by_style, _callback, _notes, _now,
                                 _open, _open_task, _presets, _stream, _task, _unless_cut)
+from bench.zoo import releases
 from bench.zoo.registry import Entry, Flip, _add
 
 
@@ -165,10 +166,18 @@ _add(Entry(
                 "asyncio's did up to 3.9"),),
     show_on=("hybrid:drain_waiters=one",),
     stand_in="hybrid:drain_waiters=one",
-    affected_versions=("python==3.9.18",), fixed_versions=("python==3.10.13", "python>=3.11.0"),
+    affected_versions=("python==3.9.18", "websockets==3.2"),
+    fixed_versions=("python==3.10.13", "python>=3.11.0", "websockets==3.3"),
+    # below looplab's minimum (3.9, 3.10; websockets 3.x on 3.6) a standalone program runs
+    # the same two drains on asyncio's streams, or through the real websockets' send()
+    version_python="3.6", program_file="drain_waiters.py", version_run=releases.twodrain_run,
+    version_runtimes=("asyncio-streams",), version_variants=("naive",),
     verified="read the thread and PR 94705; grepped streams.py of the installed 3.6.15-3.9.18 "
              "(single waiter) and 3.10.13/3.11.7 (_drain_waiters); the first 3.10 patch with it "
-             "is not established here"),
+             "is not established here; websockets issue 16 and PR 168 (a lock around drain(), "
+             "in 3.3); measured with looplab repro cpython-74116 --versions: 8 AssertionErrors "
+             "from two drains on Python 3.9.18 and through websockets 3.2 (Python 3.6.15), none "
+             "on 3.10.13, 3.11.7, 3.12.1, 3.13.0 or websockets 3.3"),
     _run_twodrain, [Metric("drain_errors_count", "lower", "drain() errors")],
     _presets({"writes": 8, "chunk_bytes": 128 * KiB, "max_s": 8}),
     {"stream": _twodrain_stream})
@@ -420,10 +429,9 @@ def _run_parked(ctx):
 
 _add(Entry(
     id="uvicorn-336", aliases=("uvicorn-340",),
-    stand_in="our flow control in place of uvicorn's FlowControl: uvicorn 0.6.1 does not "
-             "install on Python 3.11 (the uvloop and httptools it requires do not build); the "
-             "installed uvicorn is the fixed side, measured by the framework program "
-             "(bench/zoo/frameworks.py, uvicorn_serve)",
+    stand_in="our flow control in place of uvicorn's FlowControl (uvicorn 0.6.1's uvloop "
+             "and httptools do not build for Python 3.11; --versions runs the real 0.6.1 and "
+             "0.7.0 on Python 3.7)",
     decided_by=("released",),
     title="a task parked in drain() is never released after the client disconnects",
     link="https://github.com/Kludex/uvicorn/issues/336",
@@ -444,12 +452,22 @@ _add(Entry(
     styles=("callback", "stream"),
     show_on=("callback", "asyncio-protocol"),
     affected_versions=("uvicorn==0.6.1",), fixed_versions=("uvicorn==0.7.0",),
+    # uvicorn 0.6/0.7 with the uvloop, httptools, h11 and websockets of early 2019 on
+    # Python 3.7: the real releases (their h11 protocol on asyncio's loop)
+    version_python="3.7", program_file="uvicorn_flow.py", version_run=releases.parked_run,
+    version_runtimes=("asyncio-protocol",), version_variants=("naive",),
+    version_with=("click==7.0", "h11==0.8.1", "httptools==0.0.13", "uvloop==0.12.2",
+                  "websockets==7.0"),
     verified="read the thread (the maintainer's suggestion to call resume_writing in "
              "connection_lost, confirmed to fix the leak) and PR 340; read connection_lost() "
              "in today's uvicorn (it resumes the flow); 0.7.0 as the release is taken from the "
              "issue brief, the repository's release notes start later; the installed 0.54.0 "
              "serving a 20 MB StreamingResponse to a client that resets after 100 kB: the "
-             "handler ended by itself, shutdown 0.1 s (tests/test_frameworks.py)",
+             "handler ended by itself, shutdown 0.1 s (tests/test_frameworks.py); read "
+             "connection_lost() at tags 0.6.1 and 0.7.0 (0.7.0 adds flow.resume_writing()); "
+             "measured with looplab repro uvicorn-336 --versions (Python 3.7.16, h11, a 20 MB "
+             "body to a client that reads 400 kB/s and resets after 100 kB): the app stayed "
+             "parked in drain() on 0.6.1 and returned on 0.7.0",
     properties=(sometimes("the writer is parked when the connection is lost",
                           lambda s: s.app.get("parked_at_loss"), styles=("callback",)),)),
     _run_parked,

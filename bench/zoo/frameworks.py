@@ -53,6 +53,7 @@ from bench import peers
 from bench.peers import http as httppeers
 from bench.scenarios.api import Metric, run_program
 from bench.zoo.harness import _listen, _now, _presets, _stream
+from bench.zoo import releases
 from bench.zoo.registry import Entry, _add
 from protocols import ports
 
@@ -637,17 +638,23 @@ _add(Entry(
            "client's keep-alive connection carried every request",
     styles=("stream",),
     affected_versions=("aiohttp==1.0.5",), fixed_versions=("aiohttp==1.1.0",),
+    version_python="3.6", program_file="aiohttp1.py", version_run=releases.keepalive_run,
+    version_runtimes=("asyncio-streams",), version_variants=("naive",),
+    version_with={"aiohttp==1.0.5": ("async-timeout==1.1.0", "chardet==2.3.0", "multidict==2.1.4"),
+                  "aiohttp==1.1.0": ("async-timeout==1.1.0", "chardet==2.3.0", "multidict==2.1.4",
+                                     "yarl==0.8.1")},
     show_on=("asyncio-streams",),
     minimum=(("responses_count", 2, "both keep-alive requests answered"),),
     verified="read the thread (tahajahangir: ^C waits 60 s with a browser's keep-alive "
              "connection open; idle connections should be closed at once), the 1.1.0 "
              "changelog line for PR 1222, and the installed aiohttp 3.14's "
              "BaseRunner.cleanup (pre_shutdown closes idle connections) and "
-             "RequestHandler.shutdown (awaits the parked handler up to the timeout); ran "
-             "run_app's shutdown order with a one-off script on Python 3.6.15 against one "
-             "idle keep-alive connection, shutdown timeout 2 s: aiohttp 1.0.5 took 2.00 s, "
-             "1.1.0 took 0.00 s. Neither runs on Python 3.11 (looplab's interpreter), so "
-             "the naive program plays 1.0's order on the installed release"),
+             "RequestHandler.shutdown (awaits the parked handler up to the timeout), and "
+             "ServerHttpProtocol.shutdown in 1.0.5 and 1.1.0 (1.1 cancels an idle keep-alive "
+             "handler); measured with looplab repro aiohttp-1221 --versions (the real releases "
+             "on Python 3.6.15, run_app's shutdown order, timeout 1 s): 1.0.5 took 1.00 s, "
+             "1.1.0 took 0.7 ms. Neither runs on Python 3.11, so the default cells play 1.0's "
+             "order on the installed release"),
     _run_keepalive,
     [Metric("shutdown_s", "lower", "shutdown took", timing=True),
      Metric("responses_count", None, "responses"),

@@ -230,6 +230,9 @@ _add(Entry(
     show_on=("callback:limits_recheck=false", "hybrid:limits_recheck=false"),
     stand_in="callback:limits_recheck=false, hybrid:limits_recheck=false",
     affected_versions=("asyncio==0.3.1",), fixed_versions=("asyncio==0.4.1", "python>=3.4.0"),
+    not_run={req: "Tulip (asyncio on PyPI) 0.3.1 and 0.4.1 install into Python 3.3 only, which "
+                 "is not installed here (pyenv has 3.6 to 3.13); Python 3.4.0 shipped the fix"
+             for req in ("asyncio==0.3.1", "asyncio==0.4.1")},
     verified="read the thread (the description quotes the bug); read set_write_buffer_limits() "
              "in the asyncio repository at tags 0.3.1 (no pause check) and 0.4.1 (with it)"),
     _run_limits,

@@ -64,8 +64,24 @@ class Entry:
     # imports a framework (aiohttp) names the runtimes it runs that program on.
     version_runtimes: tuple = ()
     # Exact releases every version run of the entry also installs: what its program
-    # needs beside the pinned library ("starlette==1.10.0" for a uvicorn entry's app).
-    version_with: tuple = ()
+    # needs beside the pinned library ("starlette==1.10.0" for a uvicorn entry's app);
+    # a dict gives them per requirement string (an old release's own dependencies).
+    version_with: tuple | dict = ()
+    # The Python a library's version rows run on ("3.6"; default: looplab's own).
+    version_python: str = ""
+    # The run of a version row (a cell whose runtime pins releases, or runs below
+    # looplab's minimum): the real framework at that release (bench.zoo.releases),
+    # where the entry's own programs re-enact the bug. None: the entry's own run.
+    version_run: object = None
+    # The standalone program (a file in bench/zoo/programs) a version row runs on an
+    # interpreter below looplab's minimum (Scenario.program_file).
+    program_file: str = ""
+    # Requirement -> why the card's version is not run here, where the card knows better
+    # than the planner (a release for a Python this machine cannot have).
+    not_run: dict = field(default_factory=dict)
+    # The variants a version row runs: ("naive",) where the fix is the release itself
+    # (the same program at the affected and at the fixed release).
+    version_variants: tuple = ("naive", "fixed")
     # What plays the buggy version here: "" when the entry shows on a real library
     # or interpreter installed here (or the bug is the program's own), otherwise
     # the option of our kernel that stands in for it.
@@ -75,16 +91,28 @@ class Entry:
     minimum: tuple = ()
     # Declared properties beyond bug_shown (bench.scenarios.properties), checked by looplab explore.
     properties: tuple = ()
+    # The runtimes the card names -> whether the naive program shows the bug there
+    # (bench.zoo.expected): what ``looplab repro ID`` runs by default and checks.
+    expect: dict = field(default_factory=dict)
+
+    def kind(self) -> str:
+        """"real" (the bug is measured on the library or interpreter installed here),
+        "re-enactment" (our program plays a framework's code) or "knob" (an option of
+        our kernels plays a release that is not installed)."""
+        if not self.stand_in:
+            return "real"
+        head = self.stand_in.split(":", 1)[0].split(",", 1)[0].strip()
+        return "knob" if head in runtimes.RUNTIMES else "re-enactment"
 
     def runs_on(self) -> str:
-        """Where the bug is measured: the real library here, or what stands in for it;
-        and, where the card names versions of Python or of a runtime's library, that
-        ``--versions`` runs the real ones (bench.zoo.versions)."""
-        if not self.stand_in:
-            return "real: the installed runtimes" + (
-                "; --versions runs the versions it names" if self._real_versions() else "")
-        return f"stand-in: {self.stand_in}" + (
-            "; --versions runs the versions it names" if self._real_versions() else "")
+        """Where the bug is measured: the real library here, our re-enactment of a
+        framework's code, or a knob of our kernels; and, where the card names versions,
+        that ``--versions`` runs the real ones (bench.zoo.versions)."""
+        head = {"real": "real: the installed runtimes", "re-enactment": f"re-enactment: {self.stand_in}",
+                "knob": f"knob: {self.stand_in}"}[self.kind()]
+        if self.version_run is not None:
+            return head + "; --versions runs the real releases the card names"
+        return head + ("; --versions runs the versions it names" if self._real_versions() else "")
 
     def _real_versions(self) -> bool:
         """Whether a version the card names is of Python or of a runtime's library
@@ -111,6 +139,15 @@ class Entry:
     # The evidence bug_shown needs (bench.scenarios.api.Scenario.judge): the metrics that decide
     # it (each must be measured).
     decided_by: tuple = ()
+
+    def expected_on(self, spec: str) -> bool | None:
+        """Whether the card expects the naive program to show the bug on runtime
+        ``spec`` (a named runtime, or one of the entry's flips), or None when the card
+        says nothing about it."""
+        flip = next((f for f in self.flips if f.spec == spec), None)
+        if flip is not None:
+            return flip.shows
+        return self.expect.get(spec)
 
     def names(self) -> tuple:
         return (self.id,) + tuple(self.aliases)
@@ -139,18 +176,42 @@ def register_in_order(order) -> None:
     if sorted(order) != sorted(_DECLARED) or len(set(order)) != len(order):
         raise RuntimeError(f"zoo order {list(order)} does not match the declared entries "
                            f"{sorted(_DECLARED)}")
+    from bench.zoo.expected import EXPECT
     for eid in order:
         e, run, metrics, presets, programs_ = _DECLARED.pop(eid)
+        e.expect = dict(EXPECT.get(eid, {}))
         e.scenario = Scenario(
-            id=e.id, title=e.title, run=_noted_on_sim(e, run), summary=e.mechanism, variants=("naive", "fixed"),
+            id=e.id, title=e.title, run=_at_versions(e, _noted_on_sim(e, run)), summary=e.mechanism,
+            variants=("naive", "fixed"),
             presets=presets, programs=programs_ or {}, styles=e.styles, verdicts=VERDICT,
             metrics=tuple(metrics), symptoms=tuple(VERDICT),
             decided_by={"bug_shown": e.decided_by} if e.decided_by else {},
-            properties=e.properties, **_evidence(e))
+            properties=e.properties, program_file=_program_file(e), **_evidence(e))
         e.scenario.origin = "bench.zoo"
         ENTRIES[e.id] = e
         for name in e.names():
             _ALIASES[name.lower()] = e.id
+
+
+def _program_file(e: Entry) -> str:
+    if not e.program_file:
+        return ""
+    from bench.zoo.releases import program_path
+    return program_path(e.program_file)
+
+
+def _at_versions(e: Entry, run):
+    """A cell at a pinned release (its runtime pins one, or runs below looplab's
+    minimum) runs the entry's ``version_run``: the real framework at that release."""
+    if e.version_run is None:
+        return run
+
+    def dispatched(ctx):
+        from bench.host import envs
+        if ctx.runtime.pins or envs.is_bare(ctx.runtime):
+            return e.version_run(ctx)
+        return run(ctx)
+    return dispatched
 
 
 def _evidence(e: Entry) -> dict:

@@ -13,6 +13,7 @@ from bench.scenarios import programs
 from bench.scenarios.api import Metric, run_program
 from bench.zoo.harness import (KiB, MiB, SOCKBUF, _by_style, _callback, _listen, _notes, _now,
                                 _open, _open_task, _presets, _stream, _task, _unless_cut)
+from bench.zoo import releases
 from bench.zoo.registry import Entry, Flip, _add
 
 
@@ -517,13 +518,24 @@ def _run_abort(ctx):
 
 _add(Entry(
     id="sanic-2921", aliases=("sanic-2973",),
-    stand_in="our close-then-abort program in place of sanic (on the real uvloop); sanic "
-             "is not installed here and has no framework program",
+    stand_in="our close-then-abort program in place of sanic (on the real uvloop; "
+             "--versions runs the real sanic 23.12.1, 23.12.2 and 24.6.0 on Python 3.10 and "
+             "uvloop 0.19.0)",
     verified="read the thread (ashleysommer: uvloop's close() leaves the connection open "
              "while data is buffered, so sanic's fallback abort() cut responses) and PR 2973 "
              "(abort only after the buffer drained or a timeout); its commit eafc1780 "
-             "(2024-06-28) is first in tag v24.6.0, v23.12.2 is the release before",
-    affected_versions=("sanic==23.12.2",), fixed_versions=("sanic==24.6.0",),
+             "(2024-06-28) is first in tag v24.6.0, and the 23.12 LTS branch took it as PR "
+             "2975 before tag v23.12.2 (the card named 23.12.2 affected before: wrong); read "
+             "HttpProtocol.close() at v23.12.1 (transport.close() then abort() at once) and "
+             "v23.12.2 (the buffer check)",
+    affected_versions=("sanic==23.12.1",), fixed_versions=("sanic==23.12.2", "sanic==24.6.0"),
+    # the real Sanic on uvloop, Python 3.10, with dependencies of mid 2024
+    version_python="3.10", program_file="sanic_close.py", version_run=releases.close_run,
+    version_runtimes=("uvloop-streams",), version_variants=("naive",),
+    version_with=("aiofiles==23.2.1", "html5tagger==1.3.0", "httptools==0.6.1",
+                  "multidict==6.0.5", "sanic-routing==23.12.0", "setuptools==70.1.0",
+                  "tracerite==1.1.1", "typing-extensions==4.12.2", "ujson==5.10.0",
+                  "uvloop==0.19.0", "websockets==12.0"),
     decided_by=("delivered_bytes",),
     title="close() then abort() on a timer truncates a large response",
     link="https://github.com/sanic-org/sanic/issues/2921",

@@ -58,8 +58,8 @@ class Point:
     def label(self) -> str:
         if self.reason is not None:
             return self.requirement
-        if self.pins:
-            return " ".join(p.replace("==", " ") for p in self.pins) + f" (Python {self.interpreter})"
+        if self.pins and self.dist != "python":     # the card's release; the rest is its setting
+            return self.pins[0].replace("==", " ") + f" (Python {self.interpreter})"
         return f"Python {self.interpreter}"
 
 
@@ -120,11 +120,46 @@ def _runtimes_for(e, dist: str) -> list[str]:
     return list(getattr(e, "version_runtimes", ()) or ()) or _library_runtimes(e, dist)
 
 
+def _bare_ok(e) -> bool:
+    """Whether the entry ships a standalone program for interpreters below looplab's
+    minimum (``Entry.program_file``)."""
+    return bool(getattr(e, "program_file", ""))
+
+
+def _with(e, req: str) -> tuple:
+    """The exact releases a version run installs beside the pinned one: the card's
+    ``version_with``, for every row (a tuple) or per requirement (a dict)."""
+    extra = getattr(e, "version_with", ()) or ()
+    if isinstance(extra, dict):
+        extra = extra.get(req, ())
+    return tuple(extra)
+
+
+def _library_interpreter(e) -> tuple[str | None, str | None]:
+    """(exact Python version, None) a library's version rows run on -- the entry's
+    ``version_python`` found here, else looplab's own -- or (None, why not)."""
+    want = getattr(e, "version_python", "") or ""
+    if not want:
+        return platform.python_version(), None
+    try:
+        it = envs.locate(want)
+    except UsageError:
+        return None, f"no Python {want} found here (the releases need it)"
+    if envs.below_minimum(it) and not _bare_ok(e):
+        return None, (f"Python {it.version} is below looplab's minimum (requires-python "
+                      f"{envs._minimum()[0]}) and the entry ships no standalone program for it")
+    return it.version, None
+
+
 def points(e) -> list[Point]:
     """The runs the card's versions stand for, in card order (see the module doc)."""
     least_text, least = envs._minimum()
     out = []
     for role, req in versions_of(e):
+        why = (getattr(e, "not_run", None) or {}).get(req)
+        if why:
+            out.append(Point(role, req, None, reason=why))
+            continue
         try:
             dist, clauses = parse_requirement(req)
         except ValueError as exc:
@@ -132,37 +167,42 @@ def points(e) -> list[Point]:
             continue
         if not _runtimes_for(e, dist):
             out.append(Point(role, req, None, dist=dist, reason=(
-                f"no runtime here runs {dist}: the entry's program stands in for it")))
+                f"re-enactment only: the entry's program stands in for {dist}, and no "
+                f"program of the real {dist} runs its releases here")))
             continue
         if dist == "python":
             found = envs.found()
             fits = [i for i in found if satisfies(i.version, clauses)]
-            usable = [i for i in fits if _vt(i.version) >= least]
+            usable = [i for i in fits if _vt(i.version) >= least or _bare_ok(e)]
             if not usable:
                 why = (f"Python {', '.join(i.version for i in fits)} is below looplab's minimum "
-                       f"(requires-python {least_text})" if fits else
-                       "no such Python found here")
+                       f"(requires-python {least_text}) and the entry ships no standalone "
+                       "program for it" if fits else "no such Python found here")
                 out.append(Point(role, req, None, reason=why))
             seen = set()
             for it in sorted(usable, key=lambda i: _vt(i.version)):
                 if it.version not in seen:
                     seen.add(it.version)
-                    out.append(Point(role, req, it.version))
+                    out.append(Point(role, req, it.version, _with(e, req)))
             continue
         if len(clauses) != 1 or clauses[0][0] != "==" or "*" in clauses[0][1]:
             out.append(Point(role, req, None, dist=dist, reason=(
                 "a range of releases: the card must name an exact one (DIST==VERSION) to run it")))
             continue
-        out.append(Point(role, req, platform.python_version(),
-                         (f"{dist}=={clauses[0][1]}",) + tuple(getattr(e, "version_with", ()) or ()),
-                         dist))
+        python, why = _library_interpreter(e)
+        if why:
+            out.append(Point(role, req, None, dist=dist, reason=why))
+            continue
+        out.append(Point(role, req, python, (f"{dist}=={clauses[0][1]}",) + _with(e, req), dist))
     return out
 
 
 def spec_for(e, point: Point, runtime: str) -> str:
     """The runtime spec of ``runtime`` at ``point``: ``ID@X.Y.Z[+DIST==V][:OPTIONS]``."""
     rt = rtmod.parse(runtime)
-    return replace(rt, interpreter=point.interpreter, pins=tuple(sorted(point.pins))).spec
+    # parsed again: the canonical spec (pins named as the grammar prints them), which is
+    # what the cells carry
+    return rtmod.parse(replace(rt, interpreter=point.interpreter, pins=tuple(sorted(point.pins))).spec).spec
 
 
 def plan(e) -> list[tuple[Point, str | None]]:
@@ -194,13 +234,6 @@ def build(planned) -> list[tuple[Point, str | None]]:
                 continue
         out.append((p, spec))
     return out
-
-
-def check(entries) -> None:
-    """A ``--versions`` run of one named entry that declares no versions is a usage error."""
-    if len(entries) == 1 and not declares_versions(entries[0]):
-        raise UsageError(f"{entries[0].id} declares no versions to run at (its card has no "
-                         "affected_versions/fixed_versions/unaffected_versions)")
 
 
 # ---------------------------------------------------------------------------
@@ -249,12 +282,16 @@ def summarize(e, planned, cells) -> dict:
                          "expected": None, "agrees": None, "versions": None, "reason": p.reason})
             continue
         v = by.get(spec, {})
-        naive, fixed = cell_word(v.get("naive")), cell_word(v.get("fixed"))
+        naive = cell_word(v.get("naive"))
+        # an entry whose fix is the release runs only its naive program at a version
+        with_fixed = "fixed" in (getattr(e, "version_variants", None) or ("naive", "fixed"))
+        fixed = cell_word(v.get("fixed")) if with_fixed else "-"
         expected = "shown" if p.expect_shown else "not shown"
-        ran = naive in ("shown", "not shown") and fixed in ("shown", "not shown")
+        ran = naive in ("shown", "not shown") and (fixed in ("shown", "not shown")
+                                                   or not with_fixed)
         rows.append({"role": p.role, "requirement": p.requirement, "runtime": spec,
                      "label": p.label, "naive": naive, "fixed": fixed, "expected": expected,
-                     "agrees": (naive == expected and fixed == "not shown") if ran else None,
+                     "agrees": (naive == expected and fixed in ("not shown", "-")) if ran else None,
                      "versions": measured_versions(v.get("naive") or v.get("fixed"), p),
                      "reason": (v.get("naive") or {}).get("skipped")})
     shown = [r for r in rows if r["role"] == "affected" and r["naive"] == "shown"]
@@ -325,11 +362,14 @@ def versions_cell(e) -> str:
 
 
 def runs_on_cell(e, version_summary: dict | None = None) -> str:
-    """Real or stand-in, for the zoo page: "real (pinned versions)" when a version run
-    measured the entry on a real interpreter or library release (whatever it showed),
-    with the design knob that also plays it, if any; otherwise the card's own word."""
+    """What runs the bug, for the zoo page and the verdict lines: the installed library
+    ("real"), our program in place of a framework's ("re-enactment"), or one of our
+    kernels' options ("knob"); with "; real at pinned releases" where a version run
+    measured the real interpreter or release (whatever it showed)."""
+    kind = getattr(e, "kind", lambda: "knob" if e.stand_in else "real")()
+    word = {"real": "real (installed)", "re-enactment": "re-enactment", "knob": "knob"}[kind]
+    if kind == "knob":
+        word = f"knob: {e.stand_in}"
     ran = version_summary is not None and any(
         r["runtime"] and r["naive"] in ("shown", "not shown") for r in version_summary["rows"])
-    if ran:
-        return "real (pinned versions)" + (f"; knob: {e.stand_in}" if e.stand_in else "")
-    return f"stand-in: {e.stand_in}" if e.stand_in else "real (installed)"
+    return word + ("; real at pinned releases" if ran else "")
