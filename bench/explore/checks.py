@@ -194,6 +194,9 @@ def judge(rec, result):
     result.detail = dict(result.detail, target_outcome=result.outcome, property=True,
                          at=rec.at)
     result.failed, result.outcome = True, v
+    # the property is the failure's kind and place: its text may carry a time
+    result.key = ("error:property predicate" if v.startswith("error:")
+                  else "property:" + v.removeprefix("violated: ").split(": ")[0])
     return result
 
 

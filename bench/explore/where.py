@@ -82,7 +82,12 @@ def _roots() -> tuple:
             lib.add(spec.origin)
     lib_dirs = tuple(sorted({os.path.realpath(p).rstrip(os.sep) + os.sep for p in lib}))
     lab = os.path.realpath(os.path.join(str(ROOT), "bench")) + os.sep
-    return lib_dirs, lab
+    return lib_dirs, lab, _stdlib_dirs()
+
+
+def _stdlib_dirs() -> tuple:
+    paths = {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib")} - {None}
+    return tuple(os.path.realpath(p).rstrip(os.sep) + os.sep for p in paths)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -90,7 +95,7 @@ def _tier(filename: str) -> int:
     if not filename or filename.startswith("<"):
         return LIBRARY if filename.startswith("<frozen") else USER
     real = os.path.realpath(filename)
-    lib_dirs, lab = _roots()
+    lib_dirs, lab, _ = _roots()
     if real.startswith(lib_dirs) or real in {d.rstrip(os.sep) for d in lib_dirs}:
         # site-packages under the standard library's folder (a system Python) holds the
         # user's installed packages too: only the libraries named above count there
@@ -112,9 +117,11 @@ def _display(filename: str) -> str:
     relative to the current folder when it lies below it, else as it is."""
     real = os.path.realpath(filename)
     if _tier(filename) == LIBRARY:
-        for d in _roots()[0]:
+        lib_dirs, _, stdlib = _roots()
+        for d in stdlib + lib_dirs:        # asyncio/locks.py, trio/_core/_run.py
             if real.startswith(d):
-                return os.path.relpath(real, os.path.dirname(d.rstrip(os.sep)))
+                return os.path.relpath(real, d if d in stdlib else
+                                       os.path.dirname(d.rstrip(os.sep)))
     try:
         rel = os.path.relpath(filename)
     except ValueError:
@@ -127,6 +134,12 @@ def location(frame_or_code, lineno: int | None = None) -> str:
     code = getattr(frame_or_code, "f_code", frame_or_code)
     line = lineno if lineno is not None else getattr(frame_or_code, "f_lineno", 0)
     return f"{_display(code.co_filename)}:{line} in {code.co_name}"
+
+
+def key_location(loc: str) -> str:
+    """A location as a failure's key holds it: the file's name without its folder,
+    so the key is the same from any current folder and on any machine."""
+    return os.path.basename(loc) if loc else ""
 
 
 def innermost(frames):
