@@ -93,7 +93,7 @@ class Watched(Recorder):
     each ``observe``, and (``trace``) labels each recorded choice."""
 
     __slots__ = ("watch", "always", "eventually", "sometimes", "seen", "violation", "at",
-                 "trace", "labels", "_offered", "_busy")
+                 "trace", "labels", "_offered", "_busy", "_frozen")
 
     def __init__(self, legal, decide=None, *, properties=(), watch=None, trace=False):
         super().__init__(legal, decide)
@@ -109,6 +109,7 @@ class Watched(Recorder):
         self.labels: list = []
         self._offered = None
         self._busy = False
+        self._frozen = False
 
     # -- the run's life ------------------------------------------------------
 
@@ -128,6 +129,14 @@ class Watched(Recorder):
         _props.watch(None)
         self.check(final=True)
         _props.STATE.clear()        # the run's objects are not kept until the next run
+
+    def freeze(self) -> None:
+        """The run is decided (the program returned, or hung at its bound): the
+        properties take their final look now, and what the clean-up after it
+        does (cancelling tasks, closing sockets) is neither checked nor recorded."""
+        self.check(final=True)
+        self._frozen = True
+        self.limit = len(self.points)
 
     # -- the kernels' side ---------------------------------------------------
 
@@ -149,7 +158,7 @@ class Watched(Recorder):
     # -- the properties ------------------------------------------------------
 
     def check(self, final: bool = False) -> None:
-        if self.violation is not None or self._busy:
+        if self.violation is not None or self._busy or self._frozen:
             return
         self._busy = True          # a predicate that observes must not recurse
         s = self.watch

@@ -35,11 +35,13 @@ changed or is missing.
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 
 from bench.errors import UsageError
@@ -53,6 +55,9 @@ __all__ = ["load", "UserProgram", "run", "source_of", "check_source", "for_file"
 LOOP_NAMES = ("asyncio", "looplab", "callback", "trio")
 
 _LOADED: dict = {}          # (real path, mtime) -> module: a file loaded once per process
+#: The module name a file is loaded under (unique per path), left out where trio names
+#: a task by its module: ``looplab_program_1a2b3c4d_prog.main`` reads ``prog.main``.
+_LOADED_NAME = re.compile(r"looplab_program_[0-9a-f]{8}_")
 
 
 # ---------------------------------------------------------------------------
@@ -266,12 +271,29 @@ def run(bug, runtime: str, variant: str, chooser, net_params: dict, takes_ctx=No
         attach(world)
     io = world.io()
     ctx = bug.context(world, io)
+    # A run is a function of its choices: no cyclic garbage collection inside it, whose
+    # finalizers (a transport's __del__ closing its socket) would act at moments that
+    # depend on the process's allocations so far.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         if runtime.partition(":")[0] == "trio":
-            return _run_trio(bug, fn, ctx, takes_ctx, world, io)
-        return _run_asyncio(bug, fn, ctx, takes_ctx, world, io, runtime)
+            return _run_trio(bug, fn, ctx, takes_ctx, world, io, chooser)
+        return _run_asyncio(bug, fn, ctx, takes_ctx, world, io, runtime, chooser)
     finally:
         ctx.close()
+        if collecting:
+            gc.enable()
+
+
+def freeze(chooser) -> None:
+    """The run is decided: later choices (its clean-up) are answered 0 and not
+    recorded, and a watching recorder takes its final look now."""
+    freeze_ = getattr(chooser, "freeze", None)
+    if freeze_ is not None:
+        freeze_()
+    elif hasattr(chooser, "limit") and hasattr(chooser, "points"):
+        chooser.limit = len(chooser.points)
 
 
 def loop_options(runtime: str) -> dict:
@@ -280,18 +302,18 @@ def loop_options(runtime: str) -> dict:
     if not text:
         return {}
     if base not in ("looplab", "callback"):
-        raise UsageError(f"--runtimes {runtime}: only looplab's loop takes options here")
+        raise UsageError("only looplab's loop takes options here")
     opts = dict(kv.partition("=")[::2] for kv in text.split(",") if kv)
     from kernels.callback.aioloop import LOOP_OPTIONS
     from kernels.options import OptionError
     try:
         LOOP_OPTIONS.validate(opts)
     except OptionError as exc:
-        raise UsageError(f"--runtimes {runtime}: {exc}") from None
+        raise UsageError(str(exc)) from None
     return opts
 
 
-def _run_asyncio(bug, fn, ctx, takes_ctx, world, io, runtime):
+def _run_asyncio(bug, fn, ctx, takes_ctx, world, io, runtime, chooser):
     import asyncio
 
     from bench.explore.targets import RunResult
@@ -325,6 +347,7 @@ def _run_asyncio(bug, fn, ctx, takes_ctx, world, io, runtime):
             failure = f"error: {type(exc).__name__}: {exc}"
             key = f"error:{type(exc).__name__}@{where.key_location(where.exception_site(exc))}"
         bound.cancel()
+        freeze(chooser)
         at = world.now
         if failure is None and task.done() and not task.cancelled() and task.exception():
             failure, key = _exception_outcome(task.exception())
@@ -423,7 +446,7 @@ def _cancel_all(loop) -> None:
             pass
 
 
-def _run_trio(bug, fn, ctx, takes_ctx, world, io):
+def _run_trio(bug, fn, ctx, takes_ctx, world, io, chooser):
     """A trio program on the simulated clock. The tasks still pending at ``T``
     are read then (a world event, inside the run), and the run is cancelled
     just after."""
@@ -437,6 +460,7 @@ def _run_trio(bug, fn, ctx, takes_ctx, world, io):
     def snapshot():
         if not state["done"]:
             seen.extend(checks.running_task_entries())
+            freeze(chooser)          # what the cancellation at T does is clean-up
     world.call_at(bug.T, snapshot)
 
     async def bounded():
@@ -452,19 +476,21 @@ def _run_trio(bug, fn, ctx, takes_ctx, world, io):
             failure, key = f"hang: {exc}", "hang"
         else:
             failure, key = _exception_outcome(exc)
+    freeze(chooser)
     at = world.now
     if failure is None and not state["done"]:
         failure = f"hang: tasks still pending at t={bug.T:g}s (liveness bound)"
     if failure and failure.startswith("hang"):
         # the root task is looplab's wrapper around the program: it goes by the program's name
         wrapper = "trio task protocols.simports.run_trio.<locals>.cancellable"
-        entries = sorted((line.replace(wrapper, f"trio task {fn.__name__}", 1), chain)
+        entries = sorted((_LOADED_NAME.sub("", line.replace(wrapper, f"trio task {fn.__name__}",
+                                                            1)), chain)
                          for line, chain in seen)
         pending = [line for line, _ in entries]
         chains = [chain for _, chain in entries]
         key = "hang@" + ";".join(sorted({_waits_at(line) for line in pending}))
-        return RunResult(True, failure, pending, {"liveness": True, "at": at, "chains": chains},
-                         key=key)
+        return RunResult(True, failure, pending, {"liveness": True, "at": min(at, bug.T),
+                                                  "chains": chains}, key=key)
     if failure:
         return RunResult(True, failure, [], {"at": at}, key=key)
     return RunResult(False, "ok")

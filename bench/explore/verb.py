@@ -266,6 +266,11 @@ def _replay_target(doc: dict, path: str, allow_changed: bool):
                              f"{t.source['file']}, not the recorded {src}")
     else:
         t = targets.ProgramTarget(programs.load(f"{src}:{prog['name']}"))
+    # a marked test's bound and network (``@pytest.mark.looplab(T=..., net=...)``)
+    if "T" in prog:
+        t.bug.T = float(prog["T"])
+    if prog.get("net"):
+        t.bug.net = dict(prog["net"])
     t.name = doc["target"]
     return t, note
 

@@ -232,12 +232,23 @@ def task_line(task=None, coro=None, label: str | None = None) -> tuple:
             getattr(coro, "cr_frame", 1) is not None else f"{label}: done", []
     where = location(innermost(frames))
     waits_for = _awaits(task, awaited)
-    chain = [location(f) for f in frames] + ([f"awaits {waits_for}"] if waits_for else [])
+    chain = [location(f) for f in frames if not _wrapper(f)] + \
+        ([f"awaits {waits_for}"] if waits_for else [])
     return f"{label}: waits at {where}" + (f", for {waits_for}" if waits_for else ""), chain
 
 
+#: The explorer's own wrappers around a program (the pytest marker's adapter, the
+#: trio run's bound and root task): left out of an await chain.
+_WRAPPERS = ("bench/explore/pytest_marker.py", "bench/explore/programs.py",
+             "protocols/simports.py")
+
+
+def _wrapper(frame) -> bool:
+    return frame.f_code.co_filename.replace(os.sep, "/").endswith(_WRAPPERS)
+
+
 def await_chain(coro) -> list:
-    return [location(f) for f in frames_of(coro)[0]]
+    return [location(f) for f in frames_of(coro)[0] if not _wrapper(f)]
 
 
 # ---------------------------------------------------------------------------
