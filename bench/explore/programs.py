@@ -409,7 +409,15 @@ def _statement(exc) -> str:
         tb = tb.tb_next
     if tb is None:
         return ""
-    return linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+    line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+    for i, ch in enumerate(line):           # without a comment after it
+        if ch == "#":
+            try:
+                compile(line[:i], "<assert>", "exec")
+            except SyntaxError:
+                continue
+            return line[:i].rstrip()
+    return line
 
 
 def _unhandled(created, handled, main) -> tuple:

@@ -354,8 +354,9 @@ def cmd_explore(args) -> int:
     target = targets.resolve(args.target, args.preset)
     hidden = targets.shadowed_alias(args.target) if target.kind == "cell" else None
     if hidden:
-        print(f"note: {args.target.partition(':')[0]} is your scenario; the zoo entry "
-              f"{hidden} of that alias is zoo:{hidden}", file=sys.stderr)
+        sid = args.target.partition(":")[0]
+        print(f"note: {sid} is your scenario; the zoo's {sid} ({hidden}) is zoo:{sid}",
+              file=sys.stderr)
     units = _units(args, target)
     if not units:
         raise UsageError(f"{args.target}: no runtime left to explore")
