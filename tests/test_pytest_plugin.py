@@ -204,7 +204,7 @@ def test_the_looplab_marker_explores_a_test_and_fails_it_once_with_a_replay(pyte
     assert failures["test_fixed"] is None
     lost = failures["test_lost_wakeup"].get("message")
     assert "\n" not in lost and lost.startswith(
-        "looplab: test_marked.py:test_lost_wakeup on asyncio (pct:d=3): failing schedule ")
+        "looplab: test_marked.py:test_lost_wakeup on asyncio (pct:d=3): fails at schedule ")
     assert "shrunk to" in lost and lost.endswith("hang: tasks still pending at t=5s "
                                                  "(liveness bound)")
     assert "--strategy must be random, pct:d=N or delays:D" in \

@@ -161,8 +161,8 @@ def _failure(r: dict, replay_dir: str, replayable: bool) -> LooplabFailure:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         verb._report(r, replay_dir, chains=True)
-    summary = (f"looplab: {r['target']} on {r['runtime']} ({r['strategy']}): failing schedule "
-               f"{r['first_failure']} of {r['schedules']}, shrunk to {r['shrunk_deviations']} "
+    summary = (f"looplab: {r['target']} on {r['runtime']} ({r['strategy']}): fails at schedule "
+               f"{r['first_failure']}, shrunk to {r['shrunk_deviations']} "
                f"deviation{'' if r['shrunk_deviations'] == 1 else 's'}: {r['shrunk_outcome']}")
     text = summary + "\n" + buf.getvalue().rstrip()
     if not replayable:

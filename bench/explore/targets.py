@@ -132,6 +132,14 @@ class CellTarget(Target):
                               if info.real_network_only is None and info.variant_of is None)
         self._params = {**self.sc.presets[preset], "net": "sim"}
         self._rts: dict = {}         # runtime spec -> (parsed Runtime, canonical spec)
+        # a user's scenario file travels in the replay file as a program does
+        origin = str(getattr(self.sc, "origin", "") or "")
+        self.source = None
+        if origin.startswith("file "):
+            from bench.explore import programs
+            path = origin[len("file "):]
+            self.source = {"file": path, "sha256": programs.source_of(path), "name": sid,
+                           "scenario": True, "module": None}
 
     def applies(self, runtime) -> str | None:
         """Why this target does not run on ``runtime`` (None: it does)."""

@@ -259,6 +259,10 @@ def _replay_target(doc: dict, path: str, allow_changed: bool):
                                       allow_changed)
     print(f"replaying {prog['name']} from {src}" + (f" ({note})" if note else
                                                      " (sha256 as recorded)"))
+    if prog.get("scenario"):            # a scenario of a user's scenario file
+        from bench.scenarios import api as scmod
+        scmod.load_scenario_file(src)
+        return targets.resolve(doc["target"], doc.get("preset") or "tiny"), note
     if prog.get("module"):
         t = targets.ProgramTarget(programs.load(f"{prog['module']}:{prog['name']}"))
         if os.path.realpath(t.source["file"]) != os.path.realpath(src):
@@ -440,7 +444,9 @@ def _bench_row(job: tuple) -> dict:
                              "shrunk": r["shrunk_deviations"], "replay_exact": r["replay_exact"],
                              "liveness": r["liveness"], "outcome": r["outcome"]}
             break
-        if not r.get("proved"):
+        if not (r.get("proved") or r.get("not_proved")):
+            # (not_proved: the space ran out, but a sometimes was never reached in it;
+            # the next D goes on as after a proof)
             row["delays"] = {"D": None, "note": f"D={D} not exhausted in {budget}"}
             break
     if fixed != naive:

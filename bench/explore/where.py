@@ -213,7 +213,8 @@ def _awaits(task, awaited) -> str:
     waiter = getattr(task, "_fut_waiter", None) if task is not None else None
     for obj in (awaited, waiter):
         if _is_task(obj):
-            return f"task {task_name(obj)}"
+            name, cname = task_name(obj), _coro_name(_coro_of(obj))
+            return f"task {name}" + (f" ({cname})" if cname != name else "")
     return ""
 
 
