@@ -467,3 +467,24 @@ def test_a_users_scenario_wins_over_a_zoo_alias_of_the_same_name(tmp_path):
     r = looplab("explore", "zoo:C8", "--scenario-file", "c8.py", "--runtimes", "coro",
                 "--strategy", "delays:0")
     assert "asyncio-263" in r.stdout + r.stderr and "a user's C8" not in r.stdout
+
+
+@pytest.mark.timeout(300)
+def test_a_user_scenarios_schedule_replays_without_its_scenario_file_option(tmp_path):
+    _plant(tmp_path, "short.py", C8.replace('id="C8"', 'id="SHORTCOUNT"').replace(
+        '"all_arrived": got == 1000', '"all_arrived": got == 999'))
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def looplab(cwd, *args):
+        return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=240)
+    r = looplab(tmp_path, "explore", "SHORTCOUNT", "--scenario-file", "short.py", "--runtimes",
+                "coro", "--strategy", "delays:0", "--out", "ex")
+    assert r.returncode == 1 and "all_arrived=NO" in r.stdout, r.stdout + r.stderr
+    doc = json.loads((tmp_path / "ex" / "failing-SHORTCOUNT_coro_naive.json").read_text())
+    assert doc["program"]["scenario"] and doc["program"]["file"] == os.path.join("..", "short.py")
+    other = tmp_path / "other"
+    other.mkdir()
+    r = looplab(other, "explore", "--replay", str(tmp_path / "ex" / "failing-SHORTCOUNT_coro_naive.json"))
+    assert r.returncode == 0 and "exact: yes" in r.stdout, r.stdout + r.stderr
+    assert r.stdout.startswith(f"replaying SHORTCOUNT from {tmp_path / 'short.py'}")
