@@ -218,7 +218,8 @@ def test_a_trio_program_runs_on_trio_and_its_hang_names_its_tasks(tmp_path):
     assert t.runtimes == ("trio",) and t.applies("asyncio")
     r = exploration.explore(t, "trio", "main", "random", 3)
     line = _line(textwrap.dedent(text), "# WAIT")
-    assert r["found"] and r["liveness"] and r["failed_at"] == 5.0
+    # every task waits and nothing is scheduled: a deadlock, seen at once
+    assert r["found"] and r["liveness"] and r["outcome"].startswith("hang: ")
     assert any(p.startswith("trio task tprog.main.<locals>.waiter: waits at ")
                and p.endswith(f"tprog.py:{line} in waiter") for p in r["pending"]), r["pending"]
     assert any(p.startswith("trio task main: waits at ") for p in r["pending"]), r["pending"]
@@ -488,3 +489,24 @@ def test_a_user_scenarios_schedule_replays_without_its_scenario_file_option(tmp_
     r = looplab(other, "explore", "--replay", str(tmp_path / "ex" / "failing-SHORTCOUNT_coro_naive.json"))
     assert r.returncode == 0 and "exact: yes" in r.stdout, r.stdout + r.stderr
     assert r.stdout.startswith(f"replaying SHORTCOUNT from {tmp_path / 'short.py'}")
+
+
+def test_a_curio_program_runs_on_its_runtimes_port_and_the_ports_own_tasks_are_not_listed(
+        tmp_path):
+    pytest.importorskip("curio")
+    text = '''
+    import curio
+
+
+    async def main():
+        await curio.sleep(100)                         # SLEEP
+    '''
+    path = _plant(tmp_path, "cprog.py", text)
+    t = targets.resolve(f"{path}:main")
+    assert t.library == "curio" and t.runtimes == programs.library_runtimes("curio")
+    r = exploration.explore(t, t.runtimes[0], "main", "random", 2)
+    line = _line(textwrap.dedent(text), "# SLEEP")
+    assert r["found"] and r["failed_at"] == 5.0 and r["outcome"].startswith("hang: tasks still")
+    # the program's task, by its function's name; not curio's kernel task or the port's
+    assert len(r["pending"]) == 1 and re.fullmatch(
+        rf"curio task \d+ main: waits at \S*cprog\.py:{line} in main", r["pending"][0]), r["pending"]

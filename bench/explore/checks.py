@@ -20,13 +20,34 @@ from __future__ import annotations
 
 import importlib
 import sys
+from dataclasses import dataclass, field
 
 from bench.scenarios import properties as _props
 from bench.explore import where
 from bench.explore.search import Recorder
 
-__all__ = ["Watch", "Watched", "declared", "judge", "label", "name_of", "first_difference",
+__all__ = ["RunResult", "failure_key", "Watch", "Watched", "declared", "judge", "label", "name_of", "first_difference",
            "trace_lines", "running_tasks", "running_task_entries", "where_coro_waits"]
+
+
+@dataclass
+class RunResult:
+    """One run of a target: whether it failed, its outcome in one line, a hang's
+    pending tasks, details (``at``: virtual time; ``chains``: await chains) and
+    the failure's ``key`` (``failure_key``)."""
+    failed: bool
+    outcome: str                      # one line: verdicts, the assertion, or the hang
+    pending: list = field(default_factory=list)   # a hang's tasks and where each waits
+    detail: dict = field(default_factory=dict)
+    key: str = ""
+
+
+def failure_key(r: RunResult) -> str:
+    """What makes two failures the same failure: its kind and where it happened
+    (an assertion's file:line, an exception's type and file:line, the places a
+    hang's tasks wait, the verdicts that failed, the property violated), never
+    the message text. The shrinker keeps it; a replay compares it."""
+    return r.key or r.outcome
 
 
 class Watch:
@@ -284,13 +305,13 @@ def where_coro_waits(coro, library: str | None = None) -> str:
 def running_task_entries() -> list:
     """``[(line, await chain)]`` for the tasks of whatever runs now in this
     thread, not done: the running asyncio loop's, the running callback loop's
-    hybrid tasks, the running coro kernel's, trio's, curio's. Called at the
-    moment a world deadlocks."""
+    hybrid tasks, the running coro kernel's, trio's, curio's; not the runtime's
+    own machinery (``where.machinery``). Called at the moment a world deadlocks."""
     out = []
     import asyncio
     loop = asyncio._get_running_loop()
     if loop is not None:
-        out += [where.task_line(t) for t in asyncio.all_tasks(loop)]
+        out += [where.task_line(t) for t in asyncio.all_tasks(loop) if not where.machinery(t)]
     try:
         from kernels.callback import get_running_loop
         from kernels.hybrid import all_tasks
@@ -298,7 +319,7 @@ def running_task_entries() -> list:
     except (ImportError, RuntimeError):
         cb_loop = None
     if cb_loop is not None and cb_loop is not loop:
-        out += [where.task_line(t) for t in all_tasks(cb_loop)]
+        out += [where.task_line(t) for t in all_tasks(cb_loop) if not where.machinery(t)]
     try:
         from kernels.coro.traps import running_kernel
         kernel = running_kernel()
@@ -306,7 +327,7 @@ def running_task_entries() -> list:
         kernel = None
     if kernel is not None:
         out += [where.task_line(coro=t.coro, label=f"coro task {t.id} {t.name}")
-                for t in kernel._rt.live_tasks()]
+                for t in kernel._rt.live_tasks() if not where.machinery(coro=t.coro)]
     out += _declared_task_entries()
     return sorted(out)
 
@@ -343,5 +364,6 @@ def _declared_task_entries() -> list:
                         []))
             continue
         for label, coro in listed:
-            out.append(where.task_line(coro=coro, label=label))
+            if not where.machinery(coro=coro):      # the runtime's own tasks are not listed
+                out.append(where.task_line(coro=coro, label=label))
     return out

@@ -24,7 +24,7 @@ import subprocess
 import time
 
 from bench.explore import checks, search
-from bench.explore.targets import failure_key
+from bench.explore.checks import failure_key
 from bench.explore.search import Recorder, fixed, legal_kinds, points_digest
 
 __all__ = ["explore", "shrink", "schedule_doc", "replay", "code_version", "SCHEDULE_MODEL",

@@ -16,10 +16,12 @@ A program runs on a simulated world with the explorer's chooser installed:
 an asyncio program on asyncio's own selector loop over the world
 (``asyncio``) and on looplab's loop, the callback kernel as an asyncio loop
 (``looplab``, also ``looplab:OPTION=VALUE,...`` with the kernel's options;
-``callback`` is the same loop), a trio program (its module imports trio and
-not asyncio, or ``library = "trio"``) on trio with the simulated clock. Its
-sockets, servers, connections and timers are the world's: ``asyncio.sleep``
-and ``asyncio.start_server("127.0.0.1", 8000)`` run in virtual time.
+``callback`` is the same loop). A program whose module imports a registered
+runtime's library and not asyncio (trio: ``RuntimeInfo.library``) runs on that
+runtime's port over the world (``run_program`` through ``port.run``, trio's on
+the simulated clock). Its sockets, servers, connections and timers are the
+world's: ``asyncio.sleep`` and ``asyncio.start_server("127.0.0.1", 8000)``
+run in virtual time.
 
 A run fails on a plain ``assert`` (``violated: ...``), any other exception
 out of the program (``error: ...``), an exception a task raised that nobody
@@ -46,13 +48,15 @@ import sys
 
 from bench.errors import UsageError
 from bench.explore import where
+from bench.explore.checks import RunResult
 
 __all__ = ["load", "UserProgram", "run", "source_of", "check_source", "for_file", "arity",
-           "library_of", "is_program_spec", "loop_options", "LOOP_NAMES"]
+           "library_of", "library_runtimes", "is_program_spec", "loop_options",
+           "ASYNCIO_LOOPS"]
 
-#: What a program's runtime may be called: asyncio's loop, looplab's (the callback
-#: kernel's asyncio loop; ``callback`` is its older name here), and trio.
-LOOP_NAMES = ("asyncio", "looplab", "callback", "trio")
+#: The loops an asyncio program runs on: asyncio's, and looplab's (the callback
+#: kernel's asyncio loop; ``callback`` is its older name here).
+ASYNCIO_LOOPS = ("asyncio", "looplab", "callback")
 
 _LOADED: dict = {}          # (real path, mtime) -> module: a file loaded once per process
 #: The module name a file is loaded under (unique per path), left out where trio names
@@ -180,15 +184,29 @@ def arity(fn, what: str) -> int:
     return len(required)
 
 
+def library_runtimes(library: str) -> tuple:
+    """The registered runtimes built on ``library`` (``RuntimeInfo.library``) that
+    run on the simulated network: where a program of that library runs."""
+    from bench import runtimes as rtmod
+    return tuple(rid for rid, info in rtmod.RUNTIMES.items()
+                 if info.library == library and info.variant_of is None
+                 and info.real_network_only is None)
+
+
 def library_of(fn) -> str:
-    """``trio`` for a function whose module imports trio and not asyncio, else ``asyncio``."""
+    """The library a program is written for: ``asyncio`` when its module imports
+    asyncio, else the library of a registered runtime it imports (trio), else
+    ``asyncio``."""
     names = set()
     for value in getattr(inspect.unwrap(fn), "__globals__", {}).values():
         mod = getattr(value, "__name__", None) if inspect.ismodule(value) else \
             getattr(value, "__module__", None)
         if isinstance(mod, str):
             names.add(mod.split(".")[0])
-    return "trio" if "trio" in names and "asyncio" not in names else "asyncio"
+    if "asyncio" in names:
+        return "asyncio"
+    return next((lib for lib in sorted(names) if lib != "python" and library_runtimes(lib)),
+                "asyncio")
 
 
 class UserProgram:
@@ -257,7 +275,7 @@ def for_file(doc: dict, path: str) -> dict:
 
 def run(bug, runtime: str, variant: str, chooser, net_params: dict, takes_ctx=None):
     """One run of ``bug``'s ``variant`` on ``runtime`` under ``chooser``: a
-    ``targets.RunResult``."""
+    ``checks.RunResult``."""
     from kernels import simnet
     fn = bug.functions[variant] if hasattr(bug, "functions") else \
         (bug.naive if variant == "naive" else bug.fixed)
@@ -277,8 +295,8 @@ def run(bug, runtime: str, variant: str, chooser, net_params: dict, takes_ctx=No
     collecting = gc.isenabled()
     gc.disable()
     try:
-        if runtime.partition(":")[0] == "trio":
-            return _run_trio(bug, fn, ctx, takes_ctx, world, io, chooser)
+        if runtime.partition(":")[0] not in ASYNCIO_LOOPS:
+            return _run_port(bug, fn, ctx, takes_ctx, world, io, runtime, chooser)
         return _run_asyncio(bug, fn, ctx, takes_ctx, world, io, runtime, chooser)
     finally:
         ctx.close()
@@ -316,7 +334,6 @@ def loop_options(runtime: str) -> dict:
 def _run_asyncio(bug, fn, ctx, takes_ctx, world, io, runtime, chooser):
     import asyncio
 
-    from bench.explore.targets import RunResult
     from kernels import simnet
     if runtime == "asyncio":
         from protocols import simports
@@ -454,51 +471,68 @@ def _cancel_all(loop) -> None:
             pass
 
 
-def _run_trio(bug, fn, ctx, takes_ctx, world, io, chooser):
-    """A trio program on the simulated clock. The tasks still pending at ``T``
-    are read then (a world event, inside the run), and the run is cancelled
-    just after."""
+def _run_port(bug, fn, ctx, takes_ctx, world, io, runtime, chooser):
+    """A program of a runtime's library (trio) on that runtime's port over the
+    world. The tasks still pending at ``T`` are read then (a world event, inside
+    the run), and the run is cancelled as a simulated SIGINT cancels it."""
+    from bench import runtimes as rtmod
     from bench.explore import checks
-    from bench.explore.targets import RunResult
-    from protocols import simports
-    trio = simports._library("trio")
+    from protocols import ports
     seen: list = []
     state = {"done": False}
 
-    def snapshot():
+    def at_bound():
         if not state["done"]:
             seen.extend(checks.running_task_entries())
-            freeze(chooser)          # what the cancellation at T does is clean-up
-    world.call_at(bug.T, snapshot)
+            freeze(chooser)          # what the cancellation does is clean-up
+            state["stopped"] = True
+            for stop in list(ports.sim_sigint()):
+                stop()
+    world.call_at(bug.T, at_bound)
+    # a deadlock (every task waits, nothing is scheduled) is looked at before it unwinds
+    world.on_deadlock = lambda: seen or seen.extend(checks.running_task_entries())
 
-    async def bounded():
-        with trio.move_on_at(bug.T + 1e-6):
-            await (fn(ctx) if takes_ctx else fn())
-            state["done"] = True
+    async def entry(_port):
+        await (fn(ctx) if takes_ctx else fn())
+        state["done"] = True
+    with ports.using_io(io):
+        port = rtmod.parse(runtime).open()
     failure = key = None
     try:
-        simports.run_trio(io, bounded)
+        port.run(entry)
+    except KeyboardInterrupt:
+        if not state.get("stopped"):
+            raise                    # a real Ctrl-C, not the bound's simulated one
     except Exception as exc:
         from kernels import simnet
         if isinstance(exc, simnet.SimDeadlock):
             failure, key = f"hang: {exc}", "hang"
         else:
             failure, key = _exception_outcome(exc)
+    finally:
+        port.close()
     freeze(chooser)
-    at = world.now
+    at = min(world.now, bug.T)
     if failure is None and not state["done"]:
         failure = f"hang: tasks still pending at t={bug.T:g}s (liveness bound)"
     if failure and failure.startswith("hang"):
-        # the root task is looplab's wrapper around the program: it goes by the program's name
-        wrapper = "trio task protocols.simports.run_trio.<locals>.cancellable"
-        entries = sorted((_LOADED_NAME.sub("", line.replace(wrapper, f"trio task {fn.__name__}",
-                                                            1)), chain)
-                         for line, chain in seen)
+        entries = sorted((_own_names(line, fn), chain) for line, chain in seen)
         pending = [line for line, _ in entries]
         chains = [chain for _, chain in entries]
         key = "hang@" + ";".join(sorted({_waits_at(line) for line in pending}))
-        return RunResult(True, failure, pending, {"liveness": True, "at": min(at, bug.T),
-                                                  "chains": chains}, key=key)
+        return RunResult(True, failure, pending, {"liveness": True, "at": at, "chains": chains},
+                         key=key)
     if failure:
         return RunResult(True, failure, [], {"at": at}, key=key)
     return RunResult(False, "ok")
+
+
+#: A task named by looplab's own code (the port's root task, its wrapper around the
+#: program): it goes by the program's name.
+_WRAPPER_NAME = re.compile(r"(?<![\w.])(?:protocols\.[\w.<>]+|[\w.<>]*_run_port\.<locals>\.entry)")
+
+
+def _own_names(line: str, fn) -> str:
+    label, sep, rest = line.partition(": waits at ")
+    label = _LOADED_NAME.sub("", _WRAPPER_NAME.sub(fn.__name__, label))
+    return label + sep + rest

@@ -22,7 +22,6 @@ Two kinds of target, one interface (``resolve(name)`` -> ``Target``;
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 
 from bench.errors import UsageError
 from bench.explore import checks
@@ -42,21 +41,9 @@ REUSE = True
 EXPLORE_NET = {"jitter_s": 2e-6, "cpu_per_wait_s": 20e-6}
 
 
-@dataclass
-class RunResult:
-    failed: bool
-    outcome: str                      # one line: verdicts, the assertion, or the hang
-    pending: list = field(default_factory=list)   # a hang's tasks and where each waits
-    detail: dict = field(default_factory=dict)    # "at": virtual time; "chains": await chains
-    key: str = ""                     # the failure's kind and place (``failure_key``)
-
-
-def failure_key(r: RunResult) -> str:
-    """What makes two failures the same failure: its kind and where it happened
-    (an assertion's file:line, an exception's type and file:line, the places a
-    hang's tasks wait, the verdicts that failed, the property violated), never
-    the message text. The shrinker keeps it; a replay compares it."""
-    return r.key or r.outcome
+# the result of one run and its failure's key live in ``checks`` (programs build them too)
+RunResult = checks.RunResult
+failure_key = checks.failure_key
 
 
 def _hang_key(lines) -> str:
@@ -221,19 +208,21 @@ class ProgramTarget(Target):
     """A program (a ``bugs.Bug``, or a user's ``programs.UserProgram``) on one
     loop over a world: asyncio's selector loop (``asyncio``), looplab's loop
     (``looplab``, ``callback``: the callback kernel's asyncio loop, with its
-    options as ``looplab:OPT=V,...``), or trio for a trio program."""
+    options as ``looplab:OPT=V,...``), or for a program of another runtime's
+    library (trio) that runtime's port."""
 
     kind = "program"
 
     def __init__(self, bug, source: dict | None = None):
+        from bench.explore import programs
         self.bug = bug
         self.name = bug.id
         self.source = source if source is not None else getattr(bug, "source", None)
         self.properties = tuple(getattr(bug, "properties", ()))
         self.variants = tuple(getattr(bug, "variants", ("naive", "fixed")))
         self.library = getattr(bug, "library", "asyncio")
-        if self.library == "trio":
-            self.runtimes = ("trio",)
+        if self.library != "asyncio":
+            self.runtimes = programs.library_runtimes(self.library)
         else:
             # the benchmark's programs keep the names their tables use
             self.runtimes = ("asyncio", "looplab") if self.source else ("callback", "asyncio")
@@ -241,11 +230,12 @@ class ProgramTarget(Target):
     def applies(self, runtime):
         from bench.explore import programs
         base = runtime.partition(":")[0]
-        ok = ("trio",) if self.library == "trio" else ("asyncio", "looplab", "callback")
+        ok = self.runtimes if self.library != "asyncio" else programs.ASYNCIO_LOOPS
         if base not in ok:
-            return (f"{self.name} is {'a trio' if self.library == 'trio' else 'an asyncio'} "
-                    f"program: it runs on {', '.join(self.runtimes)}")
-        programs.loop_options(runtime)          # a bad option: UsageError, before any run
+            return (f"{self.name} is a{'n' if self.library[0] in 'aeiou' else ''} "
+                    f"{self.library} program: it runs on {', '.join(self.runtimes)}")
+        if self.library == "asyncio":
+            programs.loop_options(runtime)      # a bad option: UsageError, before any run
         return None
 
     def run(self, runtime, variant, chooser):

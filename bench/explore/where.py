@@ -34,12 +34,13 @@ import re
 import sys
 import sysconfig
 
-__all__ = ["innermost", "location", "frames_of", "await_chain", "task_line", "task_name",
+__all__ = ["machinery", "innermost", "location", "frames_of", "await_chain", "task_line", "task_name",
            "describe", "connection", "exception_site", "is_user_file"]
 
-#: Libraries whose frames are never the user's (when installed): the runtimes and the
-#: frameworks a user's server is built on, and the test runner.
-LIBRARIES = ("trio", "curio", "anyio", "sniffio", "outcome", "exceptiongroup", "uvloop",
+#: Libraries whose frames are never the user's (when installed): the frameworks a
+#: user's server is built on, their helpers and the test runner, besides every
+#: registered runtime's own library (``RuntimeInfo.library``: trio, curio, ...).
+LIBRARIES = ("anyio", "sniffio", "outcome", "exceptiongroup", "uvloop",
              "rloop", "aiohttp", "aiosignal", "multidict", "yarl", "frozenlist", "uvicorn",
              "starlette", "websockets", "h11", "httpcore", "httpx", "_pytest", "pytest",
              "pluggy")
@@ -59,17 +60,25 @@ def add_library(name: str) -> None:
         _tier.cache_clear()
 
 
+_PACKAGES = "-packages" + os.sep      # site-packages, dist-packages: installed packages
+
+
+def _dir(path: str) -> str:
+    return os.path.realpath(path).rstrip(os.sep) + os.sep
+
+
 @functools.lru_cache(maxsize=None)
 def _roots() -> tuple:
-    """(library folders, looplab's program folder), as real paths with a trailing slash."""
+    """(the libraries' folders, looplab's own kernels and ports, ``bench/``, the
+    standard library's folders), as real paths with a trailing slash. Inside an
+    installed-packages folder only the libraries named count: the user's own
+    installed packages live there too."""
     from bench.host.procs import ROOT
-    lib = set()
-    for key in ("stdlib", "platstdlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            lib.add(path)
-    lib |= {os.path.join(str(ROOT), "kernels"), os.path.join(str(ROOT), "protocols")}
-    for name in LIBRARIES + tuple(sorted(_EXTRA)):
+    from bench import runtimes as rtmod
+    registered = {info.library for info in rtmod.RUNTIMES.values()
+                  if info.library and info.library != "python"}
+    libs = set()
+    for name in LIBRARIES + tuple(sorted(_EXTRA | registered)):
         try:
             spec = importlib.util.find_spec(name)      # a top-level name: nothing is imported
         except (ImportError, ValueError):
@@ -77,17 +86,13 @@ def _roots() -> tuple:
         if spec is None:
             continue
         if spec.submodule_search_locations:
-            lib.update(spec.submodule_search_locations)
+            libs.update(_dir(p) for p in spec.submodule_search_locations)
         elif spec.origin:
-            lib.add(spec.origin)
-    lib_dirs = tuple(sorted({os.path.realpath(p).rstrip(os.sep) + os.sep for p in lib}))
-    lab = os.path.realpath(os.path.join(str(ROOT), "bench")) + os.sep
-    return lib_dirs, lab, _stdlib_dirs()
-
-
-def _stdlib_dirs() -> tuple:
-    paths = {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib")} - {None}
-    return tuple(os.path.realpath(p).rstrip(os.sep) + os.sep for p in paths)
+            libs.add(os.path.realpath(spec.origin))
+    own = (_dir(os.path.join(str(ROOT), "kernels")), _dir(os.path.join(str(ROOT), "protocols")))
+    stdlib = tuple({_dir(p) for p in (sysconfig.get_paths().get(k)
+                                     for k in ("stdlib", "platstdlib")) if p})
+    return tuple(sorted(libs)), own, _dir(os.path.join(str(ROOT), "bench")), stdlib
 
 
 @functools.lru_cache(maxsize=4096)
@@ -95,16 +100,13 @@ def _tier(filename: str) -> int:
     if not filename or filename.startswith("<"):
         return LIBRARY if filename.startswith("<frozen") else USER
     real = os.path.realpath(filename)
-    lib_dirs, lab, _ = _roots()
-    if real.startswith(lib_dirs) or real in {d.rstrip(os.sep) for d in lib_dirs}:
-        # site-packages under the standard library's folder (a system Python) holds the
-        # user's installed packages too: only the libraries named above count there
-        if "-packages" + os.sep in real and not any(
-                real.startswith(d) for d in lib_dirs if "-packages" + os.sep in d):
-            return USER
+    libs, own, lab, stdlib = _roots()
+    if real.startswith(libs) or real.startswith(own):
         return LIBRARY
     if real.startswith(lab):
         return LAB
+    if _PACKAGES not in real and real.startswith(stdlib):
+        return LIBRARY
     return USER
 
 
@@ -113,15 +115,17 @@ def is_user_file(filename: str) -> bool:
 
 
 def _display(filename: str) -> str:
-    """A library's file by its package (``asyncio/locks.py``); any other file
-    relative to the current folder when it lies below it, else as it is."""
+    """A library's file by its package (``asyncio/locks.py``, ``trio/_core/_run.py``);
+    any other file relative to the current folder when it lies below it, else as it is."""
     real = os.path.realpath(filename)
     if _tier(filename) == LIBRARY:
-        lib_dirs, _, stdlib = _roots()
-        for d in stdlib + lib_dirs:        # asyncio/locks.py, trio/_core/_run.py
+        libs, own, _, stdlib = _roots()
+        for d in libs + own:
             if real.startswith(d):
-                return os.path.relpath(real, d if d in stdlib else
-                                       os.path.dirname(d.rstrip(os.sep)))
+                return os.path.relpath(real, os.path.dirname(d.rstrip(os.sep)))
+        for d in stdlib:
+            if real.startswith(d):
+                return os.path.relpath(real, d)
     try:
         rel = os.path.relpath(filename)
     except ValueError:
@@ -187,7 +191,10 @@ def _coro_of(task):
     get = getattr(task, "get_coro", None)
     if get is not None:
         return get()
-    return getattr(task, "coro", None)
+    try:
+        return task.coro            # trio's, curio's and our coro kernel's tasks
+    except AttributeError:
+        return None
 
 
 def _coro_name(coro) -> str:
@@ -236,6 +243,13 @@ def task_line(task=None, coro=None, label: str | None = None) -> tuple:
     chain = [location(f) for f in frames if not _wrapper(f)] + \
         ([f"awaits {waits_for}"] if waits_for else [])
     return f"{label}: waits at {where}" + (f", for {waits_for}" if waits_for else ""), chain
+
+
+def machinery(task=None, coro=None) -> bool:
+    """A task of the runtime's own (a kernel's task, a port's watcher): every frame
+    of its await chain lies in a library or in looplab's kernels and ports."""
+    frames, _ = frames_of(coro if coro is not None else _coro_of(task))
+    return bool(frames) and all(_tier(f.f_code.co_filename) == LIBRARY for f in frames)
 
 
 #: The explorer's own wrappers around a program (the pytest marker's adapter, the
