@@ -19,4 +19,5 @@ class ExitCode(IntEnum):
     FAILED = 1          # a verdict or regression gate failed, or a fault was not survived
     USAGE = 2           # a user mistake: one line on stderr, nothing measured is lost
     ENVIRONMENT = 3     # a library or tool this needs is missing here
+    NOT_EXHAUSTED = 4   # explore: a delays:D search ran out of budget before its proof
     INTERRUPTED = 130   # SIGINT/SIGTERM: what finished is kept, and the line says where

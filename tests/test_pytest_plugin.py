@@ -5,13 +5,19 @@ never reach this process's registry; each is bounded by a timeout.
 """
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import textwrap
+import xml.etree.ElementTree as ET
 
 import pytest
 
 pytest_plugins = ["pytester"]
 
 RUN_S = 240
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A user's kernel: coro's kernel under another id. It keeps coro's two
 # deliberate differences from the task contract, so it must declare them.
@@ -124,3 +130,98 @@ def test_an_undeclared_difference_fails_and_a_stale_one_too(pytester):
         "contract 'receive_some raises BrokenResourceError'*",
         "*bare send_after_eof: meets the contract 'ClosedResourceError' now, but declares*",
     ], consecutive=False)
+
+
+# ---------------------------------------------------------------------------
+# @pytest.mark.looplab: a test explored as `looplab explore` explores a program
+
+MARKED_TESTS = '''
+import asyncio
+
+import pytest
+
+
+async def serve(fixed):
+    jobs, wake = [], asyncio.Event()
+
+    async def handle(reader, writer):
+        if await reader.readline() == b"job\\n":
+            jobs.append(b"done\\n")
+            wake.set()
+        else:
+            if fixed:
+                wake.clear()
+            if not jobs:
+                await asyncio.sleep(0)
+                if not fixed:
+                    wake.clear()
+                await wake.wait()                       # WAIT
+            writer.write(jobs.pop())
+        writer.close()
+
+    async def client(request):
+        reader, writer = await asyncio.open_connection("127.0.0.1", 8000)
+        writer.write(request)
+        reply = await reader.readline()
+        writer.close()
+        return reply
+
+    async with await asyncio.start_server(handle, "127.0.0.1", 8000):
+        await asyncio.gather(client(b"job\\n"), client(b"take\\n"))
+
+
+@pytest.mark.looplab(strategy="pct:d=3", budget=500)
+async def test_lost_wakeup():
+    await serve(fixed=False)
+
+
+@pytest.mark.looplab(strategy="delays:2", budget=5000)
+async def test_fixed():
+    await serve(fixed=True)
+
+
+@pytest.mark.looplab(budget=5, strategy="bogus")
+async def test_bad_option():
+    pass
+'''
+
+
+def test_the_looplab_marker_explores_a_test_and_fails_it_once_with_a_replay(pytester):
+    pytester.makepyfile(test_marked=MARKED_TESTS)
+    result = _run(pytester, "--junitxml=junit.xml", "--looplab-replay-dir", "replays")
+    result.assert_outcomes(passed=1, failed=2)
+    out = result.stdout.str()
+    wait = next(i for i, ln in enumerate(MARKED_TESTS.splitlines()) if "# WAIT" in ln)
+    # the report: the shrunk schedule, the pending tasks at the test's own line, the replay
+    assert re.search(r"shrunk to [12] \([12] delays", out), out
+    assert re.search(rf"pending: Task-\d+ \(handle\): waits at \S*test_marked\.py:{wait} "
+                     r"in handle", out), out
+    assert "read server 127.0.0.1:8000 <- peer 127.0.0.1:" in out
+    replay = re.search(r"\(looplab explore --replay (\S+)\)", out).group(1)
+    # junit: one failure per test, and its message is one line
+    junit = ET.parse(pytester.path / "junit.xml").getroot()
+    failures = {case.get("name"): case.find("failure") for case in junit.iter("testcase")}
+    assert failures["test_fixed"] is None
+    lost = failures["test_lost_wakeup"].get("message")
+    assert "\n" not in lost and lost.startswith(
+        "looplab: test_marked.py:test_lost_wakeup on asyncio (pct:d=3): fails at schedule ")
+    assert "shrunk to" in lost and lost.endswith("hang: tasks still pending at t=5s "
+                                                 "(liveness bound)")
+    assert "--strategy must be random, pct:d=N or delays:D" in \
+        failures["test_bad_option"].get("message")
+    # the schedule file replays the test from the command line alone
+    r = subprocess.run([sys.executable, "-m", "bench", "explore", "--replay", replay],
+                       cwd=pytester.path, capture_output=True, text=True, timeout=RUN_S,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 0 and "exact: yes" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_run_without_the_marker_does_not_import_the_explorer(pytester):
+    pytester.makepyfile(test_plain='''
+        import sys
+
+        def test_nothing_of_the_explorer():
+            assert not [m for m in sys.modules if m.startswith("bench.explore")]
+        ''')
+    result = _run(pytester)
+    result.assert_outcomes(passed=1)

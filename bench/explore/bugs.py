@@ -45,35 +45,57 @@ from functools import partial
 
 from bench.scenarios.properties import always, eventually, observe, sometimes
 
-__all__ = ["Bug", "PROGRAMS", "BENCHMARK", "HANGS", "register"]
+__all__ = ["Bug", "Context", "PROGRAMS", "BENCHMARK", "HANGS", "register", "DEFAULT_NET"]
 
 AT = 1.0        # the instant both racing events happen (virtual seconds)
 
 
 class Context:
-    """What a program gets: the world, its seam, and one connection per entry of
-    ``messages`` (``ctx.conns[i]``: the app's end). An entry that is bytes is
-    what its peer sends at ``AT``; otherwise it is the peer's script,
-    ``((t, bytes), ...)``. Peers whose sends share an instant send in
-    connection order, except that those in ``first`` send before the others:
-    a poll reports the connection that became readable first first (epoll's
-    order), so this decides the default order of the race."""
+    """What a program that takes one argument gets: the run's world and its seam,
+    the virtual clock, ``observe``, and connections whose other end follows a
+    script. ``ctx.conns[i]`` is the app's end of one connection per entry of
+    ``messages``: an entry that is bytes is what its peer sends at ``AT``;
+    otherwise it is the peer's script, ``((t, bytes), ...)``. Peers whose sends
+    share an instant send in connection order, except that those in ``first``
+    send before the others: a poll reports the connection that became readable
+    first first (epoll's order), so this decides the default order of the race."""
 
     def __init__(self, world, io, messages=(b"stop", b"item"), first=()):
         self.world = world
         self.io = io
         self.conns = []
         self._peers = []
-        for msg in messages:
-            app, peer = io.socketpair()
-            app.setblocking(False)
-            self.conns.append(app)
-            self._peers.append(peer)
+        for _ in messages:
+            self.connection()
         order = list(first) + [i for i in range(len(messages)) if i not in first]
         for i in order:
             msg = messages[i]
             for t, data in ((AT, msg),) if isinstance(msg, bytes) else msg:
                 world.call_at(t, _send, self._peers[i], data)
+
+    @property
+    def now(self) -> float:
+        """Virtual seconds since the run began."""
+        return self.world.now
+
+    @staticmethod
+    def observe(**values) -> None:
+        """Publish ``values`` to the declared properties (``s.app``)."""
+        observe(**values)
+
+    def connection(self, *script, name=None):
+        """A new connection: the app's end (a non-blocking simulated socket, also
+        appended to ``conns``); its peer sends each ``(t, bytes)`` of ``script`` at
+        virtual time ``t``. ``name`` is how choice labels call it."""
+        app, peer = self.io.socketpair()
+        app.setblocking(False)
+        if name:
+            app.looplab_name = f"connection {name!r}"
+        self.conns.append(app)
+        self._peers.append(peer)
+        for t, data in script:
+            self.world.call_at(t, _send, peer, data)
+        return app
 
     def close(self):
         for s in self.conns + self._peers:
@@ -87,18 +109,32 @@ def _send(peer, data):
         pass                # the program closed its end first: a script goes unheard
 
 
+#: The network a program runs on unless it says otherwise (``Bug.net``).
+DEFAULT_NET = {"latency_s": 2e-6, "wake_s": 0.0}
+
+
 @dataclass
 class Bug:
-    id: str
-    title: str
-    link: str
-    mechanism: str
-    naive: object
-    fixed: object
+    """A program in two versions, ``naive`` and ``fixed``: coroutine functions
+    that take no arguments or one (the run's ``Context``). ``T`` is the liveness
+    bound (virtual seconds), ``net`` the world's parameters, ``context`` what
+    builds the context, ``properties`` the declared ``always``/``eventually``/
+    ``sometimes``. A user writes ``Bug(naive=f, fixed=g)``; the rest describes
+    the benchmark's programs."""
+    id: str = ""
+    title: str = ""
+    link: str = ""
+    mechanism: str = ""
+    naive: object = None
+    fixed: object = None
     T: float = 5.0                  # the liveness bound, virtual seconds
-    net: dict = field(default_factory=lambda: {"latency_s": 2e-6, "wake_s": 0.0})
+    net: dict = field(default_factory=lambda: dict(DEFAULT_NET))
     context: object = Context
     properties: tuple = ()          # always / eventually / sometimes (bench.scenarios.properties)
+
+    def __post_init__(self):
+        if not callable(self.naive) or not callable(self.fixed):
+            raise TypeError("Bug needs naive= and fixed=, two coroutine functions")
 
 
 async def _recv(sock):

@@ -20,12 +20,34 @@ from __future__ import annotations
 
 import importlib
 import sys
+from dataclasses import dataclass, field
 
 from bench.scenarios import properties as _props
+from bench.explore import where
 from bench.explore.search import Recorder
 
-__all__ = ["Watch", "Watched", "declared", "judge", "label", "first_difference",
-           "trace_lines", "running_tasks", "where_coro_waits"]
+__all__ = ["RunResult", "failure_key", "Watch", "Watched", "declared", "judge", "label", "name_of", "first_difference",
+           "trace_lines", "running_tasks", "running_task_entries", "where_coro_waits"]
+
+
+@dataclass
+class RunResult:
+    """One run of a target: whether it failed, its outcome in one line, a hang's
+    pending tasks, details (``at``: virtual time; ``chains``: await chains) and
+    the failure's ``key`` (``failure_key``)."""
+    failed: bool
+    outcome: str                      # one line: verdicts, the assertion, or the hang
+    pending: list = field(default_factory=list)   # a hang's tasks and where each waits
+    detail: dict = field(default_factory=dict)
+    key: str = ""
+
+
+def failure_key(r: RunResult) -> str:
+    """What makes two failures the same failure: its kind and where it happened
+    (an assertion's file:line, an exception's type and file:line, the places a
+    hang's tasks wait, the verdicts that failed, the property violated), never
+    the message text. The shrinker keeps it; a replay compares it."""
+    return r.key or r.outcome
 
 
 class Watch:
@@ -92,7 +114,7 @@ class Watched(Recorder):
     each ``observe``, and (``trace``) labels each recorded choice."""
 
     __slots__ = ("watch", "always", "eventually", "sometimes", "seen", "violation", "at",
-                 "trace", "labels", "_offered", "_busy")
+                 "trace", "labels", "_offered", "_busy", "_frozen")
 
     def __init__(self, legal, decide=None, *, properties=(), watch=None, trace=False):
         super().__init__(legal, decide)
@@ -108,6 +130,7 @@ class Watched(Recorder):
         self.labels: list = []
         self._offered = None
         self._busy = False
+        self._frozen = False
 
     # -- the run's life ------------------------------------------------------
 
@@ -128,6 +151,14 @@ class Watched(Recorder):
         self.check(final=True)
         _props.STATE.clear()        # the run's objects are not kept until the next run
 
+    def freeze(self) -> None:
+        """The run is decided (the program returned, or hung at its bound): the
+        properties take their final look now, and what the clean-up after it
+        does (cancelling tasks, closing sockets) is neither checked nor recorded."""
+        self.check(final=True)
+        self._frozen = True
+        self.limit = len(self.points)
+
     # -- the kernels' side ---------------------------------------------------
 
     def offer(self, items) -> None:
@@ -141,14 +172,14 @@ class Watched(Recorder):
         before = len(self.points)
         c = Recorder.choose(self, kind, n)
         if self.trace and len(self.points) > before:
-            self.labels.append(label(kind, c, self._offered))
+            self.labels.append(label(kind, c, self._offered, self.watch.world))
         self._offered = None
         return c
 
     # -- the properties ------------------------------------------------------
 
     def check(self, final: bool = False) -> None:
-        if self.violation is not None or self._busy:
+        if self.violation is not None or self._busy or self._frozen:
             return
         self._busy = True          # a predicate that observes must not recurse
         s = self.watch
@@ -193,6 +224,9 @@ def judge(rec, result):
     result.detail = dict(result.detail, target_outcome=result.outcome, property=True,
                          at=rec.at)
     result.failed, result.outcome = True, v
+    # the property is the failure's kind and place: its text may carry a time
+    result.key = ("error:property predicate" if v.startswith("error:")
+                  else "property:" + v.removeprefix("violated: ").split(": ")[0])
     return result
 
 
@@ -200,59 +234,26 @@ def judge(rec, result):
 # Labels and the trace beside the nearest passing run
 
 _BINARY = {"io-defer": ("I/O now", "I/O deferred"), "net": ("no jitter", "most jitter"),
-           "cpu": ("no CPU time", "most CPU time")}
+           "cpu": ("no CPU time", "most CPU time"), "buggify": ("behaves", "fires")}
 
 
-def label(kind, c, offered) -> str:
-    """A short, run-independent name of what choice ``c`` picked."""
+def label(kind, c, offered, world=None) -> str:
+    """A short, run-independent name of what choice ``c`` picked: the task it
+    runs or wakes and, for I/O, the connection (``where.describe``)."""
     two = _BINARY.get(kind)
     if two is not None:
         return two[1 if c else 0]
     if offered is None or not 0 <= c < len(offered):
         return ""
-    return name_of(offered[c])[:70]
+    return name_of(offered[c], world)[:120]
 
 
-def _callable_name(cb) -> str:
-    owner = getattr(cb, "__self__", None)
-    if owner is not None and hasattr(owner, "get_coro"):        # a task's step or wake-up
-        return "task " + _coro_name(owner.get_coro())
-    inner = getattr(cb, "func", None)                            # functools.partial
-    if inner is not None:
-        return _callable_name(inner)
-    return getattr(cb, "__qualname__", type(cb).__name__)
-
-
-def _coro_name(coro) -> str:
-    return getattr(coro, "__qualname__", type(coro).__name__)
-
-
-def name_of(item) -> str:
-    """A ready callback or task, an I/O event, a timer entry: by what runs,
-    never by an address or a process-wide counter (a task's number)."""
-    if isinstance(item, tuple):
-        if len(item) == 2:                          # an I/O event: (fd or key, mask)
-            key, mask = item
-            fd = getattr(key, "fd", key)
-            text = f"fd {fd} {'r' if mask & 1 else ''}{'w' if mask & 2 else ''}"
-            data = getattr(key, "data", None)       # asyncio's selector key: (reader, writer)
-            if isinstance(data, tuple) and len(data) == 2:
-                handle = data[0] if mask & 1 else data[1]
-                cb = getattr(handle, "_callback", None)
-                if cb is not None:
-                    text += ": " + _callable_name(cb)
-            return text
-        if len(item) >= 3:                          # a timer heap entry (when, seq, what)
-            return name_of(item[2])
-    cb = getattr(item, "_callback", None)
-    if cb is not None:
-        return _callable_name(cb)
-    name = getattr(item, "name", None)
-    if isinstance(name, str) and hasattr(item, "daemon"):    # our coro kernel's Task
-        return f"task {item.id} {name}"
-    if hasattr(item, "get_coro"):
-        return "task " + _coro_name(item.get_coro())
-    return _callable_name(item) if callable(item) else type(item).__name__
+def name_of(item, world=None) -> str:
+    """A ready callback or task, an I/O event, a timer entry (``where.describe``)."""
+    try:
+        return where.describe(item, world)
+    except Exception as exc:        # a label must never end the run it describes
+        return f"({type(exc).__name__} naming {type(item).__name__})"
 
 
 def first_difference(a: list, b: list) -> int | None:
@@ -292,37 +293,25 @@ def trace_lines(failing: list, passing: list, at: int | None, context: int = 3) 
 # Where the tasks of a deadlocked cell wait
 
 def where_coro_waits(coro, library: str | None = None) -> str:
-    """The innermost frame of a suspended coroutine chain: 'fn at line N'. With
-    ``library`` (a package name), the innermost frame outside that package: where
-    the task's own code waits, not the library's trap."""
-    frames = []
-    while coro is not None and len(frames) < 50:
-        f = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-        if f is None:
-            break
-        frames.append(f)
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-    if not frames:
-        return "not started"
-    frame = frames[-1]
-    if library is not None:
-        own = [f for f in frames if not str(f.f_globals.get("__name__", "")).startswith(library + ".")]
-        if own:
-            frame = own[-1]
-    return f"{frame.f_code.co_name} at line {frame.f_lineno}"
+    """Where a suspended coroutine chain waits: ``file.py:LINE in fn``, the
+    innermost frame of the user's code (``where.innermost``): not asyncio's,
+    looplab's kernels' or a runtime library's (``library`` adds one)."""
+    if library:
+        where.add_library(library)
+    frames, _ = where.frames_of(coro)
+    return where.location(where.innermost(frames)) if frames else "not started"
 
 
-def running_tasks() -> list:
-    """The tasks of whatever runs now in this thread, not done, each with where
-    it waits: the running asyncio loop's, the running callback loop's hybrid
-    tasks, the running coro kernel's, trio's, curio's. Called at the moment a
-    world deadlocks."""
+def running_task_entries() -> list:
+    """``[(line, await chain)]`` for the tasks of whatever runs now in this
+    thread, not done: the running asyncio loop's, the running callback loop's
+    hybrid tasks, the running coro kernel's, trio's, curio's; not the runtime's
+    own machinery (``where.machinery``). Called at the moment a world deadlocks."""
     out = []
     import asyncio
     loop = asyncio._get_running_loop()
     if loop is not None:
-        for t in asyncio.all_tasks(loop):
-            out.append(f"{_coro_name(t.get_coro())}: waits in {where_coro_waits(t.get_coro())}")
+        out += [where.task_line(t) for t in asyncio.all_tasks(loop) if not where.machinery(t)]
     try:
         from kernels.callback import get_running_loop
         from kernels.hybrid import all_tasks
@@ -330,21 +319,30 @@ def running_tasks() -> list:
     except (ImportError, RuntimeError):
         cb_loop = None
     if cb_loop is not None and cb_loop is not loop:
-        for t in all_tasks(cb_loop):
-            out.append(f"{_coro_name(t.get_coro())}: waits in {where_coro_waits(t.get_coro())}")
+        out += [where.task_line(t) for t in all_tasks(cb_loop) if not where.machinery(t)]
     try:
         from kernels.coro.traps import running_kernel
         kernel = running_kernel()
     except ImportError:
         kernel = None
     if kernel is not None:
-        for t in kernel._rt.live_tasks():
-            out.append(f"coro task {t.id} {t.name}: waits in {where_coro_waits(t.coro)}")
-    out += _declared_tasks()
+        out += [where.task_line(coro=t.coro, label=f"coro task {t.id} {t.name}")
+                for t in kernel._rt.live_tasks() if not where.machinery(coro=t.coro)]
+    out += _declared_task_entries()
     return sorted(out)
 
 
+def running_tasks() -> list:
+    """The lines of ``running_task_entries``: each task and where it waits."""
+    return [line for line, _ in running_task_entries()]
+
+
 def _declared_tasks() -> list:
+    """The lines of ``_declared_task_entries``."""
+    return [line for line, _ in _declared_task_entries()]
+
+
+def _declared_task_entries() -> list:
     """The tasks of every runtime that declares how to list them
     (``RuntimeInfo.tasks``; trio's and curio's), asked only when the runtime's
     modules are already imported: this never imports a library. Each task is
@@ -356,12 +354,16 @@ def _declared_tasks() -> list:
                 or not all(m in sys.modules for m in info.requires):
             continue
         asked.add(info.tasks)
+        if info.library:
+            where.add_library(info.library)
         module, _, name = info.tasks.partition(":")
         try:
             listed = getattr(importlib.import_module(module), name)()
         except Exception as exc:  # a plugin's lister must not hide the deadlock itself
-            out.append(f"{info.id}: its tasks could not be listed ({type(exc).__name__}: {exc})")
+            out.append((f"{info.id}: its tasks could not be listed ({type(exc).__name__}: {exc})",
+                        []))
             continue
         for label, coro in listed:
-            out.append(f"{label}: waits in {where_coro_waits(coro, info.library)}")
+            if not where.machinery(coro=coro):      # the runtime's own tasks are not listed
+                out.append(where.task_line(coro=coro, label=label))
     return out

@@ -24,6 +24,7 @@ import subprocess
 import time
 
 from bench.explore import checks, search
+from bench.explore.checks import failure_key
 from bench.explore.search import Recorder, fixed, legal_kinds, points_digest
 
 __all__ = ["explore", "shrink", "schedule_doc", "replay", "code_version", "SCHEDULE_MODEL",
@@ -137,11 +138,13 @@ def trace_beside(target, runtime, variant, legal, failing: dict, passing: dict) 
             "lines": checks.trace_lines(ftr, ptr, at)}
 
 
-def shrink(target, runtime, variant, legal, deviations: dict, outcome: str,
+def shrink(target, runtime, variant, legal, deviations: dict, key: str,
            max_runs: int = 300, tried: list | None = None) -> tuple[dict, int]:
     """The fewest deviations (then the smallest choices) under which the run
-    still ends in ``outcome``. Returns them and how many runs it took; each
-    run's (deviations, failed) goes into ``tried`` when given."""
+    still fails with the failure ``key`` it started from (``failure_key``: its
+    kind and place, not its message, so a run that fails another way is not
+    taken). Returns them and how many runs it took; each run's (deviations,
+    failed) goes into ``tried`` when given."""
     runs = 0
     devs = dict(deviations)
 
@@ -151,7 +154,7 @@ def shrink(target, runtime, variant, legal, deviations: dict, outcome: str,
         r = _run(target, runtime, variant, legal, d)[1]
         if tried is not None:
             tried.append((d, r.failed))
-        return r.outcome == outcome
+        return r.failed and failure_key(r) == key
 
     chunk = max(len(devs) // 2, 1)
     while devs and runs < max_runs:
@@ -202,23 +205,34 @@ def schedule_doc(target, runtime, variant, legal, deviations, rec, result, strat
                            for k, v in sorted(deviations.items())],
             "delays": sum(deviations.values()), "choice_points": len(rec.points),
             "points_digest": points_digest(rec.points), "outcome": result.outcome,
+            "failure": failure_key(result) if result.failed else None,
             "pending": result.pending,
             "properties": [[p.kind, p.name] for p in checks.declared(target, variant, runtime)]}
     if getattr(target, "buggify", None):
         doc["buggify"] = list(target.buggify)     # absent: no fault points (older files too)
+    if getattr(target, "source", None):
+        # a user's program: its file (absolute here; relative to the schedule file once
+        # written, ``programs.for_file``) and the sha256 of its source
+        doc["program"] = dict(target.source)
     return doc
 
 
 def replay(doc: dict, target) -> dict:
     """Rerun a schedule document; ``exact`` when the same choices were made at
-    the same points and the run ended the same way."""
+    the same points and the run ended the same way: the same failure (its
+    ``failure_key``, in files that record one) or else the same outcome."""
     legal = frozenset(doc["legal"])
     devs = {int(k): int(v) for k, v, *_ in doc["deviations"]}
     target.buggify = doc.get("buggify") or None
     rec, r = _run(target, doc["runtime"], doc["variant"], legal, devs)
     same_points = points_digest(rec.points) == doc["points_digest"]
+    if doc.get("failure"):
+        same_end = r.failed and failure_key(r) == doc["failure"]
+    else:
+        same_end = r.outcome == doc["outcome"]
     return {"outcome": r.outcome, "failed": r.failed, "same_points": same_points,
-            "exact": same_points and r.outcome == doc["outcome"], "pending": r.pending,
+            "exact": same_points and same_end, "pending": r.pending,
+            "chains": r.detail.get("chains") or [], "at": r.detail.get("at"),
             "code_then": doc.get("code"), "code_now": code_version()}
 
 
@@ -283,16 +297,20 @@ def explore(target, runtime: str, variant: str, strategy_text: str, budget: int,
     index, rec, r = first
     devs = rec.deviations()
     out.update({"found": True, "first_failure": index, "outcome": r.outcome,
-                "pending": r.pending, "liveness": bool(r.detail.get("liveness")),
+                "failure_key": failure_key(r), "liveness": bool(r.detail.get("liveness")),
                 "deviations_found": len(devs), "delays_found": sum(devs.values())})
-    if r.detail.get("property"):
-        out["violation_at"] = r.detail.get("at")
-        out["target_outcome"] = r.detail.get("target_outcome")
     tried: list = []
-    shrunk, shrink_runs = (shrink(target, runtime, variant, legal, devs, r.outcome,
+    shrunk, shrink_runs = (shrink(target, runtime, variant, legal, devs, failure_key(r),
                                   tried=tried)
                            if do_shrink else (devs, 0))
     rec2, r2 = _run(target, runtime, variant, legal, shrunk)
+    # what the report shows of the failure is the shrunk run's own (the replay file's
+    # run): where its tasks wait, when its property was seen failing
+    out.update({"pending": r2.pending, "chains": r2.detail.get("chains") or [],
+                "failed_at": r2.detail.get("at")})
+    if r2.detail.get("property"):
+        out["violation_at"] = r2.detail.get("at")
+        out["target_outcome"] = r2.detail.get("target_outcome")
     doc = schedule_doc(target, runtime, variant, legal, shrunk, rec2, r2, strategy.name,
                        net, portability)
     if do_shrink:

@@ -54,11 +54,12 @@ def legal_kinds(runtime: str, net: bool = True, portability: bool = False,
     try:
         info = rtmod.parse(runtime).info
     except rtmod.UsageError:
-        # a program target's loop name ("asyncio": CPython's own loop) rather than a
-        # runtime: the contract of the registered runtimes built on that library
+        # a program target's loop name ("asyncio": CPython's own loop; "looplab" and its
+        # options: the kernel behind loop=looplab) rather than a runtime: the contract
+        # of the registered runtimes built on that library, or of that kernel
         info = next((i for i in rtmod.RUNTIMES.values()
                      if i.library == "python" and i.schedule_choices and runtime == "asyncio"),
-                    None)
+                    None) or rtmod.loop_kernel(runtime.partition(":")[0])
         if info is None:
             raise
     kinds = set(info.schedule_choices)

@@ -22,13 +22,12 @@ Two kinds of target, one interface (``resolve(name)`` -> ``Target``;
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 
 from bench.errors import UsageError
 from bench.explore import checks
 
 __all__ = ["RunResult", "Target", "CellTarget", "ProgramTarget", "resolve", "EXPLORE_NET",
-           "REUSE"]
+           "REUSE", "failure_key", "shadowed_alias"]
 
 #: Whether a target keeps what its schedules share between runs (the parsed
 #: runtime, the scenario, the preset's params; see ``CellTarget.run``). Off,
@@ -42,12 +41,23 @@ REUSE = True
 EXPLORE_NET = {"jitter_s": 2e-6, "cpu_per_wait_s": 20e-6}
 
 
-@dataclass
-class RunResult:
-    failed: bool
-    outcome: str                      # one line: verdicts, the assertion, or the hang
-    pending: list = field(default_factory=list)   # a hang's tasks and where each waits
-    detail: dict = field(default_factory=dict)
+# the result of one run and its failure's key live in ``checks`` (programs build them too)
+RunResult = checks.RunResult
+failure_key = checks.failure_key
+
+
+def _hang_key(lines) -> str:
+    from bench.explore import where
+    return "hang@" + ";".join(sorted({
+        where.key_location(ln.split(": waits at ", 1)[-1].split(", for ")[0]) for ln in lines}))
+
+
+def _error_key(text: str) -> str:
+    """``Type: message (at file.py:N in fn)`` -> ``error:Type@file.py:N in fn``."""
+    from bench.explore import where
+    kind = text.split(":", 1)[0].strip()
+    at = text.rsplit("(at ", 1)[1].rstrip(")") if "(at " in text else ""
+    return f"error:{kind}@{where.key_location(at)}"
 
 
 class Target:
@@ -109,6 +119,14 @@ class CellTarget(Target):
                               if info.real_network_only is None and info.variant_of is None)
         self._params = {**self.sc.presets[preset], "net": "sim"}
         self._rts: dict = {}         # runtime spec -> (parsed Runtime, canonical spec)
+        # a user's scenario file travels in the replay file as a program does
+        origin = str(getattr(self.sc, "origin", "") or "")
+        self.source = None
+        if origin.startswith("file "):
+            from bench.explore import programs
+            path = origin[len("file "):]
+            self.source = {"file": path, "sha256": programs.source_of(path), "name": sid,
+                           "scenario": True, "module": None}
 
     def applies(self, runtime) -> str | None:
         """Why this target does not run on ``runtime`` (None: it does)."""
@@ -154,7 +172,7 @@ class CellTarget(Target):
             if attach is not None:
                 attach(world)
             # a deadlock is looked at before it unwinds: the tasks and where each waits
-            world.on_deadlock = lambda: waits or waits.extend(checks.running_tasks())
+            world.on_deadlock = lambda: waits or waits.extend(checks.running_task_entries())
         simcells.WORLD_HOOKS.append(install)
         try:
             r = scenarios.run_cell(cell)
@@ -165,8 +183,11 @@ class CellTarget(Target):
         if r["errors"]:
             err = r["errors"][0].split("\n")[0]
             if err.startswith("SimDeadlock"):
-                return RunResult(True, "hang: " + err[:160], waits, detail={"liveness": True})
-            return RunResult(True, "error: " + err[:160])
+                lines = [line for line, _ in waits]
+                return RunResult(True, "hang: " + err[:160], lines,
+                                 detail={"liveness": True, "chains": [c for _, c in waits]},
+                                 key=_hang_key(lines))
+            return RunResult(True, "error: " + err[:160], key=_error_key(err))
         v = r["verdicts"]
         failed = bool(v.get("bug_shown")) if self.zoo else not all(v.values())
         from bench.explore import bugs
@@ -176,132 +197,94 @@ class CellTarget(Target):
             m = r["metrics"]
             shown = ", ".join(f"{k}={m[k]}" for k in self.entry.decided_by if k in m)
             return RunResult(True, f"hang: {hang}" + (f" ({shown})" if shown else ""),
-                             [f"{self.sid}: {hang}"], {"liveness": True})
+                             [f"{self.sid}: {hang}"], {"liveness": True}, key=f"hang:{self.sid}")
         return RunResult(failed, _outcome_line(v),
-                         detail={"lost_bytes": r["metrics"].get("lost_bytes")})
+                         detail={"lost_bytes": r["metrics"].get("lost_bytes")},
+                         key="verdicts:" + ",".join(sorted(k for k, ok in v.items()
+                                                           if (ok if self.zoo else not ok))))
 
 
 class ProgramTarget(Target):
-    """An asyncio program of ``bench.explore.bugs`` on one loop over a world."""
+    """A program (a ``bugs.Bug``, or a user's ``programs.UserProgram``) on one
+    loop over a world: asyncio's selector loop (``asyncio``), looplab's loop
+    (``looplab``, ``callback``: the callback kernel's asyncio loop, with its
+    options as ``looplab:OPT=V,...``), or for a program of another runtime's
+    library (trio) that runtime's port."""
 
     kind = "program"
-    runtimes = ("callback", "asyncio")
 
-    def __init__(self, bug):
+    def __init__(self, bug, source: dict | None = None):
+        from bench.explore import programs
         self.bug = bug
         self.name = bug.id
+        self.source = source if source is not None else getattr(bug, "source", None)
         self.properties = tuple(getattr(bug, "properties", ()))
+        self.variants = tuple(getattr(bug, "variants", ("naive", "fixed")))
+        self.library = getattr(bug, "library", "asyncio")
+        if self.library != "asyncio":
+            self.runtimes = programs.library_runtimes(self.library)
+        else:
+            # the benchmark's programs keep the names their tables use
+            self.runtimes = ("asyncio", "looplab") if self.source else ("callback", "asyncio")
 
     def applies(self, runtime):
-        if runtime not in self.runtimes:
-            return f"{self.name} is an asyncio program: it runs on {', '.join(self.runtimes)}"
+        from bench.explore import programs
+        base = runtime.partition(":")[0]
+        ok = self.runtimes if self.library != "asyncio" else programs.ASYNCIO_LOOPS
+        if base not in ok:
+            return (f"{self.name} is a{'n' if self.library[0] in 'aeiou' else ''} "
+                    f"{self.library} program: it runs on {', '.join(self.runtimes)}")
+        if self.library == "asyncio":
+            programs.loop_options(runtime)      # a bad option: UsageError, before any run
         return None
 
     def run(self, runtime, variant, chooser):
-        import asyncio
-
-        from kernels import simnet
-        bug = self.bug
-        world = simnet.World(0, log=False, **{**bug.net, **self.net_params()})
-        world.install_chooser(chooser)
-        attach = getattr(chooser, "attach", None)
-        if attach is not None:
-            attach(world)
-        io = world.io()
-        if runtime == "asyncio":
-            from protocols import simports
-            loop = simports.SimSelectorEventLoop(io)
-        else:
-            from kernels.callback import new_event_loop
-            loop = new_event_loop(io=io)
-        main = bug.naive if variant == "naive" else bug.fixed
-        ctx = bug.context(world, io)
-        failure = None
-        pending = []
-        try:
-            task = loop.create_task(main(ctx))
-            task.add_done_callback(lambda t: loop.stop())
-            bound = loop.call_at(bug.T, loop.stop)
-            try:
-                loop.run_forever()
-            except simnet.SimDeadlock as exc:
-                failure = f"hang: {exc}"
-            except Exception as exc:         # out of the loop itself (a world event's error)
-                failure = f"error: {type(exc).__name__}: {exc}"
-            bound.cancel()
-            if task.done() and failure is None:
-                exc = task.exception()
-                if isinstance(exc, AssertionError):
-                    # the program's own message only: under pytest, assertion rewriting
-                    # appends reprs with object addresses, which no replay reproduces
-                    failure = f"violated: {str(exc).splitlines()[0] if str(exc) else 'assertion'}"
-                elif exc is not None:
-                    failure = f"error: {type(exc).__name__}: {exc}"
-            elif failure is None:
-                failure = f"hang: tasks still pending at t={bug.T:g}s (liveness bound)"
-            if failure and failure.startswith("hang"):
-                pending = _where_tasks_wait(asyncio.all_tasks(loop))
-            _cancel_all(loop)
-        finally:
-            ctx.close()
-            loop.close()
-        if failure:
-            return RunResult(True, failure, pending, {"liveness": failure.startswith("hang")})
-        return RunResult(False, "ok")
-
-
-def _where_tasks_wait(tasks) -> list:
-    out = []
-    for t in sorted(tasks, key=lambda t: t.get_name()):
-        if t.done():
-            continue
-        frames = t.get_stack()
-        where = (f"{frames[-1].f_code.co_name} at line {frames[-1].f_lineno}"
-                 if frames else "not started")
-        out.append(f"{t.get_name()} ({t.get_coro().__qualname__}): waits in {where}")
-    return out
-
-
-def _cancel_all(loop) -> None:
-    """Unwind whatever a failed run left (bounded: the world may be stuck)."""
-    import asyncio
-    left = [t for t in asyncio.all_tasks(loop) if not t.done()]
-    for t in left:
-        t.cancel()
-    if left:
-        try:
-            loop.run_until_complete(asyncio.wait(left, timeout=1.0))
-        except Exception:
-            pass
+        from bench.explore import programs
+        return programs.run(self.bug, runtime, variant, chooser, self.net_params())
 
 
 def resolve(name: str, preset: str = "tiny") -> Target:
-    """A target by name: ``S3``, ``S3:drain``, a zoo id (or alias), or a
-    program of ``bench.explore.bugs``. UsageError names the valid ones."""
+    """A target by name: ``S3``, ``S3:drain``, a zoo id (or alias), a program of
+    ``bench.explore.bugs``, or a user's program (``file.py:NAME``,
+    ``package.module:NAME``: ``programs.load``). A scenario's own name wins over
+    a zoo entry's alias (a user's scenario ``C8`` is not the zoo's ``C8``, which
+    stays ``zoo:C8``), as in ``looplab run`` and ``looplab list``. UsageError
+    names the valid ones."""
     from bench.scenarios import api as scmod
-    from bench.explore import bugs
-    scmod.load_scenario_module("bench.zoo")     # the zoo's scenarios, as looplab repro loads them
-    from bench.zoo import registry
+    from bench.explore import bugs, programs
     if name in bugs.PROGRAMS:
         return ProgramTarget(bugs.PROGRAMS[name])
+    scmod.load_scenario_module("bench.zoo")     # the zoo's scenarios, as looplab repro loads them
+    from bench.zoo import registry
+    known = scmod.scenarios()
+    if programs.is_program_spec(name, known):
+        return ProgramTarget(programs.load(name))
     # ``zoo:ID`` is the zoo entry even where a program has the same id (cpython-86296)
     forced = name.startswith("zoo:")
     if forced:
         name = name[len("zoo:"):]
     sid, _, variant = name.partition(":")
-    known = scmod.scenarios()
-    # A user's scenario wins over a zoo alias of the same name (C8 is asyncio-263's
-    # alias): `run` and `list scenarios` take the user's; ``zoo:C8`` names the entry.
-    users = sid in known and getattr(known[sid], "origin", "") != "bench.zoo" and not forced
-    e = None if users else registry.entry(sid)
-    if e is not None:
-        sid = e.id
-    elif forced:
+    e = registry.entry(sid)
+    if forced and e is None:
         raise UsageError(f"zoo:{sid}: no zoo entry {sid!r}")
+    if e is not None and (forced or sid not in known):
+        sid = e.id
     if sid not in known:
         raise UsageError(f"unknown explore target {name!r}; give a scenario (S3), a variant "
-                         f"(S3:drain), a zoo id or one of {', '.join(bugs.PROGRAMS)}")
+                         f"(S3:drain), a zoo id, a program file.py:NAME or module:NAME, or one "
+                         f"of {', '.join(bugs.PROGRAMS)}")
     t = CellTarget(sid, variant or None, preset)
     if forced:
         t.name = "zoo:" + t.name
     return t
+
+
+def shadowed_alias(name: str) -> str | None:
+    """The zoo entry whose alias ``name``'s scenario hides (a note for the user)."""
+    from bench.scenarios import api as scmod
+    from bench.zoo import registry
+    sid = name.partition(":")[0]
+    e = registry.entry(sid)
+    if e is None or e.id == sid or sid not in scmod.scenarios():
+        return None
+    return e.id

@@ -3,19 +3,23 @@
     looplab explore TARGET [--runtimes R,...] [--strategy random|pct:d=N|delays:D]
                     [--budget N] [--variant naive|fixed|both] [--preset P] [--seed S]
                     [--net-choices on|off] [--portability] [--buggify [POINT,...]]
-                    [--jobs J] [--out DIR]
+                    [--jobs J] [--out DIR] [--await-chain]
                     [--scenario-file FILE] [--scenario-module M] [--runtime-module M]
-    looplab explore --replay FILE [--scenario-file FILE]
+    looplab explore --replay FILE [--allow-changed] [--await-chain]
     looplab explore --bench [--seeds S] [--budget N] [--only ID,...] [--out DIR]
 
-One unit is one target x runtime x variant. ``--jobs`` runs units in
-parallel processes; when there are fewer units than jobs, a unit is split
-into shards: random and PCT shards with their own seeds and shares of the
-budget, a ``delays:D`` unit into disjoint parts of its bounded space
-(``search.DelayBounded``). The shards' results merge; a bound is proved
-when every part of it is. Exit 0 when no failing schedule was found, 1 when
-one was or when a declared ``sometimes`` property was never reached
-(vacuous), 2 for a usage mistake.
+TARGET is a scenario, a variant, a zoo entry, a benchmark program, or a
+user's program (``path/to/file.py:NAME``, ``package.module:NAME``:
+``bench.explore.programs``). One unit is one target x runtime x variant.
+``--jobs`` runs units in parallel processes; when there are fewer units than
+jobs, a unit is split into shards: random and PCT shards with their own seeds
+and shares of the budget, a ``delays:D`` unit into disjoint parts of its
+bounded space (``search.DelayBounded``). The shards' results merge; a bound
+is proved when every part of it is. Each unit is printed (and its failing
+schedule written) as it finishes, so SIGINT or SIGTERM keeps the finished ones
+(exit 130). Exit 0 when no failing schedule was found, 1 when one was or when
+a declared ``sometimes`` property was never reached (vacuous), 2 for a usage
+mistake, 4 when a ``delays:D`` search stopped at its budget without a proof.
 """
 from __future__ import annotations
 
@@ -168,12 +172,25 @@ def _property_lines(r: dict) -> list:
 
 
 def _file_name(r: dict) -> str:
+    target = r["target"]
+    if os.sep in target.rpartition(":")[0]:
+        target = os.path.basename(target)       # a program file's path: its name is enough
     safe = "".join(c if c.isalnum() or c in "-." else "_" for c in
-                   f"{r['target']}_{r['runtime']}_{r['variant']}")
+                   f"{target}_{r['runtime']}_{r['variant']}")
     return f"failing-{safe}.json"
 
 
-def _report(r: dict, out_dir: str | None) -> None:
+def not_exhausted(r: dict) -> str | None:
+    """A ``delays:D`` search that stopped at its budget (or its queue) before it
+    had run the whole bounded space, without a failure: it proves nothing."""
+    if r.get("found") or r.get("skipped") or r.get("proved") or r.get("not_proved"):
+        return None
+    if not str(r.get("strategy", "")).startswith("delays:"):
+        return None
+    return f"not exhausted: {r['schedules']} schedules, no proof"
+
+
+def _report(r: dict, out_dir: str | None, chains: bool = False) -> None:
     head = (f"{r['target']} {r['runtime']} {r['variant']} {r['strategy']}"
             + (f" buggify={','.join(r['buggify'])}" if r.get("buggify") else "") + ":")
     if r.get("skipped"):
@@ -183,23 +200,26 @@ def _report(r: dict, out_dir: str | None) -> None:
     info = r.get("strategy_info", {}).get("line")
     if not r.get("found"):
         print(f"{head} no failing schedule ({rate})")
-        for line in [info, r.get("proved"), r.get("not_proved")] + _property_lines(r):
+        for line in [info, r.get("proved"), r.get("not_proved"), not_exhausted(r)] \
+                + _property_lines(r):
             if line:
                 print(f"    {line}")
         return
     print(f"{head} FAILED at schedule {r['first_failure']} ({rate}): {r['outcome']}")
     if info:
         print(f"    {info}")
-    if r.get("violation_at") is not None:
-        print(f"    seen at t={r['violation_at']:.6f}s; the target's own outcome: "
-              f"{r.get('target_outcome')}")
     for line in _property_lines(r):
         print(f"    {line}")
     print(f"    deviations from the default order: {r['deviations_found']}, shrunk to "
           f"{r['shrunk_deviations']} ({r['shrunk_delays']} delays, {r['shrink_runs']} runs): "
           f"{r['shrunk_outcome']}; replay exact: {'yes' if r['replay_exact'] else 'NO'}")
-    for line in r.get("pending") or []:
-        print(f"    pending: {line}")
+    # the shrunk run's own: when it failed, and where its tasks wait
+    if r.get("violation_at") is not None:
+        print(f"    seen at t={r['violation_at']:.6f}s; the target's own outcome: "
+              f"{r.get('target_outcome')}")
+    elif r.get("failed_at") is not None:
+        print(f"    failed at t={r['failed_at']:.6f}s (virtual)")
+    _pending_lines(r.get("pending") or [], r.get("chains") or [], chains)
     trace = r.get("trace_lines")
     if trace:
         print("    beside the nearest passing schedule (>> the first differing choice):")
@@ -211,28 +231,110 @@ def _report(r: dict, out_dir: str | None) -> None:
         print(f"    schedule: {path}  (looplab explore --replay {path})")
 
 
+def _pending_lines(pending: list, chain_list: list, chains: bool) -> None:
+    for i, line in enumerate(pending):
+        print(f"    pending: {line}")
+        if chains and i < len(chain_list):
+            for step in chain_list[i]:
+                print(f"        {step}")
+
+
 def _write(path, doc) -> None:
+    from bench.explore import programs
     with open(path, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
+        json.dump(programs.for_file(doc, path), f, indent=1, sort_keys=True)
         f.write("\n")
 
 
-def _replay(path: str) -> int:
-    from bench.explore import exploration as runner, targets
+def _replay_target(doc: dict, path: str, allow_changed: bool):
+    """The target a schedule file names; a user's program is found relative to
+    the file and must be the source recorded (``programs.check_source``)."""
+    from bench.explore import programs, targets
+    prog = doc.get("program")
+    if not prog:
+        return targets.resolve(doc["target"], doc.get("preset") or "tiny"), None
+    if not isinstance(prog, dict) or not prog.get("name"):
+        raise UsageError(f"--replay {path}: its program entry is malformed")
+    src, note = programs.check_source(prog, os.path.dirname(os.path.abspath(path)),
+                                      allow_changed)
+    print(f"replaying {prog['name']} from {src}" + (f" ({note})" if note else
+                                                     " (sha256 as recorded)"))
+    if prog.get("scenario"):            # a scenario of a user's scenario file
+        from bench.scenarios import api as scmod
+        scmod.load_scenario_file(src)
+        return targets.resolve(doc["target"], doc.get("preset") or "tiny"), note
+    if prog.get("module"):
+        t = targets.ProgramTarget(programs.load(f"{prog['module']}:{prog['name']}"))
+        if os.path.realpath(t.source["file"]) != os.path.realpath(src):
+            raise UsageError(f"--replay {path}: module {prog['module']} imports from "
+                             f"{t.source['file']}, not the recorded {src}")
+    else:
+        t = targets.ProgramTarget(programs.load(f"{src}:{prog['name']}"))
+    # a marked test's bound and network (``@pytest.mark.looplab(T=..., net=...)``)
+    if "T" in prog:
+        t.bug.T = float(prog["T"])
+    if prog.get("net"):
+        t.bug.net = dict(prog["net"])
+    t.name = doc["target"]
+    return t, note
+
+
+def _replay(path: str, allow_changed: bool = False, chains: bool = False) -> int:
+    from bench.explore import exploration as runner
     from bench.results import read_json
     doc = read_json(path, f"--replay {path}")
     if not isinstance(doc, dict) or doc.get("model") != runner.SCHEDULE_MODEL:
         raise UsageError(f"--replay {path}: not a schedule file (model {runner.SCHEDULE_MODEL})")
-    t = targets.resolve(doc["target"], doc.get("preset") or "tiny")
+    t, changed = _replay_target(doc, path, allow_changed)
     got = runner.replay(doc, t)
+    exact = got["exact"] and not changed
     print(f"{doc['target']} {doc['runtime']} {doc['variant']}: {got['outcome']}")
     print(f"    recorded: {doc['outcome']}; same choice points: "
-          f"{'yes' if got['same_points'] else 'NO'}; exact: {'yes' if got['exact'] else 'NO'}")
+          f"{'yes' if got['same_points'] else 'NO'}; exact: {'yes' if exact else 'NO'}"
+          + (" (the source changed)" if changed else ""))
     if got["code_then"] != got["code_now"]:
         print(f"    note: recorded on code {got['code_then']}, replayed on {got['code_now']}")
-    for line in got["pending"]:
-        print(f"    pending: {line}")
-    return ExitCode.OK if got["exact"] else ExitCode.FAILED
+    _pending_lines(got["pending"], got.get("chains") or [], chains)
+    return ExitCode.OK if exact else ExitCode.FAILED
+
+
+def _unit_results(shards: list, jobs: int):
+    """Each unit's merged result as soon as all its shards are done (in unit
+    order), so an interrupt keeps every unit that finished."""
+    if jobs <= 1 or len(shards) <= 1:
+        for s in shards:
+            yield _merge([s], [_run_unit(s)])[0]
+        return
+    import multiprocessing
+    pool = multiprocessing.get_context("fork").Pool(min(jobs, len(shards)),
+                                                    initializer=_worker_signals)
+    try:
+        done: dict = {}
+        want = {}
+        for s in shards:
+            want[s["unit"]] = want.get(s["unit"], 0) + 1
+        for s, r in zip(shards, pool.imap(_run_unit, shards)):
+            done.setdefault(s["unit"], []).append((s, r))
+            if len(done[s["unit"]]) == want[s["unit"]]:
+                pairs = done.pop(s["unit"])
+                yield _merge([p[0] for p in pairs], [p[1] for p in pairs])[0]
+        pool.close()
+    finally:
+        pool.terminate()        # an interrupt: the workers' unfinished units are dropped
+        pool.join()
+
+
+def _worker_signals() -> None:
+    """A worker leaves SIGINT to the parent (a terminal's Ctrl-C reaches the whole
+    group) and dies on SIGTERM, which is how the parent ends it."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _check_out(out: str) -> None:
+    from bench.results import check_output
+    check_output(out, "--out", folder=True)
 
 
 def cmd_explore(args) -> int:
@@ -240,36 +342,69 @@ def cmd_explore(args) -> int:
     from bench.verbs.common import load_plugins
     load_plugins(args)          # a user's scenario file (its declared properties too)
     if args.replay:
-        return _replay(args.replay)
+        return _replay(args.replay, args.allow_changed, args.await_chain)
+    if args.out:
+        _check_out(args.out)    # before anything runs: one line, exit 2
     if args.bench:
         return _bench(args)
     if not args.target:
-        raise UsageError("explore needs a TARGET (a scenario, S3:drain, a zoo id or one of "
-                         f"{', '.join(bugs.PROGRAMS)}), --replay FILE or --bench")
+        raise UsageError("explore needs a TARGET (a scenario, S3:drain, a zoo id, a program "
+                         f"file.py:NAME or module:NAME, or one of {', '.join(bugs.PROGRAMS)}), "
+                         "--replay FILE or --bench")
     try:
         search.parse_strategy(args.strategy)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     target = targets.resolve(args.target, args.preset)
+    hidden = targets.shadowed_alias(args.target) if target.kind == "cell" else None
+    if hidden:
+        sid = args.target.partition(":")[0]
+        print(f"note: {sid} is your scenario; the zoo's {sid} ({hidden}) is zoo:{sid}",
+              file=sys.stderr)
     units = _units(args, target)
     if not units:
         raise UsageError(f"{args.target}: no runtime left to explore")
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
     shards = _shard(units, args.jobs)
     t0 = time.perf_counter()
-    results = _merge(shards, run_units(shards, args.jobs))
-    for r in results:
-        _report(r, args.out)
+    results: list = []
+    from bench.perf.machine import stop_on_signals
+    interrupted = False
+    with stop_on_signals():
+        try:
+            for r in _unit_results(shards, args.jobs):
+                results.append(r)
+                _report(r, args.out, args.await_chain)
+                sys.stdout.flush()
+        except KeyboardInterrupt:           # SIGINT or SIGTERM: keep what finished
+            interrupted = True
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     print(f"explored {sum(r['schedules'] for r in results)} schedules in "
           f"{time.perf_counter() - t0:.1f} s wall"
           + (f" (load average {load:.1f})" if load is not None else ""))
     if args.out:
-        _write(os.path.join(args.out, "explore.json"), {"explorations": results})
+        doc = {"explorations": results}
+        if interrupted:
+            doc["interrupted"] = {"finished_units": len(results), "units": len(units)}
+        _write_summary(os.path.join(args.out, "explore.json"), doc)
+    if interrupted:
+        kept = (f"kept in {os.path.join(args.out, 'explore.json')}" if args.out
+                else "printed above (no --out)")
+        print(f"looplab: interrupted; {len(results)} of {len(units)} unit(s) finished, {kept}",
+              file=sys.stderr)
+        return ExitCode.INTERRUPTED
     # a failing schedule, or a sometimes property no schedule reached (vacuous)
-    return ExitCode.FAILED if any(r.get("found") or _vacuous(r) for r in results) \
-        else ExitCode.OK
+    if any(r.get("found") or _vacuous(r) for r in results):
+        return ExitCode.FAILED
+    if any(not_exhausted(r) for r in results):
+        return ExitCode.NOT_EXHAUSTED
+    return ExitCode.OK
+
+
+def _write_summary(path: str, doc: dict) -> None:
+    from bench.explore import programs
+    doc = dict(doc, explorations=[dict(r, schedule=programs.for_file(r["schedule"], path))
+                                  if r.get("schedule") else r for r in doc["explorations"]])
+    _write(path, doc)
 
 
 # ---------------------------------------------------------------------------
@@ -309,7 +444,9 @@ def _bench_row(job: tuple) -> dict:
                              "shrunk": r["shrunk_deviations"], "replay_exact": r["replay_exact"],
                              "liveness": r["liveness"], "outcome": r["outcome"]}
             break
-        if not r.get("proved"):
+        if not (r.get("proved") or r.get("not_proved")):
+            # (not_proved: the space ran out, but a sometimes was never reached in it;
+            # the next D goes on as after a proof)
             row["delays"] = {"D": None, "note": f"D={D} not exhausted in {budget}"}
             break
     if fixed != naive:
@@ -400,7 +537,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("explore", help="explore a target's schedules: find, shrink and replay "
                                        "a failing interleaving, or prove a delay bound")
     p.add_argument("target", nargs="?", help="a scenario (S3), a variant (S3:drain), a zoo id, "
-                                             "or a program (cpython-27585, ...)")
+                                             "a program of yours (path/to/file.py:NAME or "
+                                             "package.module:NAME: an async def, or a "
+                                             "Bug(naive=..., fixed=...)), or a benchmark "
+                                             "program (cpython-27585, ...)")
     p.add_argument("--runtimes", default=None, help="comma-separated runtime specs")
     p.add_argument("--strategy", default="random", help="random | pct:d=N | delays:D")
     p.add_argument("--budget", type=positive_int, default=1000, help="schedules per unit")
@@ -416,8 +556,17 @@ def add_parser(sub) -> None:
                           "choice (kind buggify: behave or fire), legal on every runtime")
     p.add_argument("--jobs", type=positive_int, default=1, help="processes (default 1)")
     p.add_argument("--out", default=None, metavar="DIR",
-                   help="write explore.json and each failing schedule here")
-    p.add_argument("--replay", default=None, metavar="FILE", help="rerun a schedule file")
+                   help="write explore.json and each failing schedule here (as each unit "
+                        "finishes: Ctrl-C or SIGTERM keeps the finished ones, exit 130)")
+    p.add_argument("--replay", default=None, metavar="FILE",
+                   help="rerun a schedule file (a user's program is found relative to it, "
+                        "and must be the source it recorded)")
+    p.add_argument("--allow-changed", action="store_true",
+                   help="--replay: run a program whose source changed since the schedule "
+                        "was recorded (the replay is then marked exact: NO)")
+    p.add_argument("--await-chain", action="store_true",
+                   help="under each pending task, its await chain (file:LINE in function, "
+                        "outermost first)")
     p.add_argument("--bench", action="store_true", help="run the benchmark of bugs")
     p.add_argument("--seeds", type=positive_int, default=5,
                    help="--bench: seeds per random/PCT measurement (default 5)")

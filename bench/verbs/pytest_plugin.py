@@ -21,6 +21,14 @@ in any pytest run in that environment. It adds:
     how a kernel that is not installed as a package joins the run.
 ``looplab_port`` fixture
     A fresh port of ``looplab_runtime``, closed after the test.
+``@pytest.mark.looplab(strategy="pct:d=3", budget=500, ...)``
+    On an ``async def`` test: run it under schedule exploration, as ``looplab
+    explore`` runs a program (``bench.explore.pytest_marker`` lists the
+    options). It passes when every schedule explored passes; its first failing
+    schedule fails it once, with a one-line message, the shrunk schedule, the
+    pending tasks and the replay command. The schedule file goes to
+    ``--looplab-replay-dir`` (default ``.looplab/replays`` under the rootdir).
+    A parameter named ``looplab_ctx`` receives the run's context.
 Helpers ``open_port(runtime_or_spec, **overrides)``, ``run_program(runtime,
 main, *args)`` and ``read_probe(port)`` do the same from plain code.
 
@@ -42,13 +50,14 @@ Bad option values are pytest usage errors: one line, exit code 4.
 """
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import pytest
 
 
-__all__ = ["looplab_runtime", "looplab_port", "open_port", "run_program", "read_probe",
-           "Outcome", "selected_specs"]
+__all__ = ["looplab_runtime", "looplab_port", "looplab_ctx", "open_port", "run_program",
+           "read_probe", "Outcome", "selected_specs"]
 
 
 
@@ -59,6 +68,9 @@ def pytest_addoption(parser):
                          "(default: every registered runtime)")
     group.addoption("--looplab-runtime-module", action="append", default=[], metavar="MOD",
                     help="import MOD, which registers a looplab runtime (repeatable)")
+    group.addoption("--looplab-replay-dir", default=None, metavar="DIR",
+                    help="where @pytest.mark.looplab tests write a failing schedule "
+                         "(default: .looplab/replays under the rootdir)")
 
 
 def pytest_configure(config):
@@ -70,6 +82,10 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "looplab_style(*styles): run looplab_runtime only over runtimes of these "
                    "port styles (callback, stream, task)")
+    config.addinivalue_line(
+        "markers", "looplab(strategy='random', budget=1000, runtimes=None, seed=0, "
+                   "buggify=None, T=5.0, properties=(), net=None): explore this async def "
+                   "test's schedules on the simulated network (looplab explore)")
     modules = config.getoption("looplab_runtime_module", default=[])
     text = config.getoption("looplab_runtimes", default=None)
     if not modules and not text:
@@ -153,6 +169,74 @@ def _other_interpreter(rt) -> str | None:
     return (f"runs in Python {rt.interpreter}, and these fixtures open ports in this process "
             f"(Python {platform.python_version()}); run pytest with that interpreter "
             "(looplab env list shows its environment)")
+
+
+@pytest.fixture
+def looplab_ctx():
+    """In a ``@pytest.mark.looplab`` test: the run's context (each schedule passes
+    its own: ``ctx.io``, ``ctx.world``, ``ctx.now``, ``ctx.observe``,
+    ``ctx.connection``). Outside one: None."""
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    marker = pyfuncitem.get_closest_marker("looplab")
+    if marker is None:
+        return None            # not ours: nothing of the explorer is imported
+    from bench.errors import UsageError
+    from bench.explore import pytest_marker
+    config = pyfuncitem.config
+    out = config.getoption("looplab_replay_dir", default=None) or \
+        os.path.join(str(config.rootpath), ".looplab", "replays")
+    try:
+        lines = pytest_marker.run_item(pyfuncitem, marker, out)
+    except UsageError as exc:
+        mistake = str(exc)
+    except pytest_marker.LooplabFailure as exc:
+        pyfuncitem._looplab_failure = exc
+        raise
+    else:
+        mistake = None
+    if mistake is not None:     # outside the except: one line, no chained traceback
+        pytest.fail(mistake if mistake.startswith("looplab") else f"looplab: {mistake}",
+                    pytrace=False)
+    for line in lines:
+        pyfuncitem.user_properties.append(("looplab", line))
+    return True
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    failure = getattr(item, "_looplab_failure", None)
+    if failure is None or call.when != "call":
+        return
+    report = outcome.get_result()
+    if report.failed:
+        # one failure per test: the report's text, and a one-line message for junit
+        report.longrepr = _Failure(failure.summary, failure.text)
+
+
+class _Failure:
+    """A failing schedule's report: ``reprcrash.message`` is its one line (junit's
+    ``message``); the terminal shows the whole text."""
+
+    class _Crash:
+        def __init__(self, message):
+            self.message = message
+            self.path, self.lineno = "", 0
+
+    def __init__(self, summary: str, text: str):
+        self.reprcrash = self._Crash(summary)
+        self.text = text
+
+    def toterminal(self, tw) -> None:
+        for line in self.text.splitlines():
+            tw.line(line)
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @pytest.fixture
