@@ -69,8 +69,9 @@ def test_found_shrunk_replayed_from_the_file_alone_and_the_fix_proved(tmp_path):
     # the pending lines and the deciding choice, as the page prints them
     for line in re.findall(r"pending: Task-\d+ (\(\w+\): waits at \S+ in \w+)", out)[:3]:
         assert line in page, line
-    label = re.search(r">> step \d+: io-order 1/2  (read server \S+ <- peer \S+ -> task handle)",
-                      out).group(1)
+    # the deciding choice names the connection (its local role and the peer) and the task
+    label = re.search(r">> step \d+: io-order 1/2  ((?:read|write|event) (?:server|client) \S+ "
+                      r"(?:<-|->) peer \S+ -> task \w+)", out).group(1)
     assert label in page
     # replayed from the file alone, from another folder
     elsewhere = tmp_path / "elsewhere"
