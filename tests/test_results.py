@@ -405,6 +405,21 @@ def test_validate_reports_where_a_file_departs(tmp_path, capsys):
     assert "INVALID" in capsys.readouterr().out
 
 
+def test_one_rule_for_output_paths_missing_folders_are_made_when_written(tmp_path):
+    """Every verb's --out and --json: a missing folder on the way is made when the
+    first file is written there, and checking the path creates nothing, so a
+    command that stops before writing leaves no empty folder (faults included)."""
+    from bench.verbs import faults
+    nested = tmp_path / "a" / "b"
+    assert results.check_output(str(nested / "x.json"), "--json") == str(nested / "x.json")
+    results.check_output(str(nested / "out"), "--out", folder=True)
+    assert faults._json_path(str(nested / "f.json")) == str(nested / "f.json")
+    assert list(tmp_path.iterdir()) == []
+    results.write_json({"a": 1}, str(nested / "x.json"))
+    faults._write_json(str(nested / "c" / "f.json"), {"a": 1})
+    assert sorted(p.name for p in nested.iterdir()) == ["c", "x.json"]
+
+
 def test_outputs_are_checked_first_and_writes_leave_no_temp_files(tmp_path):
     with pytest.raises(Usage, match="cannot write"):
         results.check_output("/proc/looplab/x.json", "--out")

@@ -57,8 +57,8 @@ def default_out_dir() -> str:
 
 def check_outputs(out_dir: str | None = None, json_path: str | None = None) -> None:
     """Before the first cell: every output path can be written (UsageError if not).
-    The file first: checking the folder creates it, and a refused file must not
-    leave an empty folder behind."""
+    Checking creates nothing (``bench.results.check_output``): the folders are made
+    when the first file is written, so a run that stops before that leaves none."""
     if json_path:
         resmod.check_output(json_path, "--json")
     if out_dir:
@@ -68,22 +68,9 @@ def check_outputs(out_dir: str | None = None, json_path: str | None = None) -> N
 @contextlib.contextmanager
 def outputs_checked(out_dir: str | None, json_path: str | None):
     """``check_outputs``, then the block (the checks that must come after it, such as
-    building environments); if the block fails, the folders the check created are
-    removed again while still empty, so a failure leaves nothing behind."""
-    created = []
-    for path in (out_dir, os.path.dirname(os.path.abspath(json_path)) if json_path else None):
-        path = os.path.abspath(path) if path else None
-        while path and not os.path.exists(path):
-            created.append(path)
-            path = os.path.dirname(path)
+    building environments)."""
     check_outputs(out_dir, json_path)
-    try:
-        yield
-    except BaseException:
-        for path in created:                  # deepest first, each only if still empty
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
-        raise
+    yield
 
 
 def progress_printer(stream=None):

@@ -248,13 +248,13 @@ def _echo_run(args, mode: str, title: str, sizes, concurrency, preset: str | Non
     shard = _shard(args.shard)
     rts = _runtimes(args.runtimes)
     baseline = runtimes.parse(args.baseline or default_baseline()).spec
+    _check_outputs(args)      # a user's mistake before anything is built (the C client)
     rts, skipped = _available(rts)
     if not rts:
         return ExitCode.ENVIRONMENT
     client = _client(args.client)
     if client is None:
         return ExitCode.ENVIRONMENT
-    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     pinned = not args.no_pin
     if max(concurrency) > 400:
         warning = raise_nofile(2 * max(concurrency) + 256)[2]
@@ -335,10 +335,10 @@ def cmd_goals(args) -> ExitCode:
     if missing:
         print(f"looplab bench goals: --instructions: {missing}", file=sys.stderr)
         return ExitCode.ENVIRONMENT
+    _check_outputs(args)      # a user's mistake before anything is built (the C client)
     client = _client(args.client)
     if client is None:
         return ExitCode.ENVIRONMENT
-    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     pinned = not args.no_pin
     progress(f"looplab bench goals: echo 1 KiB x 10 on {len(GOAL_ECHO_RUNTIMES)} runtimes and "
              f"micro yield/spawn_join/pingpong on coro and curio, {args.repeat} round(s) each"
@@ -421,10 +421,10 @@ def cmd_micro(args) -> ExitCode:
             raise UsageError(f"unknown micro-benchmark {op!r}; valid: {', '.join(MICRO_OPS)}")
     shard = _shard(args.shard)
     rts = _runtimes(args.runtimes)
+    _check_outputs(args)      # checking creates nothing: an early exit leaves no folder
     rts, skipped = _available(rts)
     if not rts:
         return ExitCode.ENVIRONMENT
-    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     pinned = not args.no_pin
     units = results.shard([(op, rt) for op in ops for rt in rts if micro_supported(op, rt)], shard)
     progress(f"looplab bench micro: {len(units)} cells x {args.repeat} repeats, min time "
@@ -473,10 +473,10 @@ def cmd_idle(args) -> ExitCode:
     _at_least(args.connections, 1, "--connections", ">= 1")
     _at_least(args.repeat, 1, "--repeat", ">= 1")
     rts = _runtimes(args.runtimes)
+    _check_outputs(args)      # checking creates nothing: an early exit leaves no folder
     rts, skipped = _available(rts)
     if not rts:
         return ExitCode.ENVIRONMENT
-    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     n = args.connections
     soft, hard, warning = raise_nofile(n + 256)
     notes = [f"RLIMIT_NOFILE: soft {soft}, hard {hard}"]

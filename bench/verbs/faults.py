@@ -29,6 +29,7 @@ import time
 from bench.host import envs, procs
 from bench.peers import faults as faultpeers  # the faulty peers themselves
 from bench.errors import ExitCode, Unavailable, UsageError
+from bench import results as resmod
 from bench.results.tables import fmt, fmt_bytes, format_table
 
 __all__ = ["add_parser", "run", "ServedServer"]
@@ -312,21 +313,14 @@ def _faults_list(text: str | None, app: str) -> list[str]:
 
 
 def _json_path(path: str | None) -> str | None:
-    if path is None:
-        return None
-    full = os.path.abspath(path)
-    folder = os.path.dirname(full)
-    if os.path.isdir(full):
-        raise UsageError(f"--json {path!r} is a directory; give a file path")
-    if not os.path.isdir(folder):
-        raise UsageError(f"--json {path!r}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"--json {path!r}: folder {folder} is not writable")
-    return full
+    # the rule of every verb's output paths (bench.results.check_output): missing
+    # folders are created when the file is written; the check creates nothing
+    return None if path is None else resmod.check_output(path, "--json")
 
 
 def _write_json(path: str, doc: dict) -> None:
     """Atomic: a reader never sees half a file, an interrupted run leaves the old one."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".faults-", suffix=".json", dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "w") as f:
