@@ -358,3 +358,99 @@ def _with_func(parser, fn):
 
     parser.parse_args = parse_args
     return parser
+
+
+# ---------------------------------------------------------------------------
+# The edges a new user meets (issue #35): every mistake one line and exit 2,
+# every run that measured nothing a non-zero exit.
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    from bench import cli
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--runtimes", ""], ["run", "--runtimes", " , "], ["run", "--scenarios", ""],
+    ["run", "--scenarios", "S1", "--variants", ""], ["repro", "uvloop-631", "--runtimes", ""],
+    ["fidelity", "--runtimes", ""], ["bench", "micro", "--runtimes", ""],
+    ["list", "cells", "--runtimes", ""],
+])
+def test_an_empty_list_is_a_mistake_not_every_one(capsys, tmp_path, argv):
+    rc, out, err = _cli(capsys, *argv, *(["--out", str(tmp_path / "o")] if argv[0] == "run" else []))
+    assert rc == 2, err
+    assert "is empty" in err and err.count("\n") == 1 and err.startswith("looplab: ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_scenario_id_forgives_case_and_suggests_the_near_one(capsys):
+    rc, out, _ = _cli(capsys, "list", "cells", "--scenarios", "s1,S1", "--runtimes", "coro")
+    assert rc == 0 and out.split() == ["S1/coro/naive/quick", "S1/coro/fixed/quick"]
+    rc, _, err = _cli(capsys, "run", "--scenarios", "S11")
+    assert rc == 2 and "did you mean S1?" in err and err.count("\n") == 1
+
+
+def test_an_empty_matrix_says_why(capsys):
+    rc, _, err = _cli(capsys, "run", "--scenarios", "S2", "--runtimes", "coro,trio")
+    assert rc == 2 and err.count("\n") == 1
+    assert "S2 runs on the stream style" in err and "coro is task" in err
+
+
+def test_the_probes_hint_names_every_prefix(capsys):
+    from bench import fidelity
+    rc, _, err = _cli(capsys, "fidelity", "--probes", "nothing_like_this*")
+    assert rc == 2 and err.count("\n") == 1
+    for prefix in {name.split("_", 1)[0] + "_" for name in fidelity.PROBES}:
+        assert prefix in err, prefix
+
+
+def test_counts_agree_with_their_nouns(capsys, tmp_path):
+    from bench.results.tables import plural
+    assert [plural(n, "cell") for n in (0, 1, 2)] == ["0 cells", "1 cell", "2 cells"]
+    rc, out, err = _cli(capsys, "run", "--scenarios", "S2", "--runtimes", "hybrid", "--variants",
+                        "naive", "--preset", "tiny", "--net", "sim", "--out", str(tmp_path / "o"))
+    assert rc == 0, err
+    assert "looplab run: 1 cell\n" in err and re.search(r"\n1 note in ", out), out
+    assert not re.search(r"\b1 (cells|plots|notes)\b", out + err)
+
+
+def test_a_report_of_a_missing_file_leaves_no_folder(capsys, tmp_path):
+    rc, _, err = _cli(capsys, "report", str(tmp_path / "nosuch.json"), "--out", str(tmp_path / "rep"))
+    assert rc == 2 and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_where_every_cell_is_skipped_exits_non_zero(capsys, tmp_path):
+    """uvloop runs only on real sockets: on the simulated network every cell is
+    skipped, and a CI gate must not pass on nothing (README: exit 1)."""
+    for argv in (["run", "--scenarios", "S1", "--runtimes", "uvloop-streams"],
+                 ["run", "--scenarios", "S1", "--runtimes", "uvloop-streams", "--seeds", "2"],
+                 ["repro", "uvloop-631", "--runtimes", "uvloop-protocol"]):
+        rc, out, err = _cli(capsys, *argv, "--preset", "tiny", "--net", "sim",
+                            "--out", str(tmp_path / argv[0] / str(len(argv))))
+        assert rc == 1, (argv, err)
+        assert err.splitlines()[-1].startswith("looplab: no cell measured anything: all 2 cells skipped")
+
+
+NOT_MEASURED = '''
+from bench.scenarios.api import Metric, Scenario
+
+SCENARIO = Scenario(
+    id="NM1", title="never decides", summary="Its oracle never has evidence.",
+    run=lambda ctx: ({"done_count": 1}, {"ok": None}, []),
+    metrics=[Metric("done_count", None)], verdicts={"ok": "decided"},
+    presets={"tiny": {}})
+'''
+
+
+def test_not_measured_cells_exit_alike_in_run_and_in_seeds(capsys, tmp_path):
+    path = tmp_path / "nm.py"
+    path.write_text(NOT_MEASURED)
+    codes = []
+    for extra in ([], ["--net", "sim"], ["--net", "sim", "--seeds", "3"]):
+        rc, out, err = _cli(capsys, "run", "--scenario-file", str(path), "--runtimes", "coro",
+                            "--preset", "tiny", "--out", str(tmp_path / f"o{len(extra)}"), *extra)
+        codes.append(rc)
+        assert "not measured" in out + err
+    assert codes == [1, 1, 1]

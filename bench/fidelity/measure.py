@@ -97,7 +97,7 @@ def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
     asyncio runtime on another loop brings CPython's asyncio on the same
     interpreter (``grid_reference``)."""
     members, pairs = _members(), pairings()
-    if not text:
+    if text is None:
         named, explicit = list(members), False
     else:
         named = [rt.spec for rt in rtmod.parse_list(text)]
@@ -155,9 +155,16 @@ def select_probes(text: str | None) -> list[str]:
     pats = [p.strip() for p in text.split(",") if p.strip()]
     out = [n for n in probes if any(fnmatch.fnmatchcase(n, p) for p in pats)]
     if not out:
-        raise UsageError(f"no probe matches {text!r}; probe names start with cb_ (callback), "
-                         "st_/tk_ (streams and tasks) or co_ (coro), e.g. --probes 'co_*'")
+        # the hint lists the prefixes the registered probes have, so it cannot go stale
+        prefixes = dict.fromkeys(n.split("_", 1)[0] + "_" for n in probes)
+        hint = ", ".join(f"{p} ({_PREFIXES[p]})" if p in _PREFIXES else p for p in prefixes)
+        raise UsageError(f"no probe matches {text!r}; probe names start with {hint}, "
+                         "e.g. --probes 'co_*'")
     return out
+
+
+_PREFIXES = {"cb_": "callback", "st_": "streams", "tk_": "tasks", "co_": "coro",
+             "lp_": "asyncio loop conformance"}
 
 
 # ---------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from bench.report.htmldoc import (BENCH_KINDS, MID, NO, STAR, STATUSES, YES, Anc
                                   worst_status)
 from bench.report.svg import OURS_COLOUR, PALETTE, bar_chart, line_chart
 from bench.results import write_text
-from bench.results.tables import fmt
+from bench.results.tables import fmt, plural
 
 __all__ = ["write_html", "render_html", "cell_status", "STATUSES", "BENCH_KINDS"]
 
@@ -312,7 +312,7 @@ class _Page(BenchmarkSections, FidelitySections):
         notes = sorted({f"{c.get('runtime')} {c.get('variant')}{' ' + cell_net(c) if cell_net(c) else ''}: {n}"
                         for c in cells for n in c.get("notes") or []})
         if notes:
-            out.append(f'<details><summary>{len(notes)} notes</summary><ul>'
+            out.append(f'<details><summary>{plural(len(notes), "note")}</summary><ul>'
                        + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul></details>")
         out.append("</section>")
         return "".join(out)
@@ -471,7 +471,7 @@ class _Page(BenchmarkSections, FidelitySections):
         if cfg:
             out.append(f'<p>configuration: <code>{e(json.dumps(cfg, sort_keys=True, default=str))}</code></p>')
         out.append(f"<p>looplab {e(str(self.doc.get('looplab', '?')))}, results schema "
-                   f"{e(str(self.doc.get('schema', '?')))}, {len(self.cells)} cells.</p>")
+                   f"{e(str(self.doc.get('schema', '?')))}, {plural(len(self.cells), 'cell')}.</p>")
         links = []
         if self.out_dir is None or os.path.exists(os.path.join(self.out_dir, "results.json")):
             links.append('<a href="results.json">results.json</a> (every metric, sample and verdict)')
@@ -530,7 +530,7 @@ class _Page(BenchmarkSections, FidelitySections):
         body.append(f'<header><h1>{title}</h1><p class="lead">{len(self.scen)} scenario cells'
                     f'{" (" + e(summary) + ")" if summary else ""}'
                     f'{", " + str(len(self.bench)) + " benchmark cells" if self.bench else ""} on '
-                    f'{len({c.get("runtime") for c in self.cells})} runtimes.</p>'
+                    f'{plural(len({c.get("runtime") for c in self.cells}), "runtime")}.</p>'
                     f'<nav>{MID.join(nav)}</nav></header>')
         if incomplete_line(self.doc):
             body.append(f'<p class="no" id="incomplete"><strong>{e(incomplete_line(self.doc))}</strong></p>')

@@ -21,7 +21,7 @@ from bench import results as resmod
 from bench.results import tables
 from bench.report import html as htmlmod
 from bench.report.htmldoc import axis_key, cell_net, incomplete_line, net_rank, sim_note
-from bench.results.tables import MISSING, fmt, format_table
+from bench.results.tables import MISSING, fmt, format_table, plural
 
 from protocols.common import STYLES as STYLE_ORDER
 FIDELITY_HEADER = ["scenario", "variant", "ours", "reference", "primary", "same", "difference"]
@@ -181,7 +181,7 @@ def render_terminal(doc: dict, notes_in: str | None = None) -> str:
         parts.append("\nErrors:\n" + "\n".join("  " + e for e in errors))
     notes = _notes(doc["cells"])
     if notes and notes_in:
-        parts.append(f"\n{len(notes)} notes in {notes_in}")
+        parts.append(f"\n{plural(len(notes), 'note')} in {notes_in}")
     return "\n".join(parts)
 
 

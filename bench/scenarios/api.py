@@ -112,7 +112,7 @@ from bench.scenarios.properties import Property, always, eventually, observe, so
 __all__ = ["Scenario", "Metric", "Minimum", "Bars", "Job", "CellContext", "Outcome", "Served",
            "Ran", "APP", "STYLES", "UNITS", "CRASH_KEY", "NOT_MEASURED", "register", "get", "scenarios", "load_scenario_file",
            "load_plugins", "plugin_spec", "serve_app", "run_program", "AppProcess",
-           "abort_running", "Property", "always", "eventually", "sometimes", "observe"]
+           "abort_running", "Property", "always", "eventually", "sometimes", "observe", "resolve"]
 
 UNITS = {"_bytes": "bytes", "_Bps": "bytes/s", "_per_s": "1/s", "_s": "seconds",
          "_count": "count", "_fraction": "fraction"}
@@ -454,6 +454,22 @@ def get(sid: str) -> Scenario:
         return _REGISTRY[sid]
     except KeyError:
         raise UsageError(f"unknown scenario {sid!r}; valid scenarios: {', '.join(_REGISTRY)}") from None
+
+
+def resolve(name: str) -> str:
+    """The registered id a user meant by ``name``: itself, or the one id that
+    differs from it only in case (``s1`` is ``S1``); else a UsageError with the
+    closest ids as a did-you-mean."""
+    _ensure_builtin()
+    if name in _REGISTRY:
+        return name
+    same = [sid for sid in _REGISTRY if sid.lower() == name.lower()]
+    if len(same) == 1:
+        return same[0]
+    import difflib
+    close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise UsageError(f"unknown scenario {name!r}; {hint}valid scenarios: {', '.join(_REGISTRY)}")
 
 
 def _register_found(namespace: dict, before: set) -> int:

@@ -32,6 +32,7 @@ from bench.perf.goals import (GOAL_ECHO_RUNTIMES, ICOUNT_ECHO, ICOUNT_MICRO,
                               attach_instructions, budget_lines, count_instructions,
                               evaluate_goals, goal_runtimes, goals_table, icount_missing,
                               run_goals, unjudged_if_interrupted)
+from bench.results.tables import plural
 from bench.run.runner import default_out_dir
 from bench.perf.loadgen import CLIENT_KINDS, load_client
 from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
@@ -264,7 +265,7 @@ def _echo_run(args, mode: str, title: str, sizes, concurrency, preset: str | Non
     if not units:
         progress("this shard has no cells to measure")
     est = len(units) * args.repeat * (args.duration + args.warmup + 0.8)
-    progress(f"looplab bench {title}: {len(units)} cells x {args.repeat} repeats, "
+    progress(f"looplab bench {title}: {plural(len(units), 'cell')} x {plural(args.repeat, 'repeat')}, "
              f"~{est / 60:.1f} min; load client: {client[1]}")
     env = environment(client[1], pinned)      # before measuring: its load average is the start's
     cells, interrupted = _measure(run_echo_matrix, units, args.duration, args.warmup,
@@ -427,7 +428,7 @@ def cmd_micro(args) -> ExitCode:
         return ExitCode.ENVIRONMENT
     pinned = not args.no_pin
     units = results.shard([(op, rt) for op in ops for rt in rts if micro_supported(op, rt)], shard)
-    progress(f"looplab bench micro: {len(units)} cells x {args.repeat} repeats, min time "
+    progress(f"looplab bench micro: {plural(len(units), 'cell')} x {plural(args.repeat, 'repeat')}, min time "
              f"{args.min_time} s per run")
     env = environment(None, pinned)           # before measuring: its load average is the start's
     cells, interrupted = _measure(run_micro_matrix, units, args.repeat, args.min_time, pinned)

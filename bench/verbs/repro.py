@@ -25,8 +25,8 @@ from bench.scenarios import api as scmod
 from bench.run import seeds as simruns
 from bench.errors import ExitCode, UsageError
 from bench.run import describe as docmod
-from bench.run.runner import interrupted_line
-from bench.results.tables import fmt, format_table
+from bench.run.runner import interrupted_line, nothing_measured
+from bench.results.tables import fmt, format_table, plural
 from bench.verbs.common import add_net_options, positive_int
 from bench.zoo import versions as zoo_versions
 from bench import runtimes as rtmod
@@ -89,8 +89,8 @@ def knob_specs(knobs) -> list[str]:
 def _runtimes_for(e, text: str | None, knobs: list[str]) -> list:
     """The entry's runtimes: the named ones, or every available runtime of its styles,
     plus its option flips and the knob runtimes (those of its styles)."""
-    if text:
-        rts = rtmod.parse_list(text)
+    if text is not None:
+        rts = rtmod.parse_list(text)      # '' is a UsageError there, not "every runtime"
     else:
         rts = [r for r in rtmod.parse_list("all") if r.available()]
         rts += [rtmod.parse(f.spec) for f in e.flips]
@@ -412,7 +412,7 @@ def cmd_repro(args) -> int:
         # in the zoo the universe worth keeping is the one where the bug shows:
         # on a naive program it reproduces the report, on a fixed one it breaks the fix
         return simruns.explore_command(cells, args, out_dir, failing=_bug_shown)
-    print(f"looplab repro: {len(cells) + len(skipped)} cells ({cells[0].preset if cells else args.preset} "
+    print(f"looplab repro: {plural(len(cells) + len(skipped), 'cell')} ({cells[0].preset if cells else args.preset} "
           f"preset)", file=sys.stderr)
 
     base, versions = docmod.builder(planned), zoo.installed_versions()
@@ -461,7 +461,10 @@ def cmd_repro(args) -> int:
     errors = [f"{r['id']}: {e}" for r in results for e in r.get("errors", [])]
     for line in errors:
         print(f"error: {line}", file=sys.stderr)
-    return ExitCode.FAILED if errors else ExitCode.OK
+    empty = nothing_measured(results)
+    if empty:
+        print(empty, file=sys.stderr)
+    return ExitCode.FAILED if errors or empty else ExitCode.OK
 
 
 def add_parser(sub) -> None:
