@@ -78,7 +78,7 @@ def _failures(doc: dict) -> str:
              for r in doc.get("rows", []) if not r["survived"]]
     if doc.get("final_fds") is not None and doc["final_fds"] > doc["baseline_fds"]:
         lines.append(f"fds {doc['baseline_fds']} -> {doc['final_fds']}")
-    if doc.get("sigterm_exit") not in (0, None) or doc.get("stderr_traceback"):
+    if doc.get("sigterm_exit") not in (130, None) or doc.get("stderr_traceback"):
         lines.append(f"SIGTERM exit {doc.get('sigterm_exit')}, stderr: {doc.get('stderr_tail', '')[-500:]}")
     return "\n".join(lines)
 
@@ -134,7 +134,7 @@ def test_fault_matrix(app, rt, matrix_runs):
     assert doc, f"no JSON written (exit {rc})"
     assert rc == 0 and doc["ok"], f"{app} on {rt} did not survive:\n{_failures(doc)}"
     assert [r["fault"] for r in doc["rows"]] == list(faults.faultpeers.FAULTS)
-    assert doc["sigterm_exit"] == 0 and not doc["stderr_traceback"]
+    assert doc["sigterm_exit"] == 130 and not doc["stderr_traceback"]   # interrupted, cleanly
     assert doc["final_fds"] <= doc["baseline_fds"]
 
 
@@ -239,7 +239,7 @@ def test_stress_small(tmp_path):
     assert [r["runtime"] for r in doc["rows"]] == ["callback", "hybrid", "coro"]
     for row in doc["rows"]:
         assert row["held_count"] == 100 and row["mismatches_count"] == 0
-        assert row["min_round_trips_count"] > 0 and row["sigterm_exit"] == 0
+        assert row["min_round_trips_count"] > 0 and row["sigterm_exit"] == 130
 
 
 # ---------------------------------------------------------------------------

@@ -32,6 +32,10 @@ from bench.errors import ExitCode, Unavailable, UsageError
 from bench import results as resmod
 from bench.results.tables import fmt, fmt_bytes, format_table
 
+#: How ``looplab serve`` ends on SIGTERM when it stops cleanly: 130, interrupted,
+#: the exit code of every verb stopped by a signal (README, exit codes).
+SIGTERM_EXIT = ExitCode.INTERRUPTED
+
 __all__ = ["add_parser", "run", "ServedServer"]
 
 VERB_APPS = ("echo", "sink", "reqresp", "push", "proxy", "raw")
@@ -536,9 +540,9 @@ def _run_faults(args, plan, limits) -> ExitCode:
             tb = bool(_TRACEBACK.search(server.stderr_bytes()))
             doc.update(sigterm_exit=rc, stderr_traceback=tb, stderr_tail=server.stderr()[-2000:])
             verdicts.append(f"SIGTERM: exit {rc if rc is not None else 'none (killed after 10 s)'}"
-                            f"{'' if rc == 0 else ' -- expected 0'}")
+                            f"{'' if rc == SIGTERM_EXIT else f' -- expected {SIGTERM_EXIT}'}")
             verdicts.append("stderr: " + ("a TRACEBACK (see --json stderr_tail)" if tb else "no traceback"))
-            failed |= rc != 0 or tb
+            failed |= rc != SIGTERM_EXIT or tb
         what = f"{args.app}{'/' + args.variant if args.variant else ''} on " + \
             (doc.get("runtime") or doc["target"])
         print(f"looplab faults: {what}, {len(plan['faults'])} faults x {args.rounds} round(s)")
@@ -610,7 +614,7 @@ def _run_stress(args, plan) -> ExitCode:
                 rc = server.stop()
                 tb = bool(_TRACEBACK.search(server.stderr_bytes()))
                 res.update(sigterm_exit=rc, stderr_traceback=tb)
-                if rc != 0 or tb:
+                if rc != SIGTERM_EXIT or tb:
                     res["ok"] = False
                     res["errors"].append(f"SIGTERM exit {rc}" + (", traceback on stderr" if tb else ""))
             res.update(runtime=name, fd_growth_count=growth,
