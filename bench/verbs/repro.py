@@ -128,10 +128,13 @@ def _by_runtime(e, cells) -> dict:
     return by
 
 
-def summarize(zoo, e, cells: list[dict]) -> dict:
+def summarize(zoo, e, cells: list[dict], knobs=()) -> dict:
     """Per runtime spec: naive and fixed outcome; the lists the verdict line reads.
     The words are the real network's when it ran, else the simulated one's; with
-    both, each row also has ``sim`` and the summary says where the two differ."""
+    both, each row also has ``sim`` and the summary says where the two differ.
+    ``flips`` are the entry's declared option flips and the ``--knob`` runtimes
+    (``knobs``); every other runtime that ran -- a named spec with options too --
+    is in ``shown_on`` or ``not_shown_on``."""
     by = _by_runtime(e, cells)
     nets = sorted({n for v in by.values() for n in v}, key=("real", "sim").index)
     main = nets[0] if nets else "real"
@@ -144,16 +147,18 @@ def summarize(zoo, e, cells: list[dict]) -> dict:
         if len(nets) > 1:
             rows[spec]["sim"] = words.get("sim", {"naive": "n/a", "fixed": "n/a"})
     flips = {f.spec: f for f in e.flips}
-    defaults = [s for s in rows if ":" not in s]
+    knobbed = set(flips) | set(knobs)
+    defaults = [s for s in rows if s not in knobbed]
     out = {
         "id": e.id, "net": "both" if len(nets) > 1 else main, "rows": rows,
         "shown_on": [s for s in defaults if rows[s]["naive"] == "shown"],
         "not_shown_on": [s for s in defaults if rows[s]["naive"] == "not shown"],
+        "unmeasured_on": [s for s in defaults if rows[s]["naive"] in ("not measured", "error")],
         "skipped_on": [s for s in rows if rows[s]["naive"] == "skipped"],
         "fix_failed_on": [s for s in rows if rows[s]["fixed"] == "shown"],
         "flips": [{"runtime": s, "naive": rows[s]["naive"], "expected_shown": flips[s].shows
                    if s in flips else None, "meaning": flips[s].meaning if s in flips else "--knob"}
-                  for s in rows if ":" in s],
+                  for s in rows if s in knobbed],
         "needs": e.needs, "installed": zoo.affected_note(e),
     }
     if "sim" in nets and e.sim_skip():
@@ -170,8 +175,13 @@ def summarize(zoo, e, cells: list[dict]) -> dict:
 def verdict_line(s: dict) -> str:
     if s.get("net") == "sim" and s.get("sim_skipped"):
         return f"not run: {s['sim_skipped']}"
-    parts = [f"shown on: {', '.join(s['shown_on']) or 'none'}",
-             f"not shown on: {', '.join(s['not_shown_on']) or 'none'}"]
+    # what was shown where: an empty list is left out (a run of option flips only
+    # says just those)
+    parts = [f"{label}: {', '.join(s[key])}" for label, key in
+             (("shown on", "shown_on"), ("not shown on", "not_shown_on"),
+              ("not measured (or an error) on", "unmeasured_on")) if s.get(key)]
+    if not parts and not s["flips"] and not s.get("skipped_on"):
+        parts = ["shown on: none"]
     if s["flips"]:
         parts.append("option flips: " + ", ".join(f"{f['runtime']} -> {f['naive']}" for f in s["flips"]))
     if s["fix_failed_on"]:
@@ -189,7 +199,7 @@ def verdict_line(s: dict) -> str:
         if sim["skipped_on"]:
             text += f", skipped on {', '.join(sim['skipped_on'])}"
         parts.append(text)
-    elif s.get("net") == "sim":
+    elif s.get("net") == "sim" and parts:
         parts[0] = "on the simulated network: " + parts[0]
     return "; ".join(parts)
 
@@ -371,7 +381,7 @@ def cmd_repro(args) -> int:
         print(f"\n{len(rows)} bugs. `looplab repro BUG` runs one; `looplab repro --all --out DIR` "
               "runs them all into a report folder.")
         return ExitCode.OK
-    version_plans = {}
+    version_plans, knobs = {}, []
     if args.faults and not args.seeds:
         raise UsageError("--faults draws faults for each seed: give it with --seeds")
     if args.replay:
@@ -419,7 +429,7 @@ def cmd_repro(args) -> int:
 
     def document(results, incomplete):
         doc = base(results, incomplete)
-        bugs = [summarize(zoo, e, results) for e in entries]
+        bugs = [summarize(zoo, e, results, knobs) for e in entries]
         for sm, e in zip(bugs, entries):
             if e.id in version_plans:
                 sm["versions"] = zoo_versions.summarize(e, version_plans[e.id], results)
