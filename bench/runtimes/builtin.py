@@ -297,6 +297,12 @@ for _info in (
     RuntimeInfo("uvloop-protocol", "callback", f"{_AIO}:UvloopCallbackPort",
                 asyncio_options("uvloop-protocol", loop=False), requires=("uvloop",),
                 fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, **_REFERENCE),
+                differences={"reset": Difference(
+                    "connection_lost(ConnectionError); write after: no error; "
+                    "once it returned: RuntimeError",
+                    "uvloop closes its transport once connection_lost returned, and its "
+                    "write() raises RuntimeError where asyncio drops the bytes (uvloop 0.23; "
+                    "the same as uvloop-streams)")},
                 library="uvloop", probe_side=f"{_SIDES}.callback:UvloopCallbackSide",
                 tracing=_NO_CALLBACK_HOOK,
                 summary="uvloop, Protocol/Transport", **_UVLOOP_REAL_ONLY),
