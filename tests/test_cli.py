@@ -454,3 +454,22 @@ def test_not_measured_cells_exit_alike_in_run_and_in_seeds(capsys, tmp_path):
         codes.append(rc)
         assert "not measured" in out + err
     assert codes == [1, 1, 1]
+
+
+@pytest.mark.parametrize("loop, words", [
+    ("rloopx", "unknown loop 'rloopx' (did you mean rloop?)"),
+    ("nonexistent:thing", "no module 'nonexistent' can be imported"),
+])
+@pytest.mark.parametrize("at", ["", "@3.12"])
+def test_a_misspelt_loop_is_a_mistake_before_any_environment_is_built(monkeypatch, capsys, loop,
+                                                                        words, at):
+    from bench.host import envs
+
+    def build(*a, **kw):
+        raise AssertionError("an environment was built for a misspelt loop")
+    monkeypatch.setattr(envs, "build", build)
+    for argv in (["fidelity", "--runtimes"], ["run", "--scenarios", "S1", "--runtimes"],
+                 ["bench", "--runtimes"], ["serve", "echo", "--runtime"]):
+        rc, _, err = _cli(capsys, *argv, f"asyncio-streams{at}:loop={loop}")
+        assert rc == 2, (argv, err)
+        assert words in err and err.count("\n") == 1, err

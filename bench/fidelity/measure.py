@@ -100,7 +100,11 @@ def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
     if text is None:
         named, explicit = list(members), False
     else:
-        named = [rt.spec for rt in rtmod.parse_list(text)]
+        parsed = rtmod.parse_list(text)
+        from bench.host import envs
+        for rt in parsed:           # a misspelt loop is a mistake before any reference's build
+            envs.check_loop(rt)
+        named = [rt.spec for rt in parsed]
         bad = [t for t in named if t not in members and not _grid_spec(t)]
         if bad or not named:
             raise UsageError(f"unknown runtime {(bad or [text])[0]!r} for fidelity; "

@@ -300,10 +300,32 @@ def build(it: Interpreter, reqs: tuple) -> Env:
     return env
 
 
+def check_loop(rt) -> None:
+    """A ``loop=MODULE:FACTORY`` whose module cannot be found -- installed, on
+    PYTHONPATH or in the current folder -- is a user's mistake: one UsageError,
+    before any environment is built for it (a bare name that is no known loop is
+    refused when the spec is parsed)."""
+    import importlib.machinery
+    import importlib.util
+    loop = rt.loop
+    if not isinstance(loop, str) or ":" not in loop:
+        return
+    top = loop.partition(":")[0].split(".")[0]
+    try:
+        found = importlib.util.find_spec(top) is not None or \
+            importlib.machinery.PathFinder.find_spec(top, [os.getcwd()]) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise UsageError(f"runtime {rt.spec}: loop {loop!r}: no module {top!r} can be imported "
+                         "(a loop of your own must be installed, on PYTHONPATH or in this folder)")
+
+
 def ensure(rt) -> Env | None:
     """The built environment runtime ``rt`` runs in; None for no ``@`` (looplab's own)."""
     if isinstance(rt, str):
         rt = rtmod.parse(rt)
+    check_loop(rt)
     if rt.interpreter is None:
         return None
     reqs = requirements(rt)
@@ -324,6 +346,8 @@ def prepare(rts) -> None:
     """Before a run: find every interpreter and build every missing environment,
     so a failure is one line before anything is measured. Eager tasks before
     3.12 are refused here too."""
+    for rt in rts:
+        check_loop(rt)
     for rt in rts:
         env = ensure(rt)
         version = env.interpreter.version if env else platform.python_version()
@@ -356,7 +380,9 @@ def describe(rt) -> dict:
 def unavailable_reason(rt) -> str | None:
     """Why runtime ``rt`` cannot run where its spec says, or None: a runtime bound to
     another interpreter (``@``) is asked in that interpreter (built first, if need
-    be); any other is ``rt.unavailable_reason()``, here."""
+    be); any other is ``rt.unavailable_reason()``, here. A loop that names no
+    module to import is a UsageError (``check_loop``), not a reason."""
+    check_loop(rt)
     if rt.interpreter is None or _inside_env():
         return rt.unavailable_reason()
     try:

@@ -102,7 +102,10 @@ def _shard(text: str | None) -> str | None:
 
 
 def _runtimes(text: str | None, default=None) -> list:
-    return runtimes.parse_list(text, default)        # an unknown name: UsageError
+    rts = runtimes.parse_list(text, default)        # an unknown name: UsageError
+    for rt in rts:
+        envs.check_loop(rt)                          # a loop=MODULE:FACTORY to import: too
+    return rts
 
 
 # ---------------------------------------------------------------------------
