@@ -473,3 +473,35 @@ def test_a_misspelt_loop_is_a_mistake_before_any_environment_is_built(monkeypatc
         rc, _, err = _cli(capsys, *argv, f"asyncio-streams{at}:loop={loop}")
         assert rc == 2, (argv, err)
         assert words in err and err.count("\n") == 1, err
+
+
+RAISES_IN_RUN = '''
+from bench.scenarios.api import Metric, Scenario
+
+
+def run(ctx):
+    got = {}
+    return ({"done_count": got["user_buffer_peak_bytes"]}, {"ok": True}, [])
+
+
+SCENARIO = Scenario(
+    id="RR1", title="raises in run", summary="Its run raises.", run=run,
+    metrics=[Metric("done_count", None)], verdicts={"ok": "decided"}, presets={"tiny": {}})
+'''
+
+
+def test_an_exception_in_a_scenarios_run_says_where(capsys, tmp_path):
+    """As an error of the cell program does: file.py:LINE in function, in the terminal,
+    report.md and results.json."""
+    import json
+    path = tmp_path / "rr.py"
+    path.write_text(RAISES_IN_RUN)
+    out = tmp_path / "o"
+    rc, stdout, err = _cli(capsys, "run", "--scenario-file", str(path), "--runtimes", "coro",
+                           "--preset", "tiny", "--net", "sim", "--out", str(out))
+    where = "KeyError: 'user_buffer_peak_bytes' (at rr.py:7 in run)"
+    assert rc == 1
+    assert where in stdout
+    assert where in (out / "report.md").read_text()
+    (cell,) = json.loads((out / "results.json").read_text())["cells"]
+    assert cell["errors"] == [where]

@@ -16,6 +16,7 @@ import os
 import statistics
 import time
 
+from bench.errors import one_line
 from bench.scenarios import api as scmod
 from bench.run.net import network_of
 
@@ -95,7 +96,7 @@ def run_cell(cell, trace_path: str | None = None) -> dict:
                     ctx_notes, ctx_params, peers_seen = ctx.notes, ctx.params, ctx.peers_seen
                     del ctx           # inside the network's repeat (a sim cell's heap)
         except Exception as exc:      # a crashing cell is a result, not the end of the matrix
-            result["errors"].append(f"{type(exc).__name__}: {exc}")
+            result["errors"].append(one_line(exc))     # with where: file.py:LINE in function
         if out is None:
             continue
         # The scenario's evidence rule: too little activity, a missing deciding metric or
