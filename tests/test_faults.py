@@ -192,7 +192,7 @@ def test_coro_echo_passes_the_default_faults(capsys):
                 "--quiet"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert "every fault survived" in out and "SIGTERM: exit 0" in out
+    assert "every fault survived" in out and "SIGTERM: exit 130" in out
 
 
 @pytest.mark.timeout(60)
@@ -203,7 +203,7 @@ def test_own_server_with_pid(tmp_path, capsys):
         rc = _verb(["%s:%d" % srv.address, "--app", "reqresp", "--pid", srv.pid,
                     "--faults", "garbage,long-line,half-close", "--hold", "0.2", "--quiet"])
     finally:
-        assert srv.stop() == 0
+        assert srv.stop() == 130      # stopped by SIGTERM: interrupted
         srv.close()
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -223,7 +223,7 @@ def test_own_proxy_with_upstream(capsys):
         rc = _verb(["%s:%d" % srv.address, "--app", "proxy", "--upstream", up, "--pid", srv.pid,
                     "--faults", "reset,half-close,burst", "--burst", "20", "--quiet"])
     finally:
-        assert srv.stop() == 0
+        assert srv.stop() == 130      # stopped by SIGTERM: interrupted
         srv.close()
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -319,3 +319,26 @@ def test_json_write_is_atomic(tmp_path):
     faults._write_json(str(path), {"a": 1})
     assert json.loads(path.read_text()) == {"a": 1}
     assert os.listdir(tmp_path) == ["r.json"]
+
+
+@pytest.mark.timeout(90)
+def test_the_peak_during_a_stall_tells_a_server_without_backpressure(tmp_path):
+    """``--faults stall --pid PID``: the callback echo queues what it cannot send (no
+    backpressure on its naive variant) and frees it on the reset, so its RSS after
+    settling is flat; its peak during the fault is megabytes. coro's send_all blocks:
+    no such peak."""
+    peaks = {}
+    for rt in ("callback", "coro"):
+        srv = faults.ServedServer("echo", rt)
+        out = tmp_path / f"{rt}.json"
+        try:
+            rc = _verb(["%s:%d" % srv.address, "--app", "echo", "--pid", srv.pid,
+                        "--faults", "stall", "--hold", "0.5", "--json", out, "--quiet"])
+        finally:
+            srv.stop()
+            srv.close()
+        assert rc == 0
+        (row,) = json.loads(out.read_text())["rows"]
+        peaks[rt] = row["rss_peak_bytes"]
+        assert row["rss_growth_bytes"] < 1_000_000, row      # settled: nothing to see there
+    assert peaks["callback"] > 2_000_000 > peaks["coro"], peaks
