@@ -505,3 +505,26 @@ def test_an_exception_in_a_scenarios_run_says_where(capsys, tmp_path):
     assert where in (out / "report.md").read_text()
     (cell,) = json.loads((out / "results.json").read_text())["cells"]
     assert cell["errors"] == [where]
+
+
+def test_a_re_used_out_folder_keeps_no_stale_plots(tmp_path):
+    """Re-using --out replaces the earlier report: the plots it wrote and this run
+    does not are removed (also from a folder written before the manifest); a file of
+    the user's in the folder is never touched."""
+    from bench.report.render import MANIFEST
+    out = tmp_path / "o"
+
+    def run(sid):          # a process of its own: matplotlib keeps its fonts open
+        r = _looplab("run", "--scenarios", sid, "--runtimes", "hybrid", "--variants", "naive",
+                     "--preset", "tiny", "--net", "sim", "--out", str(out), timeout=120)
+        assert r.returncode == 0, r.stderr
+        return {p.name for p in out.glob("*.png")}
+    first = run("S1")
+    assert first and all(n.startswith("s1") for n in first)
+    (out / "mine.png").write_bytes(b"the user's")
+    second = run("S2")
+    assert second and not any(n.startswith("s1") for n in second)
+    assert {p.name for p in out.glob("*.png")} == second | {"mine.png"}
+    (out / MANIFEST).unlink()                  # a folder from before the manifest
+    assert run("S1") == first | {"mine.png"}
+    assert {p.name for p in out.glob("*.png")} == first | {"mine.png"}
