@@ -173,7 +173,7 @@ class _Page(BenchmarkSections, FidelitySections):
                 names = [n for n in m if n.endswith("_bytes") and ("buffer" in n or "queue" in n) and is_number(m[n])]
                 if names:
                     best = max(sorted(names), key=lambda n: m[n])
-                    return fmt(best, m[best])
+                    return fmt(best, m[best]) + (" in the app's own queue" if app_queue(c) else "")
                 for n in ("in_flight_at_end_bytes", "rss_growth_bytes"):
                     if is_number(m.get(n)):
                         return fmt(n, m[n])
@@ -196,6 +196,24 @@ class _Page(BenchmarkSections, FidelitySections):
             return any((metrics.get(m, {}).get("unit"), metrics.get(m, {}).get("direction")) in want
                        for m in (info.get("decided_by") or {}).get(name, ()))
 
+        grow = {("bytes", "lower"), ("count", "lower")}
+
+        def app_queue(c) -> bool:
+            """Whether ``c``'s unbounded backlog is the app's own queue, not the
+            runtime's buffer: the largest of the metrics deciding its failing bounded
+            verdicts is one its scenario declares the app's (``Metric.owner``)."""
+            info = self.info.get(c.get("scenario")) or {}
+            declared, m = info.get("metrics") or {}, c.get("metrics") or {}
+            deciding = [n for v, ok in (c.get("verdicts") or {}).items() if ok is False
+                        and answers_it(c.get("scenario"), v, grow)
+                        for n in (info.get("decided_by") or {}).get(v, ())
+                        if (declared.get(n, {}).get("unit"), declared.get(n, {}).get("direction"))
+                        in grow and is_number(m.get(n))]
+            if not deciding:
+                return False
+            top = max(sorted(deciding), key=lambda n: m[n])
+            return declared.get(top, {}).get("owner") == "app"
+
         def question(want, kind, none_text, legend):
             found = {}
             for c in self.scen:
@@ -207,7 +225,7 @@ class _Page(BenchmarkSections, FidelitySections):
                     found.setdefault((c.get("scenario"), c.get("variant")), ([], []))[1 if holds else 0].append(c)
             if not found:
                 return f'<p class="muted">{none_text}</p>'
-            rows, clean, bad_rts, seen = [], [], set(), set()
+            rows, clean, bad_rts, app_rts, seen = [], [], set(), set(), set()
             for (sid, variant), (failing, holding) in sorted(
                     found.items(), key=lambda kv: (scenario_order(kv[0][0]),
                                                    variant_index(self.info[kv[0][0]]["variants"], kv[0][1]))):
@@ -217,18 +235,23 @@ class _Page(BenchmarkSections, FidelitySections):
                     clean.append(link)
                     continue
                 order = {s: i for i, s in enumerate(self.rts.ordered(c["runtime"] for c in failing + holding))}
-                bad_rts.update(c["runtime"] for c in failing)
+                for c in failing:       # an app's own queue is not the runtime's buffer
+                    (app_rts if kind == "grow" and app_queue(c) else bad_rts).add(c["runtime"])
                 fails = ", ".join(self.label(c) + (
                     f' <span class="muted">{e(witness(c, kind))}</span>' if witness(c, kind) else "")
                     for c in sorted(failing, key=lambda c: (order[c["runtime"]], net_rank(c))))
                 holds = ", ".join(self.label(c) for c in sorted(
                     holding, key=lambda c: (order[c["runtime"]], net_rank(c)))) or "none"
                 rows.append([link, fails, holds])
-            never = [s for s in self.rts.ordered(seen) if s not in bad_rts]
+            app_rts -= bad_rts
+            never = [s for s in self.rts.ordered(seen) if s not in bad_rts and s not in app_rts]
             out = ("<p>" + (f"{NO} somewhere: " + ", ".join(rt_label(self.rts, s) for s in self.rts.ordered(bad_rts))
                             if bad_rts else "No runtime fails.")
+                   + (". Only the app's own queue grew (the app's policy, not the runtime's "
+                      "buffer): " + ", ".join(rt_label(self.rts, s) for s in self.rts.ordered(app_rts))
+                      if app_rts else "")
                    + (f". {YES} everywhere it ran: " + ", ".join(rt_label(self.rts, s) for s in never)
-                      if never and bad_rts else "") + ".</p>")
+                      if never and (bad_rts or app_rts) else "") + ".</p>")
             if rows:
                 out += html_table(["cell", f"{NO} fails", f"{YES} holds"], rows, cls="data answer", caption=legend)
             if clean:
@@ -239,10 +262,11 @@ class _Page(BenchmarkSections, FidelitySections):
             '<div class="answers"><h2 id="answers">The three questions</h2>',
             "<h3>Which runtimes let the buffer grow without bound?</h3>",
             # a buffer or backlog that should stay low: bytes or a count, lower is better
-            question({("bytes", "lower"), ("count", "lower")}, "grow",
+            question(grow, "grow",
                      "No scenario with a bounded verdict in this run (S1, S5 and S6 answer it).",
                      "the bounded verdict: user-space buffer (or queue, or memory) within its limit; "
-                     "after a failing runtime, its largest user-space buffer or queue"),
+                     "after a failing runtime, its largest user-space buffer or queue (a queue "
+                     "the app keeps by its own policy is said to be the app's)"),
             "<h3>Which lose data at shutdown?</h3>",
             # bytes that should arrive: higher is better
             question({("bytes", "higher")}, "loss",

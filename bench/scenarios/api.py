@@ -147,6 +147,10 @@ class Metric:
     # The most this cell could physically produce, from its parameters (a function of
     # ``ctx.params``, or a number): a value above it is an error, not a figure.
     ceiling: Callable | float | None = None
+    # Whose memory a buffer or queue metric is: ``"app"`` for a queue the app under
+    # test keeps by its own policy (S6's unbounded mailbox), not the runtime's buffer;
+    # the report's answers count it against the app, not the runtime. None: the runtime's.
+    owner: str | None = None
 
     def __post_init__(self):
         if self.unit is None:
@@ -166,11 +170,16 @@ class Metric:
             return f"metric {self.name!r}: direction must be 'lower', 'higher' or None"
         if self.direction is not None and self.unit in KINDS:
             return f"metric {self.name!r}: a {self.unit} has no direction"
+        if self.owner not in (None, "app"):
+            return f"metric {self.name!r}: owner must be 'app' or None (the runtime's)"
         return None
 
     def describe(self) -> dict:
-        return {"unit": self.unit, "direction": self.direction, "label": self.label,
-                "timing": self.timing}
+        out = {"unit": self.unit, "direction": self.direction, "label": self.label,
+               "timing": self.timing}
+        if self.owner:
+            out["owner"] = self.owner
+        return out
 
 
 def _value_of(bound, params):
