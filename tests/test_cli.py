@@ -528,3 +528,61 @@ def test_a_re_used_out_folder_keeps_no_stale_plots(tmp_path):
     (out / MANIFEST).unlink()                  # a folder from before the manifest
     assert run("S1") == first | {"mine.png"}
     assert {p.name for p in out.glob("*.png")} == first | {"mine.png"}
+
+
+NEVER_RETRIEVED = '''
+from bench import peers
+from bench.scenarios.api import Metric, Scenario, run_program
+
+
+async def handle(port, host, tcp_port):
+    reader, writer = await port.open_connection(host, tcp_port)
+    while True:
+        writer.write(b"x" * 65536)
+        await writer.drain()          # raises on the reset; nobody awaits the task
+
+
+async def main(port, job):
+    port.create_task(handle(port, *job.peer("reset")))
+    await port.sleep(0.5)
+
+
+def program(job):
+    port = job.runtime.open()
+    try:
+        port.run(main, job)
+    finally:
+        port.close()
+    return {}
+
+
+def run(ctx):
+    ran = run_program(ctx, peers=[peers.reset_peer(name="reset", listen="127.0.0.1:0",
+                                                   after_bytes=100_000)], max_s=3)
+    return ({"got_bytes": ran.peers["reset"]["received_bytes"]}, {"ok": True}, [])
+
+
+SCENARIO = Scenario(
+    id="NR1", title="a task that raises, never awaited", summary="It raises. Who hears of it?",
+    run=run, programs={"stream": program}, styles=("stream",),
+    metrics=[Metric("got_bytes", "higher")], verdicts={"ok": "ran"}, presets={"tiny": {}})
+'''
+
+
+def test_what_a_simulated_app_writes_is_its_own_not_the_progress_output(capsys, tmp_path):
+    """Under --net sim the app runs in looplab's process: a task's late "exception was
+    never retrieved" (when its world is collected) goes to the cell's notes, as it
+    stays in the app process on real sockets, never between the progress lines."""
+    import json
+    path = tmp_path / "nr.py"
+    path.write_text(NEVER_RETRIEVED)
+    out = tmp_path / "o"
+    rc, stdout, err = _cli(capsys, "run", "--scenario-file", str(path), "--runtimes",
+                           "hybrid,asyncio-streams", "--preset", "tiny", "--net", "sim",
+                           "--out", str(out))
+    assert rc == 0, err
+    assert "never retrieved" not in err + stdout
+    assert [ln for ln in err.splitlines() if not ln.startswith("[")] == ["looplab run: 2 cells"]
+    for cell in json.loads((out / "results.json").read_text())["cells"]:
+        assert any(n.startswith("the app wrote: ") and "exception was never retrieved" in n
+                   for n in cell["notes"]), cell
