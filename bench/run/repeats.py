@@ -103,6 +103,9 @@ def run_cell(cell, trace_path: str | None = None) -> dict:
         # an impossible figure makes the verdicts "not measured" and adds the error.
         metrics, verdicts, problems = sc.judge(ctx_params, out.metrics, out.verdicts, peers_seen)
         result["errors"] += [e for e in problems if e not in result["errors"]]
+        # a peer the app never served because it was gone: the verdicts stand, the cause
+        # goes beside them
+        ctx_notes = list(ctx_notes) + sc.app_gone_notes(peers_seen)
         metrics["cell_wall_s"] = round(time.monotonic() - t0, 3)
         metrics.update(net.metrics(seen, c0))
         if out.series and "series" not in result:

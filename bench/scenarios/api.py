@@ -363,7 +363,10 @@ class Scenario:
         A verdict is True (holds), False (fails) or None (not measured): None when
         its oracle returned None, when a metric in its ``decided_by`` is missing,
         or when the cell fell short of a ``minimum`` or one of its peers
-        (``peers_seen``) never got its connection (then every verdict is None).
+        (``peers_seen``) never got its connection (then every verdict is None) --
+        unless the app was gone by then (the peer's ``app_gone``: it exited, stopped
+        accepting or ended while the peer waited): that is a finding, and the
+        oracle's verdicts stand (``app_gone_notes`` says why, for the cell's notes).
         A metric above its ``ceiling`` is an error and is dropped, not reported.
         Each verdict not measured adds an error saying what was missing."""
         metrics, errors = dict(metrics), []
@@ -377,8 +380,11 @@ class Scenario:
                               "cell could produce; not kept")
                 metrics[m.name] = None
         out = {k: (None if v is None else bool(v)) for k, v in verdicts.items()}
+        # A peer the app never served because the app was gone (``app_gone``: it had
+        # exited, stopped accepting or ended) is the measurement, not missing evidence.
         short = [f"peer {name!r} never got its connection"
-                 for name, res in (peers_seen or {}).items() if not res.get("connected")]
+                 for name, res in (peers_seen or {}).items()
+                 if not res.get("connected") and not res.get("app_gone")]
         short += [s for s in (m.shortfall(metrics, params) for m in self.minimum) if s]
         if short:
             errors.append(f"{NOT_MEASURED}: too little activity: {'; '.join(short)}")
@@ -392,6 +398,13 @@ class Scenario:
             elif value is None:
                 errors.append(f"{NOT_MEASURED}: the oracle of {name} had no evidence to decide")
         return metrics, out, errors
+
+    @staticmethod
+    def app_gone_notes(peers_seen: Mapping | None) -> list[str]:
+        """The cause, per peer the app never served because it was gone."""
+        return [f"peer {name!r} never got its connection: {res['app_gone']}"
+                for name, res in (peers_seen or {}).items()
+                if not res.get("connected") and res.get("app_gone")]
 
     def program_for(self, runtime) -> Callable:
         """The program for ``runtime``: by its id, else its style, else ``"*"``."""
