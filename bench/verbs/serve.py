@@ -104,9 +104,12 @@ def cmd_serve(args) -> int:
     finally:
         port_obj.close()
         sock.close()
-    # stopped by SIGINT or SIGTERM: 130, as every verb (README, exit codes); the
-    # one-shot proxy that ended by itself after its connection: 0
-    return ExitCode.INTERRUPTED if interrupted else ExitCode.OK
+    # stopped by SIGINT or SIGTERM: 130 and one line, as every verb (README, exit
+    # codes); the one-shot proxy that ended by itself after its connection: 0
+    if interrupted:
+        print(f"looplab: interrupted: the {args.app} server on {h}:{p} stopped", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    return ExitCode.OK
 
 
 def add_parser(sub) -> None:
