@@ -167,7 +167,7 @@ def select_probes(text: str | None) -> list[str]:
     return out
 
 
-_PREFIXES = {"cb_": "callback", "st_": "streams", "tk_": "tasks", "co_": "coro",
+_PREFIXES = {"cb_": "callback", "st_": "streams", "tk_": "tasks", "co_": "the coro kernel",
              "lp_": "asyncio loop conformance"}
 
 
