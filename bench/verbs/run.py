@@ -221,6 +221,7 @@ def cmd_main_job(args) -> int:
 def cmd_trace(args) -> int:
     """Run one server cell with tracing on and write Chrome trace-event JSON."""
     load_plugins(args)
+    args.scenario = scmod.resolve(args.scenario)        # s1 is S1, as in run
     traceable = [sid for sid, sc in scmod.scenarios().items() if sc.traceable]
     if args.scenario not in traceable:
         raise UsageError(f"trace works on the server scenarios {', '.join(traceable)}, "
