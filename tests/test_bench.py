@@ -443,7 +443,11 @@ def _bad_outputs(tmp_path):
 
 
 @pytest.mark.parametrize("sub", [[], ["matrix"], ["goals"], ["micro"], ["idle"], ["curve"]])
-def test_bad_output_paths_exit_2_before_measuring(sub, nothing_starts, tmp_path, capsys):
+def test_bad_output_paths_exit_2_before_measuring(sub, nothing_starts, tmp_path, capsys,
+                                                  monkeypatch, tmp_path_factory):
+    # a machine whose cache holds no compiled C client yet: the paths are checked
+    # before the client is built (building it starts the compiler)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("empty-cache")))
     for option, path, message in _bad_outputs(tmp_path):
         before = sorted(os.listdir(tmp_path))
         rc = looplab_cli.main(["bench", *sub, option, path])

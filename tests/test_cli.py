@@ -79,7 +79,7 @@ def test_echo_through_serve_is_byte_exact(runtime):
             t.join(30)
         rc, err = srv.stop()
     assert results == [True] * 8
-    assert rc == 0, err
+    assert rc == 130, err        # stopped by a signal: interrupted (README, exit codes)
 
 
 def test_proxy_relays_one_connection_then_exits(runtime):
@@ -123,7 +123,7 @@ def test_proxy_upstream_by_name_is_resolved_up_front():
                         "--upstream", "localhost:%d" % upstream.addr[1]) as proxy:
                 assert _roundtrip(proxy.addr, _payload(64 * 1024), timeout=10) == _payload(64 * 1024)
                 rc, err = proxy.stop()
-                assert rc == 0, err
+                assert rc == 130, err
 
 
 def test_two_way_proxy_echoes_through_upstream(runtime):
@@ -132,7 +132,7 @@ def test_two_way_proxy_echoes_through_upstream(runtime):
                     "--upstream", "%s:%d" % upstream.addr) as proxy:
             assert _roundtrip(proxy.addr, _payload(512 * 1024)) == _payload(512 * 1024)
             rc, err = proxy.stop()
-            assert rc == 0, err
+            assert rc == 130, err
 
 
 def test_upstream_refused_is_one_line_and_server_survives(runtime):
@@ -150,7 +150,7 @@ def test_upstream_refused_is_one_line_and_server_survives(runtime):
                     pass
         assert srv.proc.poll() is None, "a refused upstream must not end the server"
         rc, err = srv.stop()
-    assert rc == 0
+    assert rc == 130
     lines = [ln for ln in err.splitlines() if "upstream" in ln]
     assert lines and "Traceback" not in err
 
@@ -262,7 +262,7 @@ def test_malformed_input_closes_that_connection_only(runtime, app, extra, garbag
             bad.close()
         assert srv.proc.poll() is None, "a malformed peer must not end the server"
         rc, err = srv.stop()
-    assert rc == 0
+    assert rc == 130
     assert "protocol error" in err and "Traceback" not in err
 
 
@@ -358,3 +358,422 @@ def _with_func(parser, fn):
 
     parser.parse_args = parse_args
     return parser
+
+
+# ---------------------------------------------------------------------------
+# The edges a new user meets (issue #35): every mistake one line and exit 2,
+# every run that measured nothing a non-zero exit.
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    from bench import cli
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--runtimes", ""], ["run", "--runtimes", " , "], ["run", "--scenarios", ""],
+    ["run", "--scenarios", "S1", "--variants", ""], ["repro", "uvloop-631", "--runtimes", ""],
+    ["fidelity", "--runtimes", ""], ["bench", "micro", "--runtimes", ""],
+    ["list", "cells", "--runtimes", ""],
+])
+def test_an_empty_list_is_a_mistake_not_every_one(capsys, tmp_path, argv):
+    rc, out, err = _cli(capsys, *argv, *(["--out", str(tmp_path / "o")] if argv[0] == "run" else []))
+    assert rc == 2, err
+    assert "is empty" in err and err.count("\n") == 1 and err.startswith("looplab: ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_scenario_id_forgives_case_and_suggests_the_near_one(capsys):
+    rc, out, _ = _cli(capsys, "list", "cells", "--scenarios", "s1,S1", "--runtimes", "coro")
+    assert rc == 0 and out.split() == ["S1/coro/naive/quick", "S1/coro/fixed/quick"]
+    rc, _, err = _cli(capsys, "run", "--scenarios", "S11")
+    assert rc == 2 and "did you mean S1?" in err and err.count("\n") == 1
+
+
+def test_an_empty_matrix_says_why(capsys):
+    rc, _, err = _cli(capsys, "run", "--scenarios", "S2", "--runtimes", "coro,trio")
+    assert rc == 2 and err.count("\n") == 1
+    assert "S2 runs on the stream style" in err and "coro is task" in err
+
+
+def test_the_probes_hint_names_every_prefix(capsys):
+    from bench import fidelity
+    rc, _, err = _cli(capsys, "fidelity", "--probes", "nothing_like_this*")
+    assert rc == 2 and err.count("\n") == 1
+    for prefix in {name.split("_", 1)[0] + "_" for name in fidelity.PROBES}:
+        assert prefix in err, prefix
+
+
+def test_counts_agree_with_their_nouns(capsys, tmp_path):
+    from bench.results.tables import plural
+    assert [plural(n, "cell") for n in (0, 1, 2)] == ["0 cells", "1 cell", "2 cells"]
+    rc, out, err = _cli(capsys, "run", "--scenarios", "S2", "--runtimes", "hybrid", "--variants",
+                        "naive", "--preset", "tiny", "--net", "sim", "--out", str(tmp_path / "o"))
+    assert rc == 0, err
+    assert "looplab run: 1 cell\n" in err and re.search(r"\n1 note in ", out), out
+    assert not re.search(r"\b1 (cells|plots|notes)\b", out + err)
+
+
+def test_a_report_of_a_missing_file_leaves_no_folder(capsys, tmp_path):
+    rc, _, err = _cli(capsys, "report", str(tmp_path / "nosuch.json"), "--out", str(tmp_path / "rep"))
+    assert rc == 2 and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_where_every_cell_is_skipped_exits_non_zero(capsys, tmp_path):
+    """uvloop runs only on real sockets: on the simulated network every cell is
+    skipped, and a CI gate must not pass on nothing (README: exit 1)."""
+    for argv in (["run", "--scenarios", "S1", "--runtimes", "uvloop-streams"],
+                 ["run", "--scenarios", "S1", "--runtimes", "uvloop-streams", "--seeds", "2"],
+                 ["repro", "uvloop-631", "--runtimes", "uvloop-protocol"]):
+        rc, out, err = _cli(capsys, *argv, "--preset", "tiny", "--net", "sim",
+                            "--out", str(tmp_path / argv[0] / str(len(argv))))
+        assert rc == 1, (argv, err)
+        assert err.splitlines()[-1].startswith("looplab: no cell measured anything: all 2 cells skipped")
+
+
+NOT_MEASURED = '''
+from bench.scenarios.api import Metric, Scenario
+
+SCENARIO = Scenario(
+    id="NM1", title="never decides", summary="Its oracle never has evidence.",
+    run=lambda ctx: ({"done_count": 1}, {"ok": None}, []),
+    metrics=[Metric("done_count", None)], verdicts={"ok": "decided"},
+    presets={"tiny": {}})
+'''
+
+
+def test_not_measured_cells_exit_alike_in_run_and_in_seeds(capsys, tmp_path):
+    path = tmp_path / "nm.py"
+    path.write_text(NOT_MEASURED)
+    codes = []
+    for extra in ([], ["--net", "sim"], ["--net", "sim", "--seeds", "3"]):
+        rc, out, err = _cli(capsys, "run", "--scenario-file", str(path), "--runtimes", "coro",
+                            "--preset", "tiny", "--out", str(tmp_path / f"o{len(extra)}"), *extra)
+        codes.append(rc)
+        assert "not measured" in out + err
+    assert codes == [1, 1, 1]
+
+
+@pytest.mark.parametrize("loop, words", [
+    ("rloopx", "unknown loop 'rloopx' (did you mean rloop?)"),
+    ("nonexistent:thing", "no module 'nonexistent' can be imported"),
+])
+@pytest.mark.parametrize("at", ["", "@3.12"])
+def test_a_misspelt_loop_is_a_mistake_before_any_environment_is_built(monkeypatch, capsys, loop,
+                                                                        words, at):
+    from bench.host import envs
+
+    def build(*a, **kw):
+        raise AssertionError("an environment was built for a misspelt loop")
+    monkeypatch.setattr(envs, "build", build)
+    for argv in (["fidelity", "--runtimes"], ["run", "--scenarios", "S1", "--runtimes"],
+                 ["bench", "--runtimes"], ["serve", "echo", "--runtime"]):
+        rc, _, err = _cli(capsys, *argv, f"asyncio-streams{at}:loop={loop}")
+        assert rc == 2, (argv, err)
+        assert words in err and err.count("\n") == 1, err
+
+
+RAISES_IN_RUN = '''
+from bench.scenarios.api import Metric, Scenario
+
+
+def run(ctx):
+    got = {}
+    return ({"done_count": got["user_buffer_peak_bytes"]}, {"ok": True}, [])
+
+
+SCENARIO = Scenario(
+    id="RR1", title="raises in run", summary="Its run raises.", run=run,
+    metrics=[Metric("done_count", None)], verdicts={"ok": "decided"}, presets={"tiny": {}})
+'''
+
+
+def test_an_exception_in_a_scenarios_run_says_where(capsys, tmp_path):
+    """As an error of the cell program does: file.py:LINE in function, in the terminal,
+    report.md and results.json."""
+    import json
+    path = tmp_path / "rr.py"
+    path.write_text(RAISES_IN_RUN)
+    out = tmp_path / "o"
+    rc, stdout, err = _cli(capsys, "run", "--scenario-file", str(path), "--runtimes", "coro",
+                           "--preset", "tiny", "--net", "sim", "--out", str(out))
+    where = "KeyError: 'user_buffer_peak_bytes' (at rr.py:7 in run)"
+    assert rc == 1
+    assert where in stdout
+    assert where in (out / "report.md").read_text()
+    (cell,) = json.loads((out / "results.json").read_text())["cells"]
+    assert cell["errors"] == [where]
+
+
+def test_a_re_used_out_folder_keeps_no_stale_plots(tmp_path):
+    """Re-using --out replaces the earlier report: the plots it wrote and this run
+    does not are removed (also from a folder written before the manifest); a file of
+    the user's in the folder is never touched."""
+    from bench.report.render import MANIFEST
+    out = tmp_path / "o"
+
+    def run(sid):          # a process of its own: matplotlib keeps its fonts open
+        r = _looplab("run", "--scenarios", sid, "--runtimes", "hybrid", "--variants", "naive",
+                     "--preset", "tiny", "--net", "sim", "--out", str(out), timeout=120)
+        assert r.returncode == 0, r.stderr
+        return {p.name for p in out.glob("*.png")}
+    first = run("S1")
+    assert first and all(n.startswith("s1") for n in first)
+    (out / "mine.png").write_bytes(b"the user's")
+    second = run("S2")
+    assert second and not any(n.startswith("s1") for n in second)
+    assert {p.name for p in out.glob("*.png")} == second | {"mine.png"}
+    (out / MANIFEST).unlink()                  # a folder from before the manifest
+    assert run("S1") == first | {"mine.png"}
+    assert {p.name for p in out.glob("*.png")} == first | {"mine.png"}
+
+
+NEVER_RETRIEVED = '''
+from bench import peers
+from bench.scenarios.api import Metric, Scenario, run_program
+
+
+async def handle(port, host, tcp_port):
+    reader, writer = await port.open_connection(host, tcp_port)
+    while True:
+        writer.write(b"x" * 65536)
+        await writer.drain()          # raises on the reset; nobody awaits the task
+
+
+async def main(port, job):
+    port.create_task(handle(port, *job.peer("reset")))
+    await port.sleep(0.5)
+
+
+def program(job):
+    port = job.runtime.open()
+    try:
+        port.run(main, job)
+    finally:
+        port.close()
+    return {}
+
+
+def run(ctx):
+    ran = run_program(ctx, peers=[peers.reset_peer(name="reset", listen="127.0.0.1:0",
+                                                   after_bytes=100_000)], max_s=3)
+    return ({"got_bytes": ran.peers["reset"]["received_bytes"]}, {"ok": True}, [])
+
+
+SCENARIO = Scenario(
+    id="NR1", title="a task that raises, never awaited", summary="It raises. Who hears of it?",
+    run=run, programs={"stream": program}, styles=("stream",),
+    metrics=[Metric("got_bytes", "higher")], verdicts={"ok": "ran"}, presets={"tiny": {}})
+'''
+
+
+def test_what_a_simulated_app_writes_is_its_own_not_the_progress_output(capsys, tmp_path):
+    """Under --net sim the app runs in looplab's process: a task's late "exception was
+    never retrieved" (when its world is collected) goes to the cell's notes, as it
+    stays in the app process on real sockets, never between the progress lines."""
+    import json
+    path = tmp_path / "nr.py"
+    path.write_text(NEVER_RETRIEVED)
+    out = tmp_path / "o"
+    rc, stdout, err = _cli(capsys, "run", "--scenario-file", str(path), "--runtimes",
+                           "hybrid,asyncio-streams", "--preset", "tiny", "--net", "sim",
+                           "--out", str(out))
+    assert rc == 0, err
+    assert "never retrieved" not in err + stdout
+    assert [ln for ln in err.splitlines() if not ln.startswith("[")] == ["looplab run: 2 cells"]
+    for cell in json.loads((out / "results.json").read_text())["cells"]:
+        assert any(n.startswith("the app wrote: ") and "exception was never retrieved" in n
+                   for n in cell["notes"]), cell
+
+
+# ---------------------------------------------------------------------------
+# Every verb walked through the README's exit codes (issue #35's done-when): a bad
+# --out (where the verb has one), Ctrl-C mid-run (where it measures) and a plan where
+# every cell is skipped (where it plans cells). Each ends in one line and its code
+# (2 / 130 / non-zero) and leaves nothing behind: no empty folder, no process. The
+# verbs come from the CLI's parser, so a verb added later fails here until it has a
+# row below.
+
+NEEDSLIB = '''
+from bench import runtimes
+from bench.runtimes import RuntimeInfo
+
+runtimes.register(RuntimeInfo("needslib", "task", "protocols.ports:CoroPort",
+                              runtimes.get("coro").options, requires=("looplab_no_such_lib",)))
+'''
+
+#: verb (None: ``looplab`` alone, the main job) -> its walk: ``args`` run it (and
+#: take a bad --out); ``measures`` is the line it prints once measuring, or "child"
+#: for its first child process; ``skipped`` is a plan whose every cell is skipped,
+#: with the exit code that says so (1: nothing measured; 3: nothing available).
+WALK = {
+    None: dict(args=[], measures="fidelity probes"),
+    "list": dict(args=["runtimes"]),
+    "run": dict(args=["--scenarios", "S1", "--runtimes", "coro", "--preset", "quick"],
+                measures="[1/", skipped=(["--scenarios", "S1", "--runtimes", "uvloop-streams",
+                                          "--net", "sim", "--preset", "tiny"], 1)),
+    "trace": dict(args=["S1", "--runtime", "coro"], measures="child"),
+    "report": dict(args=["{results}"]),
+    "serve": dict(args=["echo", "--runtime", "coro"], measures="the same code"),  # once it serves
+    "bench": dict(args=["micro", "--runtimes", "coro"], measures="looplab bench micro",
+                  skipped=(["micro", "--runtimes", "needslib"], 3)),
+    "fidelity": dict(args=["--runtimes", "coro"], measures="child"),
+    "faults": dict(args=["--serve", "coro", "--app", "echo"], measures="round 1"),
+    "repro": dict(args=["C6", "--runtimes", "coro"], measures="[1/",
+                  skipped=(["uvloop-631", "--runtimes", "uvloop-protocol", "--net", "sim"], 1)),
+    "compare": dict(args=["{results}", "{results}"]),
+    "merge": dict(args=["{results}"]),
+    "validate": dict(args=["{results}"]),
+    "env": dict(args=["list"]),
+    "explore": dict(args=["S3:drain", "--runtimes", "callback", "--preset", "blog",
+                          "--budget", "5000"], measures="child",
+                    skipped=(["S1", "--runtimes", "uvloop-streams"], None)),
+}
+# explore's --out and its Ctrl-C keeping finished work are fixed on the branch that
+# owns explore (#35); strict, so this mark must go when that fix is merged
+ELSEWHERE = {"explore": "explore's bad --out and its Ctrl-C (#35) are fixed on the explore branch"}
+
+
+def _parser_verbs() -> list:
+    import argparse
+    from bench import cli
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return [None, *sub.choices]
+
+
+def _outputs(verb) -> list[str]:
+    """The output options the verb's parser has (--out, --json)."""
+    import argparse
+    from bench import cli
+    parser = cli.build_parser()
+    if verb is not None:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[verb]
+    flags = {o for a in parser._actions for o in a.option_strings}
+    return [f for f in ("--out", "--json") if f in flags]
+
+
+def _session(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (the verb's and its children's)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                found.append(int(pid))
+    return found
+
+
+def _empty_folders(root) -> list[str]:
+    return [d for d, subs, files in os.walk(root) if not subs and not files and d != str(root)]
+
+
+class _Verb:
+    """``looplab VERB ...`` in a session of its own (as a shell starts a job), so
+    what is left of it afterwards can be found."""
+
+    def __init__(self, argv, cwd, env):
+        self.proc = subprocess.Popen(LOOPLAB + argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+        self.err = ""
+        os.set_blocking(self.proc.stderr.fileno(), False)
+
+    def read(self):
+        self.err += (self.proc.stderr.read() or b"").decode(errors="replace")
+
+    def wait_for(self, measures: str, timeout: float) -> bool:
+        import time
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            self.read()
+            if measures in self.err or (measures == "child" and len(_session(self.proc.pid)) > 1):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def end(self, timeout=90) -> tuple[int, str, list]:
+        import time
+        try:
+            rc = self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            os.set_blocking(self.proc.stderr.fileno(), True)
+            self.read()
+            self.proc.stderr.close()
+        time.sleep(0.3)
+        left = _session(self.proc.pid)
+        for pid in left:                  # never leave them to the next test
+            os.kill(pid, signal.SIGKILL)
+        return rc, self.err, left
+
+
+def _last_line_says(err: str, code: int) -> None:
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err, err[-2000:]
+    assert lines and lines[-1].startswith("looplab"), (code, err[-1000:])
+
+
+@pytest.mark.parametrize("verb", [pytest.param(v, marks=[pytest.mark.timeout(400)] + (
+    [pytest.mark.xfail(strict=True, reason=ELSEWHERE[v])] if v in ELSEWHERE else []),
+    id=v or "main-job") for v in _parser_verbs()])
+def test_every_verb_keeps_the_readme_exit_codes(verb, tmp_path):
+    if verb not in WALK:
+        pytest.fail(f"`looplab {verb}` is not walked: give it a row in WALK (its arguments, "
+                    "when it measures, and a plan whose every cell is skipped)")
+    walk = WALK[verb]
+    from bench import results
+    doc = tmp_path / "r.json"
+    results.write_json(results.new_document([], run_id="r", env={}), str(doc))
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    (tmp_path / "needslib_rt.py").write_text(NEEDSLIB)
+    env = {**os.environ, "LOOPLAB_RUNTIME_MODULES": "needslib_rt",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd()])}
+    work = tmp_path / "work"
+    work.mkdir()
+    head = [verb] if verb else []
+    args = [a.format(results=doc) for a in walk["args"]]
+
+    # a bad output path: one line, exit 2, before anything is measured or made
+    for flag in _outputs(verb):
+        before = sorted(os.listdir(tmp_path))
+        argv = (["--out", str(a_file / "sub")] if verb is None else
+                head + args + [flag, str(a_file / ("sub" if flag == "--out" else "x.json"))])
+        rc, err, left = _Verb(argv, work, env).end()
+        assert rc == 2, (argv, err[-1500:])
+        assert err.count("\n") == 1 and err.startswith("looplab: ") and "cannot write" in err, err
+        assert sorted(os.listdir(tmp_path)) == before and not os.listdir(work) and not left
+
+    # Ctrl-C mid-run (SIGINT to its process group, as a terminal sends it): 130 and one
+    # line; finished work kept, no empty folder, no process left
+    if walk.get("measures"):
+        out = ["--out", str(work / "o")] if "--out" in _outputs(verb) else []
+        if verb == "trace":
+            out = ["--out", str(work / "o" / "t.json")]
+        v = _Verb(head + args + out, work, env)
+        started = v.wait_for(walk["measures"], 240)
+        if v.proc.poll() is None:
+            os.killpg(v.proc.pid, signal.SIGINT)
+        rc, err, left = v.end()
+        assert started, f"it never started measuring: {err[-1500:]}"
+        assert rc == 130, err[-1500:]
+        _last_line_says(err, rc)
+        assert "interrupted" in err.strip().splitlines()[-1]
+        assert not left and not _empty_folders(work), (left, _empty_folders(work))
+
+    # every cell skipped: non-zero, the last line says why
+    if walk.get("skipped"):
+        skipped, code = walk["skipped"]
+        rc, err, left = _Verb(head + skipped + (["--out", str(work / "s")] if "--out" in
+                                                 _outputs(verb) else []), work, env).end()
+        assert rc != 0 and (code is None or rc == code), err[-1500:]
+        _last_line_says(err, rc)
+        assert not left and not _empty_folders(work)

@@ -217,3 +217,104 @@ def test_the_report_questions_read_declarations_not_verdict_names():
     grow = answers.split("grow without bound?")[1].split("Which lose data")[0]
     failing = grow.split("somewhere:")[1].split(".")[0]
     assert "trio" in failing and "coro" not in failing and "curio" not in failing, grow
+
+
+# ---------------------------------------------------------------------------
+# A server that dies is a finding, not missing evidence
+
+def test_a_peer_the_app_never_served_because_it_was_gone_is_marked_with_the_cause():
+    from bench.scenarios.context import mark_app_gone
+    peers = {"refused": {"connected": False, "ended": "error",
+                         "error": "Connection refused [errno 111]", "ran_s": 0.01},
+             "left": {"connected": False, "ended": "timeout", "ran_s": 3.0},
+             "starved": {"connected": False, "ended": "timeout", "ran_s": 3.0},
+             "served": {"connected": True, "ended": "eof", "ran_s": 1.0}}
+    # the app ended 1 s in: "left" waited 2 s more for it (the app was gone)
+    mark_app_gone({k: peers[k] for k in ("refused", "left", "served")}, started_at=100.0,
+                  app_ended_at=101.0, ended_how="its program returned")
+    # an app that ended after the peer's own time ran out: the peer starved, no finding
+    mark_app_gone({"starved": peers["starved"]}, started_at=100.0, app_ended_at=103.2)
+    assert "stopped accepting" in peers["refused"]["app_gone"]
+    assert "its program returned 1.00 s in" in peers["left"]["app_gone"]
+    assert "app_gone" not in peers["starved"] and "app_gone" not in peers["served"]
+
+
+def test_a_gone_app_lets_the_verdicts_stand_and_a_starved_cell_stays_not_measured():
+    sc = _user(None)
+    gone = {"healthy": {"connected": False, "ended": "timeout", "app_gone": "the app had ended"}}
+    _, verdicts, errors = sc.judge({"rate_Bps": 100}, {"done_count": 1}, {"ok": False}, gone)
+    assert verdicts == {"ok": False} and errors == []
+    assert sc.app_gone_notes(gone) == ["peer 'healthy' never got its connection: the app had ended"]
+    starved = {"healthy": dict(STARVED_PEER)}
+    _, verdicts, errors = sc.judge({"rate_Bps": 100}, {"done_count": 1}, {"ok": False}, starved)
+    assert verdicts == {"ok": None} and errors[0].startswith("not measured: too little activity")
+
+
+CRASHES_ON_RESET = '''
+from bench import peers
+from bench.scenarios.api import Metric, Scenario, run_program
+
+
+async def serve(port, host, tcp_port, n):
+    stream = await port.open_tcp_stream(host, tcp_port)
+    try:
+        while True:
+            await stream.send_all(b"x" * n)
+    finally:
+        await stream.aclose()
+
+
+async def main(port, job):
+    # one connection after the other; the handler raises on a reset and ends the app
+    await serve(port, *job.peer("reset"), 65536)
+    await serve(port, *job.peer("healthy"), 1000)
+
+
+def program(job):
+    port = job.runtime.open()
+    try:
+        port.run(main, job)
+    except Exception as exc:
+        return {"crashed": type(exc).__name__}
+    finally:
+        port.close()
+    return {"crashed": ""}
+
+
+def run(ctx):
+    ran = run_program(ctx, max_s=3, peers=[
+        peers.reset_peer(name="reset", listen="127.0.0.1:0", after_bytes=100_000),
+        peers.reader(name="healthy", listen="127.0.0.1:0", max_s=3)])
+    got = ran.peers["healthy"]["received_bytes"]
+    return ({"healthy_bytes": got}, {"still_serving": got > 0}, [])
+
+
+SCENARIO = Scenario(
+    id="C8", title="crash on reset", summary="A reset ends the app. Is the healthy peer served?",
+    run=run, programs={"task": program}, styles=("task",),
+    metrics=[Metric("healthy_bytes", "higher")],
+    verdicts={"still_serving": "the healthy peer got bytes"}, presets={"tiny": {}})
+'''
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("net", ["sim", "real"])
+def test_an_app_that_dies_after_a_reset_fails_its_verdict_with_the_cause(tmp_path, net):
+    """The issue's C8: the app's handler raises on a reset, so its healthy peer never
+    connects. That is the measurement (still_serving fails, the note says why), not
+    "not measured: too little activity"."""
+    path = tmp_path / "c8.py"
+    path.write_text(CRASHES_ON_RESET)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--net", net, "--scenario-file",
+                           str(path), "--scenarios", "C8", "--runtimes", "coro,trio",
+                           "--preset", "tiny", "--out", str(out)],
+                          capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr
+    cells = json.loads((out / "results.json").read_text())["cells"]
+    assert [c["runtime"] for c in cells] == ["coro", "trio"]
+    for c in cells:
+        assert c["verdicts"] == {"still_serving": False} and c["errors"] == [], c
+        assert any(n.startswith("peer 'healthy' never got its connection: the app had ended")
+                   for n in c["notes"]), c["notes"]
+    assert "still_serving=NO" in proc.stdout and "not measured" not in proc.stdout

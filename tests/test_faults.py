@@ -78,7 +78,7 @@ def _failures(doc: dict) -> str:
              for r in doc.get("rows", []) if not r["survived"]]
     if doc.get("final_fds") is not None and doc["final_fds"] > doc["baseline_fds"]:
         lines.append(f"fds {doc['baseline_fds']} -> {doc['final_fds']}")
-    if doc.get("sigterm_exit") not in (0, None) or doc.get("stderr_traceback"):
+    if doc.get("sigterm_exit") not in (130, None) or doc.get("stderr_traceback"):
         lines.append(f"SIGTERM exit {doc.get('sigterm_exit')}, stderr: {doc.get('stderr_tail', '')[-500:]}")
     return "\n".join(lines)
 
@@ -134,7 +134,7 @@ def test_fault_matrix(app, rt, matrix_runs):
     assert doc, f"no JSON written (exit {rc})"
     assert rc == 0 and doc["ok"], f"{app} on {rt} did not survive:\n{_failures(doc)}"
     assert [r["fault"] for r in doc["rows"]] == list(faults.faultpeers.FAULTS)
-    assert doc["sigterm_exit"] == 0 and not doc["stderr_traceback"]
+    assert doc["sigterm_exit"] == 130 and not doc["stderr_traceback"]   # interrupted, cleanly
     assert doc["final_fds"] <= doc["baseline_fds"]
 
 
@@ -192,7 +192,7 @@ def test_coro_echo_passes_the_default_faults(capsys):
                 "--quiet"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert "every fault survived" in out and "SIGTERM: exit 0" in out
+    assert "every fault survived" in out and "SIGTERM: exit 130" in out
 
 
 @pytest.mark.timeout(60)
@@ -203,7 +203,7 @@ def test_own_server_with_pid(tmp_path, capsys):
         rc = _verb(["%s:%d" % srv.address, "--app", "reqresp", "--pid", srv.pid,
                     "--faults", "garbage,long-line,half-close", "--hold", "0.2", "--quiet"])
     finally:
-        assert srv.stop() == 0
+        assert srv.stop() == 130      # stopped by SIGTERM: interrupted
         srv.close()
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -223,7 +223,7 @@ def test_own_proxy_with_upstream(capsys):
         rc = _verb(["%s:%d" % srv.address, "--app", "proxy", "--upstream", up, "--pid", srv.pid,
                     "--faults", "reset,half-close,burst", "--burst", "20", "--quiet"])
     finally:
-        assert srv.stop() == 0
+        assert srv.stop() == 130      # stopped by SIGTERM: interrupted
         srv.close()
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -239,7 +239,7 @@ def test_stress_small(tmp_path):
     assert [r["runtime"] for r in doc["rows"]] == ["callback", "hybrid", "coro"]
     for row in doc["rows"]:
         assert row["held_count"] == 100 and row["mismatches_count"] == 0
-        assert row["min_round_trips_count"] > 0 and row["sigterm_exit"] == 0
+        assert row["min_round_trips_count"] > 0 and row["sigterm_exit"] == 130
 
 
 # ---------------------------------------------------------------------------
@@ -265,7 +265,7 @@ def _closed_port() -> str:
     (["--serve", "coro", "--app", "raw"], "not raw"),
     (["--serve", "coro", "--app", "push", "--variant", "sideways"], "unknown variant"),
     (["--app", "echo"], "HOST:PORT"),
-    (["--serve", "coro", "--app", "echo", "--json", "/nonexistent/dir/x.json"], "does not exist"),
+    (["--serve", "coro", "--app", "echo", "--json", "/proc/looplab/x.json"], "cannot write there"),
     (["--serve", "coro", "--app", "echo", "--rounds", "0"], "--rounds"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, words, capsys):
@@ -319,3 +319,26 @@ def test_json_write_is_atomic(tmp_path):
     faults._write_json(str(path), {"a": 1})
     assert json.loads(path.read_text()) == {"a": 1}
     assert os.listdir(tmp_path) == ["r.json"]
+
+
+@pytest.mark.timeout(90)
+def test_the_peak_during_a_stall_tells_a_server_without_backpressure(tmp_path):
+    """``--faults stall --pid PID``: the callback echo queues what it cannot send (no
+    backpressure on its naive variant) and frees it on the reset, so its RSS after
+    settling is flat; its peak during the fault is megabytes. coro's send_all blocks:
+    no such peak."""
+    peaks = {}
+    for rt in ("callback", "coro"):
+        srv = faults.ServedServer("echo", rt)
+        out = tmp_path / f"{rt}.json"
+        try:
+            rc = _verb(["%s:%d" % srv.address, "--app", "echo", "--pid", srv.pid,
+                        "--faults", "stall", "--hold", "0.5", "--json", out, "--quiet"])
+        finally:
+            srv.stop()
+            srv.close()
+        assert rc == 0
+        (row,) = json.loads(out.read_text())["rows"]
+        peaks[rt] = row["rss_peak_bytes"]
+        assert row["rss_growth_bytes"] < 1_000_000, row      # settled: nothing to see there
+    assert peaks["callback"] > 2_000_000 > peaks["coro"], peaks

@@ -346,6 +346,32 @@ def test_errors_skips_unknown_scenarios_and_several_machines(edge_doc, tmp_path)
     assert "S1 callback style: in flight" in text
 
 
+def test_the_buffer_question_tells_a_runtimes_buffer_from_an_apps_queue(tmp_path):
+    """S6 unbounded queues by the app's own policy: on the task runtimes the app's
+    mailbox grows, not the runtime's buffer, and the answer says so instead of
+    counting it against coro and trio; a transport buffer that grows (callback)
+    stays a NO of the runtime."""
+    from bench.run import describe as document
+
+    def s6(rt, variant, buffer, queue, bounded):
+        return _cell("S6", rt, variant, {"peak_user_buffer_bytes": buffer, "app_queue_peak_bytes": queue,
+                                          "healthy_share_fraction": 1.0, "broadcasts_count": 200},
+                     {"healthy_served": True, "bounded": bounded})
+    doc = document.complete({"schema": 2, "looplab": "0.1.0", "run_id": "r", "env": _env("a"), "cells": [
+        s6("callback", "unbounded", 9_000_000, 0, False), s6("coro", "unbounded", 0, 9_000_000, False),
+        s6("trio", "unbounded", 0, 9_000_000, False), s6("callback", "block", 70_000, 0, True),
+        s6("coro", "block", 0, 30_000, True), s6("trio", "block", 0, 30_000, True)]})
+    text = render(doc, tmp_path)
+    grow = re.search(r'<div class="answers">(.*?)</div>', text, re.S).group(1)
+    grow = grow.split("Which lose data at shutdown?")[0]
+    said = re.search(r"<p>(.*?)</p>", grow.split("</h3>", 1)[1], re.S).group(1)
+    somewhere, app = said.split("Only the app's own queue grew")
+    assert 'data-rt="callback"' in somewhere
+    assert 'data-rt="coro"' not in somewhere and 'data-rt="trio"' not in somewhere
+    assert 'data-rt="coro"' in app and 'data-rt="trio"' in app and 'data-rt="callback"' not in app
+    assert "in the app&#x27;s own queue" in grow
+
+
 @pytest.mark.timeout(60)
 def test_bench_only_document(bench_doc, tmp_path):
     plots = {"curve.png": str(tmp_path / "curve.png")}

@@ -308,7 +308,8 @@ def test_bench_without_out_or_json_saves_to_a_default_folder(tmp_path, monkeypat
     args = argparse.Namespace(out=None, json=None)
     benchmark._check_outputs(args)
     assert args.out and args.out.startswith("looplab-runs" + os.sep)
-    assert (tmp_path / args.out).is_dir()
+    # named now, made when the first file is written: checking creates nothing
+    assert not (tmp_path / "looplab-runs").exists()
     kept = argparse.Namespace(out=None, json="x.json")
     benchmark._check_outputs(kept)
     assert kept.out is None
@@ -343,7 +344,9 @@ def test_a_run_whose_cells_all_errored_does_not_exit_0(tmp_path):
 def test_s4_under_sim_is_skipped_with_its_reason_not_refused_in_every_cell(tmp_path):
     r = _looplab("run", "--net", "sim", "--scenarios", "S4", "--runtimes", "coro,hybrid",
                  "--preset", "tiny", "--out", tmp_path / "o", timeout=100)
-    assert r.returncode == 0, r.stderr
+    # every cell skipped: nothing was measured, which is no pass (exit 1, one line why)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines()[-1].startswith("looplab: no cell measured anything: all 2 cells")
     doc = json.loads((tmp_path / "o" / "results.json").read_text())
     assert [c.get("skipped", "") for c in doc["cells"]] == \
         ["S4 runs only on the real network: " + matrix.plan("S4", "coro", None, "tiny")[0]

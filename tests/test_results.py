@@ -124,6 +124,24 @@ def test_back_to_back_runs_of_the_same_code_pass_the_timing_gate():
     assert {r["status"] for r in rows if r["metric"] == "latency_max_s"} == {"info"}
 
 
+def test_a_lone_timing_sample_is_no_verdict():
+    """One sample a side has no spread to tell noise by: a timing that doubled is
+    shown as one-sample, never a regression (nor, halved, an improvement); a
+    behaviour metric keeps its 50 % rule."""
+    def doc(k, n=1):
+        return _doc([results.new_cell("echo", "coro", "naive", {}, samples={
+            "latency_p99_s": [0.002 * k] * n, "requests_per_s": [1000.0 / k] * n})])
+    for k in (2.0, 0.5):
+        rows, failures = cmpmod.compare(doc(1.0), doc(k), "median:10%")
+        assert failures == []
+        assert {r["status"] for r in rows if r["metric"] != ""} <= {"one-sample", "same", "info"}
+        assert all("one sample: no verdict" in r["spread"] for r in rows if r["status"] == "one-sample")
+        assert "regression" not in cmpmod.format_compare(rows)
+        assert "improvement" not in cmpmod.format_compare(rows)
+    _, failures = cmpmod.compare(doc(1.0, 3), doc(2.0, 3), "median:10%")   # three a side: judged
+    assert {r["metric"] for r in failures} == {"latency_p99_s", "requests_per_s"}
+
+
 def test_mann_whitney_p_value():
     assert cmpmod.mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) < 0.05
     assert cmpmod.mann_whitney_p([1, 3, 5, 7, 9], [2, 4, 6, 8, 10]) > 0.5
@@ -410,6 +428,21 @@ def test_validate_reports_where_a_file_departs(tmp_path, capsys):
     path.write_text(json.dumps(doc))
     assert _cli(["validate", str(path)]) == 1
     assert "INVALID" in capsys.readouterr().out
+
+
+def test_one_rule_for_output_paths_missing_folders_are_made_when_written(tmp_path):
+    """Every verb's --out and --json: a missing folder on the way is made when the
+    first file is written there, and checking the path creates nothing, so a
+    command that stops before writing leaves no empty folder (faults included)."""
+    from bench.verbs import faults
+    nested = tmp_path / "a" / "b"
+    assert results.check_output(str(nested / "x.json"), "--json") == str(nested / "x.json")
+    results.check_output(str(nested / "out"), "--out", folder=True)
+    assert faults._json_path(str(nested / "f.json")) == str(nested / "f.json")
+    assert list(tmp_path.iterdir()) == []
+    results.write_json({"a": 1}, str(nested / "x.json"))
+    faults._write_json(str(nested / "c" / "f.json"), {"a": 1})
+    assert sorted(p.name for p in nested.iterdir()) == ["c", "x.json"]
 
 
 def test_outputs_are_checked_first_and_writes_leave_no_temp_files(tmp_path):

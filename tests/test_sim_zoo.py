@@ -119,7 +119,8 @@ def test_a_real_only_entry_is_a_skipped_cell_under_repro_and_a_note_under_run(ei
     e = zoo.ENTRIES[eid]
     spec = {"callback": "callback", "stream": "hybrid", "task": "coro"}[e.styles[0]]
     rc, out, err = run(["repro", eid, "--net", "sim", "--runtimes", spec], capsys)
-    assert rc == 0, err
+    # every cell skipped: no cell measured anything, which is not a pass (exit 1)
+    assert rc == 1 and err.splitlines()[-1].startswith("looplab: no cell measured anything"), err
     assert f"verdict: not run: {e.sim_skip()}" in out
     assert f"{eid}/{spec}/naive/tiny/sim: skipped: {eid} runs only on the real network" in err
     # looplab run knows nothing of the zoo: the cell runs, and its note says why its
@@ -183,8 +184,10 @@ def test_repro_seeds_explores_one_entry_and_its_universe_replays(tmp_path, capsy
     out_dir = tmp_path / "ex"
     rc, out, err = run(["repro", "asyncio-466", "--runtimes", "hybrid", "--net", "sim", "--seeds", "6",
                         "--faults", "1", "--out", str(out_dir)], capsys)
-    assert rc == 0, err
     explored = json.loads((out_dir / "explore.json").read_text())["explorations"]
+    # the exit of a plain run, over universes: 1 when one ended in an error
+    errored = any(o.startswith("error: ") for x in explored for o in x["outcomes"])
+    assert rc == (1 if errored else 0), err
     assert [x["cell"] for x in explored] == ["asyncio-466/hybrid/naive/tiny/sim",
                                              "asyncio-466/hybrid/fixed/tiny/sim"]
     for x in explored:

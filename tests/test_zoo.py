@@ -214,3 +214,25 @@ def test_repro_one_bug_end_to_end(tmp_path, capsys):
         assert os.path.exists(out / name), name
     md = (out / "report.md").read_text()
     assert "## Bug zoo" in md and "| curio-164 | - | - | real (installed) | n/a |" in md
+
+
+def test_the_verdict_line_says_what_was_shown_where():
+    """A runtime the user named with options (not one of the entry's flips) is
+    reported like any runtime: "shown on: SPEC", never "shown on: none; not shown
+    on: none; option flips: SPEC -> shown"; a --knob runtime stays a flip."""
+    from bench.verbs import repro
+    e = zoo.ENTRIES["uvloop-631"]
+    named, knob = "asyncio-protocol:loop=looplab,loop.write=defer", "callback:write=defer"
+
+    def cell(rt, variant, shown):
+        return {"scenario": e.id, "runtime": rt, "variant": variant,
+                "verdicts": {"bug_shown": shown}}
+    cells = [cell(named, "naive", True), cell(named, "fixed", False),
+             cell("trio", "naive", None), cell(knob, "naive", True)]
+    s = repro.summarize(zoo, e, cells, knobs=[knob])
+    line = repro.verdict_line(s)
+    assert s["shown_on"] == [named] and [f["runtime"] for f in s["flips"]] == [knob]
+    assert line == (f"shown on: {named}; not measured (or an error) on: trio; "
+                    f"option flips: {knob} -> shown")
+    assert repro.verdict_line(repro.summarize(zoo, e, [cell(knob, "naive", True)], [knob])) \
+        == f"option flips: {knob} -> shown"

@@ -78,13 +78,6 @@ def test_a_cell_off_the_card_is_named_and_a_skipped_one_is_not_judged():
     assert s["off_card"] and flip.spec in s["off_card"][0]
 
 
-def test_a_loop_with_options_is_a_runtime_not_a_flip():
-    e = zoo.entry("uvloop-631")
-    assert not repro._is_flip(e, "asyncio-protocol:loop=looplab,loop.write=defer")
-    assert repro._is_flip(e, e.flips[0].spec)
-    assert repro._is_flip(e, "callback:write=defer")
-
-
 def test_the_real_entries_have_release_programs_and_say_re_enactment_otherwise():
     for eid in REAL:
         e = zoo.entry(eid)

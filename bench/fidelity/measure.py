@@ -94,10 +94,14 @@ def select_runtimes(text: str | None) -> tuple[list[str], list[str]]:
     CPython's asyncio on the same interpreter (``grid_reference``) and nothing else. A
     kernel with an interpreter (``@3.12``) brings its primary reference there."""
     members, pairs = _members(), pairings()
-    if not text:
+    if text is None:
         named, explicit = list(members), False
     else:
-        named = [rt.spec for rt in rtmod.parse_list(text)]
+        parsed = rtmod.parse_list(text)
+        from bench.host import envs
+        for rt in parsed:           # a misspelt loop is a mistake before any reference's build
+            envs.check_loop(rt)
+        named = [rt.spec for rt in parsed]
         bad = [t for t in named if t not in members and not _grid_spec(t)]
         if bad or not named:
             raise UsageError(f"unknown runtime {(bad or [text])[0]!r} for fidelity; "
@@ -156,10 +160,16 @@ def select_probes(text: str | None) -> list[str]:
     pats = [p.strip() for p in text.split(",") if p.strip()]
     out = [n for n in probes if any(fnmatch.fnmatchcase(n, p) for p in pats)]
     if not out:
-        raise UsageError(f"no probe matches {text!r}; probe names start with cb_ (callback), "
-                         "st_/tk_ (streams and tasks), co_ (coro) or lp_ (asyncio loops), e.g. "
-                         "--probes 'lp_*'; looplab fidelity --list lists them")
+        # the hint lists the prefixes the registered probes have, so it cannot go stale
+        prefixes = dict.fromkeys(n.split("_", 1)[0] + "_" for n in probes)
+        hint = ", ".join(f"{p} ({_PREFIXES[p]})" if p in _PREFIXES else p for p in prefixes)
+        raise UsageError(f"no probe matches {text!r}; probe names start with {hint}, "
+                         "e.g. --probes 'lp_*'; looplab fidelity --list lists them")
     return out
+
+
+_PREFIXES = {"cb_": "callback", "st_": "streams", "tk_": "tasks", "co_": "the coro kernel",
+             "lp_": "asyncio loop conformance"}
 
 
 # ---------------------------------------------------------------------------

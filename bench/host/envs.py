@@ -332,11 +332,33 @@ def build(it: Interpreter, reqs: tuple) -> Env:
     return env
 
 
+def check_loop(rt) -> None:
+    """A ``loop=MODULE:FACTORY`` whose module cannot be found -- installed, on
+    PYTHONPATH or in the current folder -- is a user's mistake: one UsageError,
+    before any environment is built for it (a bare name that is no known loop is
+    refused when the spec is parsed)."""
+    import importlib.machinery
+    import importlib.util
+    loop = rt.loop
+    if not isinstance(loop, str) or ":" not in loop:
+        return
+    top = loop.partition(":")[0].split(".")[0]
+    try:
+        found = importlib.util.find_spec(top) is not None or \
+            importlib.machinery.PathFinder.find_spec(top, [os.getcwd()]) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise UsageError(f"runtime {rt.spec}: loop {loop!r}: no module {top!r} can be imported "
+                         "(a loop of your own must be installed, on PYTHONPATH or in this folder)")
+
+
 def ensure(rt) -> Env | None:
     """The built environment runtime ``rt`` runs in; None for no ``@`` (looplab's own).
     A bare runtime (``is_bare``) gets a bare environment: its pins only."""
     if isinstance(rt, str):     # the perf tools hand specs as text
         rt = rtmod.parse(rt)
+    check_loop(rt)
     if rt.interpreter is None:
         return None
     with _lock:
@@ -458,8 +480,10 @@ def prepare(rts) -> None:
     3.12, and interpreters below looplab's minimum (only a zoo entry's standalone
     program runs there, through ``looplab repro ID --versions``), are refused here too."""
     for rt in rts:
+        check_loop(rt)
         if rt.interpreter is not None:
             find(rt.interpreter)
+    for rt in rts:
         env = ensure(rt)
         version = env.interpreter.version if env else platform.python_version()
         if rt.options.get("eager") and _vtuple(version) < (3, 12):
@@ -531,7 +555,9 @@ print(json.dumps({"interpreter": {"version": platform.python_version(),
 def unavailable_reason(rt) -> str | None:
     """Why runtime ``rt`` cannot run where its spec says, or None: a runtime bound to
     another interpreter (``@``) is asked in that interpreter (built first, if need
-    be); any other is ``rt.unavailable_reason()``, here."""
+    be); any other is ``rt.unavailable_reason()``, here. A loop that names no
+    module to import is a UsageError (``check_loop``), not a reason."""
+    check_loop(rt)
     if rt.interpreter is None or _inside_env():
         return rt.unavailable_reason()
     try:

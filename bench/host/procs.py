@@ -90,13 +90,15 @@ def rss_bytes(pid: int | str = "self", field: str = "VmRSS") -> int | None:
     return None
 
 
-def reset_peak_rss() -> None:
-    """Reset this process's VmHWM to its current RSS (Linux >= 4.0; else a no-op)."""
+def reset_peak_rss(pid: int | str = "self") -> bool:
+    """Reset a process's VmHWM to its current RSS (Linux >= 4.0, and only where this
+    process may: itself, or one it could trace); whether it was reset."""
     try:
-        with open("/proc/self/clear_refs", "w") as f:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
             f.write("5")
+        return True
     except OSError:
-        pass
+        return False
 
 
 def fd_count(pid: int | str = "self") -> int | None:

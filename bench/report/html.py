@@ -38,7 +38,7 @@ from bench.report.htmldoc import (BENCH_KINDS, MID, NO, STAR, STATUSES, YES, Anc
                                   worst_status)
 from bench.report.svg import OURS_COLOUR, PALETTE, bar_chart, line_chart
 from bench.results import write_text
-from bench.results.tables import fmt
+from bench.results.tables import fmt, plural
 
 __all__ = ["write_html", "render_html", "cell_status", "STATUSES", "BENCH_KINDS"]
 
@@ -173,7 +173,7 @@ class _Page(BenchmarkSections, FidelitySections):
                 names = [n for n in m if n.endswith("_bytes") and ("buffer" in n or "queue" in n) and is_number(m[n])]
                 if names:
                     best = max(sorted(names), key=lambda n: m[n])
-                    return fmt(best, m[best])
+                    return fmt(best, m[best]) + (" in the app's own queue" if app_queue(c) else "")
                 for n in ("in_flight_at_end_bytes", "rss_growth_bytes"):
                     if is_number(m.get(n)):
                         return fmt(n, m[n])
@@ -196,6 +196,24 @@ class _Page(BenchmarkSections, FidelitySections):
             return any((metrics.get(m, {}).get("unit"), metrics.get(m, {}).get("direction")) in want
                        for m in (info.get("decided_by") or {}).get(name, ()))
 
+        grow = {("bytes", "lower"), ("count", "lower")}
+
+        def app_queue(c) -> bool:
+            """Whether ``c``'s unbounded backlog is the app's own queue, not the
+            runtime's buffer: the largest of the metrics deciding its failing bounded
+            verdicts is one its scenario declares the app's (``Metric.owner``)."""
+            info = self.info.get(c.get("scenario")) or {}
+            declared, m = info.get("metrics") or {}, c.get("metrics") or {}
+            deciding = [n for v, ok in (c.get("verdicts") or {}).items() if ok is False
+                        and answers_it(c.get("scenario"), v, grow)
+                        for n in (info.get("decided_by") or {}).get(v, ())
+                        if (declared.get(n, {}).get("unit"), declared.get(n, {}).get("direction"))
+                        in grow and is_number(m.get(n))]
+            if not deciding:
+                return False
+            top = max(sorted(deciding), key=lambda n: m[n])
+            return declared.get(top, {}).get("owner") == "app"
+
         def question(want, kind, none_text, legend):
             found = {}
             for c in self.scen:
@@ -207,7 +225,7 @@ class _Page(BenchmarkSections, FidelitySections):
                     found.setdefault((c.get("scenario"), c.get("variant")), ([], []))[1 if holds else 0].append(c)
             if not found:
                 return f'<p class="muted">{none_text}</p>'
-            rows, clean, bad_rts, seen = [], [], set(), set()
+            rows, clean, bad_rts, app_rts, seen = [], [], set(), set(), set()
             for (sid, variant), (failing, holding) in sorted(
                     found.items(), key=lambda kv: (scenario_order(kv[0][0]),
                                                    variant_index(self.info[kv[0][0]]["variants"], kv[0][1]))):
@@ -217,18 +235,23 @@ class _Page(BenchmarkSections, FidelitySections):
                     clean.append(link)
                     continue
                 order = {s: i for i, s in enumerate(self.rts.ordered(c["runtime"] for c in failing + holding))}
-                bad_rts.update(c["runtime"] for c in failing)
+                for c in failing:       # an app's own queue is not the runtime's buffer
+                    (app_rts if kind == "grow" and app_queue(c) else bad_rts).add(c["runtime"])
                 fails = ", ".join(self.label(c) + (
                     f' <span class="muted">{e(witness(c, kind))}</span>' if witness(c, kind) else "")
                     for c in sorted(failing, key=lambda c: (order[c["runtime"]], net_rank(c))))
                 holds = ", ".join(self.label(c) for c in sorted(
                     holding, key=lambda c: (order[c["runtime"]], net_rank(c)))) or "none"
                 rows.append([link, fails, holds])
-            never = [s for s in self.rts.ordered(seen) if s not in bad_rts]
+            app_rts -= bad_rts
+            never = [s for s in self.rts.ordered(seen) if s not in bad_rts and s not in app_rts]
             out = ("<p>" + (f"{NO} somewhere: " + ", ".join(rt_label(self.rts, s) for s in self.rts.ordered(bad_rts))
                             if bad_rts else "No runtime fails.")
+                   + (". Only the app's own queue grew (the app's policy, not the runtime's "
+                      "buffer): " + ", ".join(rt_label(self.rts, s) for s in self.rts.ordered(app_rts))
+                      if app_rts else "")
                    + (f". {YES} everywhere it ran: " + ", ".join(rt_label(self.rts, s) for s in never)
-                      if never and bad_rts else "") + ".</p>")
+                      if never and (bad_rts or app_rts) else "") + ".</p>")
             if rows:
                 out += html_table(["cell", f"{NO} fails", f"{YES} holds"], rows, cls="data answer", caption=legend)
             if clean:
@@ -239,10 +262,11 @@ class _Page(BenchmarkSections, FidelitySections):
             '<div class="answers"><h2 id="answers">The three questions</h2>',
             "<h3>Which runtimes let the buffer grow without bound?</h3>",
             # a buffer or backlog that should stay low: bytes or a count, lower is better
-            question({("bytes", "lower"), ("count", "lower")}, "grow",
+            question(grow, "grow",
                      "No scenario with a bounded verdict in this run (S1, S5 and S6 answer it).",
                      "the bounded verdict: user-space buffer (or queue, or memory) within its limit; "
-                     "after a failing runtime, its largest user-space buffer or queue"),
+                     "after a failing runtime, its largest user-space buffer or queue (a queue "
+                     "the app keeps by its own policy is said to be the app's)"),
             "<h3>Which lose data at shutdown?</h3>",
             # bytes that should arrive: higher is better
             question({("bytes", "higher")}, "loss",
@@ -312,7 +336,7 @@ class _Page(BenchmarkSections, FidelitySections):
         notes = sorted({f"{c.get('runtime')} {c.get('variant')}{' ' + cell_net(c) if cell_net(c) else ''}: {n}"
                         for c in cells for n in c.get("notes") or []})
         if notes:
-            out.append(f'<details><summary>{len(notes)} notes</summary><ul>'
+            out.append(f'<details><summary>{plural(len(notes), "note")}</summary><ul>'
                        + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul></details>")
         out.append("</section>")
         return "".join(out)
@@ -471,7 +495,7 @@ class _Page(BenchmarkSections, FidelitySections):
         if cfg:
             out.append(f'<p>configuration: <code>{e(json.dumps(cfg, sort_keys=True, default=str))}</code></p>')
         out.append(f"<p>looplab {e(str(self.doc.get('looplab', '?')))}, results schema "
-                   f"{e(str(self.doc.get('schema', '?')))}, {len(self.cells)} cells.</p>")
+                   f"{e(str(self.doc.get('schema', '?')))}, {plural(len(self.cells), 'cell')}.</p>")
         links = []
         if self.out_dir is None or os.path.exists(os.path.join(self.out_dir, "results.json")):
             links.append('<a href="results.json">results.json</a> (every metric, sample and verdict)')
@@ -530,7 +554,7 @@ class _Page(BenchmarkSections, FidelitySections):
         body.append(f'<header><h1>{title}</h1><p class="lead">{len(self.scen)} scenario cells'
                     f'{" (" + e(summary) + ")" if summary else ""}'
                     f'{", " + str(len(self.bench)) + " benchmark cells" if self.bench else ""} on '
-                    f'{len({c.get("runtime") for c in self.cells})} runtimes.</p>'
+                    f'{plural(len({c.get("runtime") for c in self.cells}), "runtime")}.</p>'
                     f'<nav>{MID.join(nav)}</nav></header>')
         if incomplete_line(self.doc):
             body.append(f'<p class="no" id="incomplete"><strong>{e(incomplete_line(self.doc))}</strong></p>')

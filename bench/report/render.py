@@ -14,13 +14,15 @@ never hidden.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 
 from bench import results as resmod
 from bench.results import tables
 from bench.report import html as htmlmod
 from bench.report.htmldoc import axis_key, cell_net, incomplete_line, net_rank, sim_note
-from bench.results.tables import MISSING, fmt, format_table
+from bench.results.tables import MISSING, fmt, format_table, plural
 
 from protocols.apps import STYLES as STYLE_ORDER
 from bench.report import agreement
@@ -142,7 +144,7 @@ def render_terminal(doc: dict, notes_in: str | None = None) -> str:
         parts.append("\nErrors:\n" + "\n".join("  " + e for e in errors))
     notes = _notes(doc["cells"])
     if notes and notes_in:
-        parts.append(f"\n{len(notes)} notes in {notes_in}")
+        parts.append(f"\n{plural(len(notes), 'note')} in {notes_in}")
     return "\n".join(parts)
 
 
@@ -304,10 +306,36 @@ def _bars(plt, sid, cells, bars, out_dir, key) -> list[str]:
     return [path]
 
 
+#: The list of files the last report wrote into its folder, beside them.
+MANIFEST = ".looplab-report.json"
+
+
+def _earlier_files(out_dir: str) -> set[str]:
+    """The files an earlier report wrote into ``out_dir``: its manifest, or, for a
+    folder written before there was one, the plots its report.md shows."""
+    try:
+        with open(os.path.join(out_dir, MANIFEST)) as f:
+            return {n for n in json.load(f).get("files", []) if isinstance(n, str)}
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        with open(os.path.join(out_dir, "report.md")) as f:
+            return set(re.findall(r"^!\[[^\]]*\]\(([^/()\s]+\.png)\)$", f.read(), re.M))
+    except OSError:
+        return set()
+
+
 def write_report(doc: dict, out_dir: str) -> dict:
     """results.json, results.csv, report.md, the plots and report.html, each written
-    atomically. The page comes last: it links only files that exist."""
+    atomically. The page comes last: it links only files that exist.
+
+    A folder that holds an earlier report is re-used, not refused: what the earlier
+    report wrote and this one does not (a plot of a scenario not in this run) is
+    removed, so nothing stale is left beside the new report; a file looplab did
+    not write there is never touched. The manifest (``MANIFEST``) lists what this
+    report wrote."""
     os.makedirs(out_dir, exist_ok=True)
+    earlier = _earlier_files(out_dir)
     paths = {"json": os.path.join(out_dir, "results.json"), "csv": os.path.join(out_dir, "results.csv"),
              "md": os.path.join(out_dir, "report.md")}
     resmod.write_json(doc, paths["json"])
@@ -316,6 +344,15 @@ def write_report(doc: dict, out_dir: str) -> dict:
     resmod.write_text(paths["md"], render_markdown(doc, plots))
     paths["plots"] = plots
     paths["html"] = htmlmod.write_html(doc, out_dir, plots=plots)
+    written = sorted({os.path.relpath(p, out_dir) for p in (paths["json"], paths["csv"],
+                                                             paths["md"], paths["html"], *plots)})
+    for name in earlier - set(written):
+        if not os.path.isabs(name) and ".." not in name.split(os.sep):    # inside the folder
+            try:
+                os.unlink(os.path.join(out_dir, name))
+            except OSError:
+                pass
+    resmod.write_json({"files": written}, os.path.join(out_dir, MANIFEST))
     return paths
 
 

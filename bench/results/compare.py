@@ -6,7 +6,9 @@ or higher is better); the rest are information, as are latency maxima. A differe
 only when it is beyond the rule's threshold (default 10 % of the median) *and* beyond the
 noise: with five or more samples a side, a Mann-Whitney U test at p < 0.05; with two to
 four, ranges apart by more than the threshold; with a lone sample a side, a change of at
-least 50 %. Byte differences under 64 KiB (one socket buffer) never count. Results without declared
+least 50 % -- except for a timing (a wall-clock metric), which with one sample has no
+verdict at all (status ``one-sample``: shown, never a regression or an improvement).
+Byte differences under 64 KiB (one socket buffer) never count. Results without declared
 directions (benchmark files) fall back on the unit: rates higher, times lower.
 """
 from __future__ import annotations
@@ -192,8 +194,9 @@ def compare(old: dict, new: dict, rule: str = "median:10%", metrics=None,
     """Match cells by id; compare verdicts first, then the metrics with a declared
     direction. Returns ``(rows, failures)``: rows carry ``cell, metric, kind`` (verdict,
     behaviour, timing), ``old, new, change`` ((new - old) / old of the rule's
-    statistic), ``status`` (regression, fix, improvement, same, noise, info, only-old,
-    only-new, not-measured: a verdict without evidence on one side) and ``spread``; failures are the regressions of a kind in ``gates``.
+    statistic), ``status`` (regression, fix, improvement, same, noise, one-sample: a
+    timing with a lone sample a side, info, only-old, only-new, not-measured: a verdict
+    without evidence on one side) and ``spread``; failures are the regressions of a kind in ``gates``.
     Nothing in common, or a ``metrics`` name found nowhere, is a UsageError."""
     stat, threshold = parse_rule(rule)
     check_document(old, "old")
@@ -249,6 +252,12 @@ def compare(old: dict, new: dict, rule: str = "median:10%", metrics=None,
             needed = max(threshold, LONE_SAMPLE_CHANGE) if min(len(sa), len(sb)) < 2 else threshold
             if small or abs(change) <= needed:
                 row["status"] = "same"
+                continue
+            if timing and min(len(sa), len(sb)) < 2:
+                # a lone wall-clock timing has no spread to judge noise by: shown, never
+                # a regression or an improvement (the gate needs --repeat 2 or more)
+                row["status"] = "one-sample"
+                row["spread"] += ", one sample: no verdict"
                 continue
             sig, why = significant(sa, sb, threshold * abs(va))
             row["spread"] += f", {why}"

@@ -307,8 +307,11 @@ def write_bytes(path: str, data: bytes | str) -> None:
 
 def check_output(path: str, what: str, folder: bool = False) -> str:
     """Check, before anything is measured, that ``path`` can be written: a folder
-    (``folder=True``, created if missing) or a file (its folder created if missing).
-    A problem is a one-line UsageError naming the option ``what``."""
+    (``folder=True``) or a file. The rule for every verb's ``--out`` and ``--json``:
+    missing folders on the way are created when the first file is written there,
+    and the check creates nothing -- it tries on a throwaway entry in the nearest
+    folder that exists -- so a command that stops before writing leaves nothing
+    behind. A problem is a one-line UsageError naming the option ``what``."""
     full = os.path.abspath(path)
     if folder:
         if os.path.exists(full) and not os.path.isdir(full):
@@ -318,11 +321,18 @@ def check_output(path: str, what: str, folder: bool = False) -> str:
         if os.path.isdir(full):
             raise UsageError(f"{what} {path}: is a folder; give a file name")
         target = os.path.dirname(full)
+    nearest = target
+    while not os.path.exists(nearest):
+        nearest = os.path.dirname(nearest)
+    if not os.path.isdir(nearest):
+        raise UsageError(f"{what} {path}: cannot write there: {nearest} is a file, not a folder")
     try:
-        os.makedirs(target, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=target, prefix=".looplab-write-test.")
-        os.close(fd)
-        os.unlink(probe)
+        if nearest == target:
+            fd, probe = tempfile.mkstemp(dir=target, prefix=".looplab-write-test.")
+            os.close(fd)
+            os.unlink(probe)
+        else:       # the folders to create: can one be made here?
+            os.rmdir(tempfile.mkdtemp(dir=nearest, prefix=".looplab-write-test."))
         if not folder and os.path.exists(full) and not os.access(full, os.W_OK):
             raise PermissionError(13, "Permission denied")
     except OSError as exc:

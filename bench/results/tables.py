@@ -9,9 +9,14 @@ A value that was not measured is shown as ``-``, never as 0.
 from __future__ import annotations
 
 __all__ = ["format_table", "fmt", "fmt_bytes", "fmt_seconds", "fmt_rate", "fmt_Bps",
-           "fmt_count", "fmt_fraction", "fmt_percent", "fmt_value", "MISSING"]
+           "fmt_count", "fmt_fraction", "fmt_percent", "fmt_value", "MISSING", "plural"]
 
 MISSING = "-"
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``1 cell``, ``2 cells``, ``0 cells``: a count and its noun, agreeing."""
+    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
 
 
 def fmt_bytes(v) -> str:

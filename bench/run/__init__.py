@@ -8,9 +8,10 @@ The pipeline reads: verb -> ``plan`` -> ``Runner`` -> results document
 """
 from bench.run.repeats import new_result, run_cell
 from bench.run.plan import Cell, plan, split, with_net
+from bench.run.plan import why_empty as plan_why_empty
 from bench.run.runner import (Runner, check_outputs, default_out_dir, exit_code, outputs_checked,
                               progress_printer, run_matrix)
 
-__all__ = ["Cell", "plan", "split", "with_net", "run_cell", "new_result", "run_matrix",
+__all__ = ["Cell", "plan", "plan_why_empty", "split", "with_net", "run_cell", "new_result", "run_matrix",
            "Runner", "check_outputs", "outputs_checked", "default_out_dir", "exit_code",
            "progress_printer"]

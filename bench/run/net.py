@@ -90,8 +90,9 @@ class SimNetwork(Network):
     def repeat(self, cell, rep_i, result, make_ctx):
         from bench.scenarios import simulated as simcells
         # The context is made inside the cell's heap and dropped inside it, so the
-        # world's garbage is collected with this cell and not in a later one.
-        with simcells.cell_heap():
+        # world's garbage is collected with this cell and not in a later one; what
+        # the app writes meanwhile (and as it is collected) goes to the cell's notes.
+        with simcells.one_cell_at_a_time(), simcells.cell_heap(), simcells.app_output(result):
             ctx = make_ctx()
             ctx.sim = simcells.cell_world(cell, rep_i, result)
             seen: dict = {}

@@ -16,7 +16,7 @@ from bench.scenarios import api as scmod
 from bench.errors import UsageError
 from bench import runtimes as rtmod
 
-__all__ = ["Cell", "plan", "split", "with_net", "check_cell"]
+__all__ = ["Cell", "plan", "split", "with_net", "check_cell", "why_empty"]
 
 
 @dataclass
@@ -105,13 +105,15 @@ def plan(scenarios: str | None, runtimes, variants: str | None,
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise UsageError(f"--repeat must be a whole number >= 1, got {repeats!r}")
     known = scmod.scenarios()
+    for text, option in ((scenarios, "--scenarios"), (variants, "--variants")):
+        if text is not None and not split(text):     # '' is a mistake, not "every one"
+            raise UsageError(f"{option} is empty: name at least one, or leave the option out")
     if main_job and not scenarios:
         ids = [sid for sid, sc in known.items() if sc.main_job]
     else:
-        ids = split(scenarios) or list(known)
+        # s1 is S1 (case is forgiven), anything else unknown gets a did-you-mean
+        ids = list(dict.fromkeys(scmod.resolve(s) for s in split(scenarios) or known))
     for sid in ids:
-        if sid not in known:
-            raise UsageError(f"unknown scenario {sid!r}; valid scenarios: {', '.join(known)}")
         if preset not in known[sid].presets:
             raise UsageError(f"scenario {sid} has no preset {preset!r}; its presets: "
                              f"{', '.join(known[sid].presets)}")
@@ -137,3 +139,20 @@ def plan(scenarios: str | None, runtimes, variants: str | None,
                 cells.append(Cell(sid, rt.spec, v, preset, dict(sc.presets[preset]),
                                   max(repeats, sc.default_repeats), _sc=sc, _rt=rt))
     return cells
+
+
+def why_empty(scenarios: str | None, runtimes: str | None) -> str:
+    """Why ``plan`` made no cell of these scenarios and runtimes: a scenario runs
+    only on the port styles it declares (a program-based one, where it has a
+    program), and no runtime asked for has one of them."""
+    known = scmod.scenarios()
+    ids = list(dict.fromkeys(scmod.resolve(s) for s in split(scenarios) or known))
+    rts = rtmod.parse_list(runtimes)
+    parts = []
+    for sid in ids:
+        sc = known[sid]
+        progs = f" (it has programs for: {', '.join(sc.programs)})" if sc.programs else ""
+        parts.append(f"{sid} runs on the {'/'.join(sc.styles)} style{'s' if len(sc.styles) > 1 else ''}"
+                     f"{progs}")
+    have = ", ".join(f"{rt.spec} is {rt.style}" for rt in rts[:6]) + (" ..." if len(rts) > 6 else "")
+    return f"{'; '.join(parts)}; no runtime asked for has that style ({have})"

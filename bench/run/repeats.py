@@ -16,6 +16,7 @@ import os
 import time
 
 from bench import results
+from bench.errors import one_line
 from bench.scenarios import api as scmod
 from bench.run.net import network_of
 
@@ -96,13 +97,16 @@ def run_cell(cell, trace_path: str | None = None) -> dict:
                     ctx_notes, ctx_params, peers_seen = ctx.notes, ctx.params, ctx.peers_seen
                     del ctx           # inside the network's repeat (a sim cell's heap)
         except Exception as exc:      # a crashing cell is a result, not the end of the matrix
-            result["errors"].append(f"{type(exc).__name__}: {exc}")
+            result["errors"].append(one_line(exc))     # with where: file.py:LINE in function
         if out is None:
             continue
         # The scenario's evidence rule: too little activity, a missing deciding metric or
         # an impossible figure makes the verdicts "not measured" and adds the error.
         metrics, verdicts, problems = sc.judge(ctx_params, out.metrics, out.verdicts, peers_seen)
         result["errors"] += [e for e in problems if e not in result["errors"]]
+        # a peer the app never served because it was gone: the verdicts stand, the cause
+        # goes beside them
+        ctx_notes = list(ctx_notes) + sc.app_gone_notes(peers_seen)
         metrics["cell_wall_s"] = round(time.monotonic() - t0, 3)
         metrics.update(net.metrics(seen, c0))
         if out.series and "series" not in result:

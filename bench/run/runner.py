@@ -18,6 +18,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
+from bench.results.tables import plural
 from bench import results as resmod
 from bench.scenarios import api as scmod
 from bench.errors import ExitCode, UsageError
@@ -25,7 +26,7 @@ from bench.run.repeats import run_cell
 
 __all__ = ["Terminated", "signals_interrupt", "run_matrix", "Runner", "check_outputs",
            "outputs_checked", "default_out_dir", "progress_printer", "exit_code",
-           "interrupted_line"]
+           "interrupted_line", "nothing_measured"]
 
 
 class Terminated(KeyboardInterrupt):
@@ -57,8 +58,8 @@ def default_out_dir() -> str:
 
 def check_outputs(out_dir: str | None = None, json_path: str | None = None) -> None:
     """Before the first cell: every output path can be written (UsageError if not).
-    The file first: checking the folder creates it, and a refused file must not
-    leave an empty folder behind."""
+    Checking creates nothing (``bench.results.check_output``): the folders are made
+    when the first file is written, so a run that stops before that leaves none."""
     if json_path:
         resmod.check_output(json_path, "--json")
     if out_dir:
@@ -68,22 +69,9 @@ def check_outputs(out_dir: str | None = None, json_path: str | None = None) -> N
 @contextlib.contextmanager
 def outputs_checked(out_dir: str | None, json_path: str | None):
     """``check_outputs``, then the block (the checks that must come after it, such as
-    building environments); if the block fails, the folders the check created are
-    removed again while still empty, so a failure leaves nothing behind."""
-    created = []
-    for path in (out_dir, os.path.dirname(os.path.abspath(json_path)) if json_path else None):
-        path = os.path.abspath(path) if path else None
-        while path and not os.path.exists(path):
-            created.append(path)
-            path = os.path.dirname(path)
+    building environments)."""
     check_outputs(out_dir, json_path)
-    try:
-        yield
-    except BaseException:
-        for path in created:                  # deepest first, each only if still empty
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
-        raise
+    yield
 
 
 def progress_printer(stream=None):
@@ -140,7 +128,7 @@ def run_matrix(cells: list, jobs: int = 1, progress=None) -> tuple[list[dict], b
 
 
 def interrupted_line(done: int, planned: int, where: str) -> str:
-    return f"looplab: interrupted: {done} of {planned} cells finished, kept in {where}"
+    return f"looplab: interrupted: {done} of {plural(planned, 'cell')} finished, kept in {where}"
 
 
 class Runner:
@@ -200,10 +188,22 @@ class Runner:
         return path
 
 
+def nothing_measured(cells: list[dict]) -> str | None:
+    """The line a run prints when no cell measured anything (every cell skipped),
+    else None: such a run must not pass a CI gate on nothing."""
+    if any(not r.get("skipped") for r in cells):
+        return None
+    reasons = list(dict.fromkeys(str(r["skipped"]) for r in cells))
+    why = f": {reasons[0]}" + (f" (and {plural(len(reasons) - 1, 'other reason')})"
+                               if len(reasons) > 1 else "") if reasons else ""
+    return (f"looplab: no cell measured anything: {'all ' if len(cells) > 1 else ''}"
+            f"{plural(len(cells), 'cell')} skipped{why}")
+
+
 def exit_code(doc: dict) -> int:
-    """A finished run's exit: 1 when a cell errored (every cell erroring included),
-    else 0."""
+    """A finished run's exit: 1 when a cell errored (every cell erroring included)
+    or when no cell measured anything (every cell skipped), else 0."""
     cells = doc["cells"]
-    if any(r.get("errors") for r in cells):
+    if any(r.get("errors") for r in cells) or nothing_measured(cells):
         return ExitCode.FAILED
     return ExitCode.OK

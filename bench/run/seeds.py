@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import time
 
+from bench.results.tables import plural
 from bench.scenarios.simulated import UNIVERSE_MODEL, sim_capable
 
 __all__ = ["NETS", "EXPLORE_NET", "cells_for", "replay_cells", "cell_from_universe", "explore",
@@ -347,10 +348,22 @@ def explore_command(cells: list, args, out_dir: str, failing=failed) -> int:
                                                  "reason": f"interrupted ({signals[0]})"})
     resmod.write_json(doc, path)
     if signals:
-        print(f"looplab: interrupted ({signals[0]}): {len(done)} of {planned} cells finished "
+        print(f"looplab: interrupted ({signals[0]}): {len(done)} of {plural(planned, 'cell')} finished "
               f"exploring, kept in {path}", file=sys.stderr)
         return ExitCode.INTERRUPTED
     print(f"exploration: {path}")
+    # The exit rule of a plain run, over universes: one that ended in an error (a
+    # crash, or not measured) is exit 1, and so is exploring nothing at all.
+    if not done:
+        print(f"looplab: no cell measured anything: all {plural(planned, 'cell')} skipped "
+              "(see the lines above)", file=sys.stderr)
+        return ExitCode.FAILED
+    errored = sum(n for ex in done for o, n in ex["outcomes"].items() if o.startswith("error: "))
+    if errored:
+        seeds = sum(ex["seeds"] for ex in done)
+        print(f"looplab: {errored} of {plural(seeds, 'universe')} ended in an error (a crash, "
+              "or too little evidence: not measured)", file=sys.stderr)
+        return ExitCode.FAILED
     return ExitCode.OK
 
 
@@ -403,7 +416,7 @@ def _explore_cells(cells, args, out_dir, failing, done, stop) -> None:
         ex = explore(cell, args.seeds, getattr(args, "faults", 0) or 0, failing=failing, stop=stop,
                      net=net or None)
         done.append(ex)
-        print(f"{cell.id}: {args.seeds} seeds in {ex['wall_s']:.2f} s wall, "
+        print(f"{cell.id}: {plural(args.seeds, 'seed')} in {ex['wall_s']:.2f} s wall, "
               f"{ex['cpu_s']:.2f} s CPU ({ex['sim_s']:.1f} s simulated)")
         for outcome, n in sorted(ex["outcomes"].items(), key=lambda kv: -kv[1]):
             print(f"    {n:6d}  {100 * n / args.seeds:5.1f} %  {outcome}")

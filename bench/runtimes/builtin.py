@@ -36,12 +36,21 @@ def reference_options(runtime_id: str) -> Schema:
 
 
 def _loop_name(value) -> str:
-    """``asyncio``, ``uvloop``, ``rloop``, ``looplab`` or ``MODULE:FACTORY``."""
+    """``asyncio``, ``uvloop``, ``rloop``, ``looplab`` or ``MODULE:FACTORY``. A bare
+    name that is no known loop is a mistake (a typo), never a library to look for."""
     text = str(value).strip()
     module, sep, attr = text.partition(":")
     names = module.split(".") + (attr.split(".") if sep else [])
     if not text or not all(n.isidentifier() for n in names):
         raise ValueError("give a loop name (asyncio, uvloop, rloop, looplab) or MODULE:FACTORY")
+    if not sep:
+        from protocols.asyncio_ports import LOOPS, UNOBTAINABLE
+        known = [*LOOPS, *UNOBTAINABLE]
+        if text not in known:
+            import difflib
+            near = difflib.get_close_matches(text, known, n=1)
+            raise ValueError(f"unknown loop {text!r}" + (f" (did you mean {near[0]}?)" if near else "")
+                             + f"; give a known loop ({', '.join(LOOPS)}) or MODULE:FACTORY")
     return text
 
 
@@ -297,6 +306,12 @@ for _info in (
     RuntimeInfo("uvloop-protocol", "callback", f"{_AIO}:UvloopCallbackPort",
                 asyncio_options("uvloop-protocol", loop=False), requires=("uvloop",),
                 fingerprint=Fingerprint(_ASYNCIO_PROTOCOL, **_REFERENCE),
+                differences={"reset": Difference(
+                    "connection_lost(ConnectionError); write after: no error; "
+                    "once it returned: RuntimeError",
+                    "uvloop closes its transport once connection_lost returned, and its "
+                    "write() raises RuntimeError where asyncio drops the bytes (uvloop 0.23; "
+                    "the same as uvloop-streams)")},
                 library="uvloop", probe_side=f"{_SIDES}.callback:UvloopCallbackSide",
                 tracing=_NO_CALLBACK_HOOK,
                 summary="uvloop, Protocol/Transport", **_UVLOOP_REAL_ONLY),

@@ -277,8 +277,11 @@ def parse_list(text: str | None, default: list[str] | None = None) -> list[Runti
     """A comma list of runtime specs. Options are joined to their runtime with ``:`` and
     separated by ``,``, so runtimes are split where a token starts with a known id;
     ``all`` and ``ours`` expand (and mark what they expanded: ``expanded_from``)."""
-    if not text:
+    if text is None:
         return [_expanded(parse(s), "all") for s in (default or list(registry.RUNTIMES))]
+    if not text.replace(",", "").strip():     # --runtimes '': a mistake, not "every runtime"
+        raise UsageError("--runtimes is empty: name at least one (e.g. coro,trio), or all, "
+                         "or leave the option out")
     specs: list[tuple[str, str | None]] = []
     for token in (t.strip() for t in text.split(",") if t.strip()):
         head = token.partition(":")[0].partition("@")[0].partition("+")[0]

@@ -112,7 +112,7 @@ from bench.scenarios.properties import Property, always, eventually, observe, so
 __all__ = ["Scenario", "Metric", "Minimum", "Bars", "Lines", "Series", "Job", "CellContext", "Outcome", "Served",
            "Ran", "APP", "STYLES", "UNITS", "CRASH_KEY", "NOT_MEASURED", "register", "get", "scenarios", "load_scenario_file",
            "load_plugins", "plugin_spec", "serve_app", "run_program", "AppProcess",
-           "abort_running", "Property", "always", "eventually", "sometimes", "observe"]
+           "abort_running", "Property", "always", "eventually", "sometimes", "observe", "resolve"]
 
 UNITS = {"_bytes": "bytes", "_Bps": "bytes/s", "_per_s": "1/s", "_s": "seconds",
          "_count": "count", "_fraction": "fraction"}
@@ -150,6 +150,10 @@ class Metric:
     # The most this cell could physically produce, from its parameters (a function of
     # ``ctx.params``, or a number): a value above it is an error, not a figure.
     ceiling: Callable | float | None = None
+    # Whose memory a buffer or queue metric is: ``"app"`` for a queue the app under
+    # test keeps by its own policy (S6's unbounded mailbox), not the runtime's buffer;
+    # the report's answers count it against the app, not the runtime. None: the runtime's.
+    owner: str | None = None
 
     def __post_init__(self):
         if self.unit is None:
@@ -169,6 +173,8 @@ class Metric:
             return f"metric {self.name!r}: direction must be 'lower', 'higher' or None"
         if self.direction is not None and self.unit in KINDS:
             return f"metric {self.name!r}: a {self.unit} has no direction"
+        if self.owner not in (None, "app"):
+            return f"metric {self.name!r}: owner must be 'app' or None (the runtime's)"
         return None
 
     def describe(self) -> dict:
@@ -176,6 +182,8 @@ class Metric:
                "timing": self.timing}
         if isinstance(self.format, str):
             out["format"] = self.format
+        if self.owner:
+            out["owner"] = self.owner
         return out
 
 
@@ -404,7 +412,10 @@ class Scenario:
         A verdict is True (holds), False (fails) or None (not measured): None when
         its oracle returned None, when a metric in its ``decided_by`` is missing,
         or when the cell fell short of a ``minimum`` or one of its peers
-        (``peers_seen``) never got its connection (then every verdict is None).
+        (``peers_seen``) never got its connection (then every verdict is None) --
+        unless the app was gone by then (the peer's ``app_gone``: it exited, stopped
+        accepting or ended while the peer waited): that is a finding, and the
+        oracle's verdicts stand (``app_gone_notes`` says why, for the cell's notes).
         A metric above its ``ceiling`` is an error and is dropped, not reported.
         Each verdict not measured adds an error saying what was missing."""
         metrics, errors = dict(metrics), []
@@ -418,8 +429,11 @@ class Scenario:
                               "cell could produce; not kept")
                 metrics[m.name] = None
         out = {k: (None if v is None else bool(v)) for k, v in verdicts.items()}
+        # A peer the app never served because the app was gone (``app_gone``: it had
+        # exited, stopped accepting or ended) is the measurement, not missing evidence.
         short = [f"peer {name!r} never got its connection"
-                 for name, res in (peers_seen or {}).items() if not res.get("connected")]
+                 for name, res in (peers_seen or {}).items()
+                 if not res.get("connected") and not res.get("app_gone")]
         short += [s for s in (m.shortfall(metrics, params) for m in self.minimum) if s]
         if short:
             errors.append(f"{NOT_MEASURED}: too little activity: {'; '.join(short)}")
@@ -433,6 +447,13 @@ class Scenario:
             elif value is None:
                 errors.append(f"{NOT_MEASURED}: the oracle of {name} had no evidence to decide")
         return metrics, out, errors
+
+    @staticmethod
+    def app_gone_notes(peers_seen: Mapping | None) -> list[str]:
+        """The cause, per peer the app never served because it was gone."""
+        return [f"peer {name!r} never got its connection: {res['app_gone']}"
+                for name, res in (peers_seen or {}).items()
+                if not res.get("connected") and res.get("app_gone")]
 
     def program_for(self, runtime) -> Callable:
         """The program for ``runtime``: by its id, else its style, else ``"*"``."""
@@ -504,6 +525,22 @@ def get(sid: str) -> Scenario:
         return _REGISTRY[sid]
     except KeyError:
         raise UsageError(f"unknown scenario {sid!r}; valid scenarios: {', '.join(_REGISTRY)}") from None
+
+
+def resolve(name: str) -> str:
+    """The registered id a user meant by ``name``: itself, or the one id that
+    differs from it only in case (``s1`` is ``S1``); else a UsageError with the
+    closest ids as a did-you-mean."""
+    _ensure_builtin()
+    if name in _REGISTRY:
+        return name
+    same = [sid for sid in _REGISTRY if sid.lower() == name.lower()]
+    if len(same) == 1:
+        return same[0]
+    import difflib
+    close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise UsageError(f"unknown scenario {name!r}; {hint}valid scenarios: {', '.join(_REGISTRY)}")
 
 
 def _register_found(namespace: dict, before: set) -> int:

@@ -29,9 +29,9 @@ import signal
 import sys
 import threading
 import time
-import traceback
 
 from bench import results, runtimes
+from bench.errors import one_line
 from bench.host import procs
 from bench.scenarios import api
 from protocols.common import driver
@@ -133,14 +133,8 @@ def main(argv: list[str]) -> int:
     except* KeyboardInterrupt:
         pass
     except* Exception as group:   # reported to the parent as this cell's error, one line
-        exc = group.exceptions[0]
         # One line, but with the innermost frame: a rare failure must still say where.
-        frames = traceback.extract_tb(exc.__traceback__)
-        ours = [f for f in frames if os.sep + "site-packages" + os.sep not in f.filename
-                and not f.filename.endswith(".pyx")] or frames
-        where = f" (at {os.path.basename(ours[-1].filename)}:{ours[-1].lineno} in " \
-                f"{ours[-1].name})" if ours else ""
-        result = {api.CRASH_KEY: f"{type(exc).__name__}: {exc}{where}"}
+        result = {api.CRASH_KEY: one_line(group.exceptions[0])}
     emit({"event": "result", **result})
     return 1 if api.CRASH_KEY in result else 0
 

@@ -464,7 +464,7 @@ S6 = Scenario(
              Metric("dropped_count", None, "dropped"),
              Metric("disconnected_count", None, "disconnected"),
              Metric("peak_user_buffer_bytes", "lower", "user buffer peak"),
-             Metric("app_queue_peak_bytes", "lower", "app queue peak"),
+             Metric("app_queue_peak_bytes", "lower", "app queue peak", owner="app"),
              Metric("broadcasts_count", None, "broadcasts",
                     ceiling=lambda p: p["duration_s"] / p["interval_s"] * 1.5 + 10),
              _CONNECTED),

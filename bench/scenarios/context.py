@@ -26,7 +26,7 @@ from bench.peers import PeerProcess
 from protocols import apps
 
 __all__ = ["APP", "CellContext", "Job", "AppProcess", "abort_running", "Served", "Ran",
-           "serve_app", "run_program", "plugin_spec"]
+           "serve_app", "run_program", "plugin_spec", "mark_app_gone"]
 
 APP = "app"            # a peer's ``connect=APP``: connect to the app under test
 _LOADED = {"files": [], "modules": [], "runtime_modules": []}      # what this process loaded: the cells load it too
@@ -220,14 +220,48 @@ def _bound(roles) -> float:
     return max([float(r.get("max_s") or 10.0) for r in roles] or [10.0])
 
 
+#: A peer counts as having waited for an app that was gone only if it waited at
+#: least this long after the app ended (or this share of its run): a starved peer
+#: process, late by a scheduling slice, is not a finding.
+GONE_MARGIN_S, GONE_MARGIN_SHARE = 0.5, 0.1
+
+
+def mark_app_gone(peers: dict, *, started_at: float, app_ended_at: float | None = None,
+                  ended_how: str = "") -> None:
+    """A peer that never got its connection because the app was gone is a finding,
+    not missing evidence: mark it (``app_gone``: the cause, in words) so the
+    evidence rule (``Scenario.judge``) lets the verdicts stand. Gone means: a peer
+    that dialed the app was refused (nothing listened any more: the app had exited
+    or closed its listener), or a listening peer was still waiting, well within its
+    time, when the app had already ended (``app_ended_at``, on the peers' clock;
+    ``started_at``: when the peers began). A peer that simply ran out of time while
+    the app still ran -- a starved or overloaded cell -- is not marked."""
+    for name, res in peers.items():
+        if res.get("connected") or res.get("app_gone"):
+            continue
+        error = str(res.get("error") or "")
+        if res.get("ended") == "error" and ("refused" in error.lower() or "errno 111" in error.lower()):
+            res["app_gone"] = "the app stopped accepting (its connection was refused)"
+            continue
+        if app_ended_at is None or res.get("ended") != "timeout":
+            continue
+        waited = started_at + float(res.get("ran_s") or 0.0) - app_ended_at
+        if waited >= max(GONE_MARGIN_S, GONE_MARGIN_SHARE * float(res.get("ran_s") or 0.0)):
+            res["app_gone"] = (f"the app had ended ({ended_how or 'it returned'} "
+                               f"{app_ended_at - started_at:.2f} s in) and never connected "
+                               f"to it; it waited {waited:.2f} s more")
+
+
 def serve_app(ctx: CellContext, app: str, *, peers=(), params: dict | None = None,
               upstream: str | None = None, timeout_s: float | None = None) -> Served:
     """Serve ``app`` on the runtime under test with ``peers`` around it (see the
     module docstring). Peers with ``connect=APP`` start once the app listens."""
     if ctx.sim is not None:   # --net sim: the same app and peers, in one simulated world
         from bench.scenarios import simulated as simcells
+        began = ctx.sim.world.now
         served = Served(*simcells.serve_app(ctx, app, peers=peers, params=params, upstream=upstream,
                                             bound=timeout_s or _bound(peers) + 10, app_marker=APP))
+        mark_app_gone(served.peers, started_at=began)
         ctx.peers_seen.update(served.peers)
         return served
     roles, to_app = [], []
@@ -261,6 +295,7 @@ def serve_app(ctx: CellContext, app: str, *, peers=(), params: dict | None = Non
             if out is None:
                 proc.interrupt()
                 out = proc.result(10)
+    mark_app_gone(res, started_at=0.0)       # refused: nothing listened any more
     ctx.peers_seen.update(res)
     return Served(out, res)
 
@@ -271,11 +306,14 @@ def run_program(ctx: CellContext, *, peers=(), linger_s: float = 0.0,
     listening ``peers`` started first (see the module docstring)."""
     if ctx.sim is not None:   # --net sim: the same program and peers, in one simulated world
         from bench.scenarios import simulated as simcells
+        began = ctx.sim.world.now
         ran = Ran(*simcells.run_program(
             ctx, lambda addrs: Job(ctx.runtime, ctx.variant, dict(ctx.params), addrs),
             peers=peers, linger_s=linger_s, bound=max_s or _bound(peers)))
         if CRASH_KEY in ran.app:     # as a cell process's failed program is on real sockets
             raise RuntimeError(f"app side: {ran.app[CRASH_KEY]}")
+        mark_app_gone(ran.peers, started_at=began, app_ended_at=ran.stopped_at,
+                      ended_how="its program returned")
         ctx.peers_seen.update(ran.peers)
         return ran
     roles = [dict(r) for r in peers]
@@ -293,6 +331,7 @@ def run_program(ctx: CellContext, *, peers=(), linger_s: float = 0.0,
         with AppProcess({**spec, "peers": {}}, ctx.runtime, program_file) as proc:
             stopped = proc.wait("stopped", bound + 10)["at"]
             return Ran(proc.result(linger_s + 10), {}, stopped)
+    began = time.monotonic()        # the peers begin after this, on the same clock
     with _Peers(roles, timeout_s=bound + 5) as pp:
         addrs = {r.get("name") or r["role"]: list(pp.address(r.get("name") or r["role"]))
                  for r in roles if r.get("listen")}
@@ -300,5 +339,7 @@ def run_program(ctx: CellContext, *, peers=(), linger_s: float = 0.0,
             stopped = proc.wait("stopped", bound + 10)["at"]
             out = proc.result(linger_s + 10)
         res = pp.results()
+    # once its program returned the app dials no one: a peer still waiting then
+    mark_app_gone(res, started_at=began, app_ended_at=stopped, ended_how="its program returned")
     ctx.peers_seen.update(res)
     return Ran(out, res, stopped)

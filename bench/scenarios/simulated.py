@@ -46,6 +46,7 @@ there too, above ``bench.run`` (this module sits below it).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import weakref
@@ -55,7 +56,7 @@ from kernels import simnet
 
 __all__ = ["SimCell", "SimRole", "sim_capable", "NET_DEFAULTS", "new_world", "cell_heap",
            "keep_freed_memory", "cell_world", "serve_app", "run_program", "universe",
-           "UNIVERSE_MODEL", "make_role", "WATCHDOG_S", "stop_all"]
+           "UNIVERSE_MODEL", "make_role", "WATCHDOG_S", "stop_all", "app_output", "one_cell_at_a_time"]
 
 UNIVERSE_MODEL = "looplab.simcell"
 #: The network a cell runs on unless its universe says otherwise: loopback as
@@ -67,8 +68,9 @@ NET_DEFAULTS: dict = {"sockbuf_scale": 2, "accounting": "linux", "latency_s": 2e
                       "wake_s": 20e-6}
 # One sim cell at a time per process: the programs capture sys.stderr and the
 # warnings filters process-wide (bench.scenarios.programs.capture_output), and a world
-# is CPU-bound anyway (``--jobs`` buys nothing under one GIL).
-_ONE_AT_A_TIME = threading.Lock()
+# is CPU-bound anyway (``--jobs`` buys nothing under one GIL). Re-entrant: a repeat
+# holds it (``app_output``) around the serve_app or run_program that takes it again.
+_ONE_AT_A_TIME = threading.RLock()
 _SERVER_GRACE_S = 10.0
 
 #: A sim cell's wall-clock watchdog: a cell still running after this long (a
@@ -90,6 +92,40 @@ def stop_all(reason: str) -> int:
     for world in live:
         world.stop(reason)
     return len(live)
+
+
+@contextlib.contextmanager
+def app_output(result: dict):
+    """Around one repeat of a sim cell (``one_cell_at_a_time`` held): what the app writes on
+    stderr, logs or warns -- a task's "exception was never retrieved" when its world
+    is collected, say -- is the app's output, as it would be in the app process on
+    real sockets, not a line in the progress output. It lands in the cell's notes
+    (the first few lines)."""
+    from bench.scenarios.programs import capture_output
+    captured = capture_output()
+    captured.__enter__()
+    try:
+        yield
+    finally:
+        captured.__exit__(None, None, None)     # collects: late reports land here
+        lines = [ln for ln in captured.lines if ln.strip()]
+        for ln in lines[:APP_OUTPUT_LINES]:
+            note = f"the app wrote: {ln.strip()[:300]}"
+            if note not in result["notes"]:
+                result["notes"].append(note)
+        if len(lines) > APP_OUTPUT_LINES:
+            result["notes"].append(f"the app wrote {len(lines) - APP_OUTPUT_LINES} more "
+                                   "line(s) on stderr")
+
+
+def one_cell_at_a_time():
+    """The lock a sim cell's repeat holds (re-entrant): one simulated cell at a time
+    per process, since capturing its output and freezing its heap are process-wide."""
+    return _ONE_AT_A_TIME
+
+
+#: How many lines of a sim cell's app output its notes keep.
+APP_OUTPUT_LINES = 5
 
 
 def sim_capable(runtime) -> str | None:

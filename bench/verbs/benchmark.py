@@ -32,6 +32,7 @@ from bench.perf.goals import (GOAL_ECHO_RUNTIMES, ICOUNT_ECHO, ICOUNT_MICRO,
                               attach_instructions, budget_lines, count_instructions,
                               evaluate_goals, goal_runtimes, goals_table, icount_missing,
                               run_goals, unjudged_if_interrupted)
+from bench.results.tables import plural
 from bench.run.runner import default_out_dir
 from bench.perf.loadgen import CLIENT_KINDS, load_client
 from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
@@ -101,7 +102,10 @@ def _shard(text: str | None) -> str | None:
 
 
 def _runtimes(text: str | None, default=None) -> list:
-    return runtimes.parse_list(text, default)        # an unknown name: UsageError
+    rts = runtimes.parse_list(text, default)        # an unknown name: UsageError
+    for rt in rts:
+        envs.check_loop(rt)                          # a loop=MODULE:FACTORY to import: too
+    return rts
 
 
 # ---------------------------------------------------------------------------
@@ -248,13 +252,13 @@ def _echo_run(args, mode: str, title: str, sizes, concurrency, preset: str | Non
     shard = _shard(args.shard)
     rts = _runtimes(args.runtimes)
     baseline = runtimes.parse(args.baseline or default_baseline()).spec
+    _check_outputs(args)      # a user's mistake before anything is built (the C client)
     rts, skipped = _available(rts)
     if not rts:
         return ExitCode.ENVIRONMENT
     client = _client(args.client)
     if client is None:
         return ExitCode.ENVIRONMENT
-    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     pinned = not args.no_pin
     if max(concurrency) > 400:
         warning = raise_nofile(2 * max(concurrency) + 256)[2]
@@ -264,7 +268,7 @@ def _echo_run(args, mode: str, title: str, sizes, concurrency, preset: str | Non
     if not units:
         progress("this shard has no cells to measure")
     est = len(units) * args.repeat * (args.duration + args.warmup + 0.8)
-    progress(f"looplab bench {title}: {len(units)} cells x {args.repeat} repeats, "
+    progress(f"looplab bench {title}: {plural(len(units), 'cell')} x {plural(args.repeat, 'repeat')}, "
              f"~{est / 60:.1f} min; load client: {client[1]}")
     env = environment(client[1], pinned)      # before measuring: its load average is the start's
     cells, interrupted = _measure(run_echo_matrix, units, args.duration, args.warmup,
@@ -335,10 +339,10 @@ def cmd_goals(args) -> ExitCode:
     if missing:
         print(f"looplab bench goals: --instructions: {missing}", file=sys.stderr)
         return ExitCode.ENVIRONMENT
+    _check_outputs(args)      # a user's mistake before anything is built (the C client)
     client = _client(args.client)
     if client is None:
         return ExitCode.ENVIRONMENT
-    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     pinned = not args.no_pin
     progress(f"looplab bench goals: echo 1 KiB x 10 on {len(GOAL_ECHO_RUNTIMES)} runtimes and "
              f"micro yield/spawn_join/pingpong on coro and curio, {args.repeat} round(s) each"
@@ -421,13 +425,13 @@ def cmd_micro(args) -> ExitCode:
             raise UsageError(f"unknown micro-benchmark {op!r}; valid: {', '.join(MICRO_OPS)}")
     shard = _shard(args.shard)
     rts = _runtimes(args.runtimes)
+    _check_outputs(args)      # checking creates nothing: an early exit leaves no folder
     rts, skipped = _available(rts)
     if not rts:
         return ExitCode.ENVIRONMENT
-    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     pinned = not args.no_pin
     units = results.shard([(op, rt) for op in ops for rt in rts if micro_supported(op, rt)], shard)
-    progress(f"looplab bench micro: {len(units)} cells x {args.repeat} repeats, min time "
+    progress(f"looplab bench micro: {plural(len(units), 'cell')} x {plural(args.repeat, 'repeat')}, min time "
              f"{args.min_time} s per run")
     env = environment(None, pinned)           # before measuring: its load average is the start's
     cells, interrupted = _measure(run_micro_matrix, units, args.repeat, args.min_time, pinned)
@@ -473,10 +477,10 @@ def cmd_idle(args) -> ExitCode:
     _at_least(args.connections, 1, "--connections", ">= 1")
     _at_least(args.repeat, 1, "--repeat", ">= 1")
     rts = _runtimes(args.runtimes)
+    _check_outputs(args)      # checking creates nothing: an early exit leaves no folder
     rts, skipped = _available(rts)
     if not rts:
         return ExitCode.ENVIRONMENT
-    _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     n = args.connections
     soft, hard, warning = raise_nofile(n + 256)
     notes = [f"RLIMIT_NOFILE: soft {soft}, hard {hard}"]

@@ -24,13 +24,19 @@ import resource
 import socket
 import sys
 import tempfile
+import threading
 import time
 
 from bench.host import envs, procs
 from bench.peers import faults as faultpeers  # the faulty peers themselves
 from bench.errors import ExitCode, Unavailable, UsageError
+from bench import results as resmod
 from bench.results.tables import fmt, fmt_bytes, format_table
 from protocols import apps
+
+#: How ``looplab serve`` ends on SIGTERM when it stops cleanly: 130, interrupted,
+#: the exit code of every verb stopped by a signal (README, exit codes).
+SIGTERM_EXIT = ExitCode.INTERRUPTED
 
 __all__ = ["add_parser", "run", "ServedServer"]
 
@@ -166,6 +172,50 @@ class Watch:
         return n
 
 
+class PeakRSS:
+    """The server's peak resident set while a fault runs, above what it was when the
+    fault began: its ``VmHWM``, reset at the start where the kernel lets this process
+    (``/proc/PID/clear_refs``), and ``VmRSS`` sampled every 10 ms in any case (a
+    sample can miss a short peak; VmHWM cannot). RSS after settling cannot tell a
+    server that queued megabytes and freed them on the reset from one that held
+    nothing; the peak can. ``growth`` is None without a pid or /proc."""
+
+    def __init__(self, pid: int | None):
+        self.pid = pid
+        self.base = self.peak = None
+        self.growth = None
+        self.hwm = False
+        self._stop = threading.Event()
+        self._thread = None
+
+    def _sample(self):
+        while not self._stop.wait(0.01):
+            rss = procs.rss_bytes(self.pid)
+            if rss is not None:
+                self.peak = max(self.peak or 0, rss)
+
+    def __enter__(self):
+        if self.pid is not None:
+            self.base = self.peak = procs.rss_bytes(self.pid)
+            self.hwm = procs.reset_peak_rss(self.pid)
+            if self.base is not None:
+                self._thread = threading.Thread(target=self._sample, daemon=True,
+                                                name="faults-peak-rss")
+                self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        if self.hwm:
+            hwm = procs.rss_bytes(self.pid, "VmHWM")
+            if hwm is not None:
+                self.peak = max(self.peak or 0, hwm)
+        self.growth = None if self.peak is None else self.peak - self.base
+
+
 def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | None = None,
                upstream=None, settle_s: float = 3.0, log=None, fail_fast: bool = False) -> dict:
     """Every fault ``rounds`` times against one server; returns {"baseline_fds",
@@ -180,7 +230,8 @@ def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | N
     baseline = watch.fds()
     rows = {f: {"fault": f, "rounds_count": 0, "survived_count": 0, "slow_count": 0,
                 "hung_count": 0, "died": False, "traceback": False, "fd_growth_count": None,
-                "rss_growth_bytes": None, "health_s": None, "took_s": 0.0, "notes": []}
+                "rss_growth_bytes": None, "rss_peak_bytes": None, "health_s": None,
+                "took_s": 0.0, "notes": []}
             for f in faults}
     seed = 10
     stopped = ""
@@ -194,10 +245,13 @@ def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | N
             seed += 1
             t_fault = time.monotonic()
             fds0, rss0 = watch.fds(), watch.rss()
-            note, during = faultpeers.run_fault(fault, app, addr, limits, upstream, seed)
-            after = faultpeers.healthy(app, addr, limits, upstream, seed)
-            fds1 = watch.settle_fds(fds0, settle_s)
-            rss1 = watch.rss()
+            # the peak from the fault's start until it settled (so it is never below
+            # the growth after settling)
+            with PeakRSS(watch.pid) as peak:
+                note, during = faultpeers.run_fault(fault, app, addr, limits, upstream, seed)
+                after = faultpeers.healthy(app, addr, limits, upstream, seed)
+                fds1 = watch.settle_fds(fds0, settle_s)
+                rss1 = watch.rss()
             alive = watch.alive()
             died = (alive is False) or after.refused
             hung = after.timed_out or (during is not None and during.timed_out) \
@@ -219,6 +273,8 @@ def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | N
                     if row["fd_growth_count"] is not None else growth
             if rgrowth is not None:
                 row["rss_growth_bytes"] = (row["rss_growth_bytes"] or 0) + rgrowth
+            if peak.growth is not None:
+                row["rss_peak_bytes"] = max(row["rss_peak_bytes"] or 0, peak.growth)
             row["health_s"] = max(row["health_s"] or 0.0, after.took_s)
             for text in (note, "" if after.ok else f"healthy client: {after.why}",
                          "traceback on the server's stderr" if tb else "",
@@ -254,8 +310,8 @@ def _yes_no_count(n: int, rounds: int) -> str:
 
 
 def matrix_table(result: dict, rounds: int) -> str:
-    header = ["fault", "survived", "slow", "hung", "server died", "fd growth", "RSS growth",
-              "healthy client", "note"]
+    header = ["fault", "survived", "slow", "hung", "server died", "fd growth", "RSS peak",
+              "RSS growth", "healthy client", "note"]
     rows = []
     for r in result["rows"]:
         rows.append([r["fault"],
@@ -265,10 +321,11 @@ def matrix_table(result: dict, rounds: int) -> str:
                      _yes_no_count(r["slow_count"], rounds), _yes_no_count(r["hung_count"], rounds),
                      "YES" if r["died"] else "no",
                      "-" if r["fd_growth_count"] is None else f"{r['fd_growth_count']:+d}",
+                     "-" if r.get("rss_peak_bytes") is None else "+" + fmt_bytes(r["rss_peak_bytes"]),
                      "-" if r["rss_growth_bytes"] is None else
                      ("+" if r["rss_growth_bytes"] >= 0 else "") + fmt_bytes(r["rss_growth_bytes"]),
                      fmt("health_s", r["health_s"]), "; ".join(r["notes"])[:90] or ""])
-    return format_table(header, rows, align="llllrrrrl")
+    return format_table(header, rows, align="llllrrrrrl")
 
 
 # ---------------------------------------------------------------------------
@@ -313,21 +370,14 @@ def _faults_list(text: str | None, app: str) -> list[str]:
 
 
 def _json_path(path: str | None) -> str | None:
-    if path is None:
-        return None
-    full = os.path.abspath(path)
-    folder = os.path.dirname(full)
-    if os.path.isdir(full):
-        raise UsageError(f"--json {path!r} is a directory; give a file path")
-    if not os.path.isdir(folder):
-        raise UsageError(f"--json {path!r}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"--json {path!r}: folder {folder} is not writable")
-    return full
+    # the rule of every verb's output paths (bench.results.check_output): missing
+    # folders are created when the file is written; the check creates nothing
+    return None if path is None else resmod.check_output(path, "--json")
 
 
 def _write_json(path: str, doc: dict) -> None:
     """Atomic: a reader never sees half a file, an interrupted run leaves the old one."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".faults-", suffix=".json", dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "w") as f:
@@ -542,9 +592,9 @@ def _run_faults(args, plan, limits) -> ExitCode:
             tb = bool(_TRACEBACK.search(server.stderr_bytes()))
             doc.update(sigterm_exit=rc, stderr_traceback=tb, stderr_tail=server.stderr()[-2000:])
             verdicts.append(f"SIGTERM: exit {rc if rc is not None else 'none (killed after 10 s)'}"
-                            f"{'' if rc == 0 else ' -- expected 0'}")
+                            f"{'' if rc == SIGTERM_EXIT else f' -- expected {SIGTERM_EXIT}'}")
             verdicts.append("stderr: " + ("a TRACEBACK (see --json stderr_tail)" if tb else "no traceback"))
-            failed |= rc != 0 or tb
+            failed |= rc != SIGTERM_EXIT or tb
         what = f"{args.app}{'/' + args.variant if args.variant else ''} on " + \
             (doc.get("runtime") or doc["target"])
         print(f"looplab faults: {what}, {len(plan['faults'])} faults x {args.rounds} round(s)")
@@ -616,7 +666,7 @@ def _run_stress(args, plan) -> ExitCode:
                 rc = server.stop()
                 tb = bool(_TRACEBACK.search(server.stderr_bytes()))
                 res.update(sigterm_exit=rc, stderr_traceback=tb)
-                if rc != 0 or tb:
+                if rc != SIGTERM_EXIT or tb:
                     res["ok"] = False
                     res["errors"].append(f"SIGTERM exit {rc}" + (", traceback on stderr" if tb else ""))
             res.update(runtime=name, fd_growth_count=growth,

@@ -25,8 +25,8 @@ from bench.scenarios import api as scmod
 from bench.run import seeds as simruns
 from bench.errors import ExitCode, UsageError
 from bench.run import describe as docmod
-from bench.run.runner import interrupted_line
-from bench.results.tables import fmt, format_table
+from bench.run.runner import interrupted_line, nothing_measured
+from bench.results.tables import fmt, format_table, plural
 from bench.verbs.common import add_net_options, positive_int
 from bench.zoo import versions as zoo_versions
 from bench import runtimes as rtmod
@@ -90,8 +90,8 @@ def _runtimes_for(e, text: str | None, knobs: list[str]) -> list:
     """The entry's runtimes: the named ones, or the runtimes its card names
     (``Entry.expect``) that are available here, plus its option flips and the knob
     runtimes (those of its styles)."""
-    if text:
-        rts = rtmod.parse_list(text)
+    if text is not None:
+        rts = rtmod.parse_list(text)      # '' is a UsageError there, not "every runtime"
     else:
         rts = [r for r in (rtmod.parse(rid) for rid in e.expect) if r.available()]
         rts += [rtmod.parse(f.spec) for f in e.flips]
@@ -139,10 +139,13 @@ def _by_runtime(e, cells) -> dict:
     return by
 
 
-def summarize(zoo, e, cells: list[dict]) -> dict:
+def summarize(zoo, e, cells: list[dict], knobs=()) -> dict:
     """Per runtime spec: naive and fixed outcome; the lists the verdict line reads.
     The words are the real network's when it ran, else the simulated one's; with
-    both, each row also has ``sim`` and the summary says where the two differ."""
+    both, each row also has ``sim`` and the summary says where the two differ.
+    ``flips`` are the entry's declared option flips and the ``--knob`` runtimes
+    (``knobs``); every other runtime that ran -- a named spec with options too --
+    is in ``shown_on`` or ``not_shown_on``."""
     by = _by_runtime(e, cells)
     nets = sorted({n for v in by.values() for n in v}, key=("real", "sim").index)
     main = nets[0] if nets else "real"
@@ -155,16 +158,18 @@ def summarize(zoo, e, cells: list[dict]) -> dict:
         if len(nets) > 1:
             rows[spec]["sim"] = words.get("sim", {"naive": "n/a", "fixed": "n/a"})
     flips = {f.spec: f for f in e.flips}
-    defaults = [s for s in rows if not _is_flip(e, s)]
+    knobbed = set(flips) | set(knobs)
+    defaults = [s for s in rows if s not in knobbed]
     out = {
         "id": e.id, "net": "both" if len(nets) > 1 else main, "rows": rows,
         "shown_on": [s for s in defaults if rows[s]["naive"] == "shown"],
         "not_shown_on": [s for s in defaults if rows[s]["naive"] == "not shown"],
+        "unmeasured_on": [s for s in defaults if rows[s]["naive"] in ("not measured", "error")],
         "skipped_on": [s for s in rows if rows[s]["naive"] == "skipped"],
         "fix_failed_on": [s for s in rows if rows[s]["fixed"] == "shown"],
         "flips": [{"runtime": s, "naive": rows[s]["naive"], "expected_shown": flips[s].shows
                    if s in flips else None, "meaning": flips[s].meaning if s in flips else "--knob"}
-                  for s in rows if _is_flip(e, s)],
+                  for s in rows if s in knobbed],
         "needs": e.needs, "installed": zoo.affected_note(e),
     }
     if "sim" in nets and e.sim_skip():
@@ -177,18 +182,6 @@ def summarize(zoo, e, cells: list[dict]) -> dict:
                       "skipped_on": [s for s in rows if rows[s]["sim"]["naive"] == "skipped"]}
     out["off_card"] = off_card(e, out)
     return out
-
-
-def _is_flip(e, spec: str) -> bool:
-    """A row of one of our kernels with an option flipped (the entry's flips, --knob):
-    any other spec, a reference with a loop or an interpreter, is a runtime."""
-    if any(f.spec == spec for f in e.flips):
-        return True
-    try:
-        rt = rtmod.parse(spec)
-    except Exception:
-        return False
-    return rt.ours and rt.spec != rt.id and ":" in spec
 
 
 def off_card(e, s: dict) -> list[str]:
@@ -215,8 +208,13 @@ def off_card(e, s: dict) -> list[str]:
 def verdict_line(s: dict) -> str:
     if s.get("net") == "sim" and s.get("sim_skipped"):
         return f"not run: {s['sim_skipped']}"
-    parts = [f"shown on: {', '.join(s['shown_on']) or 'none'}",
-             f"not shown on: {', '.join(s['not_shown_on']) or 'none'}"]
+    # what was shown where: an empty list is left out (a run of option flips only
+    # says just those)
+    parts = [f"{label}: {', '.join(s[key])}" for label, key in
+             (("shown on", "shown_on"), ("not shown on", "not_shown_on"),
+              ("not measured (or an error) on", "unmeasured_on")) if s.get(key)]
+    if not parts and not s["flips"] and not s.get("skipped_on"):
+        parts = ["shown on: none"]
     if s["flips"]:
         parts.append("option flips: " + ", ".join(f"{f['runtime']} -> {f['naive']}" for f in s["flips"]))
     if s["fix_failed_on"]:
@@ -236,7 +234,7 @@ def verdict_line(s: dict) -> str:
         if sim["skipped_on"]:
             text += f", skipped on {', '.join(sim['skipped_on'])}"
         parts.append(text)
-    elif s.get("net") == "sim":
+    elif s.get("net") == "sim" and parts:
         parts[0] = "on the simulated network: " + parts[0]
     return "; ".join(parts)
 
@@ -424,7 +422,7 @@ def cmd_repro(args) -> int:
         print(f"\n{len(rows)} bugs. `looplab repro BUG` runs one; `looplab repro --all --out DIR` "
               "runs them all into a report folder.")
         return ExitCode.OK
-    version_plans = {}
+    version_plans, knobs = {}, []
     if args.faults and not args.seeds:
         raise UsageError("--faults draws faults for each seed: give it with --seeds")
     if args.replay:
@@ -479,14 +477,14 @@ def cmd_repro(args) -> int:
         # in the zoo the universe worth keeping is the one where the bug shows:
         # on a naive program it reproduces the report, on a fixed one it breaks the fix
         return simruns.explore_command(cells, args, out_dir, failing=_bug_shown)
-    print(f"looplab repro: {len(cells) + len(skipped)} cells ({cells[0].preset if cells else args.preset} "
+    print(f"looplab repro: {plural(len(cells) + len(skipped), 'cell')} ({cells[0].preset if cells else args.preset} "
           f"preset)", file=sys.stderr)
 
     base, versions = docmod.builder(planned), zoo.installed_versions()
 
     def document(results, incomplete):
         doc = base(results, incomplete)
-        bugs = [summarize(zoo, e, results) for e in entries]
+        bugs = [summarize(zoo, e, results, knobs) for e in entries]
         for sm, e in zip(bugs, entries):
             if e.id in version_plans:
                 sm["versions"] = zoo_versions.summarize(e, version_plans[e.id], results)
@@ -535,7 +533,10 @@ def cmd_repro(args) -> int:
     off = _off_expectations(summaries, bool(version_plans))
     for line in off:
         print(f"not as the card expects: {line}", file=sys.stderr)
-    return ExitCode.FAILED if errors or off else ExitCode.OK
+    empty = nothing_measured(results)
+    if empty:
+        print(empty, file=sys.stderr)
+    return ExitCode.FAILED if errors or off or empty else ExitCode.OK
 
 
 def _off_expectations(summaries, versions: bool) -> list[str]:

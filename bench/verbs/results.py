@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
+from bench.results.tables import plural
 from bench.results import compare as cmpmod
 from bench import results as resmod
 from bench.errors import ExitCode, UsageError
@@ -44,7 +45,7 @@ def cmd_merge(args) -> int:
         resmod.write_csv(doc, args.csv)
     if args.pytest_benchmark:
         resmod.write_json(cmpmod.to_pytest_benchmark(doc), args.pytest_benchmark)
-    print(f"merged {len(docs)} file(s): {len(doc['cells'])} cells", file=sys.stderr)
+    print(f"merged {plural(len(docs), 'file')}: {plural(len(doc['cells']), 'cell')}", file=sys.stderr)
     return ExitCode.OK
 
 
@@ -59,7 +60,7 @@ def cmd_validate(args) -> int:
             for p in problems[:20]:
                 print(f"  {p}")
         else:
-            print(f"{path}: valid (results schema {doc['schema']}, {len(doc['cells'])} cells)")
+            print(f"{path}: valid (results schema {doc['schema']}, {plural(len(doc['cells']), 'cell')})")
     return ExitCode.FAILED if bad else ExitCode.OK
 
 

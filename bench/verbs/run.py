@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+from bench.results.tables import plural
 from bench.host import envs
 from bench.results import compare as cmpmod
 from bench import report
@@ -19,7 +20,7 @@ from bench import run as matrix
 from bench.scenarios import api as scmod
 from bench.errors import ExitCode, Unavailable, UsageError
 from bench.run import describe as docmod
-from bench.run.runner import interrupted_line
+from bench.run.runner import interrupted_line, nothing_measured
 from bench.verbs.common import (
     add_buggify_option, add_net_options, add_plugin_options, load_plugins, positive_int,
 )
@@ -126,14 +127,17 @@ def cmd_run(args) -> int:
     # the simulated network (bench.run.seeds): --net, --replay, --seeds
     from bench.run import seeds as simruns
     cells = simruns.cells_for(args, cells)
+    if not cells:
+        raise UsageError(f"the matrix is empty: {matrix.plan_why_empty(args.scenarios, args.runtimes)}")
     extra = {}
     if not args.seeds:
         if args.shard:
+            planned = len(cells)
             extra["shard"] = resmod.shard_info([c.id for c in cells], args.shard)
             cells = resmod.shard(cells, args.shard)
-        if not cells:
-            raise UsageError("the matrix is empty: no cell matches those scenarios, runtimes "
-                             "and variants")
+            if not cells:
+                raise UsageError(f"the matrix is empty: shard {args.shard} of its {planned} "
+                                 f"cell{'s' if planned != 1 else ''} has none")
     baseline = resmod.load_json(args.baseline) if args.baseline else None
     out_dir = args.out or matrix.default_out_dir()
     with matrix.outputs_checked(out_dir, args.json):
@@ -143,7 +147,7 @@ def cmd_run(args) -> int:
         return simruns.explore_command(cells, args, out_dir)
     if not args.out:
         print(f"looplab run: no --out given; writing to {out_dir}", file=sys.stderr)
-    print(f"looplab run: {len(cells)} cells", file=sys.stderr)
+    print(f"looplab run: {plural(len(cells), 'cell')}", file=sys.stderr)
     return run_and_report(cells, out_dir, args.json, args.jobs, args.fail_on, baseline, extra)
 
 
@@ -170,8 +174,12 @@ def run_and_report(cells, out_dir: str, json_path: str | None = None, jobs: int 
         print(interrupted_line(len(doc["cells"]), len(cells), paths["md"]), file=sys.stderr)
         return ExitCode.INTERRUPTED
     print(report.render_terminal(doc, notes_in=paths["md"]))
-    print(f"\nreport: {paths['html']} (report.md, results.json, results.csv, {len(paths['plots'])} plots)")
+    print(f"\nreport: {paths['html']} (report.md, results.json, results.csv, "
+          f"{plural(len(paths['plots']), 'plot')})")
     code = matrix.exit_code(doc)
+    line = nothing_measured(doc["cells"])
+    if line:
+        print(line, file=sys.stderr)
     if code != ExitCode.OK:
         return code
     if fail_on == "verdict":
@@ -206,7 +214,8 @@ def cmd_main_job(args) -> int:
         if p["primary"]:
             print(f"  {p['pairing']}: {p['agree']}/{p['compared']} agree, {p['declared']} "
                   f"declared, {p['differ']} undeclared", file=sys.stderr)
-    print(f"looplab: {len(cells)} cells on {len(available)} runtimes (quick preset)", file=sys.stderr)
+    print(f"looplab: {plural(len(cells), 'cell')} on {plural(len(available), 'runtime')} "
+          "(quick preset)", file=sys.stderr)
     return run_and_report(cells, out_dir, jobs=2, extra={"fidelity_probes": probes})
 
 
@@ -216,6 +225,7 @@ def cmd_main_job(args) -> int:
 def cmd_trace(args) -> int:
     """Run one server cell with tracing on and write Chrome trace-event JSON."""
     load_plugins(args)
+    args.scenario = scmod.resolve(args.scenario)        # s1 is S1, as in run
     traceable = [sid for sid, sc in scmod.scenarios().items() if sc.traceable]
     if args.scenario not in traceable:
         raise UsageError(f"trace works on the server scenarios {', '.join(traceable)}, "
@@ -254,7 +264,8 @@ def cmd_report(args) -> int:
     doc = docmod.complete(doc)      # a file from before documents described themselves
     paths = report.render_folder(doc, args.out)
     print(report.render_terminal(doc, notes_in=paths["md"]))
-    print(f"\nreport: {paths['html']} (report.md, results.json, results.csv, {len(paths['plots'])} plots)")
+    print(f"\nreport: {paths['html']} (report.md, results.json, results.csv, "
+          f"{plural(len(paths['plots']), 'plot')})")
     return ExitCode.OK
 
 

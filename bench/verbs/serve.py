@@ -95,21 +95,27 @@ def cmd_serve(args) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _sigterm_as_sigint)
     port_obj = rt.open()
+    interrupted = False
     try:
         try:
             driver(rt.style).serve(port_obj, args.app, sock, args.variant, params)
         except* KeyboardInterrupt:   # trio delivers it inside an exception group
-            pass
+            interrupted = True
     finally:
         port_obj.close()
         sock.close()
+    # stopped by SIGINT or SIGTERM: 130 and one line, as every verb (README, exit
+    # codes); the one-shot proxy that ended by itself after its connection: 0
+    if interrupted:
+        print(f"looplab: interrupted: the {args.app} server on {h}:{p} stopped", file=sys.stderr)
+        return ExitCode.INTERRUPTED
     return ExitCode.OK
 
 
 def add_parser(sub) -> None:
     sv = sub.add_parser("serve", help="run one app as a plain server for outside clients",
                         description="Run one app on one runtime. With port 0 the first stdout "
-                        "line is 'listening on HOST:PORT'. SIGINT/SIGTERM end it with exit 0. "
+                        "line is 'listening on HOST:PORT'. SIGINT/SIGTERM end it with exit 130. "
                         "The proxy serves one connection then exits, as in the 2016 post, unless "
                         "--forever. On the task port (coro, trio, curio) naive and fixed are the "
                         "same code: send_all blocks, so there is nothing to fix. Exit 3 when the "

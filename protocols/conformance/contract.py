@@ -26,8 +26,10 @@ DIFFERENCE_PREFIX = "declared difference"
 
 CONTRACT = {
     "callback": {
-        # the peer resets (SO_LINGER 0) while our write is buffered
-        "reset": "connection_lost(ConnectionError); write after: no error",
+        # the peer resets (SO_LINGER 0) while our write is buffered; a write in
+        # connection_lost, and one once it returned, is dropped without raising
+        "reset": "connection_lost(ConnectionError); write after: no error; "
+                 "once it returned: no error",
         # abort() with bytes buffered: what the peer gets, how each end hears of it
         "abort": "peer: prefix then EOF; connection_lost(None)",
         # ...and whether the probe reports the dropped bytes as lost

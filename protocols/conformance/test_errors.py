@@ -23,13 +23,22 @@ def _cb_reset(rt):
         listener_host, listener_port = peer.address
         with rt.open() as port:
             def setup(port):
-                def lost(proto):
+                def write(proto, key, data):
                     try:
-                        proto.transport.write(b"after the reset")
-                        seen["write_after"] = "no error"
+                        proto.transport.write(data)
+                        seen[key] = "no error"
                     except Exception as exc:
-                        seen["write_after"] = type(exc).__name__
+                        seen[key] = type(exc).__name__
+
+                def later(proto):
+                    # a program's error path writes later too: uvloop's transport is
+                    # closed once connection_lost returned, and its write() raises then
+                    write(proto, "write_later", b"once connection_lost returned")
                     port.stop()
+
+                def lost(proto):
+                    write(proto, "write_after", b"after the reset")
+                    port.call_later(0, later, proto)
 
                 client = Recorder(on_lost=lost)
                 seen["client"] = client
@@ -45,7 +54,8 @@ def _cb_reset(rt):
     lost = seen["client"].lost
     assert len(lost) == 1, lost
     surfaced = "None" if lost[0] is None else error_family(lost[0])
-    return f"connection_lost({surfaced}); write after: {seen['write_after']}", lost
+    return (f"connection_lost({surfaced}); write after: {seen['write_after']}; "
+            f"once it returned: {seen['write_later']}"), lost
 
 
 async def _st_reset_main(port, address):
