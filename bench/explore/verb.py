@@ -240,10 +240,12 @@ def _pending_lines(pending: list, chain_list: list, chains: bool) -> None:
 
 
 def _write(path, doc) -> None:
+    """A schedule file, written atomically; its folder is made now (the output rule:
+    a folder appears when its first file is written)."""
     from bench.explore import programs
-    with open(path, "w") as f:
-        json.dump(programs.for_file(doc, path), f, indent=1, sort_keys=True)
-        f.write("\n")
+    from bench import results
+    results.write_text(path, json.dumps(programs.for_file(doc, path), indent=1,
+                                        sort_keys=True) + "\n")
 
 
 def _replay_target(doc: dict, path: str, allow_changed: bool):
@@ -524,11 +526,10 @@ def _bench(args) -> int:
     print(f"benchmark: {time.perf_counter() - t0:.0f} s wall"
           + (f", load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}" if load else ""))
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
+        from bench import results
         _write(os.path.join(args.out, "bench.json"), {"rows": rows, "budget": args.budget,
                                                       "seeds": args.seeds})
-        with open(os.path.join(args.out, "bench.md"), "w") as f:
-            f.write(table + "\n")
+        results.write_text(os.path.join(args.out, "bench.md"), table + "\n")
     return ExitCode.OK
 
 
