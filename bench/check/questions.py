@@ -193,10 +193,12 @@ def _unfinished(r) -> bool:
     return declared is None or took < declared
 
 
-def backpressure(rig, endpoint, plan: Plan, tag: str = "") -> dict:
+def backpressure(rig, endpoint, plan: Plan, tag: str = "", healthy=None) -> dict:
     """Probe, healthy alone, then slow clients with healthy ones beside them; the raw
-    measurements for ``judge_endpoint``."""
+    measurements for ``judge_endpoint``. ``healthy``: the healthy clients' endpoint
+    (default: the slow clients')."""
     out = {"endpoint": endpoint.label}
+    well = healthy or endpoint
     first = probe(rig, endpoint, plan)
     out["probe"] = {k: first.get(k) for k in ("status", "declared_bytes", "streaming",
                                              "body_bytes", "ended", "error")}
@@ -206,7 +208,7 @@ def backpressure(rig, endpoint, plan: Plan, tag: str = "") -> dict:
     if problem:
         out["problem"] = problem
         return out
-    alone = [_role(f"{tag}alone{i}-{_slug(endpoint)}", endpoint, "healthy",
+    alone = [_role(f"{tag}alone{i}-{_slug(endpoint)}", well, "healthy",
                    duration_s=plan.alone_s, sample_bytes=plan.sample_bytes,
                    max_s=plan.alone_s + 10) for i in range(plan.healthy)]
     res = rig.run_clients(alone, bound_s=plan.alone_s + 12)
@@ -220,7 +222,7 @@ def backpressure(rig, endpoint, plan: Plan, tag: str = "") -> dict:
                    sockbuf=plan.slow_sockbuf, max_s=plan.window_s + 10, **read)
              for i in range(plan.slow)]
     lead = 0.2 * plan.window_s     # connected at once, asking from here: in the first half
-    specs += [_role(f"{tag}beside{i}-{_slug(endpoint)}", endpoint, "healthy",
+    specs += [_role(f"{tag}beside{i}-{_slug(endpoint)}", well, "healthy",
                     start_after_s=lead, duration_s=0.6 * plan.window_s,
                     sample_bytes=plan.sample_bytes, max_s=plan.window_s + 10)
               for i in range(plan.healthy)]
@@ -414,7 +416,7 @@ def faults(rig, endpoint, plan: Plan, log=None) -> Answer:
 
 
 def ask(rig, endpoints, plan: Plan, questions, *, shutdown_endpoint=None, log=None,
-        tag: str = "", into: dict | None = None) -> dict:
+        tag: str = "", into: dict | None = None, healthy=None) -> dict:
     """Every question asked (in order: per endpoint backpressure and fairness, then
     faults, then shutdown, which ends the server). {question: Answer}, plus "raw";
     filled into ``into`` as each answer is known (an interrupt keeps those)."""
@@ -427,7 +429,7 @@ def ask(rig, endpoints, plan: Plan, questions, *, shutdown_endpoint=None, log=No
     for ep in endpoints if wants_load else ():
         if log:
             log(f"{ep.label}: healthy clients alone, then {plan.slow} slow client(s) beside them")
-        raw = backpressure(rig, ep, plan, tag)
+        raw = backpressure(rig, ep, plan, tag, healthy)
         raw_all.append(raw)
         kind = rig.net
         bp, fair = judge_endpoint(raw, plan, kind)
@@ -449,7 +451,8 @@ def ask(rig, endpoints, plan: Plan, questions, *, shutdown_endpoint=None, log=No
         else:
             if log:
                 log(f"faults: {', '.join(plan.faults)}")
-            answers["faults"] = faults(rig, (shutdown_endpoint or endpoints[0]), plan, log)
+            answers["faults"] = faults(rig, healthy or (endpoints[0] if endpoints else
+                                                         shutdown_endpoint), plan, log)
             died = rig.dead()
             if died:
                 answers["faults"].verdict = False

@@ -140,10 +140,12 @@ class CheckClient(Role):
     role = "check_client"
     fields = {"kind": "http", "target": "/", "host": "looplab.test", "declared": None,
               "mode": "probe", "duration_s": 1.0, "start_after_s": 0.0, "sample_bytes": 16384,
-              "rate_Bps": None, "read": True, "hold_s": 1.0, "recv_bytes": 65536}
+              "rate_Bps": None, "read": True, "hold_s": 1.0, "recv_bytes": 65536,
+              "interval_s": 0.005}
     checks = {"kind": _choice(KINDS), "target": _text, "host": _text, "declared": _opt_count,
               "mode": _choice(MODES), "duration_s": lambda f, v: _seconds(f, v),
-              "sample_bytes": lambda f, v: _positive(f, v), "read": _flag}
+              "sample_bytes": lambda f, v: _positive(f, v), "read": _flag,
+              "interval_s": lambda f, v: _seconds(f, v) if v else 0.0}
 
     def setup(self):
         self.wants_unread = self.cfg["mode"] == "slow"
@@ -163,6 +165,7 @@ class CheckClient(Role):
         self._until = None
         self._masks = 0
         self._next_series = 0.0
+        self._next_request = None   # healthy: the next request waits until then
 
     # -- requests -------------------------------------------------------------------
 
@@ -199,6 +202,12 @@ class CheckClient(Role):
         if self._until is not None and now >= self._until:
             self._close(now)
             return self.next(now)
+        if self._next_request is not None:
+            if now < self._next_request:
+                return Sleep(min(self._next_request, self._until))
+            self._next_request = None
+            self._request(now)
+            return Send(self._out)
         if c["mode"] == "slow" and not c["read"]:
             return Hold(self._until)
         if self._bucket is not None and self._bucket.due > now:
@@ -229,6 +238,9 @@ class CheckClient(Role):
                 self._body(bytes(data), now)
                 return
             while data:
+                if self._parser is None:    # after the last answer: counted, not parsed
+                    res["extra_bytes"] = res.get("extra_bytes", 0) + len(data)
+                    return
                 body = self._parser.feed(bytes(data))
                 data = b""
                 if self._parser.status is not None and res["status"] is None:
@@ -276,11 +288,13 @@ class CheckClient(Role):
         if now >= self._next_series:
             res["body_series"].append([round(now - self.t0, 4), res["body_bytes"]])
             self._next_series = now + 0.05
-        if c["mode"] == "healthy":
+        if c["mode"] == "healthy" and self._mark is not None:
+            # one wait per arrival, however many sample_bytes it carried: a read that
+            # brings 64 KiB is one wait, not one wait and three of zero
             self._chunk += len(body)
-            while self._chunk >= c["sample_bytes"]:
+            if self._chunk >= c["sample_bytes"]:
                 res["latencies_s"].append(now - self._mark)
-                self._mark, self._chunk = now, self._chunk - c["sample_bytes"]
+                self._mark, self._chunk = now, self._chunk % c["sample_bytes"]
         elif c["mode"] == "probe" and res["body_bytes"] >= c["sample_bytes"]:
             self.end("closed", reset=True)
         if c["kind"] == "raw" and c["declared"] is not None and self._resp_body >= c["declared"]:
@@ -294,11 +308,16 @@ class CheckClient(Role):
             res["streaming"] = False
         self._parser = None
         if c["mode"] == "healthy":
-            if self._chunk or not res["latencies_s"] or self._resp_body < c["sample_bytes"]:
+            if self._mark != now:          # the tail of the answer: one more wait
                 res["latencies_s"].append(now - self._mark)
-            self._request(now)
-        elif c["mode"] in ("probe", "shutdown"):
+            # a client that thinks between requests: its load is bounded in time, on
+            # the simulated network too (where an answer costs no virtual time)
+            self._mark = None
+            self._next_request = now + c["interval_s"]
+        elif c["mode"] == "probe":
             self.end("closed")
+        else:              # shutdown: read on until the server ends the connection (FIN/RST)
+            self._parser = None
 
     def on_eof(self, now):
         res = self.result

@@ -31,6 +31,7 @@ class Job:
     questions: tuple
     knobs: dict = field(default_factory=dict)
     shutdown_endpoint: tg.Endpoint | None = None
+    healthy_endpoint: tg.Endpoint | None = None
     port: int | None = None
     sockbuf: int | None = 65536
     seed: int = 0
@@ -81,7 +82,8 @@ def run_job(job: Job, answers: dict, log=None, questions=None) -> dict:
         rig = make_rig(job)
         try:
             qs.ask(rig, list(job.endpoints), job.plan, questions or job.questions,
-                   shutdown_endpoint=job.shutdown_endpoint, log=log, into=answers)
+                   shutdown_endpoint=job.shutdown_endpoint, log=log, into=answers,
+                   healthy=job.healthy_endpoint)
         finally:
             rig.close()
     return answers

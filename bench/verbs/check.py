@@ -56,6 +56,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--shutdown", default=None, metavar="ENDPOINT",
                    help="the answer in flight at the stop: /PATH, ws:/PATH or raw:TEXT::N "
                         "(default: the first endpoint whose answer declares its size)")
+    p.add_argument("--healthy", default=None, metavar="ENDPOINT",
+                   help="what healthy clients ask for (default: the endpoint under test): "
+                        "/PATH, ws:/PATH or raw:TEXT::N")
     p.add_argument("--questions", default=",".join(QUESTIONS), metavar="A,B",
                    help=f"which questions (default all: {', '.join(QUESTIONS)})")
     p.add_argument("--loop", action="append", default=[], metavar="LOOP",
@@ -170,6 +173,7 @@ def plan(args):
                  + [tg.parse_endpoint("ws", t, "--ws") for t in args.ws]
                  + [tg.parse_endpoint("raw", t, "--send") for t in args.send])
     shutdown_ep = tg.parse_endpoint("any", args.shutdown, "--shutdown") if args.shutdown else None
+    healthy_ep = tg.parse_endpoint("any", args.healthy, "--healthy") if args.healthy else None
     if not endpoints and ({"backpressure", "fairness"} & set(asked)
                           or ("faults" in asked and shutdown_ep is None)
                           or ("shutdown" in asked and shutdown_ep is None)):
@@ -206,7 +210,8 @@ def plan(args):
     for net in nets:
         for lp in (loops or [None]):
             jobs.append(Job(app, command, kind, lp, net, tuple(endpoints), the_plan, asked,
-                            knobs=knobs, shutdown_endpoint=shutdown_ep, port=args.port,
+                            knobs=knobs, shutdown_endpoint=shutdown_ep,
+                            healthy_endpoint=healthy_ep, port=args.port,
                             sockbuf=sockbuf, seed=args.seed, start_timeout_s=args.start_timeout))
     return {"jobs": jobs, "out": out_dir, "json": json_path, "ladders": ladders,
             "params": params, "kind": kind}
