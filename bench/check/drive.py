@@ -218,7 +218,7 @@ class CommandServer(_Server):
             if not self.alive():
                 why = self.death()
                 self.close()
-                raise StartFailed(f"the command ended before it listened on 127.0.0.1:{port}: "
+                raise StartFailed(f"the command ended before it listened on 127.0.0.1:{port} "
                                   + why.removeprefix("the server died "))
             try:
                 socket.create_connection(self.address, timeout=0.5).close()
@@ -251,6 +251,8 @@ class RealRig:
     def __init__(self, server: _Server):
         self.server = server
         self.address = server.address
+        # an in-process app's accepted sockets have pinned buffers; a command's grow freely
+        self.pinned = not isinstance(server, CommandServer)
         self.rss: list[tuple] = []          # (t, bytes)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="check-rss", daemon=True)

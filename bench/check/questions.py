@@ -10,7 +10,7 @@ name the measurements that decided it.
   for ``window_s`` while the server's memory is sampled: RSS on real sockets, the
   Python heap on the simulated network. It holds when the growth per slow client stays
   within the budget and has stopped rising (the growth in the window's second half is
-  at most a quarter of the peak growth, or below a quarter of the budget). Measured
+  at most a quarter of the peak growth, or at most half the budget). Measured
   only when the server had more to send than the slow client took: its answer still
   unfinished at the window's end, or the server closed the slow client itself.
 - **fairness** (per endpoint): ``healthy`` clients' waits (``latencies_s``) alone, then
@@ -51,7 +51,7 @@ class Plan:
     slow_rate_Bps: float = 16384.0        # 0: never read
     slow_sockbuf: int = 16384
     sample_bytes: int = 16384
-    budget_bytes: int = 1 << 20
+    budget_bytes: int = 1_000_000
     latency_factor: float = 3.0
     latency_floor_s: float = 0.005
     read_s: float = 2.0                   # the shutdown client's answer spans this long
@@ -380,7 +380,21 @@ def shutdown(rig, endpoint, declared: int | None, plan: Plan) -> Answer:
         text += f", exit {'signal ' + str(-rc) if rc < 0 else rc}"
     a.verdict = body >= promised and bool(stopped)
     a.evidence = [text]
+    kernel = _kernel_send_buffer() if getattr(rig, "pinned", True) is False else None
+    if a.verdict and kernel and promised <= kernel:
+        a.evidence.append(f"the answer ({fmt_bytes(promised)}) fits in this kernel's send buffer "
+                          f"(tcp_wmem max {fmt_bytes(kernel)}): a server that exits at once can "
+                          "still deliver it; ask for a larger one to see user-space buffers")
     return a
+
+
+def _kernel_send_buffer() -> int | None:
+    """The most a socket's send buffer grows to here (tcp_wmem's maximum), or None."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+            return int(f.read().split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def faults(rig, endpoint, plan: Plan, log=None) -> Answer:

@@ -76,7 +76,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-advice", action="store_true", dest="no_advice",
                    help="report the verdicts only; search no fix")
     p.add_argument("--budget-mb", type=float, default=1.0, dest="budget_mb",
-                   help="memory a slow client may cost the server, in MiB (default 1)")
+                   help="memory a slow client may cost the server, in MB (default 1)")
     p.add_argument("--latency-factor", type=float, default=3.0, dest="latency_factor",
                    help="how much worse healthy p99 may get beside slow clients (default 3)")
     p.add_argument("--slow-rate", default="16KiB", dest="slow_rate",
@@ -140,8 +140,6 @@ def plan(args):
         raise UsageError(f"--sockbuf must be 4KiB..64MiB or 'os', got {args.sockbuf}")
     if args.port is not None and not 1 <= args.port <= 65535:
         raise UsageError(f"--port must be 1..65535, got {args.port}")
-    out_dir = resmod.check_output(args.out or DEFAULT_OUT, "--out", folder=True)
-    json_path = resmod.check_output(args.json, "--json") if args.json else None
 
     words = list(args.app)
     if not words:
@@ -199,13 +197,16 @@ def plan(args):
         raise UsageError("--advise and --no-advice do not go together")
 
     base = qs.PRESETS[args.preset]
-    changes = {"budget_bytes": int(args.budget_mb * (1 << 20)),
+    changes = {"budget_bytes": int(args.budget_mb * 1_000_000),
                "latency_factor": args.latency_factor, "slow_rate_Bps": float(slow_rate)}
     if args.window is not None:
         changes["window_s"] = args.window
     if args.grace is not None:
         changes["grace_s"] = args.grace
     the_plan = qs.smaller(base, **changes)
+    # the output last: a mistake above leaves no empty folder behind
+    out_dir = resmod.check_output(args.out or DEFAULT_OUT, "--out", folder=True)
+    json_path = resmod.check_output(args.json, "--json") if args.json else None
     jobs = []
     for net in nets:
         for lp in (loops or [None]):
