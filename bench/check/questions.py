@@ -429,57 +429,73 @@ def faults(rig, endpoint, plan: Plan, log=None) -> Answer:
     return a
 
 
-def ask(rig, endpoints, plan: Plan, questions, *, shutdown_endpoint=None, log=None,
+def ask(new_rig, endpoints, plan: Plan, questions, *, shutdown_endpoint=None, log=None,
         tag: str = "", into: dict | None = None, healthy=None) -> dict:
     """Every question asked (in order: per endpoint backpressure and fairness, then
     faults, then shutdown, which ends the server). {question: Answer}, plus "raw";
-    filled into ``into`` as each answer is known (an interrupt keeps those)."""
+    filled into ``into`` as each answer is known (an interrupt keeps those).
+
+    ``new_rig()`` starts a server. Each endpoint gets a fresh one: a process keeps
+    the memory it freed and hands it out again, so RSS after one endpoint's slow
+    clients would hide the next one's growth. Faults and shutdown use the last."""
     answers: dict = {} if into is None else into
     raw_all, bps, fairs = [], [], []
     declared = None
     died = None
+    rig = None
     wants_load = "backpressure" in questions or "fairness" in questions
     answers["raw"] = raw_all
-    for ep in endpoints if wants_load else ():
-        if log:
-            log(f"{ep.label}: healthy clients alone, then {plan.slow} slow client(s) beside them")
-        raw = backpressure(rig, ep, plan, tag, healthy)
-        raw_all.append(raw)
-        kind = rig.net
-        bp, fair = judge_endpoint(raw, plan, kind)
-        bps.append(bp)
-        fairs.append(fair)
-        if declared is None and raw.get("probe", {}).get("declared_bytes") is not None \
-                and shutdown_endpoint is None:
-            declared = (ep, raw["probe"]["declared_bytes"])
-        died = raw.get("died") or rig.dead()
-        if died:
-            break
-    if "backpressure" in questions:
-        answers["backpressure"] = combine(bps) if bps else Answer(None, reason=died or "no endpoint")
-    if "fairness" in questions:
-        answers["fairness"] = combine(fairs) if fairs else Answer(None, reason=died or "no endpoint")
-    if "faults" in questions:
-        if died:
-            answers["faults"] = Answer(None, reason=f"not run: {died}")
-        else:
+    try:
+        for ep in endpoints if wants_load else ():
+            if rig is not None:
+                rig.close()
+            rig = new_rig()
             if log:
-                log(f"faults: {', '.join(plan.faults)}")
-            answers["faults"] = faults(rig, healthy or (endpoints[0] if endpoints else
-                                                         shutdown_endpoint), plan, log)
-            died = rig.dead()
+                log(f"{ep.label}: healthy clients alone, then {plan.slow} slow client(s) "
+                    "beside them")
+            raw = backpressure(rig, ep, plan, tag, healthy)
+            raw_all.append(raw)
+            bp, fair = judge_endpoint(raw, plan, rig.net)
+            bps.append(bp)
+            fairs.append(fair)
+            if "backpressure" in questions:
+                answers["backpressure"] = combine(bps)
+            if "fairness" in questions:
+                answers["fairness"] = combine(fairs)
+            if declared is None and raw.get("probe", {}).get("declared_bytes") is not None \
+                    and shutdown_endpoint is None:
+                declared = (ep, raw["probe"]["declared_bytes"])
+            died = raw.get("died") or rig.dead()
             if died:
-                answers["faults"].verdict = False
-                answers["faults"].evidence.append(died)
-    if "shutdown" in questions:
-        if died:
-            answers["shutdown"] = Answer(None, reason=f"not run: {died}")
-        else:
-            ep, size = _shutdown_target(rig, endpoints, shutdown_endpoint, declared, plan)
-            if log:
-                log(f"shutdown: {ep.label} in flight, then the stop")
-            answers["shutdown"] = shutdown(rig, ep, size, plan)
-    answers["raw"] = raw_all
+                break
+        for q in ("backpressure", "fairness"):
+            if q in questions and q not in answers:
+                answers[q] = Answer(None, reason=died or "no endpoint")
+        if ("faults" in questions or "shutdown" in questions) and not died and rig is None:
+            rig = new_rig()
+        if "faults" in questions:
+            if died:
+                answers["faults"] = Answer(None, reason=f"not run: {died}")
+            else:
+                if log:
+                    log(f"faults: {', '.join(plan.faults)}")
+                answers["faults"] = faults(rig, healthy or (endpoints[0] if endpoints else
+                                                             shutdown_endpoint), plan, log)
+                died = rig.dead()
+                if died:
+                    answers["faults"].verdict = False
+                    answers["faults"].evidence.append(died)
+        if "shutdown" in questions:
+            if died:
+                answers["shutdown"] = Answer(None, reason=f"not run: {died}")
+            else:
+                ep, size = _shutdown_target(rig, endpoints, shutdown_endpoint, declared, plan)
+                if log:
+                    log(f"shutdown: {ep.label} in flight, then the stop")
+                answers["shutdown"] = shutdown(rig, ep, size, plan)
+    finally:
+        if rig is not None:
+            rig.close()
     return answers
 
 

@@ -3,7 +3,8 @@
 A ``Job`` is everything one run needs (the app or command, the loop, the network, the
 knobs, the endpoints, the plan); ``run_job`` starts the server on the right rig
 (``bench.check.drive`` on real sockets, ``bench.check.sim`` on the simulated network),
-asks the questions (``bench.check.questions.ask``), and closes the rig in a ``finally``,
+asks the questions (``bench.check.questions.ask``, which closes every rig it started in a
+``finally``),
 so an interrupt or a crash leaves nothing running. The answers land in the dict the
 caller passes, question by question, so what was measured before an interrupt is kept.
 """
@@ -79,11 +80,7 @@ def run_job(job: Job, answers: dict, log=None, questions=None) -> dict:
     # "Error handling request" when a client vanishes) is kept out of the table.
     hush = contextlib.redirect_stderr(quiet) if job.net == "sim" else contextlib.nullcontext()
     with hush:
-        rig = make_rig(job)
-        try:
-            qs.ask(rig, list(job.endpoints), job.plan, questions or job.questions,
-                   shutdown_endpoint=job.shutdown_endpoint, log=log, into=answers,
-                   healthy=job.healthy_endpoint)
-        finally:
-            rig.close()
+        qs.ask(lambda: make_rig(job), list(job.endpoints), job.plan, questions or job.questions,
+               shutdown_endpoint=job.shutdown_endpoint, log=log, into=answers,
+               healthy=job.healthy_endpoint)
     return answers

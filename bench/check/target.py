@@ -136,10 +136,12 @@ def kind_of(obj, asgi: bool = False) -> str:
     the loop; what it returns decides). Anything else is a UsageError."""
     if _is_aiohttp_app(obj):
         return "aiohttp"
-    if asgi or _asgi_shaped(obj):
+    if _asgi_shaped(obj):
+        return "asgi"
+    if asgi:
         if not callable(obj):
             raise UsageError(f"--asgi: {obj!r} is not callable")
-        return "asgi"
+        return "factory"           # of an ASGI app (its result is served with uvicorn)
     if callable(obj):
         return "factory"
     raise UsageError(f"{obj!r} is neither an aiohttp Application, an ASGI app nor a "

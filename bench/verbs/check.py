@@ -151,6 +151,8 @@ def plan(args):
         obj = tg.load_object(app.ref)
         kind = tg.kind_of(obj, args.asgi)
         params = tg.factory_params(obj) if kind == "factory" else {}
+        if args.asgi:
+            kind = "asgi"          # a factory of one, or one: served by uvicorn either way
         missing = hostmod.framework_missing(kind)
         if missing:
             raise Unavailable(f"{app.ref} is {'an' if kind == 'aiohttp' else 'an ASGI'} app and "

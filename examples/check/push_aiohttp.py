@@ -10,16 +10,18 @@ Three versions, side by side:
 - ``naive(queue_max=0)``: a queue per subscriber with no bound (asyncio's default).
   ``resp.write`` waits for a slow reader (aiohttp drains), so the slow subscriber's
   queue is where everything piles up: memory grows for as long as it stays.
-- ``blocking(queue_max=64)``: bounded queues, and the broadcaster *waits* for room
+- ``blocking(queue_max=16)``: bounded queues, and the broadcaster *waits* for room
   (``await queue.put``). Memory is bounded, but the slowest subscriber now sets
   everyone's pace: healthy subscribers stall behind one that does not read.
-- ``fixed(queue_max=64)``: bounded queues, and a subscriber whose queue is full is
+- ``fixed(queue_max=16)``: bounded queues, and a subscriber whose queue is full is
   dropped (``put_nowait`` -> ``QueueFull``): memory is bounded and nobody waits.
 
 ``naive`` and ``fixed`` are the same code with a different default: the bound is the
 fix, and ``looplab check ... --advise app.queue_max`` finds it by measuring.
 
     looplab check examples/check/push_aiohttp.py:naive --path /feed --ws /ws
+
+docs/check.md shows what ``looplab check`` measures on each.
 """
 from __future__ import annotations
 
