@@ -247,7 +247,7 @@ def backpressure(rig, endpoint, plan: Plan, tag: str = "", healthy=None) -> dict
     return out
 
 
-def judge_endpoint(raw: dict, plan: Plan, kind: str) -> tuple[Answer, Answer]:
+def judge_endpoint(raw: dict, plan: Plan) -> tuple[Answer, Answer]:
     """The backpressure and fairness answers for one endpoint's measurements."""
     bp, fair = Answer(), Answer()
     label = raw["endpoint"]
@@ -455,7 +455,7 @@ def ask(new_rig, endpoints, plan: Plan, questions, *, shutdown_endpoint=None, lo
                     "beside them")
             raw = backpressure(rig, ep, plan, tag, healthy)
             raw_all.append(raw)
-            bp, fair = judge_endpoint(raw, plan, rig.net)
+            bp, fair = judge_endpoint(raw, plan)
             bps.append(bp)
             fairs.append(fair)
             if "backpressure" in questions:

@@ -28,7 +28,7 @@ import importlib.util
 import inspect
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bench.errors import Unavailable, UsageError
 
@@ -397,15 +397,6 @@ def knob_for(name: str, kind: str, params: dict) -> Knob:
     if kind not in knob.kinds:
         raise UsageError(f"knob {name} is for {' or '.join(knob.kinds)} apps, not {kind}")
     return knob
-
-
-@dataclass
-class Settings:
-    """The knobs set for one run: {name: parsed value}."""
-    values: dict = field(default_factory=dict)
-
-    def scope(self, prefix: str) -> dict:
-        return {k[len(prefix) + 1:]: v for k, v in self.values.items() if k.startswith(prefix + ".")}
 
 
 def parse_knobs(items, kind: str, params: dict, loop: LoopChoice | None) -> dict:

@@ -247,8 +247,6 @@ def _run(args, the, log) -> ExitCode:
     from bench.check.drive import StartFailed
     from bench.check.session import run_job
     cells, interrupted = [], None
-    config = {"questions": list(the["jobs"][0].questions), "plan": vars(the["jobs"][0].plan)
-              if hasattr(the["jobs"][0].plan, "__dict__") else {}}
     for job in the["jobs"]:
         answers: dict = {}
         if log:
