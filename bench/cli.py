@@ -14,6 +14,7 @@ import select
 import sys
 
 import kernels
+from bench.verbs import check as check_verbs
 from bench.verbs import faults
 from bench.verbs import benchmark as bench_verbs
 from bench.errors import ExitCode, Unavailable, UsageError
@@ -28,8 +29,8 @@ from bench.verbs import serve as serve_verbs
 
 kernels.check_ours(kernels)
 
-VERB_MODULES = (run_verbs, serve_verbs, bench_verbs, fidelity_verbs, faults, repro_verbs,
-                results_verbs, env_verbs, explore_verb)
+VERB_MODULES = (run_verbs, serve_verbs, bench_verbs, fidelity_verbs, faults, check_verbs,
+                repro_verbs, results_verbs, env_verbs, explore_verb)
 
 
 def build_parser() -> argparse.ArgumentParser:

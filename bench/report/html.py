@@ -29,6 +29,7 @@ import json
 import os
 
 from bench.report.htmlbench import BenchmarkSections
+from bench.report.htmlcheck import CheckSections, is_check
 from bench.report.htmlfidelity import FidelitySections
 from bench.report.htmldoc import (BENCH_KINDS, MID, NO, STAR, STATUSES, YES, Anchors,
                                   Runtimes, cell_net, cell_series, cell_status, e, fmt_value,
@@ -43,7 +44,7 @@ from bench.results.tables import fmt, plural
 __all__ = ["write_html", "render_html", "cell_status", "STATUSES", "BENCH_KINDS"]
 
 
-class _Page(BenchmarkSections, FidelitySections):
+class _Page(BenchmarkSections, FidelitySections, CheckSections):
     def __init__(self, doc: dict, plots: dict | None, command: str | None, out_dir: str | None):
         self.doc = doc
         cells = [c for c in (doc.get("cells") or []) if isinstance(c, dict)]
@@ -560,7 +561,7 @@ class _Page(BenchmarkSections, FidelitySections):
             body.append(f'<p class="no" id="incomplete"><strong>{e(incomplete_line(self.doc))}</strong></p>')
         if self.scen:
             body.append('<section><h2 id="verdicts">Verdicts</h2>' + self.grid() + "</section>")
-            body.append(self.answers())
+            body.append(self.check_answers() if is_check(self.doc) else self.answers())
             for sid in self.sids:
                 body.append(self.scenario(sid))
         body.append(fidelity)

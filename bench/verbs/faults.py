@@ -217,11 +217,15 @@ class PeakRSS:
 
 
 def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | None = None,
-               upstream=None, settle_s: float = 3.0, log=None, fail_fast: bool = False) -> dict:
+               upstream=None, settle_s: float = 3.0, log=None, fail_fast: bool = False,
+               healthy=None) -> dict:
     """Every fault ``rounds`` times against one server; returns {"baseline_fds",
-    "final_fds", "rows": [one dict per fault]}."""
+    "final_fds", "rows": [one dict per fault]}. ``healthy``: the healthy client, with
+    ``bench.peers.faults.healthy``'s signature and result (default: that one, for
+    ``app``); ``looplab check`` passes one that speaks the app's HTTP or WebSocket."""
     watch = watch or Watch()
-    warm = faultpeers.healthy(app, addr, limits, upstream, seed=1)
+    healthy = healthy or faultpeers.healthy
+    warm = healthy(app, addr, limits, upstream, seed=1)
     if not warm.ok:
         raise _NotServing(f"the server at {addr[0]}:{addr[1]} does not serve a healthy "
                           f"{app} client before any fault: {warm.why}")
@@ -249,7 +253,7 @@ def run_matrix(addr, app: str, faults, limits, rounds: int = 1, watch: Watch | N
             # the growth after settling)
             with PeakRSS(watch.pid) as peak:
                 note, during = faultpeers.run_fault(fault, app, addr, limits, upstream, seed)
-                after = faultpeers.healthy(app, addr, limits, upstream, seed)
+                after = healthy(app, addr, limits, upstream, seed)
                 fds1 = watch.settle_fds(fds0, settle_s)
                 rss1 = watch.rss()
             alive = watch.alive()
