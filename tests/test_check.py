@@ -192,10 +192,14 @@ def test_a_simulated_run_is_replayed_by_its_seed(tmp_path):
         assert r.returncode == 0, r.stderr
         runs.append(doc["cells"][0])
     assert runs[0]["params"]["seed"] == 7
-    for key in ("memory_per_slow_client_bytes", "shutdown_received_bytes",
-                "shutdown_received_before_stop_bytes", "healthy_slow_p99_s"):
+    for key in ("shutdown_received_bytes", "shutdown_received_before_stop_bytes",
+                "healthy_slow_p99_s"):
         assert runs[0]["metrics"].get(key) == runs[1]["metrics"].get(key), key
-    assert runs[0]["notes"] == runs[1]["notes"]
+    assert runs[0]["verdicts"] == runs[1]["verdicts"]
+    # the heap figure also counts the interpreter's own allocations, which vary by a few
+    # hundred bytes between processes (hash randomization): equal to 0.1 %, not the byte
+    a, b = (r["metrics"]["memory_per_slow_client_bytes"] for r in runs)
+    assert abs(a - b) <= 1e-3 * max(a, b), (a, b)
 
 
 # ---------------------------------------------------------------------------
