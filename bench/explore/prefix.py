@@ -64,7 +64,7 @@ from collections import deque
 
 from bench.explore.search import Recorder, points_digest
 
-__all__ = ["mode", "Costs", "Node", "search", "fork_safe", "ENV"]
+__all__ = ["mode", "Costs", "Node", "search", "fork_safe", "joined", "ENV"]
 
 #: ``auto`` (default), ``always`` or ``never`` (also ``0``/``off``/``rerun``).
 ENV = "LOOPLAB_EXPLORE_FORK"
@@ -528,8 +528,7 @@ def search(target, runtime, variant, legal, D: int, budget: int, *, shard=(0, 1)
                          or total.first is not None)
     forked = total.forks
     costs = s.costs
-    line = (f"prefixes: {forked} schedule{'s' if forked != 1 else ''} forked where "
-            f"{'the default run parted' if forked else 'they part'}, {reruns} run from the start")
+    line = _line(forked, reruns)
     if costs.unsafe:
         line += f" (no fork: {costs.unsafe})"
     elif costs.run is not None and costs.how == "auto":
@@ -544,4 +543,23 @@ def search(target, runtime, variant, legal, D: int, budget: int, *, shard=(0, 1)
         out.summary["fork_cpu_s"] = round(costs.total / costs.samples, 5)   # measured only
     if total.lost:
         out.summary["lost"] = total.lost
+    return out
+
+
+def _line(forks: int, reruns: int) -> str:
+    return (f"prefixes: {forks} schedule{'s' if forks != 1 else ''} forked where "
+            f"{'it leaves' if forks == 1 else 'they leave'} the run before, {reruns} run "
+            "from the start")
+
+
+def joined(a: dict, b: dict) -> dict:
+    """The summaries of two parts of one search, as one (``--jobs``, ``--merge``)."""
+    out = dict(a)
+    out["forks"] = a["forks"] + b["forks"]
+    out["reruns"] = a.get("reruns", 0) + b.get("reruns", 0)
+    out["line"] = _line(out["forks"], out["reruns"])
+    for k in ("run_cpu_s", "fork_cpu_s", "lost"):
+        out.pop(k, None)
+    if a.get("lost") or b.get("lost"):
+        out["lost"] = a.get("lost") or b.get("lost")
     return out

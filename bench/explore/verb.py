@@ -109,6 +109,9 @@ def _merge(shards: list, results: list) -> list:
         m["schedules"] += r["schedules"] - (1 if "shard" in s and r["schedules"] else 0)
         m["wall_s"] = max(m["wall_s"], r["wall_s"])
         m["cpu_s"] = round(m["cpu_s"] + r["cpu_s"], 3)
+        if "forks" in (m.get("strategy_info") or {}) and "forks" in (r.get("strategy_info") or {}):
+            from bench.explore import prefix
+            m["strategy_info"] = prefix.joined(m["strategy_info"], r["strategy_info"])
         reached = dict((r.get("properties") or {}).get("reached", {}))
         reached.update((m.get("properties") or {}).get("reached", {}))
         if r.get("found") and not m.get("found"):
