@@ -531,9 +531,11 @@ def search(target, runtime, variant, legal, D: int, budget: int, *, shard=(0, 1)
     line = _line(forked, reruns)
     if costs.unsafe:
         line += f" (no fork: {costs.unsafe})"
-    elif costs.run is not None and costs.how == "auto":
-        line += (f"; a run took {costs.run * 1e3:.1f} ms of CPU, a fork "
-                 f"{costs.fork_cost() * 1e3:.1f} ms")
+    elif costs.run is not None:
+        line += f"; a run took {costs.run * 1e3:.1f} ms of CPU"
+        if costs.samples:
+            line += (f", a fork {costs.total / costs.samples * 1e3:.1f} ms more than its "
+                     f"suffix ({costs.samples} measured)")
     out.summary = {"D": D, "schedules": total.runs, "exhausted": out.exhausted,
                    "pending": len(queue), "shard": list(shard), "forks": forked,
                    "reruns": reruns, "line": line}
