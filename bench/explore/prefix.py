@@ -21,8 +21,14 @@ costs more than a fork (``Costs``): the first two runs from the start fork
 nothing, and the second (the first is also the process warming up) measures
 how the CPU time of a run grows with its steps; each fork measures what it
 cost beyond the suffix it ran. A prefix cheaper than a fork is
-re-run. ``LOOPLAB_EXPLORE_FORK``: ``auto`` (that rule, the default), ``always``
-(fork wherever it is safe: for measuring), ``never`` (``DelayBounded`` alone).
+re-run. ``LOOPLAB_EXPLORE_FORK``: ``never`` (the default: ``DelayBounded``
+alone), ``auto`` (that rule), ``always`` (fork wherever it is safe: for
+measuring). On the machine this was measured on (a 2-core VM, where a
+copy-on-write fault costs 5 to 8 us) the fork of an S3 universe at the blog
+preset cost 7 ms of CPU beyond its suffix against 11 to 16 ms for a whole run,
+and neither ``auto`` nor ``always`` ran the delays:2 proof in less CPU time
+than re-running, so sharing is off unless asked for (docs/explore.md,
+"Sharing prefixes").
 
 **Why a fork is sound here.** A simulated cell or program is one process and
 one deterministic sequence of events (``kernels.simnet``), so a copy of the
@@ -66,17 +72,17 @@ from bench.explore.search import Recorder, points_digest
 
 __all__ = ["mode", "Costs", "Node", "search", "fork_safe", "joined", "ENV"]
 
-#: ``auto`` (default), ``always`` or ``never`` (also ``0``/``off``/``rerun``).
+#: ``never`` (default), ``auto`` or ``always``.
 ENV = "LOOPLAB_EXPLORE_FORK"
 
 
 def mode() -> str:
-    """How prefixes are shared here: ``auto``, ``always`` or ``never``."""
-    m = os.environ.get(ENV, "auto").strip().lower()
-    if m in ("0", "off", "no", "never", "rerun"):
-        return "never"
-    if not hasattr(os, "fork"):
-        return "never"                  # the fallback: re-run every prefix
+    """How prefixes are shared here: ``never`` (the default: measured on the
+    shared 2-core machine, a fork cost about as much as the prefix it saves,
+    docs/explore.md), ``auto`` or ``always``."""
+    m = os.environ.get(ENV, "never").strip().lower()
+    if not hasattr(os, "fork") or m not in ("auto", "always", "1", "fork"):
+        return "never"                  # re-run every prefix (DelayBounded)
     return "always" if m in ("1", "always", "fork") else "auto"
 
 
@@ -130,15 +136,22 @@ class Costs:
         self.total = 0.0
         self.unsafe = None           # why this target cannot be forked (then it never is)
         self.measured = 0
+        self._sum = 0.0
+        self._profile_run = None
 
-    def learn_run(self, profile: list, run_s: float) -> None:
-        """A run from the start, measured step by step. The first one of a
-        process also pays for what it loads and warms up, so the second one
-        is the one kept."""
+    def learn_run(self, profile, run_s: float) -> None:
+        """A run from the start (``profile``: measured step by step, or None).
+        The first one of a process also pays for what it loads and warms up,
+        so it is left out; the second gives the profile's shape, and every
+        later one the mean a run costs, to which the profile is scaled."""
         self.measured += 1
-        if self.measured >= 2:
+        if self.measured < 2:
+            return
+        if self.profile is None and profile:
             self.profile = profile
-            self.run = run_s
+            self._profile_run = run_s
+        self._sum += run_s
+        self.run = self._sum / (self.measured - 1)
 
     def fork_cost(self) -> float:
         prior = (self.run or 0.0) / 2
@@ -150,7 +163,8 @@ class Costs:
 
     def _at(self, step: int) -> float:
         p = self.profile
-        return p[step] if step < len(p) else p[-1] if p else 0.0
+        at = p[step] if step < len(p) else p[-1] if p else 0.0
+        return at * self.run / self._profile_run if self._profile_run else at
 
     def pays(self, step: int) -> bool:
         if self.unsafe or self.how == "never":
@@ -505,8 +519,7 @@ def search(target, runtime, variant, legal, D: int, budget: int, *, shard=(0, 1)
                 node.report_and_exit()
         assert os.getpid() == root_pid
         node.record(rec, r)
-        if node.profile is not None:
-            s.costs.learn_run(node.profile, time.process_time() - node.cpu0 - node.forking)
+        s.costs.learn_run(node.profile, time.process_time() - node.cpu0 - node.forking)
         total.merge(node.tally)
         queue.extend(node.tally.deferred)
         node.tally.deferred = []
