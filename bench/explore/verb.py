@@ -355,7 +355,8 @@ def _bench_row(job: tuple) -> dict:
                              "shrunk": r["shrunk_deviations"], "replay_exact": r["replay_exact"],
                              "liveness": r["liveness"], "outcome": r["outcome"]}
             break
-        if not r.get("proved"):
+        if not (r.get("strategy_info") or {}).get("exhausted"):
+            # exhausted but vacuous (a sometimes not reached yet) goes on to D + 1
             row["delays"] = {"D": None, "note": f"D={D} not exhausted in {budget}"}
             break
     if fixed != naive:
