@@ -19,6 +19,7 @@ nearest passing run (``nearest_passing``, ``trace_beside``).
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import subprocess
 import time
@@ -31,6 +32,13 @@ __all__ = ["explore", "shrink", "schedule_doc", "replay", "code_version", "SCHED
            "recorder", "execute", "nearest_passing", "trace_beside"]
 
 SCHEDULE_MODEL = "looplab.explore.schedule"
+
+#: A full collection every this many schedules. A simulated cell collects its
+#: own garbage while the older heap is frozen, and what it leaves in cycles (its
+#: port, loop and sockets: about 40 KB a schedule at S3's blog preset) lands
+#: where no automatic collection looks, so a long search grew by a gigabyte in
+#: 27,000 schedules. One full collection costs about what one schedule does.
+_COLLECT_EVERY = 256
 
 
 @functools.cache
@@ -258,13 +266,22 @@ def explore(target, runtime: str, variant: str, strategy_text: str, budget: int,
     first = None
     declared = checks.declared(target, variant, runtime)
     reached: dict = {}          # sometimes property -> the first schedule that reached it
-    while runs < budget:
+    shared = _shared_prefixes(target, runtime, variant, legal, strategy, budget, shard)
+    if shared is not None:
+        runs, points, reached, first = (shared.runs, list(shared.points), shared.reached,
+                                        shared.first)
+        strategy.runs, strategy.exhausted, strategy.queue = runs, shared.exhausted, []
+        if shared.tally.skipped:
+            out["skipped"] = shared.tally.skipped
+    while shared is None and runs < budget:
         decide = strategy.next()
         if decide is None:
             break
         rec = recorder(target, runtime, variant, legal, decide)
         r = execute(target, runtime, variant, rec)
         runs += 1
+        if not runs % _COLLECT_EVERY:
+            gc.collect()
         points.append(len(rec.points))
         for name in getattr(rec, "seen", ()):
             reached.setdefault(name, runs)
@@ -276,9 +293,12 @@ def explore(target, runtime: str, variant: str, strategy_text: str, budget: int,
             first = (runs, rec, r)
             break
     out.update({"schedules": runs, "wall_s": round(time.perf_counter() - t0, 3),
-                "cpu_s": round(time.process_time() - c0, 3),
+                "cpu_s": round(time.process_time() - c0
+                               + (shared.children_cpu if shared is not None else 0), 3),
                 "choice_points": {"min": min(points, default=0), "max": max(points, default=0)},
-                "strategy_info": strategy.summary()})
+                "strategy_info": shared.summary if shared is not None else strategy.summary()})
+    if shared is not None and shared.lost:
+        out["not_proved"] = f"not a proof: {shared.lost}"
     if declared:
         out["properties"] = _properties(declared, reached, runs)
     vacuous = out.get("properties", {}).get("vacuous")
@@ -326,6 +346,20 @@ def explore(target, runtime: str, variant: str, strategy_text: str, budget: int,
                 "shrink_runs": shrink_runs, "shrunk_outcome": r2.outcome,
                 "replay_exact": again["exact"], "schedule": doc})
     return out
+
+
+def _shared_prefixes(target, runtime, variant, legal, strategy, budget, shard):
+    """A ``delays:D`` search that forks the universe where two schedules part,
+    when that costs less than re-running their prefix (``prefix``), or None
+    where no fork is possible or wanted (then ``DelayBounded`` re-runs every
+    prefix). The same schedules either way."""
+    from bench.explore import prefix
+    if not isinstance(strategy, search.DelayBounded) or prefix.mode() == "never":
+        return None
+    return prefix.search(
+        target, runtime, variant, legal, strategy.D, budget, shard=shard,
+        make_recorder=lambda decide: recorder(target, runtime, variant, legal, decide),
+        execute=lambda rec: execute(target, runtime, variant, rec))
 
 
 def _properties(declared, reached: dict, runs: int) -> dict:

@@ -3,8 +3,9 @@
     looplab explore TARGET [--runtimes R,...] [--strategy random|pct:d=N|delays:D]
                     [--budget N] [--variant naive|fixed|both] [--preset P] [--seed S]
                     [--net-choices on|off] [--portability] [--buggify [POINT,...]]
-                    [--jobs J] [--out DIR] [--await-chain]
+                    [--jobs J] [--out DIR] [--await-chain] [--shard I/N]
                     [--scenario-file FILE] [--scenario-module M] [--runtime-module M]
+    looplab explore --merge DIR_OR_PART... [--out DIR]
     looplab explore --replay FILE [--allow-changed] [--await-chain]
     looplab explore --bench [--seeds S] [--budget N] [--only ID,...] [--out DIR]
 
@@ -15,7 +16,9 @@ user's program (``path/to/file.py:NAME``, ``package.module:NAME``:
 jobs, a unit is split into shards: random and PCT shards with their own seeds
 and shares of the budget, a ``delays:D`` unit into disjoint parts of its
 bounded space (``search.DelayBounded``). The shards' results merge; a bound
-is proved when every part of it is. Each unit is printed (and its failing
+is proved when every part of it is. ``--shard I/N`` runs one such part in this
+process and writes it; ``--merge`` joins the parts from any number of machines
+(``bench.explore.shards``). Each unit is printed (and its failing
 schedule written) as it finishes, so SIGINT or SIGTERM keeps the finished ones
 (exit 130). Exit 0 when no failing schedule was found, 1 when one was or when
 a declared ``sometimes`` property was never reached (vacuous), 2 for a usage
@@ -87,27 +90,12 @@ def run_units(units: list, jobs: int = 1) -> list:
         return list(pool.map(_run_unit, units))
 
 
-def _shard(units: list, jobs: int) -> list:
-    """Split units into shards so that ``jobs`` processes have work: random/PCT
-    shards get their own seeds and a share of the budget; ``delays:D`` shards
-    their own part of the space and the whole budget each (the parts are
-    uneven, and a part never runs more than the whole space would: they prove
-    the bound whenever one process would). Each shard names its unit."""
-    if jobs <= len(units):
-        return [dict(u, unit=i) for i, u in enumerate(units)]
-    per = -(-jobs // len(units))
-    out = []
-    for i, u in enumerate(units):
-        if per < 2:
-            out.append(dict(u, unit=i))
-            continue
-        share = -(-u["budget"] // per)
-        for k in range(per):
-            if u["strategy"].startswith("delays"):
-                out.append(dict(u, unit=i, shard=(k, per)))
-            else:
-                out.append(dict(u, unit=i, seed=u["seed"] * 1000 + k, budget=share))
-    return out
+def _shard(units: list, jobs: int, part=None) -> list:
+    """Split units so that ``jobs`` processes have work (``shards.split``: random/PCT
+    pieces get their own seeds and shares of the budget, ``delays:D`` pieces their
+    own part of the space); ``part = (I, N)``: only part I of N of each unit."""
+    from bench.explore import shards
+    return shards.split(units, jobs, part)
 
 
 def _merge(shards: list, results: list) -> list:
@@ -125,6 +113,9 @@ def _merge(shards: list, results: list) -> list:
         m["schedules"] += r["schedules"] - (1 if "shard" in s and r["schedules"] else 0)
         m["wall_s"] = max(m["wall_s"], r["wall_s"])
         m["cpu_s"] = round(m["cpu_s"] + r["cpu_s"], 3)
+        if "forks" in (m.get("strategy_info") or {}) and "forks" in (r.get("strategy_info") or {}):
+            from bench.explore import prefix
+            m["strategy_info"] = prefix.joined(m["strategy_info"], r["strategy_info"])
         reached = dict((r.get("properties") or {}).get("reached", {}))
         reached.update((m.get("properties") or {}).get("reached", {}))
         if r.get("found") and not m.get("found"):
@@ -171,13 +162,13 @@ def _property_lines(r: dict) -> list:
     return ["properties: " + "; ".join(parts)] + list(props.get("vacuous") or [])
 
 
-def _file_name(r: dict) -> str:
+def _file_name(r: dict, part=None) -> str:
     target = r["target"]
     if os.sep in target.rpartition(":")[0]:
         target = os.path.basename(target)       # a program file's path: its name is enough
     safe = "".join(c if c.isalnum() or c in "-." else "_" for c in
                    f"{target}_{r['runtime']}_{r['variant']}")
-    return f"failing-{safe}.json"
+    return f"failing-{safe}" + (f"-part-{part[0]}-of-{part[1]}" if part else "") + ".json"
 
 
 def not_exhausted(r: dict) -> str | None:
@@ -190,7 +181,12 @@ def not_exhausted(r: dict) -> str | None:
     return f"not exhausted: {r['schedules']} schedules, no proof"
 
 
-def _report(r: dict, out_dir: str | None, chains: bool = False) -> None:
+def _report(r: dict, out_dir: str | None, chains: bool = False, part=None) -> None:
+    if part and part[1] > 1 and r.get("proved"):
+        # one part's space exhausted is no proof until every part is merged
+        r = dict(r, proved=f"part {part[0]}/{part[1]} exhausted: no failing schedule in it "
+                           f"({r['schedules']} schedules); the bound is proved when "
+                           f"--merge finds every part so")
     head = (f"{r['target']} {r['runtime']} {r['variant']} {r['strategy']}"
             + (f" buggify={','.join(r['buggify'])}" if r.get("buggify") else "") + ":")
     if r.get("skipped"):
@@ -226,7 +222,7 @@ def _report(r: dict, out_dir: str | None, chains: bool = False) -> None:
         for line in trace:
             print(f"      {line}")
     if out_dir:
-        path = os.path.join(out_dir, _file_name(r))
+        path = os.path.join(out_dir, _file_name(r, part))
         _write(path, r["schedule"])
         print(f"    schedule: {path}  (looplab explore --replay {path})")
 
@@ -339,10 +335,52 @@ def _check_out(out: str) -> None:
     check_output(out, "--out", folder=True)
 
 
+def _check_parts(args):
+    """``--shard I/N`` as ``(I, N)`` (None without it), and the options it and
+    ``--merge`` cannot go with: one line, before anything runs."""
+    if args.merge and (args.target or args.replay or args.bench or args.shard):
+        raise UsageError("explore --merge takes part files or directories only (no TARGET, "
+                         "--replay, --bench or --shard)")
+    if not args.shard:
+        return None
+    from bench.explore import shards
+    part = shards.parse(args.shard)
+    if args.replay or args.bench:
+        raise UsageError("--shard I/N splits an exploration of a TARGET, not --replay or --bench")
+    if not args.out:
+        raise UsageError(f"--shard {args.shard} needs --out DIR: the part is written there "
+                         "for looplab explore --merge")
+    return part
+
+
+def _merged(args) -> int:
+    """``--merge``: the parts joined, reported as one exploration."""
+    from bench.explore import shards
+    parts = shards.read_parts(args.merge)
+    results, reason = shards.merge_parts(parts)
+    for r in results:
+        _report(r, args.out)
+    count = parts[0][1]["exploration"]["count"]
+    print(f"merged {len(parts)} of {count} parts: {sum(r['schedules'] for r in results)} "
+          f"schedules, {max((r['wall_s'] for r in results), default=0):.1f} s wall for the "
+          f"longest part, {sum(r['cpu_s'] for r in results):.1f} s CPU in all")
+    if reason:
+        print(reason)
+    if args.out:
+        _write(os.path.join(args.out, "explore.json"),
+               {"explorations": results, "merged_from": [p for p, _ in parts],
+                **({"not_proved": reason} if reason else {})})
+    failed = bool(reason) or any(r.get("found") or _vacuous(r) for r in results)
+    return ExitCode.FAILED if failed else ExitCode.OK
+
+
 def cmd_explore(args) -> int:
     from bench.explore import bugs, search, targets
     from bench.verbs.common import load_plugins
     load_plugins(args)          # a user's scenario file (its declared properties too)
+    part = _check_parts(args)
+    if args.merge:
+        return _merged(args)
     if args.replay:
         return _replay(args.replay, args.allow_changed, args.await_chain)
     if args.out:
@@ -366,7 +404,7 @@ def cmd_explore(args) -> int:
     units = _units(args, target)
     if not units:
         raise UsageError(f"{args.target}: no runtime left to explore")
-    shards = _shard(units, args.jobs)
+    shards = _shard(units, args.jobs, part)
     t0 = time.perf_counter()
     results: list = []
     from bench.perf.machine import stop_on_signals
@@ -375,10 +413,16 @@ def cmd_explore(args) -> int:
         try:
             for r in _unit_results(shards, args.jobs):
                 results.append(r)
-                _report(r, args.out, args.await_chain)
+                _report(r, args.out, args.await_chain, part)
                 sys.stdout.flush()
         except KeyboardInterrupt:           # SIGINT or SIGTERM: keep what finished
             interrupted = True
+    if part and not interrupted:
+        from bench.explore import shards as shardmod
+        path = shardmod.part_file(args.out, *part)
+        _write(path, shardmod.part_doc(args, part[0], part[1], results))
+        print(f"part {part[0]}/{part[1]}: {path}  (join every part with looplab explore "
+              f"--merge)")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     print(f"explored {sum(r['schedules'] for r in results)} schedules in "
           f"{time.perf_counter() - t0:.1f} s wall"
@@ -446,9 +490,9 @@ def _bench_row(job: tuple) -> dict:
                              "shrunk": r["shrunk_deviations"], "replay_exact": r["replay_exact"],
                              "liveness": r["liveness"], "outcome": r["outcome"]}
             break
-        if not (r.get("proved") or r.get("not_proved")):
-            # (not_proved: the space ran out, but a sometimes was never reached in it;
-            # the next D goes on as after a proof)
+        if not (r.get("proved") or (r.get("strategy_info") or {}).get("exhausted")):
+            # (exhausted without a proof: a sometimes not reached yet in it; the
+            # next D goes on as after a proof)
             row["delays"] = {"D": None, "note": f"D={D} not exhausted in {budget}"}
             break
     if fixed != naive:
@@ -568,6 +612,12 @@ def add_parser(sub) -> None:
     p.add_argument("--await-chain", action="store_true",
                    help="under each pending task, its await chain (file:LINE in function, "
                         "outermost first)")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run only part I of N of each unit's search and write it under --out "
+                        "(join the parts with --merge)")
+    p.add_argument("--merge", nargs="+", default=None, metavar="PART",
+                   help="join the parts written by --shard (files, or directories holding "
+                        "explore-part-*.json) into one result")
     p.add_argument("--bench", action="store_true", help="run the benchmark of bugs")
     p.add_argument("--seeds", type=positive_int, default=5,
                    help="--bench: seeds per random/PCT measurement (default 5)")
