@@ -93,6 +93,27 @@ def no_leaks(request):
         pytest.fail("leaked after the test: " + "; ".join(problems), pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def scenario_files_loaded_in_a_test_leave_with_it():
+    """A scenario file a test loads in-process would otherwise stay registered for
+    every later test of the worker: a user scenario without the default preset
+    once made an unrelated ``run --replay`` refuse. Built-ins and zoo entries,
+    loaded lazily by whichever test asks first, stay."""
+    import sys
+    api = sys.modules.get("bench.scenarios.api")
+    before = set(api._REGISTRY) if api else set()
+    files = set(api._FILE_MODULES) if api else set()
+    yield
+    api = sys.modules.get("bench.scenarios.api")
+    if api is None:
+        return
+    for sid in [s for s, sc in api._REGISTRY.items()
+                if s not in before and sc.origin.startswith("file ")]:
+        del api._REGISTRY[sid]
+    for path in set(api._FILE_MODULES) - files:
+        del api._FILE_MODULES[path]
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPORT_FOLDERS = ("looplab-runs", "looplab-report", "looplab-zoo")
 

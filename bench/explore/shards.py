@@ -140,14 +140,60 @@ def read_parts(paths: list) -> list:
     return out
 
 
+def merge(shards: list, results: list) -> list:
+    """Join the results of one unit's shards (or of one shard) into the unit's
+    result: schedules summed (the default schedule counted once), a failure kept,
+    a proof only when every delays:D part proved its own."""
+    merged: dict = {}
+    parts: dict = {}              # unit -> how many of its delays:D parts proved theirs
+    for s, r in zip(shards, results):
+        u = s["unit"]
+        parts[u] = parts.get(u, 0) + bool(r.get("proved"))
+        m = merged.get(u)
+        if m is None:
+            merged[u] = dict(r, shards=1)
+            continue
+        m["shards"] += 1
+        # every delays:D part re-ran the default schedule; it counts once
+        m["schedules"] += r["schedules"] - (1 if "shard" in s and r["schedules"] else 0)
+        m["wall_s"] = max(m["wall_s"], r["wall_s"])
+        m["cpu_s"] = round(m["cpu_s"] + r["cpu_s"], 3)
+        if "forks" in (m.get("strategy_info") or {}) and "forks" in (r.get("strategy_info") or {}):
+            from bench.explore import prefix
+            m["strategy_info"] = prefix.joined(m["strategy_info"], r["strategy_info"])
+        reached = dict((r.get("properties") or {}).get("reached", {}))
+        reached.update((m.get("properties") or {}).get("reached", {}))
+        if r.get("found") and not m.get("found"):
+            keep = {k: m[k] for k in ("schedules", "wall_s", "cpu_s", "shards")}
+            m.clear()
+            m.update(r)
+            m.update(keep)
+        if m.get("properties"):
+            # a sometimes reached in any shard is reached; vacuous only in none
+            props = m["properties"]
+            props["reached"] = reached
+            props["vacuous"] = [f"vacuous: {name} never reached in {m['schedules']} schedules"
+                                for kind, name in props["declared"]
+                                if kind == "sometimes" and name not in reached]
+    for u, m in merged.items():
+        if m["shards"] > 1 and m.get("proved"):
+            if m.get("found") or parts[u] < m["shards"]:
+                m.pop("proved")       # a part not exhausted (or a failure): no proof
+            else:
+                D = m["strategy_info"]["D"]
+                m["proved"] = (f"proved: no failing schedule within {D} "
+                               f"delay{'' if D == 1 else 's'} ({m['schedules']} schedules, "
+                               f"{m['shards']} parts)")
+    return [merged[k] for k in sorted(merged)]
+
+
 def merge_parts(parts: list) -> tuple[list, str | None]:
     """Join the parts' results, unit by unit. Returns the merged results (as
-    one process's, ``verb._merge``) and the reason it is no proof (one line),
+    one process's, ``merge``) and the reason it is no proof (one line),
     or None when every part of every unit is there.
 
     Parts of different explorations or code versions are not merged at all
     (``[]`` and the reason). The same part given twice is a UsageError."""
-    from bench.explore.verb import _merge
     first_path, first = parts[0]
     for path, doc in parts[1:]:
         if _fingerprint(doc) != _fingerprint(first):
@@ -176,7 +222,7 @@ def merge_parts(parts: list) -> tuple[list, str | None]:
                 piece["shard"] = (doc["part"] - 1, count)
             pieces.append(piece)
             results.append(r)
-    merged = _merge(pieces, results) if results else []
+    merged = merge(pieces, results) if results else []
     missing_all = sorted(set(range(1, count + 1)) - set(seen))
     reason = None
     for key, u in units.items():

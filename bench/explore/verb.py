@@ -33,6 +33,7 @@ import sys
 import time
 
 from bench.errors import ExitCode, UsageError
+from bench.explore.shards import merge as _merge
 
 __all__ = ["add_parser", "cmd_explore", "run_units", "bench_rows"]
 
@@ -96,50 +97,6 @@ def _shard(units: list, jobs: int, part=None) -> list:
     own part of the space); ``part = (I, N)``: only part I of N of each unit."""
     from bench.explore import shards
     return shards.split(units, jobs, part)
-
-
-def _merge(shards: list, results: list) -> list:
-    merged: dict = {}
-    parts: dict = {}              # unit -> how many of its delays:D parts proved theirs
-    for s, r in zip(shards, results):
-        u = s["unit"]
-        parts[u] = parts.get(u, 0) + bool(r.get("proved"))
-        m = merged.get(u)
-        if m is None:
-            merged[u] = dict(r, shards=1)
-            continue
-        m["shards"] += 1
-        # every delays:D part re-ran the default schedule; it counts once
-        m["schedules"] += r["schedules"] - (1 if "shard" in s and r["schedules"] else 0)
-        m["wall_s"] = max(m["wall_s"], r["wall_s"])
-        m["cpu_s"] = round(m["cpu_s"] + r["cpu_s"], 3)
-        if "forks" in (m.get("strategy_info") or {}) and "forks" in (r.get("strategy_info") or {}):
-            from bench.explore import prefix
-            m["strategy_info"] = prefix.joined(m["strategy_info"], r["strategy_info"])
-        reached = dict((r.get("properties") or {}).get("reached", {}))
-        reached.update((m.get("properties") or {}).get("reached", {}))
-        if r.get("found") and not m.get("found"):
-            keep = {k: m[k] for k in ("schedules", "wall_s", "cpu_s", "shards")}
-            m.clear()
-            m.update(r)
-            m.update(keep)
-        if m.get("properties"):
-            # a sometimes reached in any shard is reached; vacuous only in none
-            props = m["properties"]
-            props["reached"] = reached
-            props["vacuous"] = [f"vacuous: {name} never reached in {m['schedules']} schedules"
-                                for kind, name in props["declared"]
-                                if kind == "sometimes" and name not in reached]
-    for u, m in merged.items():
-        if m["shards"] > 1 and m.get("proved"):
-            if m.get("found") or parts[u] < m["shards"]:
-                m.pop("proved")       # a part not exhausted (or a failure): no proof
-            else:
-                D = m["strategy_info"]["D"]
-                m["proved"] = (f"proved: no failing schedule within {D} "
-                               f"delay{'' if D == 1 else 's'} ({m['schedules']} schedules, "
-                               f"{m['shards']} parts)")
-    return [merged[k] for k in sorted(merged)]
 
 
 def _vacuous(r: dict) -> list:

@@ -121,7 +121,10 @@ def cmd_run(args) -> int:
     # Everything a user can get wrong is checked before the output folder is made:
     # a mistake leaves no empty folder behind.
     rts = rtmod.parse_list(args.runtimes)       # the one parse of the runtime specs
-    cells = matrix.plan(args.scenarios, rts, args.variants, args.preset, args.repeat)
+    # A replay's cells are the file's: the default matrix is not planned (a
+    # user scenario without the default preset would refuse a replay of S3).
+    cells = ([] if getattr(args, "replay", None) else
+             matrix.plan(args.scenarios, rts, args.variants, args.preset, args.repeat))
     if args.baseline and args.fail_on != "verdict":
         raise UsageError("--baseline is the reference for --fail-on verdict; give both")
     # the simulated network (bench.run.seeds): --net, --replay, --seeds
