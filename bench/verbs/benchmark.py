@@ -28,10 +28,11 @@ from bench.perf.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, cu
                              run_echo_matrix)
 from bench.report import html
 from bench.errors import ExitCode, UsageError
-from bench.perf.goals import (GOAL_ECHO_RUNTIMES, ICOUNT_ECHO, ICOUNT_MICRO,
-                              attach_instructions, budget_lines, count_instructions,
+from bench.perf.goals import (GOAL_ECHO_RUNTIMES, GOAL_MICRO_OPS, attach_instructions,
+                              attach_opcodes, breakdown_tables, budget_lines, count_instructions,
+                              count_opcodes, count_problems, counting_config, counting_note,
                               evaluate_goals, goal_runtimes, goals_table, icount_missing,
-                              run_goals, unjudged_if_interrupted)
+                              instruction_table, run_goals, unjudged_if_interrupted)
 from bench.run.runner import default_out_dir
 from bench.perf.loadgen import CLIENT_KINDS, load_client
 from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
@@ -325,15 +326,55 @@ def _budget_text(rows) -> list[str]:
             + "\n".join(f"- {line}" for line in lines)]
 
 
+def _count_goals(pythons, progress):
+    """The goals' instruction counts, then their opcode breakdowns."""
+    counts = count_instructions(pythons, progress)
+    progress("counting Python opcodes by function (bench.perf.opcodes)")
+    return counts, count_opcodes(pythons, progress)
+
+
+_INSTRUCTION_HEAD = ("Goals judged on instructions per echo request or per operation "
+                     "(callgrind): ours at most the target times the reference's; floor: "
+                     "spawn+join with no kernel at all (bench.perf.nokernel). The timed "
+                     "ratios beside are information only, ours over theirs (< 1: ours cheaper)")
+_TIMED_HEAD = ("Timed goals (medians of per-round paired ratios, range in brackets; "
+               "server CPU/req ratio: the reference's server CPU per request over ours, "
+               "> 1 is cheaper)")
+
+
+def _goals_text(rows, how, cpu_only: bool, markdown: bool = False) -> list[str]:
+    """The goal sections: the goals judged on instructions, how they were counted and
+    each one's opcode breakdown, then the timed goals and their user-time budgets."""
+    problems = count_problems(rows)
+    note = ("--cpu-only: no instructions were counted, so these goals are not measured"
+            if cpu_only else counting_note(how))
+    if markdown:
+        counted = [f"### {_INSTRUCTION_HEAD}", instruction_table(rows, True),
+                   "\n".join(f"- {p}" for p in problems), note or ""]
+        timed = [f"### {_TIMED_HEAD}", goals_table(rows, True)]
+    else:
+        counted = [f"{_INSTRUCTION_HEAD}:\n{instruction_table(rows)}", "\n".join(problems),
+                   note or ""]
+        timed = [f"{_TIMED_HEAD}:\n{goals_table(rows)}"]
+    return [*filter(None, counted), *breakdown_tables(rows, markdown), *timed,
+            *_budget_text(rows)]
+
+
 def cmd_goals(args) -> ExitCode:
     _at_least(args.duration, 1e-9, "--duration", "> 0")
     _at_least(args.warmup, 0, "--warmup", ">= 0")
     _at_least(args.repeat, 1, "--repeat", ">= 1")
     _at_least(args.min_time, 1e-9, "--min-time", "> 0")
     pythons = _pythons(args.python)
-    missing = icount_missing() if args.instructions else None
+    if args.cpu_only and args.instructions:
+        raise UsageError("--cpu-only leaves out the instruction counts that --instructions asks "
+                         "for: give one of them")
+    # The kernel goals are judged on instruction counts: without valgrind there is no
+    # verdict to give them, unless only the timed part is asked for.
+    missing = None if args.cpu_only else icount_missing()
     if missing:
-        print(f"looplab bench goals: --instructions: {missing}", file=sys.stderr)
+        print(f"looplab bench goals: cannot count instructions: {missing}; --cpu-only "
+              f"measures only the timed goals and the CPU ratios", file=sys.stderr)
         return ExitCode.ENVIRONMENT
     client = _client(args.client)
     if client is None:
@@ -341,8 +382,9 @@ def cmd_goals(args) -> ExitCode:
     _check_outputs(args)      # after the checks: an early exit leaves no empty folder
     pinned = not args.no_pin
     progress(f"looplab bench goals: echo 1 KiB x 10 on {len(GOAL_ECHO_RUNTIMES)} runtimes and "
-             f"micro yield/spawn_join/pingpong on coro and curio, {args.repeat} round(s) each"
-             + (f", on Python {', '.join(pythons)}" if args.python else ""))
+             f"micro {'/'.join(GOAL_MICRO_OPS)}, {args.repeat} round(s) each"
+             + (f", on Python {', '.join(pythons)}" if args.python else "")
+             + ("" if args.cpu_only else ", then instruction counts under callgrind"))
     env = environment(client[1], pinned)      # before measuring: its load average is the start's
     measured, interrupted = _measure(run_goals, args.repeat, args.duration, args.warmup,
                                      args.min_time, client, pinned, progress, pythons)
@@ -353,36 +395,35 @@ def cmd_goals(args) -> ExitCode:
         cells, rows, skipped = measured
     for spec, reason in skipped.items():
         progress(f"skipped {spec}: {reason}")
-    # The counts come after the timed goals and add to them: stopping the counts
-    # keeps the timed run whole (judged as it was), without instruction columns.
+    # The counts come after the timed goals: stopping the counts keeps the timed run
+    # whole (judged as it was), and the goals judged on instructions not measured.
     counting_stopped = False
-    if args.instructions and not interrupted:
-        progress("counting instructions under callgrind (a few minutes)")
-        counts, counting_stopped = _measure_plain(count_instructions, pythons, progress)
-        if counts is not None:
-            attach_instructions(rows, counts)
+    if not args.cpu_only and not interrupted:
+        progress("counting instructions under callgrind (several minutes)")
+        counted, counting_stopped = _measure_plain(_count_goals, pythons, progress)
+        if counted is not None:
+            attach_instructions(rows, counted[0])
+            attach_opcodes(rows, counted[1])
+    how = None if args.cpu_only else counting_config(pythons, counting_stopped)
     doc = results.new_document(cells, env=env, goals=rows, config={
         "mode": "goals", "repeat": args.repeat, "duration": args.duration,
         "warmup": args.warmup, "min_time": args.min_time, "skipped": skipped,
-        "pythons": list(pythons), "interrupted": interrupted,
-        "instructions": ({"echo": list(ICOUNT_ECHO), "micro": list(ICOUNT_MICRO),
-                          "stopped": counting_stopped} if args.instructions else None)})
+        "pythons": list(pythons), "interrupted": interrupted, "cpu_only": args.cpu_only,
+        "instructions": how})
     echo = [c for c in cells if c["scenario"] == "echo"]
     micro = [c for c in cells if c["scenario"] == "micro"]
-    budget = _budget_text(rows)
-    print("\n\n".join([goals_table(rows), *budget, *_echo_tables_by_python(echo, pythons),
-                       micro_table(micro)]))
-    body = "\n\n".join(["### goals (medians of per-round paired ratios, range in brackets; "
-                        "server CPU/req ratio: the reference's server CPU per request over "
-                        "ours, > 1 is cheaper)", goals_table(rows, True), *budget,
-                        *_echo_tables_by_python(echo, pythons, True), micro_table(micro, True)])
+    print("\n\n".join([*_goals_text(rows, how, args.cpu_only),
+                        *_echo_tables_by_python(echo, pythons), micro_table(micro)]))
+    body = "\n\n".join([*_goals_text(rows, how, args.cpu_only, markdown=True),
+                         *_echo_tables_by_python(echo, pythons, True), micro_table(micro, True)])
     code = _write_outputs(doc, args, _markdown("looplab bench goals", env, body, skipped,
                                                METHOD_NOTES + MICRO_NOTES))
     if code or interrupted:
         return _finish(code, interrupted, args, cells) or code
     if counting_stopped:
         print("looplab bench goals: interrupted while counting instructions; the timed goals "
-              "are complete and written without them", file=sys.stderr)
+              "are complete and written, the goals judged on instructions not measured",
+              file=sys.stderr)
         return ExitCode.INTERRUPTED
     if args.fail and any(not r["status"].startswith("met") for r in rows):
         return ExitCode.FAILED
@@ -606,12 +647,16 @@ def add_parser(subparsers) -> None:
     g = sub.add_parser(
         "goals", formatter_class=fmt, help="exactly the measurements behind the performance goals",
         description="Echo 1 KiB x 10 connections on our kernels and their references (uvloop, "
-                    "asyncio, curio, trio), plus yield, spawn+join and ping-pong on coro and "
-                    "curio. Each goal is judged on the median of per-round paired ratios "
-                    "and shown with their range, met or not; echo rows give the req/s ratio, "
-                    "the server-CPU-per-request ratio and the same without system time side "
-                    "by side, and each CPU goal not met gets a line saying what user time "
-                    "per request it would need.")
+                    "asyncio, curio, trio, our kernel as an asyncio loop), plus yield, "
+                    "spawn+join and ping-pong on coro and curio. The kernel goals are judged on "
+                    "instructions per request or operation under callgrind (a count repeats, so "
+                    "a goal is met or not, without a spread; needs valgrind), each shown with "
+                    "the Python opcodes by function of both sides and the timed CPU ratios as "
+                    "information. The other goals are judged on the median of per-round paired "
+                    "ratios and shown with their range; echo rows give the req/s ratio, the "
+                    "server-CPU-per-request ratio and the same without system time side by "
+                    "side, and each CPU goal not met gets a line saying what user time per "
+                    "request it would need.")
     go = _Options(g)
     go("--repeat", type=int, default=5, help="paired rounds (default 5; the goals quote 7)")
     go("--python", default=None, metavar="VERSIONS",
@@ -627,8 +672,12 @@ def add_parser(subparsers) -> None:
     go("--no-pin", action="store_true", help="do not pin server and client to CPUs")
     go("--fail", action="store_true", help="exit 1 when a goal is not met")
     go("--instructions", action="store_true",
-       help="also count instructions per request or operation of every goal's runtimes "
-            "under callgrind (needs valgrind; a few minutes more) and show their ratio beside")
+       help="count instructions (the default, kept for the scripts that ask for it): the "
+            "kernel goals are judged on instructions per request or operation under "
+            "callgrind (needs valgrind), each with its opcode breakdown by function")
+    go("--cpu-only", action="store_true",
+       help="measure only the timed goals and the CPU ratios, without valgrind: the goals "
+            "judged on instructions are then not measured")
     _outputs(go)
 
     mi = sub.add_parser(
