@@ -511,16 +511,18 @@ def breakdown(r: dict) -> tuple[str, list[str], list[list[str]]] | None:
     sides = [o.get("subject"), o.get("reference")]
     if not any(isinstance(v, dict) for v in sides):
         return None
-    columns = []
+    tops, ends = [], []
     for v in sides:
         if not isinstance(v, dict):
-            columns.append([(MISSING if v is None else str(v).split(" ", 1)[0], "")])
+            tops.append([(MISSING if v is None else str(v).split(" ", 1)[0], "")])
+            ends.append([("", ""), ("", "")])
             continue
-        columns.append([(name, f"{n:,.1f}") for name, n in v["functions"]]
-                       + [("(the other functions)", f"{v['other']:,.1f}"),
-                          ("total", f"{v['total']:,.1f}")])
+        tops.append([(name, f"{n:,.1f}") for name, n in v["functions"]])
+        ends.append([("(the other functions)", f"{v['other']:,.1f}"),
+                     ("total", f"{v['total']:,.1f}")])
+    # the functions side by side, then the rest and the totals on rows of their own
     table = [[*(left or ("", "")), *(right or ("", ""))]
-             for left, right in itertools.zip_longest(*columns)]
+             for left, right in [*itertools.zip_longest(*tops), *zip(*ends)]]
     unit = "request" if r["kind"] == "echo" else "operation"
     where = f" (Python {r['python']})" if r.get("python") else ""
     title = f"{r['goal']}{where}: Python opcodes per {unit} by function"
