@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import ast
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -23,7 +22,7 @@ import tomllib
 import pytest
 
 from bench import results
-from bench.perf import echo, goals, loadgen, machine, micro
+from bench.perf import echo, loadgen, machine, micro
 from bench.verbs import benchmark as benchverb
 from bench import cli as looplab_cli
 from bench.errors import ExitCode, UsageError

@@ -48,10 +48,10 @@ from bench.results.tables import MISSING, fmt_seconds, format_table
 from bench import runtimes
 
 __all__ = ["Goal", "GOALS", "GOAL_ECHO_RUNTIMES", "GOAL_MICRO_OPS", "GOAL_MICRO_RUNTIMES",
-           "GOAL_MICRO_UNITS", "INSTRUCTIONS", "FLOOR", "evaluate_goals", "goals_table",
-           "instruction_table", "instruction_cells", "INSTRUCTION_HEAD", "breakdown",
-           "breakdown_tables", "count_problems", "counting_note",
-           "budget_lines", "goal_runtimes", "run_goals", "icount_missing", "count_instructions",
+           "GOAL_MICRO_UNITS", "INSTRUCTIONS", "FLOOR", "NOT_MEASURED", "evaluate_goals",
+           "goals_table", "instruction_table", "instruction_cells", "INSTRUCTION_HEAD",
+           "breakdown", "breakdown_tables", "count_problems", "counting_note", "budget_lines",
+           "goal_sections", "goal_runtimes", "run_goals", "icount_missing", "count_instructions",
            "attach_instructions", "count_opcodes", "attach_opcodes", "counting_config",
            "ICOUNT_ECHO", "ICOUNT_MICRO", "OPCODES_ECHO", "OPCODES_MICRO", "OPCODES_TOP"]
 
@@ -589,6 +589,41 @@ def goals_table(rows: list[dict], markdown: bool = False) -> str:
             "user CPU/req ratio", "rounds", "status", "same ratio against (not judged)"]
     table, head, align = _python_column(rows, table, head, "llrrrrrll")
     return format_table(head, table, markdown, align=align)
+
+
+_INSTRUCTION_HEAD = ("Goals judged on instructions per echo request or per operation "
+                     "(callgrind): ours at most the target times the reference's; floor: "
+                     "spawn+join with no kernel at all (bench.perf.nokernel). The timed "
+                     "ratios beside are information only, ours over theirs (< 1: ours cheaper)")
+_TIMED_HEAD = ("Timed goals (medians of per-round paired ratios, range in brackets; "
+               "server CPU/req ratio: the reference's server CPU per request over ours, "
+               "> 1 is cheaper)")
+
+
+def goal_sections(rows: list[dict], how: dict | None, cpu_only: bool = False,
+                  markdown: bool = False) -> list[str]:
+    """What ``looplab bench goals`` prints and writes to bench.md: the goals judged on
+    instructions, what kept a count out, how they were counted (``how``: the run's
+    ``config["instructions"]``) and each one's opcode breakdown; then the timed goals
+    and, for each CPU goal not met, the user time it leaves."""
+    problems = count_problems(rows)
+    note = ("--cpu-only: no instructions were counted, so these goals are not measured"
+            if cpu_only else counting_note(how))
+    if markdown:
+        counted = [f"### {_INSTRUCTION_HEAD}", instruction_table(rows, True),
+                   "\n".join(f"- {p}" for p in problems), note or ""]
+        timed = [f"### {_TIMED_HEAD}", goals_table(rows, True)]
+    else:
+        counted = [f"{_INSTRUCTION_HEAD}:\n{instruction_table(rows)}", "\n".join(problems),
+                   note or ""]
+        timed = [f"{_TIMED_HEAD}:\n{goals_table(rows)}"]
+    budget = budget_lines(rows)
+    if budget:
+        timed.append("User CPU per request each CPU goal not met leaves the runtime: the "
+                      "reference's CPU over the target, less the runtime's own system time "
+                      "(mostly the kernel's TCP work); medians over the paired rounds:\n"
+                      + "\n".join(f"- {line}" for line in budget))
+    return [*filter(None, counted), *breakdown_tables(rows, markdown), *timed]
 
 
 def goal_runtimes(pythons=(None,)) -> list:

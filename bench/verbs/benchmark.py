@@ -29,10 +29,9 @@ from bench.perf.echo import (CURVE_CONNECTIONS, KiB, METHOD_NOTES, curve_png, cu
 from bench.report import html
 from bench.errors import ExitCode, UsageError
 from bench.perf.goals import (GOAL_ECHO_RUNTIMES, GOAL_MICRO_OPS, attach_instructions,
-                              attach_opcodes, breakdown_tables, budget_lines, count_instructions,
-                              count_opcodes, count_problems, counting_config, counting_note,
-                              evaluate_goals, goal_runtimes, goals_table, icount_missing,
-                              instruction_table, run_goals, unjudged_if_interrupted)
+                              attach_opcodes, count_instructions, count_opcodes,
+                              counting_config, evaluate_goals, goal_runtimes, goal_sections,
+                              icount_missing, run_goals, unjudged_if_interrupted)
 from bench.run.runner import default_out_dir
 from bench.perf.loadgen import CLIENT_KINDS, load_client
 from bench.perf.machine import (Interrupted, MeasureError, bench_runtime, check_stop, env_lines,
@@ -315,49 +314,11 @@ def cmd_curve(args) -> ExitCode:
     return _echo_run(args, "curve", "curve", sizes, conc)
 
 
-def _budget_text(rows) -> list[str]:
-    """What the CPU goals not met leave for user time, or nothing."""
-    lines = budget_lines(rows)
-    if not lines:
-        return []
-    return ["User CPU per request each CPU goal not met leaves the runtime: the "
-            "reference's CPU over the target, less the runtime's own system time (mostly "
-            "the kernel's TCP work); medians over the paired rounds:\n"
-            + "\n".join(f"- {line}" for line in lines)]
-
-
 def _count_goals(pythons, progress):
     """The goals' instruction counts, then their opcode breakdowns."""
     counts = count_instructions(pythons, progress)
     progress("counting Python opcodes by function (bench.perf.opcodes)")
     return counts, count_opcodes(pythons, progress)
-
-
-_INSTRUCTION_HEAD = ("Goals judged on instructions per echo request or per operation "
-                     "(callgrind): ours at most the target times the reference's; floor: "
-                     "spawn+join with no kernel at all (bench.perf.nokernel). The timed "
-                     "ratios beside are information only, ours over theirs (< 1: ours cheaper)")
-_TIMED_HEAD = ("Timed goals (medians of per-round paired ratios, range in brackets; "
-               "server CPU/req ratio: the reference's server CPU per request over ours, "
-               "> 1 is cheaper)")
-
-
-def _goals_text(rows, how, cpu_only: bool, markdown: bool = False) -> list[str]:
-    """The goal sections: the goals judged on instructions, how they were counted and
-    each one's opcode breakdown, then the timed goals and their user-time budgets."""
-    problems = count_problems(rows)
-    note = ("--cpu-only: no instructions were counted, so these goals are not measured"
-            if cpu_only else counting_note(how))
-    if markdown:
-        counted = [f"### {_INSTRUCTION_HEAD}", instruction_table(rows, True),
-                   "\n".join(f"- {p}" for p in problems), note or ""]
-        timed = [f"### {_TIMED_HEAD}", goals_table(rows, True)]
-    else:
-        counted = [f"{_INSTRUCTION_HEAD}:\n{instruction_table(rows)}", "\n".join(problems),
-                   note or ""]
-        timed = [f"{_TIMED_HEAD}:\n{goals_table(rows)}"]
-    return [*filter(None, counted), *breakdown_tables(rows, markdown), *timed,
-            *_budget_text(rows)]
 
 
 def cmd_goals(args) -> ExitCode:
@@ -412,9 +373,9 @@ def cmd_goals(args) -> ExitCode:
         "instructions": how})
     echo = [c for c in cells if c["scenario"] == "echo"]
     micro = [c for c in cells if c["scenario"] == "micro"]
-    print("\n\n".join([*_goals_text(rows, how, args.cpu_only),
+    print("\n\n".join([*goal_sections(rows, how, args.cpu_only),
                         *_echo_tables_by_python(echo, pythons), micro_table(micro)]))
-    body = "\n\n".join([*_goals_text(rows, how, args.cpu_only, markdown=True),
+    body = "\n\n".join([*goal_sections(rows, how, args.cpu_only, markdown=True),
                          *_echo_tables_by_python(echo, pythons, True), micro_table(micro, True)])
     code = _write_outputs(doc, args, _markdown("looplab bench goals", env, body, skipped,
                                                METHOD_NOTES + MICRO_NOTES))
