@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import ast
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -23,11 +22,10 @@ import tomllib
 import pytest
 
 from bench import results
-from bench.perf import echo, goals, loadgen, machine, micro
+from bench.perf import echo, loadgen, machine, micro
 from bench.verbs import benchmark as benchverb
 from bench import cli as looplab_cli
 from bench.errors import ExitCode, UsageError
-from bench.results.tables import fmt_seconds
 from bench import runtimes
 
 pytestmark = pytest.mark.timeout(120)
@@ -211,139 +209,6 @@ def test_echo_tables_show_server_cpu_per_request_beside_req_per_s():
     assert "23.7 µs" in text
 
 
-def test_echo_tables_and_goals_split_server_cpu_into_user_and_system():
-    # uvloop 10 us a request (6 of them system), coro 8 us (6 system): 1.25x in
-    # CPU, 2x in user time alone; the goal is judged on the first, shows both.
-    cells = [_echo("uvloop-streams", [100] * 3, cpu=[10e-6] * 3, system=[6e-6] * 3),
-             _echo("coro", [100] * 3, cpu=[8e-6] * 3, system=[6e-6] * 3)]
-    text = echo.echo_tables(cells, "uvloop-streams")
-    header = next(line for line in text.splitlines() if line.startswith("runtime"))
-    assert header.index("server CPU/req") < header.index("of it user") < header.index("of it system")
-    coro_line = next(line for line in text.splitlines() if line.startswith("coro "))
-    assert re.search(r"8\.0 µs +2\.0 µs +6\.0 µs", coro_line)     # total, user, system
-    row = next(r for r in goals.evaluate_goals(cells)
-               if (r["subject"], r["reference"]) == ("coro", "uvloop-streams"))
-    assert row["ratio"] == pytest.approx(1.25) and row["status"] == "met"
-    assert row["user"]["ratio"] == pytest.approx(2.0)
-    table = goals.goals_table([row])
-    assert "user CPU/req ratio" in table and "2.00" in table
-    assert row["user_budget"]["user_s"] == pytest.approx(10e-6 / 1.2 - 6e-6)
-    assert goals.budget_lines([row]) == []             # met: nothing to explain
-
-
-def test_a_cpu_goal_not_met_says_what_user_time_it_would_need():
-    ref = _echo("uvloop-streams", [100] * 3, cpu=[10e-6] * 3, system=[6e-6] * 3)
-    slow = _echo("coro", [100] * 3, cpu=[9.5e-6] * 3, system=[6e-6] * 3)
-    [row] = [r for r in goals.evaluate_goals([ref, slow])
-             if (r["subject"], r["reference"]) == ("coro", "uvloop-streams")]
-    assert row["status"].startswith("not met")
-    [line] = goals.budget_lines([row])
-    need = 10e-6 / 1.2 - 6e-6
-    assert line.endswith(f"coro's user time must be at most {fmt_seconds(need)} per request "
-                         f"(it is {fmt_seconds(3.5e-6)}; round by round, the median excess is "
-                         f"{fmt_seconds(3.5e-6 - need)})")
-    assert f"uvloop-streams spends {fmt_seconds(4e-6)} user + {fmt_seconds(6e-6)}" in line
-    # not judged (an interrupted run) or not met: no line for the first
-    assert goals.budget_lines(goals.unjudged_if_interrupted([row], True)) == []
-    # a system time over the whole allowance: no user time could meet it
-    heavy = _echo("coro", [100] * 3, cpu=[12e-6] * 3, system=[9e-6] * 3)
-    [row] = [r for r in goals.evaluate_goals([ref, heavy])
-             if (r["subject"], r["reference"]) == ("coro", "uvloop-streams")]
-    assert goals.budget_lines([row])[0].endswith("coro's system time alone is over what the "
-                                                 "goal allows")
-    # per round, so the budget's sign follows the judged median: one round far under
-    # the goal does not turn a goal met in two rounds of three into "over"
-    mixed = _echo("coro", [100] * 3, cpu=[8e-6, 8e-6, 20e-6], system=[6e-6, 6e-6, 6e-6])
-    [row] = [r for r in goals.evaluate_goals([ref, mixed])
-             if (r["subject"], r["reference"]) == ("coro", "uvloop-streams")]
-    assert row["status"].startswith("met") and row["user_budget"]["over_s"] < 0
-    # cells without the split (older results files): no budget, no line
-    old = [_echo("uvloop-streams", [100] * 3, cpu=[10e-6] * 3), _echo("coro", [100] * 3, cpu=[9e-6] * 3)]
-    assert all("user_budget" not in r for r in goals.evaluate_goals(old))
-
-
-def _micro_cell(rt, op, vals):
-    cell = results.new_cell("micro", rt, op, {}, samples={"ops_per_s": vals})
-    cell["details"] = {"rounds": list(range(len(vals)))}
-    return cell
-
-
-def test_goals_judge_uvloop_rows_on_server_cpu_per_request():
-    # callback is slower in req/s than uvloop-protocol but its CPU per request is judged:
-    # uvloop 10 us, callback 10/0.95..10/0.8 us -> CPU ratios 0.95, 0.9, 0.8 (median 0.9).
-    cells = [_echo("uvloop-protocol", [100, 100, 100], cpu=[10e-6, 10e-6, 10e-6]),
-             _echo("callback", [50, 60, 70], cpu=[10e-6 / 0.95, 10e-6 / 0.9, 10e-6 / 0.8]),
-             _echo("asyncio-protocol", [100, 100, 100], cpu=[20e-6] * 3),
-             _echo("asyncio-protocol:loop=rloop", [100, 100, 100], cpu=[20e-6] * 3),
-             _echo("coro", [100, 130, 130], cpu=[8e-6] * 3), _echo("curio", [100, 100, 100], cpu=[9e-6] * 3),
-             _micro_cell("coro", "yield", [300, 300, 300]), _micro_cell("curio", "yield", [100, 100, 100])]
-    rows = {(r["kind"], r["subject"], r["reference"]): r for r in goals.evaluate_goals(cells)}
-    uv = rows[("echo", "callback", "uvloop-protocol")]
-    assert uv["judged_on"] == "server CPU/req"
-    assert uv["ratio"] == pytest.approx(0.9) and uv["min"] == pytest.approx(0.8)
-    assert uv["status"] == "met (borderline)"
-    assert uv["rate"]["ratio"] == pytest.approx(0.6)          # req/s, beside it
-    # rloop beside uvloop, on the same metric, shown but never judged
-    assert uv["beside"]["asyncio-protocol:loop=rloop"]["ratio"] == pytest.approx(1.8)
-    old = rows[("echo", "callback", "asyncio-protocol")]
-    assert old["judged_on"] == "req/s" and old["ratio"] == pytest.approx(0.6)
-    assert old["status"].startswith("not met (gap 45%)")
-    assert old["cpu"]["ratio"] == pytest.approx(20 / (10 / 0.9))
-    coro_curio = rows[("echo", "coro", "curio")]
-    assert coro_curio["ratio"] == pytest.approx(9 / 8) and coro_curio["status"].startswith("not met")
-    assert rows[("echo", "coro", "trio")]["status"] == "not measured"
-    assert rows[("echo", "hybrid", "uvloop-streams")]["status"] == "not measured"
-    assert rows[("yield", "coro", "curio")]["ratio"] == pytest.approx(3.0)
-    assert rows[("spawn_join", "coro", "curio")]["status"] == "not measured"
-    table = goals.goals_table(list(rows.values()))
-    assert "callback echo 1 KiB x 10 conns >= 0.9x uvloop-protocol" in table
-    assert "0.90 (0.80-0.95)" in table
-    assert "asyncio-protocol:loop=rloop: 1.80 (1.60-1.90)" in table
-
-
-def test_goals_are_judged_per_interpreter_against_the_same_interpreter():
-    # coro@3.12 is 3x curio@3.12 and coro@3.13 2x curio@3.13; a cell of another
-    # interpreter never stands in for a missing one.
-    cells = [_micro_cell("coro@3.12", "yield", [300, 300]), _micro_cell("curio@3.12", "yield", [100, 100]),
-             _micro_cell("coro@3.13", "yield", [200, 200]), _micro_cell("curio@3.13", "yield", [100, 100]),
-             _micro_cell("coro@3.13", "spawn_join", [10, 10]), _micro_cell("curio", "spawn_join", [1, 1])]
-    rows = {(r["python"], r["kind"]): r for r in goals.evaluate_goals(cells, ("3.12", "3.13"))
-            if r["subject"] == "coro" and r["reference"] == "curio" and r["kind"] != "echo"}
-    assert rows[("3.12", "yield")]["ratio"] == pytest.approx(3.0)
-    assert rows[("3.13", "yield")]["ratio"] == pytest.approx(2.0)
-    assert rows[("3.13", "spawn_join")]["status"] == "not measured"
-    table = goals.goals_table(list(rows.values()))
-    assert table.splitlines()[0].startswith("python") and "3.13" in table
-    specs = [rt.spec for rt in goals.goal_runtimes(("3.12",))]
-    assert specs[:2] == ["callback@3.12", "uvloop-protocol@3.12"]
-    assert "asyncio-protocol@3.12:loop=rloop" in specs      # the pin goes before the options
-
-
-def test_goals_echo_tables_compare_each_interpreter_with_its_own_baseline():
-    # With --python the echo cells are pinned (asyncio-protocol@3.13): the ratio table
-    # is one per interpreter against that interpreter's baseline, never across them.
-    cells = [_echo("asyncio-protocol@3.12", [100, 100]), _echo("callback@3.12", [150, 150]),
-             _echo("asyncio-protocol@3.13", [100, 100]), _echo("callback@3.13", [300, 300])]
-    t312, t313 = benchverb._echo_tables_by_python(cells, ("3.12", "3.13"))
-    assert "relative to asyncio-protocol@3.12" in t312 and "not measured" not in t312
-    assert "1.50" in t312 and "3.00" not in t312 and "@3.13" not in t312
-    assert "relative to asyncio-protocol@3.13" in t313 and "3.00" in t313
-    assert runtimes.on_interpreter("coro:spawn=eager", "3.13") == "coro@3.13:spawn=eager"
-    assert runtimes.on_interpreter("coro", None) == "coro"
-
-
-def test_goals_refuse_an_interpreter_that_is_not_here(capsys):
-    assert looplab_cli.main(["bench", "goals", "--python", "1.9", "--repeat", "1"]) == ExitCode.USAGE
-    assert "no Python 1.9" in capsys.readouterr().err
-
-
-def test_goals_cover_uvloop_and_keep_the_curio_and_trio_goals():
-    pairs = {(g.subject, g.reference) for g in goals.GOALS if g.kind == "echo"}
-    assert {("callback", "uvloop-protocol"), ("hybrid", "uvloop-streams"),
-            ("coro", "uvloop-streams"), ("coro", "curio"), ("coro", "trio")} <= pairs
-    assert {"uvloop-protocol", "uvloop-streams"} <= set(goals.GOAL_ECHO_RUNTIMES)
-
-
 # ---------------------------------------------------------------------------
 # the command line: options, help, output paths, atomic writes
 
@@ -446,8 +311,10 @@ def _bad_outputs(tmp_path):
 def test_bad_output_paths_exit_2_before_measuring(sub, nothing_starts, tmp_path, capsys,
                                                   monkeypatch, tmp_path_factory):
     # a machine whose cache holds no compiled C client yet: the paths are checked
-    # before the client is built (building it starts the compiler)
+    # before the client is built (building it starts the compiler); goals needs
+    # valgrind before anything (exit 3 without it): here it is there
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("empty-cache")))
+    monkeypatch.setattr(benchverb, "icount_missing", lambda: None)
     for option, path, message in _bad_outputs(tmp_path):
         before = sorted(os.listdir(tmp_path))
         rc = looplab_cli.main(["bench", *sub, option, path])
@@ -539,40 +406,6 @@ def test_a_run_writes_json_csv_and_markdown_atomically(monkeypatch, tmp_path, ca
     assert "requests_per_s" in (out / "results.csv").read_text()
     assert "2.00" in capsys.readouterr().out          # trio's ratio to the baseline
     assert sorted(os.listdir(tmp_path)) == ["one.json", "report"]
-
-
-def test_the_load_average_a_run_states_is_the_one_before_it_measured(monkeypatch, tmp_path):
-    # The benchmark loads both CPUs itself, so a load average read after it says
-    # nothing about the machine it ran on ("load under 0.5, stated").
-    loads = iter([[0.2, 0.3, 0.4], [1.9, 1.5, 1.2], [1.9, 1.5, 1.2], [1.9, 1.5, 1.2]])
-    monkeypatch.setattr(results.document.os, "getloadavg", lambda: tuple(next(loads)))
-
-    def fake_goals(repeat, *a, **kw):
-        cells = [_echo("uvloop-streams", [100] * repeat, cpu=[10e-6] * repeat),
-                 _echo("coro", [100] * repeat, cpu=[9e-6] * repeat)]
-        results.document.os.getloadavg()         # the benchmark's own load
-        return cells, goals.evaluate_goals(cells), {}
-    monkeypatch.setattr(benchverb, "run_goals", fake_goals)
-    monkeypatch.setattr(benchverb, "load_client", lambda kind: (None, "python (test)"))
-    args = _bench_args(["goals", "--repeat", "2", "--out", str(tmp_path / "g")])
-    assert args.func(args) == ExitCode.OK
-    assert results.load_json(str(tmp_path / "g" / "results.json"))["env"]["loadavg"] == [0.2, 0.3, 0.4]
-    assert "load average at start: [0.2, 0.3, 0.4]" in (tmp_path / "g" / "bench.md").read_text()
-
-
-def test_goals_print_what_a_cpu_goal_not_met_leaves_for_user_time(monkeypatch, tmp_path, capsys):
-    def fake_goals(repeat, *a, **kw):
-        cells = [_echo("uvloop-streams", [100] * repeat, cpu=[10e-6] * repeat, system=[6e-6] * repeat),
-                 _echo("coro", [100] * repeat, cpu=[9.5e-6] * repeat, system=[6e-6] * repeat)]
-        return cells, goals.evaluate_goals(cells), {}
-    monkeypatch.setattr(benchverb, "run_goals", fake_goals)
-    monkeypatch.setattr(benchverb, "load_client", lambda kind: (None, "python (test)"))
-    args = _bench_args(["goals", "--repeat", "2", "--out", str(tmp_path / "g")])
-    assert args.func(args) == ExitCode.OK
-    line = (f"coro's user time must be at most {fmt_seconds(10e-6 / 1.2 - 6e-6)} per request "
-            f"(it is {fmt_seconds(3.5e-6)};")
-    assert line in capsys.readouterr().out
-    assert line in (tmp_path / "g" / "bench.md").read_text()
 
 
 def test_an_interrupted_matrix_keeps_the_finished_measurements(monkeypatch):
@@ -787,63 +620,6 @@ def test_the_spawn_join_floor_runs_every_operation():
     from bench.perf import nokernel as floor
     assert floor.run(7) == 7
     assert floor.run(0) == 0
-
-
-def test_goals_instructions_are_counted_once_per_runtime_and_shown_as_a_ratio(monkeypatch):
-    from bench.perf import icount
-    counted = []
-
-    def fake_echo(spec, conns, size, requests, out_dir, extra=(), pause=0.0):
-        counted.append(("echo", spec, requests))
-        per = 10_000 if spec.startswith("callback") else 12_000
-        return [per * requests], "x"
-
-    def fake_micro(op, spec, n, out_dir, extra=()):
-        counted.append((op, spec, n))
-        return [(1_000 if spec.startswith("coro") else 9_000) * n * icount.ops_per_n(op)], "x"
-    monkeypatch.setattr(icount, "instructions", fake_echo)
-    monkeypatch.setattr(icount, "micro_instructions", fake_micro)
-    monkeypatch.setattr(goals, "split_available", lambda rts: (list(rts), {}))  # curio or not
-    counts = goals.count_instructions(progress=lambda m: None)
-    assert counts[("echo", "callback")] == 10_000 and counts[("spawn_join", "curio")] == 9_000
-    # once per runtime and kind, two runs each (small and large); references served
-    # uninstrumented, as the timed goals serve them
-    echo_specs = [s for k, s, _ in counted if k == "echo"]
-    assert len(echo_specs) == 2 * len(set(echo_specs))
-    assert "asyncio-protocol:instrument=false" in echo_specs and "callback" in echo_specs
-    cells = [_echo("uvloop-protocol", [100] * 3, cpu=[10e-6] * 3), _echo("callback", [100] * 3, cpu=[9e-6] * 3)]
-    rows = goals.evaluate_goals(cells)
-    goals.attach_instructions(rows, {**counts, ("echo", "curio"): "error: callgrind failed"})
-    row = next(r for r in rows if (r["subject"], r["reference"]) == ("callback", "uvloop-protocol"))
-    assert row["instructions"] == {"subject": 10_000, "reference": 12_000, "ratio": 1.2}
-    table = goals.goals_table(rows)
-    assert "instructions: reference over ours" in table and "1.20 (10,000 vs 12,000)" in table
-    assert "error: callgrind failed" in table            # coro vs curio: the reason, not a ratio
-
-
-def test_goals_instructions_without_valgrind_is_one_line_before_measuring(monkeypatch, capsys,
-                                                                         tmp_path):
-    import shutil
-    monkeypatch.setattr(shutil, "which", lambda name: None)
-    monkeypatch.setattr(benchverb, "run_goals", lambda *a, **k: pytest.fail("measured"))
-    args = _bench_args(["goals", "--instructions", "--repeat", "1", "--out", str(tmp_path / "g")])
-    assert args.func(args) == ExitCode.ENVIRONMENT
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--instructions: valgrind is not on PATH" in err
-    assert not (tmp_path / "g").exists()          # refused before any folder is made
-
-
-def test_a_runtime_whose_count_fails_is_an_error_in_its_cell_not_the_run(monkeypatch):
-    from bench.perf import icount
-
-    def broken(*a, **k):
-        raise ValueError("")                      # no message at all: its type stands in
-
-    monkeypatch.setattr(icount, "instructions", broken)
-    monkeypatch.setattr(icount, "micro_instructions", broken)
-    monkeypatch.setattr(goals, "split_available", lambda rts: (list(rts), {}))
-    counts = goals.count_instructions(progress=lambda m: None)
-    assert counts[("echo", "callback")] == "error (callback): ValueError"
 
 
 def test_icount_says_when_a_reference_is_counted_with_its_measuring_proxy(capsys):

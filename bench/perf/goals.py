@@ -2,44 +2,62 @@
 how a run of ``looplab bench goals`` judges them. Each goal is declared on its
 runtime (``RuntimeInfo.goals``, ``bench.runtimes.builtin`` for ours).
 
-Goals are benchmarks, not tests. Each is judged on the median of per-round *paired*
-ratios (subject and reference measured in the same round), and reported with the range
-of those ratios, met or not. The echo goals against uvloop are stated in server CPU per
-request (the reference's over ours, so > 1 means ours is cheaper): at ~100k req/s the load
-client saturates before uvloop does, which squeezes req/s ratios toward 1. Every echo row
-shows the req/s ratio, the CPU ratio and the CPU ratio without system time side by side,
-whichever one it is judged on. On loopback the system time (the kernel's TCP work, a
-large share of every request and much the same for every runtime) squeezes the CPU ratios
-too: for a CPU goal not met, ``budget_lines`` says what user time the goal leaves.
-``count_instructions`` (``bench goals --instructions``) adds each goal's instruction
-counts under callgrind, with every runtime served as the timed goals serve it.
+Goals are benchmarks, not tests, and are judged in one of two ways.
+
+* **On instructions** (``judged_on`` "instructions", the kernel goals): the subject's
+  instructions per echo request or per operation under callgrind
+  (``count_instructions``, the counts of ``python -m bench.perf.icount``), over the
+  reference's, should stay at or under the target. Every runtime is served as the
+  timed goals serve it (references without their measuring proxy). A count repeats
+  for a fixed binary and inputs whatever else the machine does, so such a goal is met
+  or not, with no spread; a count that failed or was not taken leaves it "not
+  measured", never met. Beside it: the timed CPU ratios, ours over the reference's,
+  as information only, and the Python opcodes by function of both sides
+  (``count_opcodes``, ``bench.perf.opcodes``), so a reader sees where the rest goes.
+* **Timed**: the median of per-round *paired* ratios (subject and reference measured
+  in the same round), with their range, "borderline" when the range straddles the
+  target. Echo goals on server CPU per request (the reference's over ours, so > 1
+  means ours is cheaper) or on req/s; micro goals on operations per second. Every
+  echo row shows the req/s ratio, the CPU ratio and the CPU ratio without system time
+  side by side, whichever it is judged on; for a CPU goal not met, ``budget_lines``
+  says what user time the goal leaves.
 
 The interpreter axis: ``run_goals(pythons=["3.12", "3.13"])`` measures every goal's
-runtimes once per interpreter (``coro@3.12`` against ``curio@3.12``), and each goal is
-judged per interpreter, against the reference on the same one: a goal row carries its
+runtimes once per interpreter (``coro@3.12`` against ``curio@3.12``), and
+``count_instructions``/``count_opcodes`` count on each; a goal is judged per
+interpreter, against the reference on the same one: a goal row carries its
 ``python`` (None: the interpreter looplab runs in).
 """
 from __future__ import annotations
 
+import itertools
+import math
+import platform
 import shutil
 import statistics
 import tempfile
 from dataclasses import dataclass
 
 from bench.errors import UsageError
+from bench.host import envs
 from bench.perf.echo import KiB, by_round, echo_units, paired, run_echo_matrix
-from bench.perf import icount
+from bench.perf import icount, opcodes
 from bench.perf.machine import Interrupted, bench_runtime, check_stop, progress, split_available
 from bench.perf.micro import run_micro_matrix
 from bench.results.tables import MISSING, fmt_seconds, format_table
 from bench import runtimes
 
 __all__ = ["Goal", "GOALS", "GOAL_ECHO_RUNTIMES", "GOAL_MICRO_OPS", "GOAL_MICRO_RUNTIMES",
-           "evaluate_goals", "goals_table", "budget_lines", "goal_runtimes", "run_goals",
-           "icount_missing", "count_instructions", "attach_instructions", "ICOUNT_ECHO",
-           "ICOUNT_MICRO"]
+           "GOAL_MICRO_UNITS", "INSTRUCTIONS", "FLOOR", "NOT_MEASURED", "evaluate_goals",
+           "goals_table", "instruction_table", "instruction_cells", "INSTRUCTION_HEAD",
+           "breakdown", "breakdown_tables", "count_problems", "counting_note", "budget_lines",
+           "goal_sections", "goal_runtimes", "run_goals", "icount_missing", "count_instructions",
+           "attach_instructions", "count_opcodes", "attach_opcodes", "counting_config",
+           "ICOUNT_ECHO", "ICOUNT_MICRO", "OPCODES_ECHO", "OPCODES_MICRO", "OPCODES_TOP"]
 
-RATE, CPU = "req/s", "server CPU/req"
+RATE, CPU, OPS, INSTRUCTIONS = "req/s", "server CPU/req", "ops/s", "instructions"
+FLOOR = runtimes.FLOOR
+_CPU_S, _USER_S = "server_cpu_per_request_s", "server_user_cpu_per_request_s"
 
 
 @dataclass(frozen=True)
@@ -49,34 +67,70 @@ class Goal:
     reference: str
     target: float
     what: str
-    judged_on: str = RATE   # echo goals: RATE or CPU; micro goals: operations per second
-    beside: tuple = ()      # references shown next to the judged ratio, not judged
+    judged_on: str = RATE   # INSTRUCTIONS; timed: RATE or CPU (echo), OPS (micro)
+    beside: tuple = ()      # references shown next to the goal in the timed rounds, not judged
+
+    @property
+    def counted(self) -> bool:
+        """Judged on instruction counts: at most ``target`` times the reference's."""
+        return self.judged_on == INSTRUCTIONS
 
     @property
     def text(self) -> str:
-        return f"{self.subject} {self.what} >= {self.target:g}x {self.reference}"
+        bound = "<=" if self.counted else ">="
+        return f"{self.subject} {self.what} {bound} {self.target:g}x {self.reference}"
 
 
 def declared_goals() -> list[Goal]:
-    """Every registered runtime's goals (``RuntimeInfo.goals``), in registry order."""
-    return [Goal(g.kind, info.id, g.reference, g.target, g.what, g.judged_on, tuple(g.beside))
+    """Every registered runtime's goals (``RuntimeInfo.goals``), in registry order; a
+    goal's subject is the spec it declares, else the runtime itself."""
+    return [Goal(g.kind, g.subject or info.id, g.reference, g.target, g.what, g.judged_on,
+                 tuple(g.beside))
             for info in runtimes.RUNTIMES.values() for g in info.goals]
 
 
-def _runtimes_of(goals, echo: bool) -> list[str]:
-    out: list[str] = []
+def _timed(goals) -> tuple[list[str], list[tuple[str, str]]]:
+    """What the timed rounds measure: the echo runtimes, and the (op, runtime) micro
+    units, of every goal's subject, reference and runtimes beside (not the floor,
+    which is only counted)."""
+    echo: list[str] = []
+    micro: list[tuple[str, str]] = []
     for g in goals:
-        if (g.kind == "echo") == echo:
-            out += [r for r in (g.subject, g.reference, *g.beside) if r not in out]
-    return out
+        for spec in (g.subject, g.reference, *g.beside):
+            if spec == FLOOR:
+                continue
+            if g.kind == "echo":
+                echo += [spec] if spec not in echo else []
+            elif (g.kind, spec) not in micro:
+                micro.append((g.kind, spec))
+    return echo, micro
 
 
 # The goals and the runtimes they measure, as registered when this module was
 # imported (built-ins and plugins loaded by then).
 GOALS = declared_goals()
-GOAL_ECHO_RUNTIMES = _runtimes_of(GOALS, echo=True)
-GOAL_MICRO_OPS = ["yield", "spawn_join", "pingpong"]
-GOAL_MICRO_RUNTIMES = _runtimes_of(GOALS, echo=False)
+GOAL_ECHO_RUNTIMES, GOAL_MICRO_UNITS = _timed(GOALS)
+GOAL_MICRO_OPS = list(dict.fromkeys(op for op, _ in GOAL_MICRO_UNITS))
+GOAL_MICRO_RUNTIMES = list(dict.fromkeys(spec for _, spec in GOAL_MICRO_UNITS))
+
+
+def _is_floor(spec: str) -> bool:
+    return spec == FLOOR or spec.startswith(FLOOR + "@")
+
+
+def _canonical(spec: str) -> str:
+    """The spec as the registry spells it (an interpreter path resolved and so on),
+    so that cells, counts and goal rows meet on one key; the floor as it is."""
+    if _is_floor(spec):
+        return spec
+    try:
+        return runtimes.parse(spec).spec
+    except UsageError:
+        return spec
+
+
+def _on(spec: str, python: str | None) -> str:
+    return _canonical(runtimes.on_interpreter(spec, python))
 
 
 def _summary(ratios: list[float]) -> dict:
@@ -86,9 +140,12 @@ def _summary(ratios: list[float]) -> dict:
             "n": len(ratios)}
 
 
+NOT_MEASURED = "not measured"
+
+
 def _status(s: dict, target: float) -> str:
     if s["ratio"] is None:
-        return "not measured"
+        return NOT_MEASURED
     status = "met" if s["ratio"] >= target else f"not met (gap {1 - s['ratio'] / target:.0%})"
     if s["n"] > 1 and s["min"] < target <= s["max"]:
         status += " (borderline)"
@@ -121,7 +178,11 @@ def evaluate_goals(cells: list[dict], pythons=(None,)) -> list[dict]:
     ``ratio``/``min``/``max`` are those of the metric the goal is judged on: the median
     of paired per-round ratios and their range. "met" when the median reaches the
     target; "borderline" when the range straddles it. One row per goal and interpreter
-    of ``pythons`` (each row also has ``python``)."""
+    of ``pythons`` (each row also has ``python``).
+
+    A goal judged on instructions has ``cost`` and ``beside`` (``_counted_row``) in
+    place of ``rate``/``cpu``/``user``, and stays "not measured" until
+    ``attach_instructions`` judges it on its counts."""
     by = {}
     for c in cells:
         key = "echo" if c["scenario"] == "echo" else c["variant"]
@@ -134,18 +195,20 @@ def evaluate_goals(cells: list[dict], pythons=(None,)) -> list[dict]:
 
 
 def _goal_row(g: Goal, python: str | None, by: dict) -> dict:
-    a = by.get((g.kind, runtimes.on_interpreter(g.subject, python)))
-    b = by.get((g.kind, runtimes.on_interpreter(g.reference, python)))
+    a = by.get((g.kind, _on(g.subject, python)))
+    b = by.get((g.kind, _on(g.reference, python)))
     row = {"goal": g.text, "kind": g.kind, "subject": g.subject, "reference": g.reference,
            "target": g.target, "judged_on": g.judged_on, "python": python}
+    if g.counted:
+        return _counted_row(g, python, by, a, b, row)
     if g.kind == "echo":
         rate = _summary(paired(a, b, "requests_per_s") if a and b else [])
         # The reference's CPU per request over ours: > 1 means ours is cheaper.
-        cpu = _summary(paired(b, a, "server_cpu_per_request_s") if a and b else [])
+        cpu = _summary(paired(b, a, _CPU_S) if a and b else [])
         # The same with the system time left out (shown, not judged): on loopback the
         # kernel's TCP work is a large share of every request and differs little
         # between runtimes, so this is closer to the ratio of what the runtimes do.
-        user = _summary(paired(b, a, "server_user_cpu_per_request_s") if a and b else [])
+        user = _summary(paired(b, a, _USER_S) if a and b else [])
         row.update(rate=rate, cpu=cpu, user=user)
         if g.judged_on == CPU and a and b:
             budget = _user_budget(a, b, g.target)
@@ -154,8 +217,8 @@ def _goal_row(g: Goal, python: str | None, by: dict) -> dict:
         judged = cpu if g.judged_on == CPU else rate
         beside = {}
         for spec in g.beside:
-            c = by.get((g.kind, runtimes.on_interpreter(spec, python)))
-            pairs = (paired(c, a, "server_cpu_per_request_s") if g.judged_on == CPU
+            c = by.get((g.kind, _on(spec, python)))
+            pairs = (paired(c, a, _CPU_S) if g.judged_on == CPU
                      else paired(a, c, "requests_per_s")) if a and c else []
             beside[spec] = _summary(pairs)
         if beside:
@@ -163,6 +226,30 @@ def _goal_row(g: Goal, python: str | None, by: dict) -> dict:
     else:
         judged = _summary(paired(a, b, "ops_per_s") if a and b else [])
     row.update(judged, status=_status(judged, g.target))
+    return row
+
+
+def _counted_row(g: Goal, python: str | None, by: dict, a, b, row: dict) -> dict:
+    """A goal judged on instructions, before its counts arrive (``attach_instructions``):
+    not measured, with the timed rounds' ratios as information, each ours over theirs
+    (the direction of the instruction ratio, < 1: ours cheaper): ``cost`` (server CPU
+    and user CPU per request against the reference) and ``beside`` (the CPU per
+    request, or the time per operation, against each runtime beside)."""
+    if g.kind == "echo":
+        row["cost"] = {"cpu": _summary(paired(a, b, _CPU_S) if a and b else []),
+                       "user": _summary(paired(a, b, _USER_S) if a and b else [])}
+    beside = {}
+    for spec in g.beside:
+        c = by.get((g.kind, _on(spec, python)))
+        if g.kind == "echo":
+            pairs = paired(a, c, _CPU_S) if a and c else []
+        else:       # their operations per second over ours: our time per operation over theirs
+            pairs = paired(c, a, "ops_per_s") if a and c else []
+        beside[spec] = _summary(pairs)
+    if beside:
+        row["beside"] = beside
+    row.update(ratio=None, min=None, max=None, n=0, counts={"subject": None, "reference": None},
+               status=NOT_MEASURED)
     return row
 
 
@@ -215,12 +302,16 @@ def budget_lines(rows: list[dict]) -> list[str]:
     return out
 
 
-# Instruction counts (``--instructions``): the same counts as ``python -m
-# bench.perf.icount``, taken once per runtime. Echo: requests spread over 10
-# connections with a pause between rounds, so every round takes the same path;
-# micro: whole processes of ``small`` and ``large`` operations.
+# Instruction counts and opcode breakdowns: the same counts as ``python -m
+# bench.perf.icount`` and ``python -m bench.perf.opcodes``, taken once per runtime.
+# Echo: requests spread over 10 connections with a pause between rounds, so every
+# round takes the same path; micro: whole processes (operation loops, for the opcodes)
+# of ``small`` and ``large`` operations, the difference divided.
 ICOUNT_ECHO = (2000, 10000, 0.005)
 ICOUNT_MICRO = (300, 1500)
+OPCODES_ECHO = (500, 10)        # counted requests, connections (2 ms between rounds)
+OPCODES_MICRO = (200, 1000)
+OPCODES_TOP = 6
 
 
 def icount_missing() -> str | None:
@@ -231,71 +322,123 @@ def icount_missing() -> str | None:
     return None
 
 
-def _canonical(spec: str) -> str:
-    """The spec as the registry spells it (an interpreter path resolved and so on),
-    so that the counts and the goal rows meet on one key."""
-    try:
-        return runtimes.parse(spec).spec
-    except UsageError:
-        return spec
-
-
-def count_instructions(pythons=(None,), progress=progress) -> dict:
-    """Instructions per echo request or per micro operation of every goal's
-    subject and reference (not the runtimes shown beside), under callgrind:
-    ``{(kind, spec): count or "error: ..."}``, a count per runtime and kind."""
-    wanted = []
+def _counted_specs(pythons, goals) -> tuple[list[tuple[str, str]], dict]:
+    """The (kind, spec) pairs the goals judged on instructions count, each once, and
+    ``{pair: why not}`` for those that cannot run here."""
+    wanted: list[tuple[str, str]] = []
     for python in pythons:
-        for g in GOALS:
-            for spec in (g.subject, g.reference):
-                key = (g.kind, _canonical(runtimes.on_interpreter(spec, python)))
-                if key not in wanted:
-                    wanted.append(key)
-    rts, _skipped = split_available(runtimes.parse_list(",".join(dict.fromkeys(s for _, s in wanted))))
-    available = {rt.spec for rt in rts}
-    out = {}
+        for g in goals:
+            if g.counted:
+                for spec in (g.subject, g.reference):
+                    key = (g.kind, _on(spec, python))
+                    wanted += [key] if key not in wanted else []
+    real = list(dict.fromkeys(s for _, s in wanted if not _is_floor(s)))
+    skipped = split_available([runtimes.parse(s) for s in real])[1]
+    return wanted, {(k, s): f"unavailable ({s}): {skipped[s]}" for k, s in wanted if s in skipped}
+
+
+def _error(spec: str, exc: BaseException) -> str:
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+    return f"error ({spec}): {text[:200]}"
+
+
+def count_instructions(pythons=(None,), progress=progress, goals=None, echo=ICOUNT_ECHO,
+                       micro=ICOUNT_MICRO) -> dict:
+    """Instructions per echo request or per micro operation of the subject and the
+    reference of every goal judged on them (``goals``: all declared), under callgrind:
+    ``{(kind, spec): count, or "error (...)" / "unavailable (...)"}``."""
+    wanted, unavailable = _counted_specs(pythons, GOALS if goals is None else goals)
+    out = dict(unavailable)
     with tempfile.TemporaryDirectory(prefix="looplab-icount-") as tmp:
         for i, (kind, spec) in enumerate(wanted, 1):
             check_stop()
-            if spec not in available:
+            if (kind, spec) in out:
                 continue
             progress(f"[{i}/{len(wanted)}] instructions: {kind} on {spec}")
             try:
-                served = bench_runtime(runtimes.parse(spec)).spec
+                served = spec if _is_floor(spec) else bench_runtime(runtimes.parse(spec)).spec
                 if kind == "echo":
-                    small, large, pause = ICOUNT_ECHO
+                    small, large, pause = echo
                     out[(kind, spec)] = icount.per_request(served, 10, KiB, small, large, tmp,
                                                            pause=pause)[0][0]
                 else:
-                    out[(kind, spec)] = icount.per_operation(kind, served, *ICOUNT_MICRO, tmp)[0]
+                    out[(kind, spec)] = icount.per_operation(kind, served, *micro, tmp)[0]
             except Exception as exc:          # one runtime's failure is its cell's, not the run's
-                text = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
-                out[(kind, spec)] = f"error ({spec}): {text[:200]}"
+                out[(kind, spec)] = _error(spec, exc)
     return out
 
 
+def count_opcodes(pythons=(None,), progress=progress, goals=None, top=OPCODES_TOP) -> dict:
+    """Python opcodes per echo request or per micro operation by function, of the same
+    runtimes as ``count_instructions`` (``bench.perf.opcodes``, in a child on each
+    runtime's interpreter): ``{(kind, spec): {"functions", "other", "total", "python"},
+    or "error (...)" / "unavailable (...)"}``."""
+    wanted, unavailable = _counted_specs(pythons, GOALS if goals is None else goals)
+    out = dict(unavailable)
+    for i, (kind, spec) in enumerate(wanted, 1):
+        check_stop()
+        if (kind, spec) in out:
+            continue
+        progress(f"[{i}/{len(wanted)}] opcodes by function: {kind} on {spec}")
+        try:
+            out[(kind, spec)] = opcodes.breakdown(kind, spec, top, *OPCODES_ECHO, *OPCODES_MICRO)
+        except Exception as exc:
+            out[(kind, spec)] = _error(spec, exc)
+    return out
+
+
+def counting_config(pythons, stopped: bool) -> dict:
+    """How the counts were taken, for the results' ``config["instructions"]``: the
+    request and operation counts, each interpreter's version, whether it was stopped."""
+    versions = {}
+    for python in pythons:
+        try:
+            versions[python or "looplab's"] = (envs.find(python).version if python
+                                               else platform.python_version())
+        except UsageError:
+            versions[python] = None
+    return {"echo": list(ICOUNT_ECHO), "micro": list(ICOUNT_MICRO), "stopped": stopped,
+            "interpreters": versions,
+            "opcodes": {"echo": list(OPCODES_ECHO), "micro": list(OPCODES_MICRO),
+                        "top": OPCODES_TOP}}
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
 def attach_instructions(rows: list[dict], counts: dict) -> None:
-    """Each goal row gets ``instructions``: ``{"subject", "reference", "ratio"}``
-    (the reference's count over ours, > 1: ours executes fewer), or the error."""
+    """Judge every goal judged on instructions on ``counts``: ``counts`` gets the
+    subject's and the reference's count (or why there is none), ``ratio`` the first
+    over the second; "met" at or under the target, "not met (N% over)" above it,
+    "not measured" without both counts. Timed goals are left as they are."""
     for r in rows:
-        kind = r["kind"]
-        a = counts.get((kind, _canonical(runtimes.on_interpreter(r["subject"], r.get("python")))))
-        b = counts.get((kind, _canonical(runtimes.on_interpreter(r["reference"], r.get("python")))))
-        entry = {"subject": a, "reference": b, "ratio": None}
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0:
-            entry["ratio"] = b / a
-        r["instructions"] = entry
+        if r.get("judged_on") != INSTRUCTIONS:
+            continue
+        a = counts.get((r["kind"], _on(r["subject"], r.get("python"))))
+        b = counts.get((r["kind"], _on(r["reference"], r.get("python"))))
+        r["counts"] = {"subject": a, "reference": b}
+        if _is_count(a) and _is_count(b):
+            ratio = a / b
+            status = ("met" if ratio <= r["target"]
+                      else f"not met ({ratio / r['target'] - 1:.0%} over)")
+            r.update(ratio=ratio, n=1, status=status)
+        else:
+            r.update(ratio=None, n=0, status=NOT_MEASURED)
 
 
-def _instructions_text(r: dict) -> str:
-    i = r.get("instructions")
-    if not i:
-        return MISSING
-    if i["ratio"] is None:
-        err = next((v for v in (i["subject"], i["reference"]) if isinstance(v, str)), None)
-        return err or MISSING
-    return f"{i['ratio']:.2f} ({i['subject']:,.0f} vs {i['reference']:,.0f})"
+def attach_opcodes(rows: list[dict], breakdowns: dict) -> None:
+    """Each goal judged on instructions gets ``opcodes``: the subject's and the
+    reference's breakdown by function (``count_opcodes``), or why there is none."""
+    for r in rows:
+        if r.get("judged_on") == INSTRUCTIONS:
+            r["opcodes"] = {side: breakdowns.get((r["kind"], _on(r[side], r.get("python"))))
+                            for side in ("subject", "reference")}
 
+
+# ---------------------------------------------------------------------------
+# Tables: the goals judged on instructions, each with its opcode breakdown, then the
+# timed goals.
 
 def _ratio_text(s: dict | None) -> str:
     if not s or s.get("ratio") is None:
@@ -305,50 +448,211 @@ def _ratio_text(s: dict | None) -> str:
     return f"{s['ratio']:.2f}"
 
 
-def _beside_text(beside: dict | None) -> str:
+def _beside_text(beside: dict | None, what: str = "") -> str:
     if not beside:
         return ""
-    return "; ".join(f"{spec}: {_ratio_text(s)}" for spec, s in beside.items())
+    return "; ".join(f"{spec}: {what}{_ratio_text(s)}" for spec, s in beside.items())
+
+
+def _count_text(v) -> str:
+    if _is_count(v):
+        return f"{v:,.0f}"
+    return MISSING if v is None else str(v).split(" ", 1)[0]      # "error", "unavailable"
+
+
+def _python_column(rows, table, head, align):
+    if any(r.get("python") for r in rows):
+        table = [[r.get("python") or "looplab's"] + line for r, line in zip(rows, table)]
+        head, align = ["python"] + head, "l" + align
+    return table, head, align
+
+
+INSTRUCTION_HEAD = ["goal", "ours", "reference", "ours/reference", "status",
+                    "CPU/req, ours/ref (info)", "user CPU/req, ours/ref (info)",
+                    "timed against (info)"]
+
+
+def instruction_cells(r: dict) -> list[str]:
+    """One goal judged on instructions as text cells under ``INSTRUCTION_HEAD``."""
+    c, cost = r.get("counts") or {}, r.get("cost") or {}
+    return [r["goal"], _count_text(c.get("subject")), _count_text(c.get("reference")),
+            MISSING if r.get("ratio") is None else f"{r['ratio']:.2f}", r["status"],
+            _ratio_text(cost.get("cpu")), _ratio_text(cost.get("user")),
+            _beside_text(r.get("beside"), "CPU/req " if r["kind"] == "echo" else "time/op ")]
+
+
+def instruction_table(rows: list[dict], markdown: bool = False) -> str:
+    """The goals judged on instructions: both counts, ours over the reference's, the
+    status, and the timed ratios beside as information (ours over theirs too)."""
+    rows = [r for r in rows if r.get("judged_on") == INSTRUCTIONS]
+    table, head, align = _python_column(rows, [instruction_cells(r) for r in rows],
+                                        INSTRUCTION_HEAD, "lrrrlrrl")
+    return format_table(head, table, markdown, align=align)
+
+
+def count_problems(rows: list[dict]) -> list[str]:
+    """One line per count or breakdown that is missing for a reason: the reason."""
+    out: list[str] = []
+    for r in rows:
+        for part in ("counts", "opcodes"):
+            for v in (r.get(part) or {}).values():
+                if isinstance(v, str) and v not in out:
+                    out.append(v)
+    return out
+
+
+def breakdown(r: dict) -> tuple[str, list[str], list[list[str]]] | None:
+    """(title, head, rows) of a goal's opcode breakdown: the subject's and the
+    reference's top functions side by side, opcodes per request or operation, with
+    what the other functions add up to and the total; None without one."""
+    o = r.get("opcodes")
+    if r.get("judged_on") != INSTRUCTIONS or not o:
+        return None
+    sides = [o.get("subject"), o.get("reference")]
+    if not any(isinstance(v, dict) for v in sides):
+        return None
+    tops, ends = [], []
+    for v in sides:
+        if not isinstance(v, dict):
+            tops.append([(MISSING if v is None else str(v).split(" ", 1)[0], "")])
+            ends.append([("", ""), ("", "")])
+            continue
+        tops.append([(name, f"{n:,.1f}") for name, n in v["functions"]])
+        ends.append([("(the other functions)", f"{v['other']:,.1f}"),
+                     ("total", f"{v['total']:,.1f}")])
+    # the functions side by side, then the rest and the totals on rows of their own
+    table = [[*(left or ("", "")), *(right or ("", ""))]
+             for left, right in [*itertools.zip_longest(*tops), *zip(*ends)]]
+    unit = "request" if r["kind"] == "echo" else "operation"
+    where = f" (Python {r['python']})" if r.get("python") else ""
+    title = f"{r['goal']}{where}: Python opcodes per {unit} by function"
+    return title, [f"{r['subject']}: function", "opcodes", f"{r['reference']}: function",
+                   "opcodes"], table
+
+
+def breakdown_tables(rows: list[dict], markdown: bool = False) -> list[str]:
+    """``breakdown`` of every goal judged on instructions that has one, as text."""
+    out = []
+    for r in rows:
+        b = breakdown(r)
+        if b is not None:
+            title, head, table = b
+            body = format_table(head, table, markdown, align="lrlr")
+            out.append(f"**{title}**\n\n{body}" if markdown else f"{title}\n{body}")
+    return out
+
+
+def counting_note(how: dict | None) -> str | None:
+    """How the instruction counts and opcode breakdowns were taken, in one paragraph,
+    from the run's ``config["instructions"]`` (None when it records none)."""
+    if not isinstance(how, dict):
+        return None
+    try:
+        small, large, pause = how["echo"]
+        msmall, mlarge = how["micro"]
+    except (KeyError, TypeError, ValueError):
+        return None
+    text = (f"Instructions counted under valgrind's callgrind, each runtime served as the "
+            f"timed goals serve it (references without their measuring proxy): per echo "
+            f"request, the difference between {small:,} and {large:,} requests in lock-step "
+            f"rounds over 10 connections, {pause * 1000:g} ms apart; per micro-benchmark "
+            f"operation, between whole runs of {msmall:,} and {mlarge:,} operations.")
+    versions = {k: v for k, v in (how.get("interpreters") or {}).items() if v}
+    if versions:
+        text += " Interpreter: " + ", ".join(
+            v if k == "looplab's" else f"{k} ({v})" for k, v in versions.items()) + "."
+    op = how.get("opcodes")
+    if isinstance(op, dict):
+        try:
+            (requests, conns), (osmall, olarge) = op["echo"], op["micro"]
+            text += (f" Opcodes by function under sys.settrace: {requests:,} echo requests over "
+                     f"{conns} connections, or the difference between {osmall:,} and "
+                     f"{olarge:,} operations; the top {op['top']} functions of each side.")
+        except (KeyError, TypeError, ValueError):
+            pass
+    text += (" A count repeats for a fixed binary and inputs, so a goal judged on it is "
+             "met or not, without a spread.")
+    if how.get("stopped"):
+        text += " The counting was stopped before it ended: a missing count is not measured."
+    return text
 
 
 def goals_table(rows: list[dict], markdown: bool = False) -> str:
-    """The goal table: judged ratio beside the echo ratios (req/s, server CPU per
+    """The timed goals: the judged ratio beside the echo ratios (req/s, server CPU per
     request, and its user part alone), each a median (range)."""
+    rows = [r for r in rows if r.get("judged_on") != INSTRUCTIONS]
     table = [[r["goal"], r["judged_on"], _ratio_text(r), _ratio_text(r.get("rate")),
               _ratio_text(r.get("cpu")), _ratio_text(r.get("user")), r["n"], r["status"],
               _beside_text(r.get("beside"))]
              for r in rows]
     head = ["goal", "judged on", "median (range)", "req/s ratio", "server CPU/req ratio",
             "user CPU/req ratio", "rounds", "status", "same ratio against (not judged)"]
-    align = "llrrrrrll"
-    if any(r.get("instructions") for r in rows):
-        # reference over ours, ours and the reference per request or operation
-        table = [line + [_instructions_text(r)] for r, line in zip(rows, table)]
-        head, align = head + ["instructions: reference over ours (ours vs reference)"], align + "r"
-    if any(r.get("python") for r in rows):
-        table = [[r.get("python") or "looplab's"] + line for r, line in zip(rows, table)]
-        head, align = ["python"] + head, "l" + align
+    table, head, align = _python_column(rows, table, head, "llrrrrrll")
     return format_table(head, table, markdown, align=align)
 
 
+_INSTRUCTION_HEAD = ("Goals judged on instructions per echo request or per operation "
+                     "(callgrind): ours at most the target times the reference's; floor: "
+                     "spawn+join with no kernel at all (bench.perf.nokernel). The timed "
+                     "ratios beside are information only, ours over theirs (< 1: ours cheaper)")
+_TIMED_HEAD = ("Timed goals (medians of per-round paired ratios, range in brackets; "
+               "server CPU/req ratio: the reference's server CPU per request over ours, "
+               "> 1 is cheaper)")
+
+
+def goal_sections(rows: list[dict], how: dict | None, cpu_only: bool = False,
+                  markdown: bool = False) -> list[str]:
+    """What ``looplab bench goals`` prints and writes to bench.md: the goals judged on
+    instructions, what kept a count out, how they were counted (``how``: the run's
+    ``config["instructions"]``) and each one's opcode breakdown; then the timed goals
+    and, for each CPU goal not met, the user time it leaves."""
+    problems = count_problems(rows)
+    note = ("--cpu-only: no instructions were counted, so these goals are not measured"
+            if cpu_only else counting_note(how))
+    if markdown:
+        counted = [f"### {_INSTRUCTION_HEAD}", instruction_table(rows, True),
+                   "\n".join(f"- {p}" for p in problems), note or ""]
+        timed = [f"### {_TIMED_HEAD}", goals_table(rows, True)]
+    else:
+        counted = [f"{_INSTRUCTION_HEAD}:\n{instruction_table(rows)}", "\n".join(problems),
+                   note or ""]
+        timed = [f"{_TIMED_HEAD}:\n{goals_table(rows)}"]
+    budget = budget_lines(rows)
+    if budget:
+        timed.append("User CPU per request each CPU goal not met leaves the runtime: the "
+                      "reference's CPU over the target, less the runtime's own system time "
+                      "(mostly the kernel's TCP work); medians over the paired rounds:\n"
+                      + "\n".join(f"- {line}" for line in budget))
+    return [*filter(None, counted), *breakdown_tables(rows, markdown), *timed]
+
+
 def goal_runtimes(pythons=(None,)) -> list:
-    """Every runtime the goals measure, once per interpreter of ``pythons``."""
-    return runtimes.parse_list(",".join(runtimes.on_interpreter(spec, python) for python in pythons
-                                        for spec in GOAL_ECHO_RUNTIMES))
+    """Every runtime the timed goals measure, once per interpreter of ``pythons``."""
+    out: dict = {}
+    for python in pythons:
+        for spec in [*GOAL_ECHO_RUNTIMES, *(s for _, s in GOAL_MICRO_UNITS)]:
+            rt = runtimes.parse(runtimes.on_interpreter(spec, python))
+            out.setdefault(rt.spec, rt)
+    return list(out.values())
 
 
 def run_goals(repeat: int = 5, duration: float = 2.0, warmup: float = 1.0, min_time: float = 0.3,
               client=None, pinned: bool = True, progress=progress,
               pythons=(None,)) -> tuple[list[dict], list[dict], dict]:
-    """Exactly the measurements behind GOALS, once per interpreter of ``pythons`` (None:
-    looplab's own). Returns (cells, goal rows, skipped); on SIGINT/SIGTERM raises
-    Interrupted with the cells measured so far."""
+    """Exactly the timed measurements behind GOALS, once per interpreter of ``pythons``
+    (None: looplab's own). Returns (cells, goal rows, skipped); the goals judged on
+    instructions are "not measured" until ``attach_instructions``. On SIGINT/SIGTERM
+    raises Interrupted with the cells measured so far."""
     rts, skipped = split_available(goal_runtimes(pythons))
+    ok = {rt.spec: rt for rt in rts}
+    echo = list(dict.fromkeys(_on(s, p) for p in pythons for s in GOAL_ECHO_RUNTIMES))
+    echo_rts = [ok[s] for s in echo if s in ok]
+    units = [(op, ok[s]) for op, s in dict.fromkeys((op, _on(spec, p)) for p in pythons
+                                                    for op, spec in GOAL_MICRO_UNITS) if s in ok]
     cells = []
-    if rts:
-        cells += run_echo_matrix(echo_units(rts, [1 * KiB], [10]), duration, warmup, repeat,
+    if echo_rts:
+        cells += run_echo_matrix(echo_units(echo_rts, [1 * KiB], [10]), duration, warmup, repeat,
                                  client, pinned, progress)
-    units = [(op, rt) for op in GOAL_MICRO_OPS for rt in rts if rt.id in GOAL_MICRO_RUNTIMES]
     if units:
         try:
             cells += run_micro_matrix(units, repeat, min_time, pinned, progress)

@@ -23,7 +23,8 @@ nothing to do, so only the scheduling operations are reproducible::
     python -m bench.perf.icount --micro spawn_join coro curio [--small 2000] [--large 10000]
 
 ``floor`` in place of a runtime counts ``bench.perf.nokernel``: spawn+join with no
-kernel at all, the least the API itself costs in this interpreter.
+kernel at all, the least the API itself costs in this interpreter (``floor@3.13``: in
+that one).
 
 Echo servers are counted as given. A reference library's runtime given as is carries
 its port's measuring proxy (``instrument=true``: about 6,000 instructions a request on
@@ -142,11 +143,15 @@ def micro_instructions(op, runtime, n, out_dir, extra=()):
     env = procs.child_env({"PYTHONHASHSEED": "0"})
     code = ("import sys; from bench.perf.micro import micro; r = micro(sys.argv[1], sys.argv[2], "
             "int(sys.argv[3])); sys.exit(r.error)")
-    if runtime == "floor":      # bench.perf.nokernel: spawn+join with no kernel at all
+    floor, _, at = runtime.partition("@")
+    if floor == runtimes.FLOOR:     # bench.perf.nokernel: spawn+join with no kernel at all
         if op != "spawn_join":
             raise SystemExit("python -m bench.perf.icount: the floor is measured for spawn_join only")
         code = "import sys; from bench.perf.nokernel import run; run(int(sys.argv[3]))"
-    python = sys.executable if runtime == "floor" else envs.interpreter_for(runtime)
+        # floor@3.13: the floor needs no library, only that interpreter
+        python = envs.find(at).path if at else sys.executable
+    else:
+        python = envs.interpreter_for(runtime)
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *extra,
            python, "-c", code, op, runtime, str(n)]
     proc = subprocess.run(cmd, cwd=procs.ROOT, env=env, stdout=subprocess.DEVNULL,

@@ -17,21 +17,32 @@ Echo: a client thread drives the server as ``bench.perf.icount --pause`` does
 connections, every echo read back, 2 ms apart, so each round finds the server
 idle; only the ``--requests`` round trips after a warm-up are counted.
 Micro: the whole operation loop runs twice, ``small`` and ``large`` operations, and
-the difference is divided, so set-up cancels out. Runtimes run in this interpreter
-(a spec pinned to another, ``@3.13``, is refused in one line).
+the difference is divided, so set-up cancels out; ``floor`` in place of a runtime
+counts ``bench.perf.nokernel`` (spawn+join with no kernel). Runtimes run in this
+interpreter (a spec pinned to another, ``@3.13``, is refused in one line); ``--json``
+prints one JSON object a runtime instead of the table. ``breakdown()`` is the same
+count for ``looplab bench goals``, taken in a child process on the runtime's own
+interpreter, so that neither the tracing nor the server's stop signal touches the
+caller.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import json
+import platform
 import signal
+import subprocess
 import socket
 import sys
 import threading
 import time
 
 from bench.errors import ExitCode, UsageError
+from bench.host import envs, procs
 from bench import runtimes
+
+FLOOR = runtimes.FLOOR
 
 _WARMUP_ROUNDS = 30
 _PAYLOAD = 1024
@@ -175,6 +186,70 @@ def micro_opcodes(op: str, spec: str, small: int = 200, large: int = 1000) -> co
     return collections.Counter({k: (b.get(k, 0) - a.get(k, 0)) / per for k in set(a) | set(b)})
 
 
+def floor_opcodes(small: int = 200, large: int = 1000) -> collections.Counter:
+    """Opcodes per spawn+join with no kernel at all (``bench.perf.nokernel``), by
+    function, ``small`` and ``large`` operations apart."""
+    from bench.perf import nokernel
+    totals = []
+    for n in (small, large):
+        counter = _Counter()
+        with counter:
+            counter.on = True
+            nokernel.run(n)
+            counter.on = False
+        totals.append(counter.counts)
+    a, b = totals
+    return collections.Counter({k: (b.get(k, 0) - a.get(k, 0)) / (large - small)
+                                for k in set(a) | set(b)})
+
+
+def summary(counts: collections.Counter, top: int) -> dict:
+    """The ``top`` functions with their opcodes, what the others add up to, and the
+    total: ``{"functions": [[label, opcodes], ...], "other", "total"}``."""
+    best = [(f"{_where(f)}:{name}", v) for (f, name), v in counts.most_common(top) if v >= 0.05]
+    total = sum(counts.values())
+    return {"functions": [list(x) for x in best], "other": total - sum(v for _, v in best),
+            "total": total}
+
+
+def _child(kind: str, spec: str) -> tuple[str, str]:
+    """(the interpreter to count ``spec`` in, the spec as that interpreter names it):
+    a spec pinned to an interpreter (``coro@3.13``) is counted by that interpreter's
+    environment, unpinned."""
+    if spec == FLOOR or spec.startswith(FLOOR + "@"):
+        at = spec.partition("@")[2]
+        return (envs.find(at).path if at else sys.executable), FLOOR
+    rt = runtimes.parse(spec)
+    if rt.interpreter is None:
+        return sys.executable, rt.spec
+    here = runtimes.from_data({**rt.to_data(), "interpreter": None, "pins": []})
+    return envs.interpreter_for(rt), here.spec
+
+
+def breakdown(kind: str, spec: str, top: int = 6, requests: int = 500, conns: int = 10,
+              small: int = 200, large: int = 1000, timeout: float = 600.0) -> dict:
+    """Opcodes per echo request (``kind`` "echo") or per micro-benchmark operation of
+    ``spec`` by function, counted by ``python -m bench.perf.opcodes --json`` in a child
+    on the spec's interpreter: ``summary()``'s dict plus ``python``, the interpreter's
+    version. RuntimeError when the count fails."""
+    python, here = _child(kind, spec)
+    args = ["--json", "--top", top, "--requests", requests, "--conns", conns,
+            "--small", small, "--large", large]
+    if kind != "echo":
+        args += ["--micro", kind]
+    proc = subprocess.run(procs.python_command("bench.perf.opcodes", *args, here, python=python),
+                          cwd=procs.ROOT, env=procs.child_env(), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        said = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        raise RuntimeError(said[-1][-300:] if said else f"exit {proc.returncode}, no output")
+    data = json.loads(lines[-1])
+    if data.get("error"):
+        raise RuntimeError(data["error"])
+    return data
+
+
 def table(counts: collections.Counter, top: int) -> list[str]:
     lines = [f"{v:9.1f}  {_where(f)}:{name}" for (f, name), v in counts.most_common(top) if v >= 0.05]
     rest = sum(counts.values()) - sum(v for _, v in counts.most_common(top))
@@ -196,6 +271,8 @@ def main(argv=None) -> int:
     ap.add_argument("--small", type=int, default=200, help="micro: the smaller run (default 200)")
     ap.add_argument("--large", type=int, default=1000, help="micro: the larger run (default 1000)")
     ap.add_argument("--top", type=int, default=12, help="functions shown (default 12)")
+    ap.add_argument("--json", action="store_true",
+                    help="one JSON object a runtime: the top functions, the rest, the total")
     args = ap.parse_args(argv)
     try:
         if min(args.requests, args.conns, args.small, args.top) < 1 or args.large <= args.small:
@@ -207,6 +284,10 @@ def main(argv=None) -> int:
                 raise UsageError(f"unknown micro-benchmark {args.micro!r}; valid: "
                                  f"{', '.join(MICRO_OPS)}")
         for spec in args.runtimes:
+            if spec == FLOOR:
+                if args.micro != "spawn_join":
+                    raise UsageError(f"{FLOOR} is counted for --micro spawn_join only")
+                continue
             _parse(spec)
     except UsageError as exc:
         print(f"python -m bench.perf.opcodes: {exc}", file=sys.stderr)
@@ -214,14 +295,23 @@ def main(argv=None) -> int:
     for spec in args.runtimes:
         what = f"per {args.micro} operation" if args.micro else "per echo request"
         try:
-            counts = (micro_opcodes(args.micro, spec, args.small, args.large) if args.micro
-                      else echo_opcodes(spec, args.requests, args.conns))
+            if spec == FLOOR:
+                counts = floor_opcodes(args.small, args.large)
+            elif args.micro:
+                counts = micro_opcodes(args.micro, spec, args.small, args.large)
+            else:
+                counts = echo_opcodes(spec, args.requests, args.conns)
         except (RuntimeError, ValueError, OSError) as exc:
-            print(f"{spec}: error: {exc}", flush=True)
+            print(json.dumps({"runtime": spec, "error": str(exc)}) if args.json
+                  else f"{spec}: error: {exc}", flush=True)
             continue
         except KeyboardInterrupt:
             print(f"python -m bench.perf.opcodes: interrupted at {spec}", file=sys.stderr)
             return ExitCode.INTERRUPTED
+        if args.json:
+            print(json.dumps({"runtime": spec, "per": what, "python": platform.python_version(),
+                              **summary(counts, args.top)}), flush=True)
+            continue
         print(f"{spec}: Python opcodes {what}")
         print("\n".join(table(counts, args.top)), flush=True)
     return 0

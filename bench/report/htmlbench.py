@@ -45,49 +45,85 @@ class BenchmarkSections:
             return ""
         interrupted = bool(self.doc.get("incomplete") or (self.doc.get("config") or {}).get("interrupted"))
         rows = goalsmod.unjudged_if_interrupted(rows, interrupted)
+        counted = [r for r in rows if r.get("judged_on") == goalsmod.INSTRUCTIONS]
+        timed = [r for r in rows if r.get("judged_on") != goalsmod.INSTRUCTIONS]
+        out = ['<h3 id="goals">Performance goals</h3>']
+        if counted:
+            out.append(self._counted_goals(counted))
+        if timed:
+            out.append(self._timed_goals(timed, bool(counted)))
+        return "".join(out)
+
+    @staticmethod
+    def _status(st: str) -> str:
+        cls = "ok" if st.startswith("met") else "muted" if st.startswith("not ") and \
+            not st.startswith("not met") else "no"
+        return f'<span class="{cls}">{e(st)}</span>'
+
+    def _with_python(self, rows, table, head):
+        if any(r.get("python") for r in rows):
+            table = [[e(r.get("python") or "looplab's")] + line for r, line in zip(rows, table)]
+            head = ["python"] + head
+        return table, head
+
+    def _counted_goals(self, rows) -> str:
+        # The kernel goals, judged on instruction counts, each with its opcode breakdown.
         table = []
-        counted = any(r.get("instructions") for r in rows)
+        for r in rows:
+            cells = [e(c) for c in goalsmod.instruction_cells(r)]
+            cells[4] = self._status(str(r.get("status", "?")))
+            table.append(cells)
+        table, head = self._with_python(rows, table, [e(h) for h in goalsmod.INSTRUCTION_HEAD])
+        out = [html_table(head, table, caption=(
+            "judged on instructions per echo request or per operation under callgrind: ours at "
+            "most the target times the reference&#x27;s (floor: spawn+join with no kernel at all); "
+            "the timed ratios are information only, ours over theirs (&lt; 1: ours cheaper)"))]
+        problems = goalsmod.count_problems(rows)
+        if problems:
+            out.append("<ul>" + "".join(f'<li class="muted">{e(p)}</li>' for p in problems) + "</ul>")
+        how = (self.doc.get("config") or {}).get("instructions")
+        note = goalsmod.counting_note(how) if any(r.get("counts") for r in rows) else None
+        if note:
+            out.append(f'<p class="muted">{e(note)}</p>')
+        parts = []
+        for r in rows:
+            b = goalsmod.breakdown(r)
+            if b is not None:
+                title, head, lines = b
+                parts.append('<div class="tables">' + html_table(
+                    [e(h) for h in head], [[e(c) for c in line] for line in lines],
+                    caption=e(title)) + "</div>")
+        if parts:
+            out.append('<div class="pair">' + "".join(parts) + "</div>")
+        return "".join(out)
+
+    def _timed_goals(self, rows, after_counted: bool) -> str:
+        table = []
+        # Results files from before the kernel goals were judged on instructions carry
+        # an instruction ratio on timed goals (reference over ours): shown as it was.
+        old_counts = any(r.get("instructions") for r in rows)
 
         def ratio(summary):
             return fmt_fraction((summary or {}).get("ratio"))
         for r in rows:
-            st = str(r.get("status", "?"))
-            cls = "ok" if st.startswith("met") else "muted" if st.startswith("not ") and \
-                not st.startswith("not met") else "no"
             rng = "-" if r.get("min") is None else f"{r['min']:.2f}\u2013{r['max']:.2f}"
             table.append([e(str(r.get("goal", "?"))), "-" if r.get("ratio") is None else f"{r['ratio']:.2f}\u00d7",
-                          rng, e(str(r.get("n", ""))), f'<span class="{cls}">{e(st)}</span>',
+                          rng, e(str(r.get("n", ""))), self._status(str(r.get("status", "?"))),
                           ratio(r.get("cpu")), ratio(r.get("user"))])
-            if counted:
+            if old_counts:
                 table[-1].append(ratio(r.get("instructions")))
         head = ["goal", "measured (median of paired ratios)", "range over rounds", "rounds", "status",
                 "server CPU/request, reference over ours", "the same, user CPU only (not judged)"]
-        if counted:
+        if old_counts:
             head.append("instructions, reference over ours (--instructions)")
-        if any(r.get("python") for r in rows):
-            table = [[e(r.get("python") or "looplab's")] + line for r, line in zip(rows, table)]
-            head = ["python"] + head
-        return '<h3 id="goals">Performance goals</h3>' + html_table(head, table) + \
-            self._instruction_method(counted)
-
-    def _instruction_method(self, counted: bool) -> str:
-        # How the instruction column was counted, from the run's own config.
-        how = (self.doc.get("config") or {}).get("instructions")
-        if not counted or not isinstance(how, dict):
-            return ""
-        try:
-            small, large, pause = how["echo"]
-            msmall, mlarge = how["micro"]
-        except (KeyError, TypeError, ValueError):
-            return ""
-        text = (f"Instructions counted under valgrind's callgrind, each runtime served as the "
-                f"timed goals serve it (references without their measuring proxy): per echo "
-                f"request, the difference between {small:,} and {large:,} requests in lock-step "
-                f"rounds over 10 connections, {pause * 1000:g} ms apart; per micro-benchmark "
-                f"operation, between whole runs of {msmall:,} and {mlarge:,} operations.")
-        if how.get("stopped"):
-            text += " The counting was stopped before it ended: a missing count is not measured."
-        return f'<p class="muted">{e(text)}</p>'
+        table, head = self._with_python(rows, table, head)
+        caption = "timed goals, judged on the median of per-round paired ratios" if after_counted else ""
+        out = html_table(head, table, caption=caption)
+        if old_counts:
+            note = goalsmod.counting_note((self.doc.get("config") or {}).get("instructions"))
+            if note:
+                out += f'<p class="muted">{e(note)}</p>'
+        return out
 
     def echo(self, cells) -> str:
         cfg = self.doc.get("config") or {}

@@ -23,8 +23,8 @@ import kernels.coro
 import kernels.hybrid
 from kernels.options import Option, Schema, boolean
 from protocols.fingerprint import NONBLOCKING_SENDS, Between, Fingerprint, Near, Positive
-from bench.runtimes import (Difference, PerformanceGoal, ProbeDifference, RuntimeInfo, Tracing,
-                                register, register_loop_alias, register_loop_kernel)
+from bench.runtimes import (FLOOR, Difference, PerformanceGoal, ProbeDifference, RuntimeInfo,
+                            Tracing, register, register_loop_alias, register_loop_kernel)
 
 # ---------------------------------------------------------------------------
 # Option schemas: each of our kernels declares its own, once (``kernels.X.OPTIONS``);
@@ -152,22 +152,32 @@ _CORO_PROBE_DIFFERENCES = {
 }
 
 # ---------------------------------------------------------------------------
-# Performance goals (``looplab bench goals``): echo goals against uvloop are judged on
-# server CPU per request, the rest on rates (see bench.goals).
+# Performance goals (``looplab bench goals``). The kernel goals are judged on
+# instructions per echo request or per operation under callgrind, which a fixed binary
+# repeats whatever the machine's load: the CPU goals against uvloop and spawn+join
+# against curio sat inside their run-to-run spread on 2 shared cores (#27). Their CPU
+# ratios are still measured and shown beside, as information. The timed goals kept
+# (coro against curio and trio, hybrid against asyncio's streams, yields and
+# ping-pong) settle there: their margins are wider than the spread.
 
 _ECHO, _RATE, _CPU, _OPS = "echo 1 KiB x 10 conns", "req/s", "server CPU/req", "ops/s"
+_INSTR, _PER_REQUEST = "instructions", "instructions per echo request"
 _RLOOP_PROTOCOL, _RLOOP_STREAMS = "asyncio-protocol:loop=rloop", "asyncio-streams:loop=rloop"
-_CALLBACK_GOALS = (PerformanceGoal("echo", "uvloop-protocol", 0.9, _ECHO, _CPU,
+# The callback kernel also serves as an asyncio loop (loop=looplab): its goals as one
+# are declared here, on the runtime whose kernel it is.
+_CALLBACK_GOALS = (PerformanceGoal("echo", "uvloop-protocol", 1.6, _PER_REQUEST, _INSTR,
                                    beside=(_RLOOP_PROTOCOL,)),
-                   PerformanceGoal("echo", "asyncio-protocol", 1.1, _ECHO, _RATE))
-_HYBRID_GOALS = (PerformanceGoal("echo", "uvloop-streams", 1.2, _ECHO, _CPU,
-                                 beside=(_RLOOP_STREAMS,)),
-                 PerformanceGoal("echo", "asyncio-streams", 1.0, _ECHO, _RATE))
-_CORO_GOALS = (PerformanceGoal("echo", "uvloop-streams", 1.2, _ECHO, _CPU,
+                   PerformanceGoal("echo", "uvloop-streams", 1.2, _PER_REQUEST, _INSTR,
+                                   subject="asyncio-streams:loop=looplab"),
+                   PerformanceGoal("echo", "uvloop-protocol", 1.6, _PER_REQUEST, _INSTR,
+                                   subject="asyncio-protocol:loop=looplab"))
+_HYBRID_GOALS = (PerformanceGoal("echo", "asyncio-streams", 1.0, _ECHO, _RATE),)
+_CORO_GOALS = (PerformanceGoal("echo", "uvloop-streams", 0.85, _PER_REQUEST, _INSTR,
                                beside=(_RLOOP_STREAMS,)),
+               PerformanceGoal("spawn_join", FLOOR, 1.8, "instructions per spawn+join", _INSTR,
+                               beside=("curio",)),
                PerformanceGoal("echo", "curio", 1.25, _ECHO, _CPU),
                PerformanceGoal("echo", "trio", 2.0, _ECHO, _CPU),
-               PerformanceGoal("spawn_join", "curio", 10.0, "spawn+join/s", _OPS),
                PerformanceGoal("yield", "curio", 2.0, "yields/s", _OPS),
                PerformanceGoal("pingpong", "curio", 1.1, "ping-pong round trips/s", _OPS))
 

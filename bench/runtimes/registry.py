@@ -42,7 +42,7 @@ from protocols.apps import STYLES
 from protocols.errors import Unavailable
 from protocols.fingerprint import Fingerprint
 
-__all__ = ["RuntimeInfo", "Difference", "ProbeDifference", "PerformanceGoal", "Tracing",
+__all__ = ["RuntimeInfo", "Difference", "ProbeDifference", "PerformanceGoal", "FLOOR", "Tracing",
            "RUNTIMES", "STYLES", "ENTRY_POINT_GROUP", "ENV_VAR", "UsageError", "Unavailable",
            "register", "unregister", "get", "load_object", "port_class", "unavailable_reason",
            "load_plugins", "plugin_modules", "register_loop_alias", "register_loop_kernel",
@@ -69,18 +69,30 @@ class ProbeDifference(NamedTuple):
     reason: str
 
 
+#: the reference of a goal counted against no kernel at all (``bench.perf.nokernel``)
+FLOOR = "floor"
+
+
 class PerformanceGoal(NamedTuple):
     """A performance goal of this runtime against a reference (``looplab bench goals``):
-    ``kind`` is "echo" or a micro-benchmark op; the median paired ratio, judged on
-    ``judged_on`` ("req/s", "server CPU/req" or "ops/s"), should reach ``target``.
-    ``beside``: more references measured in the same rounds and shown next to the
-    judged ratio (rloop beside uvloop), never judged."""
+    ``kind`` is "echo" or a micro-benchmark op.
+
+    ``judged_on`` "instructions": the subject's instructions per echo request or per
+    operation (callgrind), over the reference's, should stay at or under ``target``;
+    ``reference`` may then be "floor" (``bench.perf.nokernel``, spawn+join with no
+    kernel). Otherwise the median of per-round paired ratios on "req/s", "server
+    CPU/req" or "ops/s" (the reference's cost over ours, our rate over theirs) should
+    reach ``target``. ``beside``: more references measured in the same timed rounds
+    and shown next to the goal (rloop beside uvloop), never judged. ``subject``: the
+    spec the goal measures when it is not this runtime itself, e.g.
+    ``asyncio-streams:loop=looplab`` on the runtime whose kernel that loop is."""
     kind: str
     reference: str
     target: float
     what: str
     judged_on: str
     beside: tuple = ()
+    subject: str | None = None
 
 
 class Tracing(NamedTuple):
