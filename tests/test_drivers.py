@@ -11,6 +11,7 @@ of behaviour that belongs to a library itself, using that library alone.
 from __future__ import annotations
 
 import asyncio
+import collections
 import importlib.util
 import os
 import select
@@ -491,6 +492,19 @@ def request_then_half_close(addr, payload=b"REQ 1\n") -> tuple[bytes, bool]:
         return read_to_eof(s)
 
 
+def _socket_states(server) -> str:
+    """What the server's open TCP sockets are doing, by state, for a failure's
+    message (ss's states: a socket the peer closed is CLOSE-WAIT)."""
+    try:
+        out = subprocess.run(["ss", "-tanp"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "ss not available"
+    states = collections.Counter(line.split()[0] for line in out.splitlines()
+                                 if f"pid={server.proc.pid}," in line)
+    return "server sockets by state: " + (", ".join(f"{k} {v}" for k, v in states.items())
+                                          or "none seen")
+
+
 def fds_settle(server, baseline, settle_s=5.0) -> int:
     deadline = time.monotonic() + settle_s
     while server.fds() > baseline and time.monotonic() < deadline:
@@ -624,7 +638,9 @@ def test_task_push_reads_clients_for_eof(rt, policy, tmp_path):
             dial(server.addr).close()
         for _ in range(20):                 # connect, never read, reset
             reset_at_once(server.addr)
-        assert fds_settle(server, baseline, 10) <= baseline, f"{rt} {policy}: fds grew"
+        assert fds_settle(server, baseline, 10) <= baseline, (
+            f"{rt} {policy}: fds grew; {_socket_states(server)}; server stderr: "
+            f"{server.stderr()[-1500:]!r}")
         assert first_bytes(server.addr) >= 20_000
         assert server.stop() == 130    # stopped by SIGTERM: interrupted
         err = server.stderr()
