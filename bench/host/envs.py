@@ -317,19 +317,25 @@ def build(it: Interpreter, reqs: tuple) -> Env:
         if pip.wait() != 0:
             raise UsageError(f"the environment for Python {it.version} failed to build: pip: "
                              f"{_pip_failure(''.join(lines))}")
-        with open(os.path.join(tmp, MARKER), "w") as f:
-            json.dump({"python": it.version, "interpreter": it.path, "implementation":
-                       it.implementation, "source": SOURCE, "requirements": list(reqs),
-                       "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
-        try:
-            os.rename(tmp, final)
-        except OSError:       # another process finished the same environment first
-            if not os.path.exists(os.path.join(final, MARKER)):
-                raise
+        _publish(tmp, final, it, {"source": SOURCE, "requirements": list(reqs)})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _say(f"  ready in {time.monotonic() - t0:.0f} s: {final}")
     return env
+
+
+def _publish(tmp: str, final: str, it, fields: dict) -> None:
+    """Mark a built environment (what it was built from) and move it into place in
+    one rename, so a half-built one is never found."""
+    with open(os.path.join(tmp, MARKER), "w") as f:
+        json.dump({"python": it.version, "interpreter": it.path, "implementation":
+                   it.implementation, **fields,
+                   "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
+    try:
+        os.rename(tmp, final)
+    except OSError:       # another process finished the same environment first
+        if not os.path.exists(os.path.join(final, MARKER)):
+            raise
 
 
 def check_loop(rt) -> None:
@@ -453,15 +459,7 @@ def build_bare(it: Interpreter, pins: tuple) -> Env:
                              **clean)
         if out.returncode != 0:
             raise UsageError(f"{what} is incomplete: pip check: {_pip_failure(out.stdout + out.stderr)}")
-        with open(os.path.join(tmp, MARKER), "w") as f:
-            json.dump({"python": it.version, "interpreter": it.path, "implementation":
-                       it.implementation, "bare": True, "requirements": list(pins),
-                       "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
-        try:
-            os.rename(tmp, final)
-        except OSError:       # another process finished the same environment first
-            if not os.path.exists(os.path.join(final, MARKER)):
-                raise
+        _publish(tmp, final, it, {"bare": True, "requirements": list(pins)})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _say(f"  ready in {time.monotonic() - t0:.0f} s: {final}")
