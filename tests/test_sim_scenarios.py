@@ -290,3 +290,39 @@ def test_a_signal_stops_a_seeds_exploration_and_keeps_what_finished(tmp_path, si
     assert "Traceback" not in stderr, stderr[-2000:]
     doc = json.loads((out / "explore.json").read_text())
     assert doc["interrupted"] is True
+
+
+TINY_ONLY_SCENARIO = '''
+from bench.scenarios.api import Metric, Scenario
+
+
+def program(job):
+    return {"done_count": 1}
+
+
+def run(ctx):
+    from bench.scenarios.api import run_program
+    ran = run_program(ctx, max_s=10)
+    return {"done_count": ran.app["done_count"]}, {"ok": True}, []
+
+
+SCENARIO = Scenario(id="T-tinyonly", title="t", summary="s", run=run, programs={"*": program},
+                    metrics=[Metric("done_count", None)], verdicts={"ok": "ran"},
+                    presets={"tiny": {}})
+'''
+
+
+def test_a_replay_plans_no_default_matrix(tmp_path):
+    """A replay runs the file's cells: a user scenario loaded beside it that has no
+    'quick' preset (the default matrix's) once made the replay refuse."""
+    user = tmp_path / "tinyonly.py"
+    user.write_text(TINY_ONLY_SCENARIO)
+    first = tmp_path / "r.json"
+    assert _cli("run", "--net", "sim", "--scenarios", "S3", "--runtimes", "coro",
+                "--variants", "naive", "--preset", "tiny", "--out", str(tmp_path / "o1"),
+                "--json", str(first)) == 0
+    again = tmp_path / "again.json"
+    assert _cli("run", "--scenario-file", str(user), "--replay", str(first),
+                "--out", str(tmp_path / "o2"), "--json", str(again)) == 0
+    cells = json.loads(again.read_text())["cells"]
+    assert [c["scenario"] for c in cells] == ["S3"]

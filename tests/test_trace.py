@@ -256,8 +256,10 @@ def test_every_flow_of_an_s1_trace_binds_on_each_kernel(tmp_path, kernel):
 @pytest.mark.parametrize("kernel", ["callback", "hybrid", "coro"])
 def test_trace_of_a_server_cell_is_chrome_json(tmp_path, kernel):
     out = tmp_path / "trace.json"
+    # tiny: a traced quick cell once outran the app's 10 s result wait on a loaded CI worker
     r = subprocess.run(LOOPLAB + ["trace", "S5", "--runtime", kernel, "--variant", "fixed",
-                                  "--out", str(out)], capture_output=True, text=True, timeout=120)
+                                  "--preset", "tiny", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     events = json.loads(out.read_text())["traceEvents"]
     phases = {e["ph"] for e in events}
