@@ -609,8 +609,9 @@ def test_push_survives_idle_connections(policy, rt, tmp_path):
                 s.close()
         assert first_bytes(server.addr) >= 20_000, f"{rt} {policy}: starved after the idle ones left"
         assert fds_settle(server, baseline, 10) <= baseline
-        assert server.stop() == 130    # stopped by SIGTERM: interrupted
+        rc = server.stop()
         err = server.stderr()
+        assert rc == 130, f"{rt} {policy}: SIGTERM gave exit {rc}: {err[-3000:]!r}"   # interrupted
         assert "Traceback" not in err and "BlockingIOError" not in err, err[-3000:]
 
 
@@ -642,8 +643,9 @@ def test_task_push_reads_clients_for_eof(rt, policy, tmp_path):
             f"{rt} {policy}: fds grew; {_socket_states(server)}; server stderr: "
             f"{server.stderr()[-1500:]!r}")
         assert first_bytes(server.addr) >= 20_000
-        assert server.stop() == 130    # stopped by SIGTERM: interrupted
+        rc = server.stop()
         err = server.stderr()
+        assert rc == 130, f"{rt} {policy}: SIGTERM gave exit {rc}: {err[-3000:]!r}"   # interrupted
         assert "Traceback" not in err, err[-3000:]
 
 
