@@ -78,6 +78,7 @@ class TrioPort(TaskPortBase):
         super().__init__(runtime)
         import trio
         self._trio = trio
+        _protect_nursery_wrapper(trio)
         self._sim = simports.sim_io()
         self._instrument = opts.get("instrument", True)
         self.sleep = trio.sleep
@@ -143,6 +144,21 @@ class _TrioListener:
 
     async def aclose(self):
         await self._l.aclose()
+
+
+def _protect_nursery_wrapper(trio) -> None:
+    """Make ``_TrioNursery``'s enter and exit KeyboardInterrupt-protected, once.
+
+    trio raises KeyboardInterrupt at whatever unprotected frame is running, and a
+    wrapper's ``__aexit__`` is such a frame while it awaits trio's own: a Ctrl-C (or
+    ``serve``'s SIGTERM) landing there abandoned the nursery half-closed, and trio
+    reported "Nursery stack corrupted" and exit 1 instead of 130 (trio#638 names
+    this hazard). Protected, the interrupt waits for the next checkpoint."""
+    if not _TrioNursery.__dict__.get("_ki_protected"):
+        protect = trio.lowlevel.enable_ki_protection
+        _TrioNursery.__aenter__ = protect(_TrioNursery.__aenter__)
+        _TrioNursery.__aexit__ = protect(_TrioNursery.__aexit__)
+        _TrioNursery._ki_protected = True
 
 
 class _TrioNursery:

@@ -710,13 +710,15 @@ class _Verb:
             if self.proc.poll() is None:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+            # what is left is found and killed before stderr is read to its end: a
+            # process left holding the pipe would keep that read from ever ending
+            time.sleep(0.3)
+            left = _session(self.proc.pid)
+            for pid in left:              # never leave them to the next test
+                os.kill(pid, signal.SIGKILL)
             os.set_blocking(self.proc.stderr.fileno(), True)
             self.read()
             self.proc.stderr.close()
-        time.sleep(0.3)
-        left = _session(self.proc.pid)
-        for pid in left:                  # never leave them to the next test
-            os.kill(pid, signal.SIGKILL)
         return rc, self.err, left
 
 
