@@ -250,6 +250,47 @@ def test_the_opcode_tool_counts_the_floor_for_spawn_join_only(capsys):
     assert data["total"] == pytest.approx(sum(n for _, n in data["functions"]) + data["other"])
 
 
+def test_the_echo_floor_serves_the_echo_app_until_interrupted():
+    # the yardstick `icount floor` counts: the shared echo app, every byte back in
+    # order on every connection, a closed client forgotten, exit 0 on Ctrl-C
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from bench.host import procs
+    proc = subprocess.Popen([sys.executable, "-m", "bench.perf.nokernel", "echo"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=procs.child_env())
+    try:
+        m = re.match(r"listening on (127\.0\.0\.1):(\d+)", proc.stdout.readline())
+        assert m, proc.stderr.read()
+        addr = (m.group(1), int(m.group(2)))
+        a, b = (socket.create_connection(addr, timeout=10) for _ in range(2))
+        with a, b:
+            for i in range(20):
+                for s, tag in ((a, b"a"), (b, b"b")):
+                    s.sendall(tag * (100 + i))
+                for s, tag in ((a, b"a"), (b, b"b")):
+                    got = b""
+                    while len(got) < 100 + i:
+                        chunk = s.recv(4096)
+                        assert chunk, "the floor closed a connection"
+                        got += chunk
+                    assert got == tag * (100 + i)
+            a.close()
+            b.sendall(b"still here")
+            assert b.recv(100) == b"still here"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
 # ---------------------------------------------------------------------------
 # timed goals
 

@@ -310,7 +310,7 @@ def _parts(cb):
         if hasattr(cb, "_callback") and hasattr(cb, "_args"):       # a loop Handle
             args = tuple(cb._args or ()) + args
             cb = cb._callback
-        elif isinstance(cb, functools.partial):                      # _Bound, partial
+        elif isinstance(cb, functools.partial):                      # a bound reader (_no_args), an app's partial
             args = tuple(cb.args) + args
             cb = cb.func
         else:

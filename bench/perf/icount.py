@@ -22,9 +22,10 @@ nothing to do, so only the scheduling operations are reproducible::
 
     python -m bench.perf.icount --micro spawn_join coro curio [--small 2000] [--large 10000]
 
-``floor`` in place of a runtime counts ``bench.perf.nokernel``: spawn+join with no
-kernel at all, the least the API itself costs in this interpreter (``floor@3.13``: in
-that one).
+``floor`` in place of a runtime counts ``bench.perf.nokernel``: the echo app served
+by the least a Python reactor does (epoll, ``os.read``, the app, ``os.write``), or with
+``--micro spawn_join`` spawn+join with no kernel at all: the least the API itself costs
+in this interpreter (``floor@3.13``: in that one).
 
 Echo servers are counted as given. A reference library's runtime given as is carries
 its port's measuring proxy (``instrument=true``: about 6,000 instructions a request on
@@ -110,10 +111,15 @@ def _client(host, port, conns, size, requests, pid, pause, max_s=600.0):
 
 def instructions(runtime, conns, size, requests, out_dir, extra=(), pause=0.0):
     out = os.path.join(out_dir, f"cg.{_file_part(runtime)}.c{conns}.{requests}.out")
+    floor, _, at = runtime.partition("@")
+    if floor == runtimes.FLOOR:     # bench.perf.nokernel's echo: the least a Python reactor does
+        python = envs.find(at).path if at else sys.executable
+        serve = [python, "-m", "bench.perf.nokernel", "echo"]
+    else:
+        serve = procs.python_command("bench", "serve", "echo", "--runtime", runtime,
+                                     python=envs.interpreter_for(runtime))
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-           f"--callgrind-out-file={out}", *extra,
-           *procs.python_command("bench", "serve", "echo", "--runtime", runtime,
-                                 python=envs.interpreter_for(runtime))]
+           f"--callgrind-out-file={out}", *extra, *serve]
     proc = procs.spawn(cmd, env=procs.child_env({"PYTHONHASHSEED": "0"}),
                        stderr=subprocess.DEVNULL, text=True)
     try:
@@ -193,6 +199,8 @@ def _say_if_instrumented(spec: str) -> None:
     """A reference counted as given carries its port's measuring proxy (thousands of
     instructions a request), which the timed benchmarks turn off: say so, since
     comparing it with our kernels is then not like for like."""
+    if spec.partition("@")[0] == runtimes.FLOOR:
+        return
     try:
         rt = runtimes.parse(spec)
     except UsageError:        # a bad spec fails in the server, with its own line

@@ -1,5 +1,5 @@
-"""The least a spawn+join can cost in this interpreter: the yardstick for the
-spawn+join goal.
+"""The least a kernel can cost in this interpreter: the yardsticks for the
+spawn+join goal and for the echo goals.
 
 ``await spawn(child)`` then ``await task.join()`` with nothing but what the API
 itself makes: a coroutine for the child, a task object with the coro kernel's
@@ -10,13 +10,27 @@ cancellation, no exit policy. A real kernel can only add to this::
     python -m bench.perf.icount --micro spawn_join floor coro curio
 
 counts it beside the kernels, in instructions per operation (callgrind).
+
+The echo floor (``python -m bench.perf.nokernel echo``) serves the shared echo
+app (``protocols.callback.Echo``) from the least a Python reactor does a
+request: ``epoll.poll()``, ``os.read`` and the app, whose ``transport.write`` is
+one ``os.write``. No buffering (a short write loses bytes), no flow control, no
+counters, no ready queue, timers or exception handling: a floor, not a
+transport. The echo goals' references do all of that in C; a kernel written in
+Python can only add to this::
+
+    python -m bench.perf.icount floor callback uvloop-protocol:instrument=false
 """
 from __future__ import annotations
 
+import functools
+import os
+import select
+import socket
 import sys
 import types
 
-__all__ = ["run"]
+__all__ = ["run", "serve_echo"]
 
 
 class _Task:
@@ -71,5 +85,65 @@ def run(n: int) -> int:
     return box[0]
 
 
+#: A read's size, the callback kernel's: what glibc does to shrink an allocation of
+#: it to the bytes that arrived is part of every read, in C and in the kernel alike.
+_RECV_BYTES = 65536
+
+
+class _Writer:
+    """All of ``transport.write`` the floor keeps: the socket gets the bytes."""
+    __slots__ = ("write",)
+
+
+def serve_echo(host: str = "127.0.0.1") -> None:
+    """Serve the echo app on an ephemeral port of ``host`` until KeyboardInterrupt,
+    saying ``listening on HOST:PORT`` first (as ``looplab serve echo`` does)."""
+    from protocols.callback import Echo
+    from protocols.cores import EchoCore
+
+    server = types.SimpleNamespace(new_core=EchoCore,
+                                   variant=types.SimpleNamespace(honour_pause=False))
+    listener = socket.create_server((host, 0))
+    listener.setblocking(False)
+    ep = select.epoll()
+    conns = {}
+    try:
+        ep.register(listener.fileno(), select.EPOLLIN)
+        print(f"listening on {host}:{listener.getsockname()[1]}", flush=True)
+        lfd = listener.fileno()
+        while True:
+            for fd, _ in ep.poll():
+                if fd == lfd:
+                    sock, _ = listener.accept()
+                    sock.setblocking(False)
+                    writer = _Writer()
+                    writer.write = functools.partial(os.write, sock.fileno())
+                    proto = Echo(server)
+                    proto.transport = writer
+                    conns[sock.fileno()] = (sock, functools.partial(os.read, sock.fileno(),
+                                                                    _RECV_BYTES), proto)
+                    ep.register(sock.fileno(), select.EPOLLIN)
+                    continue
+                sock, read, proto = conns[fd]
+                data = read()
+                if data:
+                    proto.data_received(data)
+                else:
+                    ep.unregister(fd)
+                    del conns[fd]
+                    sock.close()
+    finally:
+        for sock, _, _ in conns.values():
+            sock.close()
+        ep.close()
+        listener.close()
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["echo"]:
+        try:
+            serve_echo()
+        except KeyboardInterrupt:
+            pass
+        sys.exit(0)
     sys.exit(0 if run(int(sys.argv[1])) == int(sys.argv[1]) else 1)

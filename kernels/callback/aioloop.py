@@ -52,7 +52,7 @@ from asyncio import events, format_helpers, futures, tasks
 from ..options import Schema
 from .aionet import AioNetworking
 from .aioprocess import AioProcesses
-from .loop import OPTIONS, Handle, Loop, TimerHandle, _Bound
+from .loop import OPTIONS, Handle, Loop, TimerHandle, _is_bound
 from .network import connect_result
 
 __all__ = ["AioLoop", "AioHandle", "AioTimerHandle", "new_event_loop", "LOOP_OPTIONS"]
@@ -777,7 +777,7 @@ class AioLoop(AioNetworking, AioProcesses, Loop, asyncio.AbstractEventLoop):
             if source:
                 ctx["source_traceback"] = source
         else:
-            if callback.__class__ is _Bound and callback.args:
+            if _is_bound(callback) and callback.args:
                 # context.run's callback, or in debug mode _run_timed's
                 callback = callback.args[0]
                 if callback.__class__ is _IOCallback:

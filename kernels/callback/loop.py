@@ -178,18 +178,26 @@ def _callback_name(cb) -> str:
     return getattr(cb, "__qualname__", None) or repr(cb)
 
 
-class _Bound(functools.partial):
-    """A reader or writer registered with arguments, bound to them once. The
-    loop reports a failure under the callback's own name (``.func``)."""
-    __slots__ = ()
-
-
 def _no_args(callback, args):
-    return _Bound(callback, *args) if args else callback
+    """A reader or writer registered with arguments, bound to them once, as a
+    plain ``functools.partial``: on 3.11 a subclass of it loses the vectorcall
+    path and every call builds an argument tuple. The mark tells the loop's
+    failure report to name the callback inside (``.func``), not a partial an
+    app registered itself."""
+    if not args:
+        return callback
+    bound = functools.partial(callback, *args)
+    bound._looplab_bound = True
+    return bound
 
 
 def _registered(cb):
-    return cb.func if cb.__class__ is _Bound else cb
+    """What was registered: the callback inside a partial ``_no_args`` made."""
+    return cb.func if _is_bound(cb) else cb
+
+
+def _is_bound(cb) -> bool:
+    return cb.__class__ is functools.partial and "_looplab_bound" in cb.__dict__
 
 
 def _noop():
@@ -568,6 +576,10 @@ class Loop(Networking):
         wait_exit = self.options["exit"] == "wait"
         draining = False
         drain_deadline = drain_guard = None
+        # callbacks run, kept in a local while the loop runs and added to the probe
+        # when it stops (an attribute update per pass is measurable): read from a
+        # callback, probe.callbacks_run lags, as the coro kernel's step count does
+        ran = 0
         try:
             # This while loop is our event loop: every callback, I/O readiness
             # and timer of the callback kernel (and every hybrid Task step) runs
@@ -583,7 +595,7 @@ class Loop(Networking):
                 # callbacks run: one per event, corrected on the rare paths below
                 # (no entry, no callback, nothing readable), so the common event
                 # costs no count of its own
-                ran = len(events)
+                ran += len(events)
                 for fd, mask in events:
                     try:
                         entry = fds[fd]
@@ -631,8 +643,8 @@ class Loop(Networking):
                     if dead and needs_compaction(dead, len(timers)):
                         self._compact_timers()
 
-                ntodo = len(ready)
-                if ntodo:
+                if ready:               # empty on most passes of a busy server: one test
+                    ntodo = len(ready)
                     if ntodo > probe.ready_max:
                         probe.ready_max = ntodo
                     if ntodo > 1 and chooser is not None:
@@ -641,20 +653,19 @@ class Loop(Networking):
                         batch = [popleft() for _ in range(ntodo)]
                         ready.extendleft(reversed(_choice.permute(
                             chooser.choose, _choice.READY, batch)))
-                while ntodo:
-                    ntodo -= 1
-                    handle = popleft()
-                    if handle._cancelled:
-                        continue
-                    ran += 1
-                    try:
-                        handle._callback(*handle._args)
-                    except (SystemExit, KeyboardInterrupt):
-                        raise
-                    except BaseException as exc:
-                        failed(handle, exc)
+                    while ntodo:
+                        ntodo -= 1
+                        handle = popleft()
+                        if handle._cancelled:
+                            continue
+                        ran += 1
+                        try:
+                            handle._callback(*handle._args)
+                        except (SystemExit, KeyboardInterrupt):
+                            raise
+                        except BaseException as exc:
+                            failed(handle, exc)
                 probe.loop_iterations += 1
-                probe.callbacks_run += ran
 
                 if self._stopping or draining:
                     if not wait_exit:
@@ -671,6 +682,7 @@ class Loop(Networking):
                     if not self._exit_pending() or monotonic() >= drain_deadline:
                         break
         finally:
+            probe.callbacks_run += ran
             if drain_guard is not None:
                 drain_guard.cancel()
             self._stopping = False

@@ -383,26 +383,25 @@ class SocketTransport(Aborting):
             # the common case, checked by one flag: an open transport that sends
             # at once, nothing buffered, no trace, not paused (see _update_direct)
             if data.__class__ is bytes:
+                # b"" needs no test of its own: the socket takes all 0 bytes
                 n = len(data)
-                if n:
-                    send = self._send
-                    try:
-                        sent = send(data)
-                    except (BlockingIOError, InterruptedError):
-                        sent = 0
-                    except (SystemExit, KeyboardInterrupt):
-                        raise
-                    except BaseException as exc:
-                        self._write_failed(exc, n)
-                        return
-                    stats = self.stats
-                    if sent == n:
-                        stats.sent_bytes += n
-                        return
-                    if sent:
-                        stats.sent_bytes += sent
-                        data = memoryview(data)[sent:]
-                    self._buffer_rest(data)
+                send = self._send
+                try:
+                    sent = send(data)
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self._write_failed(exc, n)
+                    return
+                if sent == n:
+                    self.stats.sent_bytes += n
+                    return
+                if sent:
+                    self.stats.sent_bytes += sent
+                    data = memoryview(data)[sent:]
+                self._buffer_rest(data)
                 return
         self._write(data)
 
