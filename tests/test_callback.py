@@ -28,9 +28,14 @@ PAYLOAD = random.Random(20160512).randbytes(MiB)
 
 # ---------------------------------------------------------------------------- helpers
 
-@pytest.fixture
-def loop():
+@pytest.fixture(params=["reads-in-pass", "reads-by-transport"])
+def loop(request):
+    """A loop, twice: as it is (the pass reads a stream transport itself) and
+    registering every transport's ``_read_ready`` instead, the path a loop that
+    wraps its readers takes (the asyncio loop): the two must not differ."""
     lp = Loop()
+    if request.param == "reads-by-transport":
+        lp._add_stream_reader = lambda fd, t: Loop._add_reader(lp, fd, t._read_ready, ())
     yield lp
     if lp.is_running():   # a failed test left it running: cannot happen, but be safe
         lp.stop()
@@ -917,6 +922,55 @@ def test_peer_reset_mid_stream_surfaces_as_connection_lost_exc(loop):
         assert st.writes_after_close_count == 1 and st.closed
     finally:
         c.close()
+
+
+def test_a_failing_data_received_is_the_transports_fatal_error(loop):
+    s, c = tcp_pair()
+    try:
+        proto = Recorder()
+        seen = []
+        loop.set_exception_handler(lambda lp, ctx: seen.append(ctx))
+
+        def boom(data):
+            raise ValueError("bad frame")
+
+        proto.on_data = boom
+        proto.on_lost = lambda exc: loop.stop()
+        transport, _ = loop.connect_accepted_socket(lambda: proto, s)
+        c.sendall(b"x" * 100)
+        run(loop)
+        (exc,) = proto.lost
+        assert isinstance(exc, ValueError) and str(exc) == "bad frame"
+        assert [ctx["message"] for ctx in seen] == ["protocol.data_received() failed"]
+        assert transport.stats.received_bytes == 100 and transport.is_closing()
+        assert c.recv(10) == b""            # the transport closed its socket
+    finally:
+        c.close()
+
+
+def test_the_pass_reads_a_plain_transport_and_forgets_it_when_reading_stops():
+    # the stream slot follows the reader: set by the transport's registration,
+    # cleared by pause_reading (remove_reader) and by any other reader on the fd
+    lp = Loop()
+    s, c = tcp_pair()
+    try:
+        proto = Recorder()
+        transport, _ = lp.connect_accepted_socket(lambda: proto, s)
+        lp.call_soon(lp.stop)
+        run(lp)
+        fd = s.fileno()
+        assert lp._fds[fd][2] is transport and lp._fds[fd][0] == transport._read_ready
+        transport.pause_reading()
+        assert fd not in lp._fds
+        transport.resume_reading()
+        assert lp._fds[fd][2] is transport
+        lp.add_reader(fd, lambda: None)
+        assert lp._fds[fd][2] is None
+        lp.remove_reader(fd)
+        transport.abort()
+    finally:
+        c.close()
+        lp.close()
 
 
 # ---------------------------------------------------------------------------- flow control

@@ -315,6 +315,10 @@ class AioLoop(AioNetworking, AioProcesses, Loop, asyncio.AbstractEventLoop):
     def _add_writer(self, fd, callback, args):
         Loop._add_writer(self, fd, *self._in_context(callback, args))
 
+    def _add_stream_reader(self, fd, transport):
+        # a transport's reads run in its context too: its own _read_ready, wrapped
+        self._add_reader(fd, transport._read_ready, ())
+
     def _in_context(self, callback, args):
         run = _copy_context().run
         if self._debug:

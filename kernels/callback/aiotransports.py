@@ -46,7 +46,7 @@ class _AioMixin:
         if self._started and not self._closing and not self._read_paused \
                 and not self._eof_received:
             # the registered reader is a bound method of the old class
-            self._loop._add_reader(self._fileno, self._read_ready, ())
+            self._read_from_loop()
 
     def _call_connection_lost(self, exc):
         server = self._server

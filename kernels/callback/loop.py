@@ -26,10 +26,15 @@ exactly as in asyncio (the 2016 shutdown bug), and ``close()`` then one
 
 The loop is ``Loop.run_forever``; its ``while`` loop carries a signpost.
 
-Registrations are one small list per fd, ``[reader, writer]``, in a dict the
-dispatcher indexes by fd. Each slot holds a callable that takes no arguments:
-the callback itself, or (when it was registered with arguments) the callback
-bound to them once, at registration. A plain ``cb()`` is a cheaper call than
+Registrations are one small list per fd, ``[reader, writer, stream]``, in a dict
+the dispatcher indexes by fd. Each callback slot holds a callable that takes no
+arguments: the callback itself, or (when it was registered with arguments) the
+callback bound to them once, at registration. ``stream`` is a transport whose
+plain read the pass does itself (``_add_stream_reader``), as libuv's loop reads
+for a stream and hands over the bytes: the pass calls ``recv`` and the protocol's
+``data_received``, one Python frame less per read than calling the transport's
+``_read_ready``, which stays the reader it stands for (the asyncio loop, which
+runs each reader in a context, registers that one). A plain ``cb()`` is a cheaper call than
 ``cb(*args)``: CPython 3.11 runs a Python callee called that way in the same
 interpreter loop, while a star-call goes through C and a nested one. An
 event that is only "readable" (the common case) takes a short path that tests
@@ -392,18 +397,27 @@ class Loop(Networking):
         entry = self._fds.get(fd)
         if entry is None:
             self._poller.register(fd, _io.READ)
-            self._fds[fd] = [_no_args(callback, args), None]
+            self._fds[fd] = [_no_args(callback, args), None, None]
         else:
             had_reader = entry[0] is not None
             entry[0] = _no_args(callback, args)
+            entry[2] = None
             if not had_reader:
                 self._poller.modify(fd, _io.READ | _io.WRITE)
+
+    def _add_stream_reader(self, fd, transport):
+        """Read ``transport`` (a ``SocketTransport`` on the plain read path) on
+        each readiness of ``fd`` in the pass itself: what its ``_read_ready``
+        does, without the call (see the module docstring). The reader slot holds
+        ``_read_ready`` all the same, for whoever looks at the registration."""
+        self._add_reader(fd, transport._read_ready, ())
+        self._fds[fd][2] = transport
 
     def _add_writer(self, fd, callback, args):
         entry = self._fds.get(fd)
         if entry is None:
             self._poller.register(fd, _io.WRITE)
-            self._fds[fd] = [None, _no_args(callback, args)]
+            self._fds[fd] = [None, _no_args(callback, args), None]
         else:
             had_writer = entry[1] is not None
             entry[1] = _no_args(callback, args)
@@ -414,7 +428,7 @@ class Loop(Networking):
         entry = self._fds.get(fd)
         if entry is None or entry[0] is None:
             return False
-        entry[0] = None
+        entry[0] = entry[2] = None
         try:
             if entry[1] is None:
                 del self._fds[fd]
@@ -605,16 +619,41 @@ class Loop(Networking):
                     # only readable, the common event, takes one compare where the
                     # general test is two ands (an int & is not specialised on 3.11)
                     if mask == read_only or mask & readable:
-                        cb = entry[0]
-                        if cb is not None:
+                        t = entry[2]
+                        if t is not None:
+                            # a stream transport's read, done here: SocketTransport.
+                            # _read_ready, step for step (tests/test_callback.py
+                            # runs both paths)
                             try:
-                                cb()
+                                data = t._recv()
+                            except (BlockingIOError, InterruptedError):
+                                pass
                             except (SystemExit, KeyboardInterrupt):
                                 raise
                             except BaseException as exc:
-                                failed(cb, exc)
+                                t._fatal_error(exc, "fatal read error on socket transport")
+                            else:
+                                if data:
+                                    t.stats.received_bytes += len(data)
+                                    try:
+                                        t._protocol.data_received(data)
+                                    except (SystemExit, KeyboardInterrupt):
+                                        raise
+                                    except BaseException as exc:
+                                        t._fatal_error(exc, "protocol.data_received() failed")
+                                else:
+                                    t._read_eof()
                         else:
-                            ran -= 1
+                            cb = entry[0]
+                            if cb is not None:
+                                try:
+                                    cb()
+                                except (SystemExit, KeyboardInterrupt):
+                                    raise
+                                except BaseException as exc:
+                                    failed(cb, exc)
+                            else:
+                                ran -= 1
                     else:
                         ran -= 1
                     if mask != read_only and mask & writable:

@@ -288,11 +288,22 @@ class SocketTransport(Aborting):
                 "exception": exc, "transport": self, "protocol": self._protocol})
         self._started = True
         if not self._closing and not self._read_paused:
+            self._read_from_loop()
+
+    def _read_from_loop(self):
+        """Register this transport's reads: the plain path (``_read_ready`` as
+        defined here) is done by the loop's pass itself; a class that reads
+        otherwise registers its own ``_read_ready``."""
+        if type(self)._read_ready is SocketTransport._read_ready:
+            self._loop._add_stream_reader(self._fileno, self)
+        else:
             self._loop._add_reader(self._fileno, self._read_ready, ())
 
     # ------------------------------------------------------------------ reading
 
     def _read_ready(self):
+        # the loop's pass does this itself for a transport registered with
+        # _add_stream_reader (loop.py): the two stay step for step
         try:
             recv = self._recv      # an attribute load, not a method lookup
             data = recv()
@@ -356,7 +367,7 @@ class SocketTransport(Aborting):
             return
         self._read_paused = False
         if self._started:
-            self._loop._add_reader(self._fileno, self._read_ready, ())
+            self._read_from_loop()
         trace = self._trace
         if trace is not None:
             trace.instant("resume_reading", self._tid)
@@ -379,30 +390,29 @@ class SocketTransport(Aborting):
         before the close completes (dropped and counted instead with the option
         ``write_after_close="drop"``, CPython 115514). After ``close()`` with
         nothing buffered, ``abort()`` or a lost connection: dropped and counted."""
-        if self._direct:
-            # the common case, checked by one flag: an open transport that sends
-            # at once, nothing buffered, no trace, not paused (see _update_direct)
-            if data.__class__ is bytes:
-                # b"" needs no test of its own: the socket takes all 0 bytes
-                n = len(data)
-                send = self._send
-                try:
-                    sent = send(data)
-                except (BlockingIOError, InterruptedError):
-                    sent = 0
-                except (SystemExit, KeyboardInterrupt):
-                    raise
-                except BaseException as exc:
-                    self._write_failed(exc, n)
-                    return
-                if sent == n:
-                    self.stats.sent_bytes += n
-                    return
-                if sent:
-                    self.stats.sent_bytes += sent
-                    data = memoryview(data)[sent:]
-                self._buffer_rest(data)
+        if data.__class__ is self._direct:
+            # the common case, one test: bytes, on an open transport that sends at
+            # once, nothing buffered, no trace, not paused (see _update_direct).
+            # b"" needs no test of its own: the socket takes all 0 bytes.
+            n = len(data)
+            send = self._send
+            try:
+                sent = send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._write_failed(exc, n)
                 return
+            if sent == n:
+                self.stats.sent_bytes += n
+                return
+            if sent:
+                self.stats.sent_bytes += sent
+                data = memoryview(data)[sent:]
+            self._buffer_rest(data)
+            return
         self._write(data)
 
     def _write(self, data):
@@ -463,7 +473,7 @@ class SocketTransport(Aborting):
         self._buffer_more(data)
 
     def _buffer_more(self, data):
-        self._direct = False
+        self._direct = None
         buf = self._buffer
         buf += data
         size = len(buf)
@@ -478,12 +488,14 @@ class SocketTransport(Aborting):
             self._pause_protocol()
 
     def _update_direct(self):
-        """``write()``'s one-flag test: true while a write needs nothing but the
-        send (open, no EOF sent, try-send, no trace, not paused, nothing
-        buffered). Every place that changes one of these calls this or clears it."""
-        self._direct = (self._try_send and self._trace is None and not self._closing
-                        and not self._eof and not self._protocol_paused
-                        and not self._buffer)
+        """``write()``'s one test: ``_direct`` is ``bytes`` while a write of bytes
+        needs nothing but the send (open, no EOF sent, try-send, no trace, not
+        paused, nothing buffered), else None, so that one identity test of the
+        data's class decides. Every place that changes one of these calls this or
+        clears it."""
+        self._direct = bytes if (self._try_send and self._trace is None and not self._closing
+                                 and not self._eof and not self._protocol_paused
+                                 and not self._buffer) else None
 
     def writelines(self, list_of_data) -> None:
         """Write the concatenation as one ``write()``: same flow-control check
@@ -551,7 +563,7 @@ class SocketTransport(Aborting):
 
     def _pause_protocol(self):
         self._protocol_paused = True
-        self._direct = False
+        self._direct = None
         self.stats.pause_writing_count += 1
         trace = self._trace
         if trace is not None:
@@ -608,7 +620,7 @@ class SocketTransport(Aborting):
         if self._closing or self._eof:
             return
         self._eof = True
-        self._direct = False
+        self._direct = None
         if not self._buffer:
             self._shutdown_write()
 
@@ -632,7 +644,7 @@ class SocketTransport(Aborting):
         if self._closing:
             return
         self._closing = True
-        self._direct = False
+        self._direct = None
         loop = self._loop
         loop._remove_reader(self._fileno)
         trace = self._trace
@@ -647,7 +659,7 @@ class SocketTransport(Aborting):
             return
         self._conn_lost = True
         self._closing = True
-        self._direct = False
+        self._direct = None
         stats = self.stats
         buf = self._buffer
         loop = self._loop
@@ -690,7 +702,7 @@ class SocketTransport(Aborting):
             buf.clear()
             stats.user_buffer_bytes = 0
         self._closing = True
-        self._direct = False
+        self._direct = None
         self._conn_lost = True
         self._sock.close()
         stats.closed = True
