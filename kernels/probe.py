@@ -63,7 +63,10 @@ class ConnStats:
 
 
 class Probe:
-    """Kernel-wide counters. Kernels increment the attributes directly."""
+    """Kernel-wide counters. Kernels increment the attributes directly; the
+    per-pass ones (passes, callbacks, task steps) may be kept in the loop's
+    locals and added when the loop stops, so read from a running callback or
+    task they lag."""
     __slots__ = ("loop_iterations", "callbacks_run", "ready_max", "task_switches",
                  "spawns", "cancellations", "connections", "trace", "exit_report")
 

@@ -590,10 +590,10 @@ class Loop(Networking):
         wait_exit = self.options["exit"] == "wait"
         draining = False
         drain_deadline = drain_guard = None
-        # callbacks run, kept in a local while the loop runs and added to the probe
-        # when it stops (an attribute update per pass is measurable): read from a
-        # callback, probe.callbacks_run lags, as the coro kernel's step count does
-        ran = 0
+        # passes and callbacks run, kept in locals while the loop runs and added
+        # to the probe when it stops (an attribute update per pass is measurable):
+        # read from a callback, the probe's counts lag, as the coro kernel's do
+        passes = ran = 0
         try:
             # This while loop is our event loop: every callback, I/O readiness
             # and timer of the callback kernel (and every hybrid Task step) runs
@@ -625,7 +625,8 @@ class Loop(Networking):
                             # _read_ready, step for step (tests/test_callback.py
                             # runs both paths)
                             try:
-                                data = t._recv()
+                                recv = t._recv      # an attribute, not a method: no lookup
+                                data = recv()
                             except (BlockingIOError, InterruptedError):
                                 pass
                             except (SystemExit, KeyboardInterrupt):
@@ -704,7 +705,7 @@ class Loop(Networking):
                             raise
                         except BaseException as exc:
                             failed(handle, exc)
-                probe.loop_iterations += 1
+                passes += 1
 
                 if self._stopping or draining:
                     if not wait_exit:
@@ -721,6 +722,7 @@ class Loop(Networking):
                     if not self._exit_pending() or monotonic() >= drain_deadline:
                         break
         finally:
+            probe.loop_iterations += passes
             probe.callbacks_run += ran
             if drain_guard is not None:
                 drain_guard.cancel()
