@@ -232,6 +232,55 @@ def test_server_protocol_callbacks_run_in_the_context_of_create_server(factory, 
     assert seen == {"made": "inner", "data": "inner", "eof": "inner", "lost": "inner"}
 
 
+class Setter(asyncio.Protocol):
+    """Sets the context variable in data_received (each read's value, then a
+    failure on "boom"); records what later callbacks see."""
+
+    def __init__(self, lost):
+        self.reads, self.lost, self.exc = [], lost, None
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.reads.append(CVAR.get())
+        CVAR.set(data.decode())
+        if data == b"boom":
+            raise ValueError("boom")
+
+    def connection_lost(self, exc):
+        self.exc = exc
+        self.lost.set_result(CVAR.get())
+
+
+def test_what_data_received_sets_stays_in_its_connections_context(factory):
+    # the next read, the connection_lost of a failing read and no one else see it
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda lp, ctx: None)
+        protos = []
+        server = await loop.create_server(
+            lambda: protos.append(Setter(loop.create_future())) or protos[-1], "127.0.0.1", 0)
+        address = server.sockets[0].getsockname()
+        with socket.create_connection(address, timeout=5) as a, \
+                socket.create_connection(address, timeout=5) as b:
+            for sock, word in ((a, b"one"), (b, b"two"), (a, b"three")):
+                n = sum(len(p.reads) for p in protos)
+                sock.sendall(word)
+                while sum(len(p.reads) for p in protos) == n:
+                    await asyncio.sleep(0.005)
+            first = next(p for p in protos if len(p.reads) == 2)    # a's
+            a.sendall(b"boom")
+            lost_cvar = await first.lost
+        server.close()
+        await server.wait_closed()
+        return [p.reads for p in protos], lost_cvar, first.exc, CVAR.get()
+    reads, lost_cvar, exc, mine = run(factory, main)
+    assert sorted(reads) == [["outer"], ["outer", "one", "three"]]
+    assert lost_cvar == "boom" and isinstance(exc, ValueError)
+    assert mine == "outer"
+
+
 @pytest.mark.parametrize("how", ["host", "sock", "accepted"])
 def test_client_protocol_callbacks_run_in_the_callers_context(factory, how):
     async def main():

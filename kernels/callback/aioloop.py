@@ -316,8 +316,18 @@ class AioLoop(AioNetworking, AioProcesses, Loop, asyncio.AbstractEventLoop):
         Loop._add_writer(self, fd, *self._in_context(callback, args))
 
     def _add_stream_reader(self, fd, transport):
-        # a transport's reads run in its context too: its own _read_ready, wrapped
-        self._add_reader(fd, transport._read_ready, ())
+        # A transport's reads run in a copy of the context it registered in, as
+        # every reader here does: the pass reads, and hands the bytes to
+        # data_received (and an EOF or error to the transport) in that context.
+        # In debug mode its own _read_ready is registered, to be timed.
+        if self._debug:
+            self._add_reader(fd, transport._read_ready, ())
+            return
+        run = _copy_context().run
+        Loop._add_reader(self, fd, run, (transport._read_ready,))
+        transport._deliver = functools.partial(run, transport._protocol.data_received)
+        transport._reader_run = run
+        self._fds[fd][2] = transport
 
     def _in_context(self, callback, args):
         run = _copy_context().run

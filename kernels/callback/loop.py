@@ -401,16 +401,23 @@ class Loop(Networking):
         else:
             had_reader = entry[0] is not None
             entry[0] = _no_args(callback, args)
-            entry[2] = None
+            stream = entry[2]
+            if stream is not None:
+                stream._deliver = None     # (its _reader_run stays: a read under way ends in it)
+                entry[2] = None
             if not had_reader:
                 self._poller.modify(fd, _io.READ | _io.WRITE)
 
     def _add_stream_reader(self, fd, transport):
         """Read ``transport`` (a ``SocketTransport`` on the plain read path) on
         each readiness of ``fd`` in the pass itself: what its ``_read_ready``
-        does, without the call (see the module docstring). The reader slot holds
-        ``_read_ready`` all the same, for whoever looks at the registration."""
+        does, without the call (see the module docstring). The pass hands the
+        bytes to ``transport._deliver``, its protocol's ``data_received`` bound
+        here, as uvloop binds it when the protocol is set. The reader slot
+        holds ``_read_ready`` all the same, for whoever looks at the
+        registration."""
         self._add_reader(fd, transport._read_ready, ())
+        transport._deliver = transport._protocol.data_received
         self._fds[fd][2] = transport
 
     def _add_writer(self, fd, callback, args):
@@ -428,6 +435,9 @@ class Loop(Networking):
         entry = self._fds.get(fd)
         if entry is None or entry[0] is None:
             return False
+        stream = entry[2]
+        if stream is not None:
+            stream._deliver = None     # (its _reader_run stays: a read under way ends in it)
         entry[0] = entry[2] = None
         try:
             if entry[1] is None:
@@ -632,18 +642,19 @@ class Loop(Networking):
                             except (SystemExit, KeyboardInterrupt):
                                 raise
                             except BaseException as exc:
-                                t._fatal_error(exc, "fatal read error on socket transport")
+                                t._read_failed(exc, "fatal read error on socket transport")
                             else:
                                 if data:
                                     t.stats.received_bytes += len(data)
+                                    deliver = t._deliver
                                     try:
-                                        t._protocol.data_received(data)
+                                        deliver(data)
                                     except (SystemExit, KeyboardInterrupt):
                                         raise
                                     except BaseException as exc:
-                                        t._fatal_error(exc, "protocol.data_received() failed")
+                                        t._read_failed(exc, "protocol.data_received() failed")
                                 else:
-                                    t._read_eof()
+                                    t._read_ended()
                         else:
                             cb = entry[0]
                             if cb is not None:

@@ -220,7 +220,7 @@ class SocketTransport(Aborting):
                  "_buffer", "_high_water", "_low_water", "_try_send", "_direct",
                  "_protocol_paused", "_read_paused", "_started", "_eof_received", "_eof",
                  "_closing", "_conn_lost", "_dropped", "_extra", "_trace", "_tid", "stats",
-                 "__weakref__")
+                 "_deliver", "_reader_run", "__weakref__")
 
     def __init__(self, loop, sock, protocol, server=None):
         self._loop = loop
@@ -229,6 +229,10 @@ class SocketTransport(Aborting):
         self._recv, self._send = _byte_calls(sock, fd)
         self._protocol = protocol
         self._server = server
+        # what the loop's pass calls with the bytes it read, and the context the
+        # rest of a read runs in (None: the caller's); the loop sets them when it
+        # registers this transport (Loop._add_stream_reader)
+        self._deliver = self._reader_run = None
         self._buffer = bytearray()
         options = loop.options
         if options["write_buffer"] == "deque":
@@ -293,11 +297,29 @@ class SocketTransport(Aborting):
     def _read_from_loop(self):
         """Register this transport's reads: the plain path (``_read_ready`` as
         defined here) is done by the loop's pass itself; a class that reads
-        otherwise registers its own ``_read_ready``."""
-        if type(self)._read_ready is SocketTransport._read_ready:
+        otherwise, or a protocol without ``data_received``, registers its own
+        ``_read_ready``."""
+        if type(self)._read_ready is SocketTransport._read_ready \
+                and hasattr(self._protocol, "data_received"):
             self._loop._add_stream_reader(self._fileno, self)
         else:
             self._loop._add_reader(self._fileno, self._read_ready, ())
+
+    def _read_failed(self, exc, message):
+        """A read of the loop's pass failed (``recv`` or ``data_received``)."""
+        run = self._reader_run
+        if run is None:
+            self._fatal_error(exc, message)
+        else:
+            run(self._fatal_error, exc, message)
+
+    def _read_ended(self):
+        """A read of the loop's pass found the end of the stream."""
+        run = self._reader_run
+        if run is None:
+            self._read_eof()
+        else:
+            run(self._read_eof)
 
     # ------------------------------------------------------------------ reading
 
@@ -716,6 +738,8 @@ class SocketTransport(Aborting):
 
     def set_protocol(self, protocol) -> None:
         self._protocol = protocol
+        if self._deliver is not None:       # registered: the pass delivers to the new one
+            self._read_from_loop()
 
     def get_protocol(self):
         return self._protocol
