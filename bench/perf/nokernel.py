@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import os
 import select
+import signal
 import socket
 import sys
 import types
@@ -96,8 +97,11 @@ class _Writer:
 
 
 def serve_echo(host: str = "127.0.0.1") -> None:
-    """Serve the echo app on an ephemeral port of ``host`` until KeyboardInterrupt,
-    saying ``listening on HOST:PORT`` first (as ``looplab serve echo`` does)."""
+    """Serve the echo app on an ephemeral port of ``host`` until SIGINT or
+    SIGTERM, saying ``listening on HOST:PORT`` first (as ``looplab serve echo``
+    does). A signal wakes the poll through ``signal.set_wakeup_fd``, as a real
+    loop's does: a ``KeyboardInterrupt`` raised inside ``epoll.poll`` under
+    valgrind did not always end the process."""
     from protocols.callback import Echo
     from protocols.cores import EchoCore
 
@@ -105,15 +109,30 @@ def serve_echo(host: str = "127.0.0.1") -> None:
                                    variant=types.SimpleNamespace(honour_pause=False))
     listener = socket.create_server((host, 0))
     listener.setblocking(False)
+    wake_r, wake_w = socket.socketpair()
+    wake_r.setblocking(False)
+    wake_w.setblocking(False)
     ep = select.epoll()
     conns = {}
+    old = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    old_fd = signal.set_wakeup_fd(wake_w.fileno())
     try:
         ep.register(listener.fileno(), select.EPOLLIN)
+        ep.register(wake_r.fileno(), select.EPOLLIN)
         print(f"listening on {host}:{listener.getsockname()[1]}", flush=True)
-        lfd = listener.fileno()
+        lfd, wfd = listener.fileno(), wake_r.fileno()
         while True:
             for fd, _ in ep.poll():
-                if fd == lfd:
+                if fd in conns:
+                    sock, read, proto = conns[fd]
+                    data = read()
+                    if data:
+                        proto.data_received(data)
+                    else:
+                        ep.unregister(fd)
+                        del conns[fd]
+                        sock.close()
+                elif fd == lfd:
                     sock, _ = listener.accept()
                     sock.setblocking(False)
                     writer = _Writer()
@@ -123,27 +142,22 @@ def serve_echo(host: str = "127.0.0.1") -> None:
                     conns[sock.fileno()] = (sock, functools.partial(os.read, sock.fileno(),
                                                                     _RECV_BYTES), proto)
                     ep.register(sock.fileno(), select.EPOLLIN)
-                    continue
-                sock, read, proto = conns[fd]
-                data = read()
-                if data:
-                    proto.data_received(data)
-                else:
-                    ep.unregister(fd)
-                    del conns[fd]
-                    sock.close()
+                elif fd == wfd:
+                    return
     finally:
+        signal.set_wakeup_fd(old_fd)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
         for sock, _, _ in conns.values():
             sock.close()
         ep.close()
         listener.close()
+        wake_r.close()
+        wake_w.close()
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["echo"]:
-        try:
-            serve_echo()
-        except KeyboardInterrupt:
-            pass
+        serve_echo()
         sys.exit(0)
     sys.exit(0 if run(int(sys.argv[1])) == int(sys.argv[1]) else 1)
