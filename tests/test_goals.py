@@ -140,6 +140,28 @@ def test_a_goal_judged_on_instructions_is_met_or_not_on_its_counts_alone():
     assert "instructions per" not in goals.goals_table(rows)
 
 
+def test_repeated_echo_counts_are_judged_on_the_median_paired_ratio_with_its_range():
+    rows = goals.evaluate_goals(_counted_cells())
+    counts = {**_COUNTS, ("echo", "callback"): [8_100, 7_900, 8_300],
+              ("echo", "uvloop-protocol"): [5_000, 5_000, 5_000],
+              ("echo", "asyncio-protocol:loop=looplab"): [7_000, 7_100, 7_200]}
+    goals.attach_instructions(rows, counts)
+    callback = _row(rows, "callback", "uvloop-protocol")
+    assert callback["counts"] == {"subject": 8_100, "reference": 5_000}       # the medians
+    assert callback["repeats"]["subject"] == [8_100, 7_900, 8_300]
+    assert (callback["ratio"], callback["min"], callback["max"]) == pytest.approx((1.62, 1.58, 1.66))
+    assert callback["n"] == 3 and callback["status"] == "not met (1% over) (borderline)"
+    loop = _row(rows, "asyncio-protocol:loop=looplab", "uvloop-protocol")
+    assert loop["status"] == "met" and loop["max"] == pytest.approx(1.44)     # all under it
+    line = next(ln for ln in goals.instruction_table(rows).splitlines() if ln.startswith("callback "))
+    assert re.search(r"8,100 +5,000 +1\.62 \(1\.58-1\.66\) +not met \(1% over\) \(borderline\)", line)
+    # one repeat missing its count: the goal is not measured, never judged on the rest
+    goals.attach_instructions(rows, {**counts, ("echo", "callback"): [8_100, "error (x)", 8_000]})
+    assert _row(rows, "callback", "uvloop-protocol")["status"] == "not measured"
+    note = goals.counting_note(goals.counting_config([None], False))
+    assert f"taken {goals.ICOUNT_ECHO_REPEAT} times" in note and "median of the paired" in note
+
+
 def test_each_goal_judged_on_instructions_shows_its_opcode_breakdown():
     rows = goals.evaluate_goals(_counted_cells())
     goals.attach_instructions(rows, _COUNTS)
@@ -171,7 +193,7 @@ def test_each_goal_judged_on_instructions_shows_its_opcode_breakdown():
     assert md.startswith("**callback instructions") and "| callback/loop.py:Loop.run_forever | 74.0 |" in md
 
 
-def test_instructions_are_counted_once_per_runtime_of_the_counted_goals_as_benchmarked(monkeypatch):
+def test_echo_counts_are_repeated_in_rounds_and_micro_counts_taken_once_as_benchmarked(monkeypatch):
     counted = []
 
     def fake_echo(spec, conns, size, requests, out_dir, extra=(), pause=0.0):
@@ -185,11 +207,16 @@ def test_instructions_are_counted_once_per_runtime_of_the_counted_goals_as_bench
     monkeypatch.setattr(icount, "micro_instructions", fake_micro)
     monkeypatch.setattr(goals, "split_available", lambda rts: (list(rts), {}))
     counts = goals.count_instructions(progress=lambda m: None)
-    assert counts[("echo", "callback")] == 10_000 and counts[("spawn_join", FLOOR)] == 600
-    # each runtime twice (small and large), references and our loop served as the
-    # timed goals serve them, the floor as itself; nothing of the timed goals
+    assert counts[("echo", "callback")] == [10_000] * goals.ICOUNT_ECHO_REPEAT
+    assert counts[("spawn_join", FLOOR)] == 600
+    # an echo runtime twice (small and large) a round, every runtime once a round before
+    # the next round starts; a micro one twice in all. References and our loop served
+    # as the timed goals serve them, the floor as itself; nothing of the timed goals
     runs = [(k, s) for k, s, _ in counted]
-    assert len(runs) == 2 * len(set(runs))
+    assert all(runs.count(r) == (2 * goals.ICOUNT_ECHO_REPEAT if r[0] == "echo" else 2)
+               for r in runs)
+    echo = [s for k, s in runs if k == "echo"]
+    assert echo[:len(echo) // 3] == echo[len(echo) // 3:2 * len(echo) // 3]     # in rounds
     assert {s for _, s in runs} == {"callback", "uvloop-protocol:instrument=false", "uvloop-streams:instrument=false",
                           "asyncio-streams:instrument=false,loop=looplab",
                           "asyncio-protocol:instrument=false,loop=looplab", "coro", FLOOR}

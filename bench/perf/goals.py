@@ -8,10 +8,14 @@ Goals are benchmarks, not tests, and are judged in one of two ways.
   instructions per echo request or per operation under callgrind
   (``count_instructions``, the counts of ``python -m bench.perf.icount``), over the
   reference's, should stay at or under the target. Every runtime is served as the
-  timed goals serve it (references without their measuring proxy). A count repeats
-  for a fixed binary and inputs whatever else the machine does, so such a goal is met
-  or not, with no spread; a count that failed or was not taken leaves it "not
-  measured", never met. Beside it: the timed CPU ratios, ours over the reference's,
+  timed goals serve it (references without their measuring proxy). A count does not
+  move with the machine's load, but an echo count moves with how many of a round's
+  ten requests one pass of the server finds (about 1 % either way), so each echo
+  count is taken ``ICOUNT_ECHO_REPEAT`` times, subject and reference alternating, and
+  judged as the timed goals are: the median of the paired ratios, the range beside
+  it, "borderline" when the range straddles the target. A micro-benchmark count is a
+  whole process and repeats exactly: it is taken once. A count that failed or was
+  not taken leaves the goal "not measured", never met. Beside it: the timed CPU ratios, ours over the reference's,
   as information only, and the Python opcodes by function of both sides
   (``count_opcodes``, ``bench.perf.opcodes``), so a reader sees where the rest goes.
 * **Timed**: the median of per-round *paired* ratios (subject and reference measured
@@ -53,7 +57,8 @@ __all__ = ["Goal", "GOALS", "GOAL_ECHO_RUNTIMES", "GOAL_MICRO_OPS", "GOAL_MICRO_
            "breakdown", "breakdown_tables", "count_problems", "counting_note", "budget_lines",
            "goal_sections", "goal_runtimes", "run_goals", "icount_missing", "count_instructions",
            "attach_instructions", "count_opcodes", "attach_opcodes", "counting_config",
-           "ICOUNT_ECHO", "ICOUNT_MICRO", "OPCODES_ECHO", "OPCODES_MICRO", "OPCODES_TOP"]
+           "ICOUNT_ECHO", "ICOUNT_ECHO_REPEAT", "ICOUNT_MICRO", "OPCODES_ECHO", "OPCODES_MICRO",
+           "OPCODES_TOP"]
 
 RATE, CPU, OPS, INSTRUCTIONS = "req/s", "server CPU/req", "ops/s", "instructions"
 FLOOR = runtimes.FLOOR
@@ -308,6 +313,7 @@ def budget_lines(rows: list[dict]) -> list[str]:
 # round takes the same path; micro: whole processes (operation loops, for the opcodes)
 # of ``small`` and ``large`` operations, the difference divided.
 ICOUNT_ECHO = (2000, 10000, 0.005)
+ICOUNT_ECHO_REPEAT = 3
 ICOUNT_MICRO = (300, 1500)
 OPCODES_ECHO = (500, 10)        # counted requests, connections (2 ms between rounds)
 OPCODES_MICRO = (200, 1000)
@@ -343,28 +349,34 @@ def _error(spec: str, exc: BaseException) -> str:
 
 
 def count_instructions(pythons=(None,), progress=progress, goals=None, echo=ICOUNT_ECHO,
-                       micro=ICOUNT_MICRO) -> dict:
+                       micro=ICOUNT_MICRO, echo_repeat=ICOUNT_ECHO_REPEAT) -> dict:
     """Instructions per echo request or per micro operation of the subject and the
     reference of every goal judged on them (``goals``: all declared), under callgrind:
-    ``{(kind, spec): count, or "error (...)" / "unavailable (...)"}``."""
+    ``{(kind, spec): count, or "error (...)" / "unavailable (...)"}``; an echo count is
+    a list of ``echo_repeat`` counts, taken in rounds (every runtime once a round)."""
     wanted, unavailable = _counted_specs(pythons, GOALS if goals is None else goals)
     out = dict(unavailable)
+    rounds = max(echo_repeat if any(k == "echo" for k, _ in wanted) else 1, 1)
     with tempfile.TemporaryDirectory(prefix="looplab-icount-") as tmp:
-        for i, (kind, spec) in enumerate(wanted, 1):
-            check_stop()
-            if (kind, spec) in out:
-                continue
-            progress(f"[{i}/{len(wanted)}] instructions: {kind} on {spec}")
-            try:
-                served = spec if _is_floor(spec) else bench_runtime(runtimes.parse(spec)).spec
-                if kind == "echo":
-                    small, large, pause = echo
-                    out[(kind, spec)] = icount.per_request(served, 10, KiB, small, large, tmp,
-                                                           pause=pause)[0][0]
-                else:
-                    out[(kind, spec)] = icount.per_operation(kind, served, *micro, tmp)[0]
-            except Exception as exc:          # one runtime's failure is its cell's, not the run's
-                out[(kind, spec)] = _error(spec, exc)
+        for rnd in range(rounds):
+            for i, (kind, spec) in enumerate(wanted, 1):
+                check_stop()
+                if (kind == "echo" and rnd >= echo_repeat) or (kind != "echo" and rnd) \
+                        or isinstance(out.get((kind, spec)), str):
+                    continue                 # counted enough, or failed: not again
+                which = f" (count {rnd + 1} of {echo_repeat})" if kind == "echo" else ""
+                progress(f"[{i}/{len(wanted)}] instructions: {kind} on {spec}{which}")
+                try:
+                    served = spec if _is_floor(spec) else bench_runtime(runtimes.parse(spec)).spec
+                    if kind == "echo":
+                        small, large, pause = echo
+                        n = icount.per_request(served, 10, KiB, small, large, tmp,
+                                               pause=pause)[0][0]
+                        out.setdefault((kind, spec), []).append(n)
+                    else:
+                        out[(kind, spec)] = icount.per_operation(kind, served, *micro, tmp)[0]
+                except Exception as exc:      # one runtime's failure is its cell's, not the run's
+                    out[(kind, spec)] = _error(spec, exc)
     return out
 
 
@@ -397,7 +409,8 @@ def counting_config(pythons, stopped: bool) -> dict:
                                                else platform.python_version())
         except UsageError:
             versions[python] = None
-    return {"echo": list(ICOUNT_ECHO), "micro": list(ICOUNT_MICRO), "stopped": stopped,
+    return {"echo": list(ICOUNT_ECHO), "echo_repeat": ICOUNT_ECHO_REPEAT,
+            "micro": list(ICOUNT_MICRO), "stopped": stopped,
             "interpreters": versions,
             "opcodes": {"echo": list(OPCODES_ECHO), "micro": list(OPCODES_MICRO),
                         "top": OPCODES_TOP}}
@@ -407,24 +420,43 @@ def _is_count(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
+def _count_list(v) -> list | None:
+    """A count or a list of repeated counts as a list; None unless every one is a count."""
+    vs = v if isinstance(v, list) else [v]
+    return vs if vs and all(_is_count(x) for x in vs) else None
+
+
 def attach_instructions(rows: list[dict], counts: dict) -> None:
     """Judge every goal judged on instructions on ``counts``: ``counts`` gets the
-    subject's and the reference's count (or why there is none), ``ratio`` the first
-    over the second; "met" at or under the target, "not met (N% over)" above it,
-    "not measured" without both counts. Timed goals are left as they are."""
+    subject's and the reference's count (the median of repeated ones, each repeat in
+    ``repeats``), or why there is none; ``ratio`` is the first over the second (the
+    median of the paired ratios of repeated counts, with ``min`` and ``max``); "met"
+    at or under the target, "not met (N% over)" above it, "(borderline)" after either
+    when the range straddles the target, "not measured" without both counts. Timed
+    goals are left as they are."""
     for r in rows:
         if r.get("judged_on") != INSTRUCTIONS:
             continue
         a = counts.get((r["kind"], _on(r["subject"], r.get("python"))))
         b = counts.get((r["kind"], _on(r["reference"], r.get("python"))))
-        r["counts"] = {"subject": a, "reference": b}
-        if _is_count(a) and _is_count(b):
-            ratio = a / b
-            status = ("met" if ratio <= r["target"]
-                      else f"not met ({ratio / r['target'] - 1:.0%} over)")
-            r.update(ratio=ratio, n=1, status=status)
-        else:
-            r.update(ratio=None, n=0, status=NOT_MEASURED)
+        la, lb = _count_list(a), _count_list(b)
+        if la is None or lb is None:
+            r["counts"] = {"subject": a, "reference": b}
+            r.update(ratio=None, min=None, max=None, n=0, status=NOT_MEASURED)
+            continue
+        r["counts"] = {"subject": statistics.median(la), "reference": statistics.median(lb)}
+        if len(la) > 1 or len(lb) > 1:
+            r["repeats"] = {"subject": la, "reference": lb}
+        if len(la) == len(lb):
+            ratios = [x / y for x, y in zip(la, lb)]
+        else:                                # unpaired: each side's median
+            ratios = [r["counts"]["subject"] / r["counts"]["reference"]]
+        s = _summary(ratios)
+        target = r["target"]
+        status = "met" if s["ratio"] <= target else f"not met ({s['ratio'] / target - 1:.0%} over)"
+        if s["n"] > 1 and s["min"] <= target < s["max"]:
+            status += " (borderline)"
+        r.update(s, status=status)
 
 
 def attach_opcodes(rows: list[dict], breakdowns: dict) -> None:
@@ -476,7 +508,7 @@ def instruction_cells(r: dict) -> list[str]:
     """One goal judged on instructions as text cells under ``INSTRUCTION_HEAD``."""
     c, cost = r.get("counts") or {}, r.get("cost") or {}
     return [r["goal"], _count_text(c.get("subject")), _count_text(c.get("reference")),
-            MISSING if r.get("ratio") is None else f"{r['ratio']:.2f}", r["status"],
+            _ratio_text(r), r["status"],
             _ratio_text(cost.get("cpu")), _ratio_text(cost.get("user")),
             _beside_text(r.get("beside"), "CPU/req " if r["kind"] == "echo" else "time/op ")]
 
@@ -570,8 +602,14 @@ def counting_note(how: dict | None) -> str | None:
                      f"{olarge:,} operations; the top {op['top']} functions of each side.")
         except (KeyError, TypeError, ValueError):
             pass
-    text += (" A count repeats for a fixed binary and inputs, so a goal judged on it is "
-             "met or not, without a spread.")
+    repeat = how.get("echo_repeat")
+    if isinstance(repeat, int) and repeat > 1:
+        text += (f" An echo count moves with how many requests one pass finds: each was taken "
+                 f"{repeat} times, subject and reference alternating; the counts are medians "
+                 f"and the ratio the median of the paired ratios, range in brackets. A "
+                 f"micro-benchmark count repeats exactly and was taken once.")
+    else:
+        text += " Each count was taken once."
     if how.get("stopped"):
         text += " The counting was stopped before it ended: a missing count is not measured."
     return text
