@@ -33,13 +33,11 @@ callback bound to them once, at registration. ``stream`` is a transport whose
 plain read the pass does itself (``_add_stream_reader``), as libuv's loop reads
 for a stream and hands over the bytes: the pass calls ``recv`` and the protocol's
 ``data_received``, one Python frame less per read than calling the transport's
-``_read_ready``, which stays the reader it stands for (the asyncio loop, which
-runs each reader in a context, registers that one). A plain ``cb()`` is a cheaper call than
-``cb(*args)``: CPython 3.11 runs a Python callee called that way in the same
-interpreter loop, while a star-call goes through C and a nested one. An
-event that is only "readable" (the common case) takes a short path that tests
-the mask with one integer comparison. Removing a callback
-clears its slot and the dispatcher reads the slot at dispatch time, so a
+``_read_ready``, which stays the reader it stands for. A plain ``cb()`` is a
+cheaper call than ``cb(*args)``: CPython 3.11 runs a Python callee called that
+way in the same interpreter loop, while a star-call goes through C and a nested
+one. An event that is only "readable" (the common case) takes a short path that
+tests the mask with one integer comparison. Removing a callback clears its slot and the dispatcher reads the slot at dispatch time, so a
 callback removed earlier in the same batch never runs. The poller is only
 touched when the *mask* of an fd changes. Poller, wake-up pair and clock come
 from the I/O seam (``kernels.io``; on Linux the poller's ``wait`` is epoll's
