@@ -23,12 +23,48 @@ import sys
 
 from asyncio import futures
 
-from .transports import (Aborting, BufferedReads, SocketTransport, _ChunkBufferTransport,
-                         call_protocol)
+from .transports import (_FAILED, _WOULD_BLOCK, Aborting, SocketTransport,
+                         _ChunkBufferTransport, call_protocol)
 
 __all__ = ["AioTransport", "DatagramTransport", "make_transport", "set_nodelay"]
 
 logger = logging.getLogger("asyncio")
+
+# ---------------------------------------------------------------------------
+# Reading into the protocol's buffer
+
+def _nonempty_buffer(protocol):
+    buf = protocol.get_buffer(-1)
+    if not len(buf):
+        raise RuntimeError("get_buffer() returned an empty buffer")
+    return buf
+
+
+class BufferedReads:
+    """The read path for a protocol that lends its own buffer (asyncio's
+    ``BufferedProtocol``: ``get_buffer``/``buffer_updated``), mixed in before a
+    ``SocketTransport`` class: one ``recv_into`` the protocol's buffer per
+    readiness, the rest (EOF, errors, counts) as in the plain path. TLS needs
+    it: asyncio's ``SSLProtocol`` is a ``BufferedProtocol``."""
+    __slots__ = ()
+
+    def _read_ready(self):
+        protocol = self._protocol
+        buf = self._guarded("Fatal error: protocol.get_buffer() call failed.",
+                            _nonempty_buffer, protocol)
+        if buf is _FAILED:
+            return
+        n = self._guarded("fatal read error on socket transport", self._sock.recv_into, buf,
+                          would_block=_WOULD_BLOCK)
+        if n is _FAILED:
+            return
+        if not n:
+            self._read_eof()
+            return
+        self.stats.received_bytes += n
+        self._guarded("Fatal error: protocol.buffer_updated() call failed.",
+                      protocol.buffer_updated, n)
+
 
 # ---------------------------------------------------------------------------
 # Transports: the kernel's SocketTransport with asyncio's two extras.
