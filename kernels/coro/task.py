@@ -51,12 +51,15 @@ class Task:
         "_born",        # the kernel's send count when spawned (engine.join_now)
     )
     # Set later: when the task first blocks, sleeps, is traced or ends.
-    LATER = ("_wait_obj", "_timer", "_flow", "_result", "_exception")
+    LATER = ("_wait_obj", "_timer", "_flow", "_result", "_exception",
+             "_inner")      # the task's own coroutine when ``coro`` is the runner
+                            # around it (engine.in_place_first)
     __slots__ = AT_SPAWN + LATER + ("__weakref__",)
 
     @property
     def name(self) -> str:
-        return getattr(self.coro, "__qualname__", type(self.coro).__name__)
+        coro = getattr(self, "_inner", self.coro)
+        return getattr(coro, "__qualname__", type(coro).__name__)
 
     def done(self) -> bool:
         return self._done
