@@ -1,7 +1,9 @@
 """These are the only functions that ever yield to the coro kernel: the traps.
 
 A task asks the kernel for something by yielding a small tuple ``(opcode,
-arg, ...)`` from one of the generator-based coroutines below; the kernel looks
+arg, ...)`` from one of the generator-based coroutines below (or a tuple made
+below: ``SocketStream.receive_some`` yields its socket's ``read_trap`` itself,
+a generator less on every read that waits); the kernel looks
 the opcode up in its handler table (built by name from the ``trap_<name>``
 handlers in ``handlers.py``, one per entry of ``OPCODES``) and answers with
 ``coro.send(value)`` or ``coro.throw(exc)``. Nothing else crosses the line,
@@ -178,6 +180,15 @@ def read_wait(fileobj):
     if not _live:
         _running_kernel("read_wait()")
     yield (_IO_WAIT, fileobj, W_READ)
+
+
+def read_trap(fileobj) -> tuple:
+    """What ``read_wait(fileobj)`` yields, made once for a socket: a
+    generator-based coroutine at the bottom of an await chain may yield it
+    itself instead of awaiting ``read_wait``, a generator less per wait
+    (``SocketStream.receive_some`` does, on the echo hot path). It must test
+    ``_live`` first, as ``read_wait`` does."""
+    return (_IO_WAIT, fileobj, W_READ)
 
 
 @types.coroutine
