@@ -1712,6 +1712,56 @@ def test_spawn_and_join_from_a_thread_without_a_kernel_are_refused():
         assert "needs a running coro kernel in this thread" in str(outcome[what])
 
 
+def test_receive_some_that_must_wait_outside_a_kernel_is_refused():
+    # receive_some yields its socket's read trap itself (no read_wait frame
+    # under it): outside any kernel it must still refuse to, as read_wait does.
+    a, b = socket.socketpair()
+    try:
+        stream = c.SocketStream(c.Socket(a))
+        waiting = stream.receive_some()
+        with pytest.raises(RuntimeError, match=r"read_wait\(\) needs a running coro kernel"):
+            waiting.send(None)
+        b.send(b"x")
+        again = stream.receive_some()       # not left busy by the refused call
+        with pytest.raises(StopIteration) as got:
+            again.send(None)
+        assert got.value.value == b"x"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_child_that_blocks_in_a_handed_off_join_keeps_its_name_and_result(capsys):
+    # join_now runs the child's first step inside engine.in_place_first; a
+    # child that blocks there is stepped through it from then on, and must
+    # still be itself: its name, its return value, its crash report.
+    names = {}
+
+    async def sleeper(value):
+        await c.sleep(0.001)
+        return value
+
+    async def crasher():
+        await c.sleep(0.001)
+        raise ValueError("boom")
+
+    async def main():
+        t = await c.spawn(sleeper, 42)
+        assert t.name.endswith("sleeper")
+        got = await t.join()
+        names["sleeper"] = t.name
+        u = await c.spawn(crasher)
+        with pytest.raises(c.TaskError) as err:
+            await u.join()
+        names["crasher"] = u.name
+        return got, type(err.value.__cause__)
+
+    with c.Kernel() as k:
+        assert k.run(main) == (42, ValueError)
+    assert names["sleeper"].endswith("sleeper") and names["crasher"].endswith("crasher")
+    assert "crasher" in capsys.readouterr().err
+
+
 def test_kernel_takes_its_poller_waker_clock_and_sockets_from_the_io_seam():
     from kernels.io import SocketWaker
     made = []
