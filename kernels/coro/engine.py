@@ -27,8 +27,9 @@ The state (all in ``KernelState``):
   finish leaves it alone (a dict insert and delete by id cost a measured 600
   instructions of a spawn+join). ``live_tasks()`` is the live ones;
 * ``run``      -- a ``RunState``: the stop flag, a pending interrupt and the
-  dead-timer count; the run() phase, the main task and the live non-daemon
-  count are cells of the scheduler, set through ``set_phase``.
+  dead-timer count; the run() phase, the main task and, after main, the
+  count of tasks the phase waits for are cells of the scheduler, set through
+  ``set_phase``.
 
 A task runs until it *blocks*: non-blocking traps (spawn, current_task,
 entering a timeout block) are answered at once and the same task is stepped
@@ -72,8 +73,8 @@ UNTIL_MAIN, UNTIL_NONDAEMON, UNTIL_EMPTY = range(3)
 
 class RunState:
     """The scalars the builders' closures share with each other and with
-    ``Kernel.run``. (The phase, the main task and the count of live non-daemon
-    tasks are the scheduler's own cells: see ``build_scheduler``.)"""
+    ``Kernel.run``. (The phase, the main task and the count of tasks the
+    phase waits for are the scheduler's own cells: see ``build_scheduler``.)"""
     __slots__ = ("stop", "interrupt", "stale")
 
     def __init__(self):
@@ -191,10 +192,10 @@ def build_scheduler(rt) -> None:
     counted_switches = 0    # switches when probe.task_switches was
     traps = ()
     phase = UNTIL_MAIN      # what makes the loop stop (Kernel.run sets it)
-    doomed_at_birth = False  # phase == UNTIL_EMPTY, read by every spawn
+    doomed_at_birth = False  # phase == UNTIL_EMPTY
+    counting = False        # phase != UNTIL_MAIN: spawn and finish keep `waiting`
+    waiting = 0             # the live tasks the phase waits for (see set_phase)
     main_task = None
-    nondaemon = 0           # live non-daemon tasks
-    live = 0                # live tasks
     compact_at = 64         # the task id at which `tasks` drops its finished tasks
     fdmap = rt.fdmap
     sleeping = rt.sleeping
@@ -231,17 +232,26 @@ def build_scheduler(rt) -> None:
         traps = table
 
     def set_phase(new_phase, new_main=None):
-        nonlocal phase, main_task, doomed_at_birth
+        # UNTIL_MAIN stops on main's end and counts nothing: while main runs
+        # (every spawn+join of a benchmark) neither spawn nor finish keeps a
+        # count. The later phases count once here what they wait for -- the
+        # live non-daemon tasks, then all live tasks -- and from then on
+        # spawn and finish keep that count (`waiting`).
+        nonlocal phase, main_task, doomed_at_birth, counting, waiting
         phase = new_phase
         doomed_at_birth = new_phase == UNTIL_EMPTY
+        counting = new_phase != UNTIL_MAIN
         if new_phase == UNTIL_MAIN:
             main_task = new_main
+        else:
+            waiting = len([t for t in tasks
+                           if not t._done and (doomed_at_birth or not t.daemon)])
 
     def get_phase():
         return phase
 
     def live_nondaemon():
-        return nondaemon
+        return len([t for t in tasks if not t._done and not t.daemon])
 
     def live_tasks():
         return [t for t in tasks if not t._done]
@@ -249,16 +259,17 @@ def build_scheduler(rt) -> None:
     def spawn_task(fn, args, daemon, on_done):
         # Make a task and queue it (or, with spawn="eager" inside a task,
         # step it now).
-        nonlocal nondaemon, live, last_id, compact_at
+        nonlocal waiting, last_id, compact_at
+        born = switches
         try:
             coro = fn(*args)               # the common case: an async function
         except TypeError:
             if callable(fn):
                 raise
             coro = _instantiate(fn, args)  # a coroutine object, or an error
-        else:
-            if type(coro) is not CoroutineType:
-                coro = _checked_coro(fn, coro)
+        if type(coro) is not CoroutineType:
+            coro = _checked_coro(fn, coro)
+            born = -1                      # not a coroutine: no join hand-off
         tid = last_id = last_id + 1
         # Task has no __init__: calling the class is the cheapest way to make
         # one, and its slots are set here, once (Task.AT_SPAWN names them).
@@ -269,20 +280,21 @@ def build_scheduler(rt) -> None:
         task._value = task._exc = task._scopes = task._joiners = task._callbacks = None
         task._wait = task._cancel = 0
         task._pending = task._done = False
-        task._born = switches
+        task._born = born
         if on_done is not None:
             task.add_done_callback(on_done)
         tasks_append(task)
-        live += 1
         if tid >= compact_at:
             # Amortised: the list holds at most twice the live tasks plus 64.
             tasks[:] = [t for t in tasks if not t._done]
             compact_at = tid + len(tasks) + 64
-        if not daemon:
-            nondaemon += 1
-        if doomed_at_birth:            # spawned during teardown
-            task._cancel = 3
-            task._pending = True
+        if counting:                   # spawned after main ended (see set_phase)
+            if doomed_at_birth:        # during teardown: counted, and cancelled
+                waiting += 1
+                task._cancel = 3
+                task._pending = True
+            elif not daemon:
+                waiting += 1
         if trace is not None:
             trace.track(task.id, task.name)
             parent = current.id if current is not None else 0
@@ -295,14 +307,11 @@ def build_scheduler(rt) -> None:
         return task
 
     def finish(task, result, exc):
-        nonlocal nondaemon, live
+        nonlocal waiting
         task._done = True
         task._result = result
         task._exception = exc
         task._value = None
-        live -= 1
-        if not task.daemon:
-            nondaemon -= 1
         if task._scopes:       # left without exiting its blocks (a broken coroutine)
             for scope in task._scopes:
                 scope._active = False
@@ -329,14 +338,13 @@ def build_scheduler(rt) -> None:
                 ready_append(joiner)
                 if trace is not None:
                     joiner._flow = trace.flow_start(task.id)
-        if phase == UNTIL_MAIN:
+        if not counting:
             if task is main_task:
                 run.stop = True
-        elif phase == UNTIL_NONDAEMON:
-            if not nondaemon:
+        elif doomed_at_birth or not task.daemon:    # one `waiting` counts
+            waiting -= 1
+            if not waiting:
                 run.stop = True
-        elif not live:
-            run.stop = True
 
     def report_error(task, exc, joiners, callbacks):
         if trace is not None:
@@ -371,10 +379,14 @@ def build_scheduler(rt) -> None:
         # 0: not taken (yield the join trap); 1: the child finished, the join
         # is over; 2: the joiner is parked or already rescheduled, so it must
         # yield without asking anything (the PARKED trap).
-        nonlocal current, switches, nondaemon, live
+        nonlocal current, switches
         task = current
-        if (len(ready) != 1 or ready[0] is not target or target._born != switches
-                or fdmap or run.stop or task is None or task._pending):
+        # `_born == switches`: spawned since the running send began, so the
+        # child is still in `ready` (only a step takes a task out, and every
+        # step counts a send); with `len(ready) == 1` it is all of `ready`.
+        # A task whose coroutine in_place_first can't run is born at -1.
+        if (target._born != switches or len(ready) != 1 or fdmap or run.stop
+                or task is None or task._pending):
             return 0
         now = 0.0
         if sleeping:
@@ -387,42 +399,29 @@ def build_scheduler(rt) -> None:
         # step(target), with its first send inlined: the child usually ends
         # there, and a frame less is a measurable share of a spawn+join. A
         # task that has never been stepped has nothing to throw (a
-        # cancellation waits in _pending for its first blocking trap).
+        # cancellation waits in _pending for its first blocking trap). The
+        # send goes through in_place_first and next(): a child that returns
+        # at once comes back as next()'s default, with no StopIteration
+        # raised and caught here (~900 instructions of a spawn+join).
         current = target
         switches += 1
-        coro = target.coro
+        runner = in_place_first(target, target.coro)
         try:
-            if type(coro) is CoroutineType:
-                # The send goes through `in_place_first` and next(): a child
-                # that returns at once comes back as next()'s default, with
-                # no StopIteration raised and caught here (~900 instructions
-                # of a spawn+join; see `in_place_first`).
-                runner = in_place_first(target, coro)
-                trap = next(runner, in_place)
-                if trap is not in_place:    # blocked inside the runner: step that
-                    target._inner = coro
-                    target.coro = runner
-            else:
-                try:
-                    trap = coro.send(None)
-                except StopIteration as e:
-                    target._result = e.value
-                    trap = in_place
+            trap = next(runner, in_place)
         except BaseException as e:
             finish(target, None, e)
         else:
-            if trap is not in_place:
+            if trap is not in_place:        # blocked inside the runner: step that
+                target._inner = target.coro
+                target.coro = runner
                 answer(target, trap)
             elif (target._callbacks is None and target._joiners is None
-                    and target._scopes is None and phase == UNTIL_MAIN):
+                    and target._scopes is None and not counting):
                 # finish(target, target._result, None) for the usual child,
                 # inline: nobody else to tell, no block left open, and (the
-                # child is not main) no stop to decide.
+                # child is not main, nothing is counted) no stop to decide.
                 target._done = True
                 target._exception = None
-                live -= 1
-                if not target.daemon:
-                    nondaemon -= 1
             else:
                 finish(target, target._result, None)
         current = task

@@ -48,7 +48,8 @@ class Task:
         "_done",
         "_joiners",     # list of tasks blocked in join()/cancel(), or None
         "_callbacks",   # on_done callables, or None
-        "_born",        # the kernel's send count when spawned (engine.join_now)
+        "_born",        # the kernel's send count when spawned, -1 if its coroutine
+                        # is not a coroutine object (engine.join_now)
     )
     # Set later: when the task first blocks, sleeps, is traced or ends.
     LATER = ("_wait_obj", "_timer", "_flow", "_result", "_exception",
