@@ -1918,6 +1918,26 @@ def test_spawn_sets_the_slots_task_says_it_sets():
     c.run(main)
 
 
+def test_a_kernels_tasks_are_tasks_whose_join_is_the_kernels():
+    # Each kernel makes its tasks from its own Task subclass, whose join runs
+    # the hand-off over the scheduler's cells; they are still Tasks, slotted,
+    # and the general Task.join (the join trap, never a hand-off) agrees.
+    async def child(x):
+        return x * 2
+
+    async def main():
+        t = await c.spawn(child, 21)
+        u = await c.spawn(child, 5)
+        assert isinstance(t, c.Task) and type(t) is not c.Task
+        assert not hasattr(t, "__dict__")
+        return await t.join(), await c.Task.join(u)
+
+    with c.Kernel() as k1, c.Kernel() as k2:
+        assert k1.run(main) == (42, 10)
+        assert k2.run(main) == (42, 10)
+        assert k1._rt.task_class is not k2._rt.task_class
+
+
 def test_a_join_does_not_hand_off_to_a_child_of_the_running_batch():
     # main wakes the parent and spawns the child in one step, so the next
     # batch is [parent, child]: when the parent joins, the child is still due

@@ -62,10 +62,12 @@ from types import CoroutineType
 
 from .. import choice as _choice
 from .. import io as _io
-from .errors import Cancelled, TaskTimeout, flavour
+from .errors import Cancelled, TaskError, TaskTimeout, flavour
 from .handlers import POLL_MASK
 from .task import Task, _checked_coro, _instantiate
 from .traps import OPCODES, W_PARK, W_READ, W_SHIELDED, W_SLEEP, W_WRITE
+from .traps import _JOIN as JOIN, _PARKED_TRAP as PARKED
+from .traps import _join_here as join_here, join as general_join
 
 # run() phases: what makes the loop stop.
 UNTIL_MAIN, UNTIL_NONDAEMON, UNTIL_EMPTY = range(3)
@@ -273,7 +275,7 @@ def build_scheduler(rt) -> None:
         tid = last_id = last_id + 1
         # Task has no __init__: calling the class is the cheapest way to make
         # one, and its slots are set here, once (Task.AT_SPAWN names them).
-        task = Task()
+        task = task_class()
         task.id = tid
         task.coro = coro
         task.daemon = True if daemon else False
@@ -361,8 +363,11 @@ def build_scheduler(rt) -> None:
             # joined or not (its "Task Crash" log); join() still raises TaskError.
             print(f"coro: task {task.id} {task.name!r} crashed: {exc!r}", file=sys.stderr)
 
-    def join_now(target):
-        # ``await task.join()`` on a child that has not finished. When the
+    @types.coroutine
+    def join(target):
+        # ``await task.join()`` on this kernel's tasks (the class made below
+        # has it as its ``join``): ``traps.join`` with the hand-off inline, a
+        # Python call less a join. On a child that has not finished: when the
         # child is the one task ready and nothing else could run before the
         # joiner resumes -- no batch left, no fd to poll, no timer due, no stop
         # -- the loop's next two passes would step the child and then the
@@ -371,84 +376,94 @@ def build_scheduler(rt) -> None:
         # is not part of the batch being stepped, and with it the only task
         # ready, nothing of the batch is left.) Do exactly that here, in
         # place: park the joiner, step the child, and if it finished and made
-        # nothing else ready, carry on.
+        # nothing else ready, carry on without yielding.
         # While the child runs the joiner is parked in no list (`in_place`),
         # so a child that finishes never wakes it (a wake and an unwake
         # saved); a child that cancels it reschedules it, exactly as from the
         # child's joiners list.
-        # 0: not taken (yield the join trap); 1: the child finished, the join
-        # is over; 2: the joiner is parked or already rescheduled, so it must
-        # yield without asking anything (the PARKED trap).
         nonlocal current, switches
-        task = current
-        # `_born == switches`: spawned since the running send began, so the
-        # child is still in `ready` (only a step takes a task out, and every
-        # step counts a send); with `len(ready) == 1` it is all of `ready`.
-        # A task whose coroutine in_place_first can't run is born at -1.
-        if (target._born != switches or len(ready) != 1 or fdmap or run.stop
-                or task is None or task._pending):
-            return 0
-        now = 0.0
-        if sleeping:
-            now = monotonic()
-            if sleeping[0][0] <= now:
-                return 0
-        task._wait = W_PARK
-        task._wait_obj = in_place
-        ready_popleft()
-        # step(target), with its first send inlined: the child usually ends
-        # there, and a frame less is a measurable share of a spawn+join. A
-        # task that has never been stepped has nothing to throw (a
-        # cancellation waits in _pending for its first blocking trap). The
-        # send goes through in_place_first and next(): a child that returns
-        # at once comes back as next()'s default, with no StopIteration
-        # raised and caught here (~900 instructions of a spawn+join).
-        current = target
-        switches += 1
-        runner = in_place_first(target, target.coro)
-        try:
-            trap = next(runner, in_place)
-        except BaseException as e:
-            finish(target, None, e)
-        else:
-            if trap is not in_place:        # blocked inside the runner: step that
-                target._inner = target.coro
-                target.coro = runner
-                answer(target, trap)
-            elif (target._callbacks is None and target._joiners is None
-                    and target._scopes is None and not counting):
-                # finish(target, target._result, None) for the usual child,
-                # inline: nobody else to tell, no block left open, and (the
-                # child is not main, nothing is counted) no stop to decide.
-                target._done = True
-                target._exception = None
+        if not target._done:
+            if join_here() is not join:
+                # Awaited in a thread where this kernel is not running: the
+                # general join (refused where no kernel runs at all).
+                return (yield from general_join(target))
+            task = current
+            now = 0.0
+            # `_born == switches`: spawned since the running send began, so
+            # the child is still in `ready` (only a step takes a task out, and
+            # every step counts a send); with `len(ready) == 1` it is all of
+            # `ready`. A task whose coroutine in_place_first can't run is born
+            # at -1.
+            if (target._born != switches or len(ready) != 1 or fdmap or run.stop
+                    or task is None or task._pending
+                    or sleeping and sleeping[0][0] <= (now := monotonic())):
+                yield (JOIN, target)
             else:
-                finish(target, target._result, None)
-        current = task
-        if task._wait != W_PARK:        # the child cancelled it: already rescheduled
-            return 2
-        if target._done:
-            task._wait = 0
-            # The clock as read before the child ran: as if it had run in no
-            # time, which the loop can't tell from a fast child (and under a
-            # virtual clock, time does not move while a task runs).
-            if not ready and not run.stop and not fdmap and not (
-                    sleeping and sleeping[0][0] <= (now or monotonic())):
-                return 1
-            task._value = None          # where the child's finish would have put it
-            ready_append(task)
-            return 2
-        joiners = target._joiners       # the child blocked: wait for it as the trap does
-        if joiners is None:
-            target._joiners = joiners = [task]
-        else:
-            joiners.append(task)
-        task._wait_obj = joiners
-        return 2
+                task._wait = W_PARK
+                task._wait_obj = in_place
+                ready_popleft()
+                # step(target), with its first send inlined: the child usually
+                # ends there. A task that has never been stepped has nothing
+                # to throw (a cancellation waits in _pending for its first
+                # blocking trap). The send goes through in_place_first and
+                # next(): a child that returns at once comes back as next()'s
+                # default, with no StopIteration raised and caught here (~900
+                # instructions of a spawn+join).
+                current = target
+                switches += 1
+                runner = in_place_first(target, target.coro)
+                try:
+                    trap = next(runner, in_place)
+                except BaseException as e:
+                    finish(target, None, e)
+                else:
+                    if trap is not in_place:    # blocked inside the runner: step that
+                        target._inner = target.coro
+                        target.coro = runner
+                        answer(target, trap)
+                    elif (target._callbacks is None and target._joiners is None
+                            and target._scopes is None and not counting):
+                        # finish(target, target._result, None) for the usual
+                        # child, inline: nobody else to tell, no block left
+                        # open, and (the child is not main, nothing is
+                        # counted) no stop to decide.
+                        target._done = True
+                        target._exception = None
+                    else:
+                        finish(target, target._result, None)
+                current = task
+                if task._wait != W_PARK:
+                    # The child cancelled the joiner, which is rescheduled:
+                    # switch away without asking anything.
+                    yield PARKED
+                elif target._done:
+                    task._wait = 0
+                    # The clock as read before the child ran: as if it had
+                    # run in no time, which the loop can't tell from a fast
+                    # child (and under a virtual clock, time does not move
+                    # while a task runs).
+                    if ready or run.stop or fdmap or (
+                            sleeping and sleeping[0][0] <= (now or monotonic())):
+                        task._value = None      # where the child's finish would have put it
+                        ready_append(task)
+                        yield PARKED
+                else:
+                    joiners = target._joiners   # the child blocked: wait for it as the trap does
+                    if joiners is None:
+                        target._joiners = joiners = [task]
+                    else:
+                        joiners.append(task)
+                    task._wait_obj = joiners
+                    yield PARKED
+        if target._exception is not None:
+            raise TaskError(f"task {target.id} {target.name!r} crashed") from target._exception
+        return target._result
 
-    if not handoff:
-        def join_now(target):           # noqa: F811 -- chosen once, here
-            return 0
+    # This kernel's tasks: a Task whose join is the one above (the hand-off
+    # needs the scheduler's cells). Where the hand-off could be seen (a
+    # trace, an eager spawn) their join is the general one.
+    task_class = type("Task", (Task,), {"__slots__": (), "__module__": Task.__module__,
+                                        "join": join if handoff else general_join})
 
     def answer(task, trap):
         # What step does with a trap `task` yielded, then the rest of its step.
@@ -519,7 +534,8 @@ def build_scheduler(rt) -> None:
     rt.spawn_task = spawn_task
     rt.live_tasks = live_tasks
     rt.step = step
-    rt.join_now = join_now
+    rt.join = join
+    rt.task_class = task_class
 
 
 # --------------------------------------------------------------------------
@@ -650,6 +666,7 @@ def build_loop(rt) -> None:
     shuffle = random.Random(seed).shuffle if seed is not None else None
     chooser = rt.chooser
     READY = _choice.READY
+    task_class = rt.task_class
 
     def run_loop():
         # Wait for I/O (without waiting if anything is ready), fire timers, then
@@ -753,7 +770,7 @@ def build_loop(rt) -> None:
             owner._timer = None
             if trace is not None:
                 trace.instant("timer", 0)
-            if owner.__class__ is Task:
+            if owner.__class__ is task_class:
                 reschedule(owner, None)
             else:
                 if not owner._cancel_called:
