@@ -1732,7 +1732,7 @@ def test_receive_some_that_must_wait_outside_a_kernel_is_refused():
 
 
 def test_a_child_that_blocks_in_a_handed_off_join_keeps_its_name_and_result(capsys):
-    # join_now runs the child's first step inside engine.in_place_first; a
+    # The hand-off runs the child's first step inside engine.in_place_first; a
     # child that blocks there is stepped through it from then on, and must
     # still be itself: its name, its return value, its crash report.
     names = {}
@@ -1883,7 +1883,7 @@ def _handoff_program(seed, log):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_join_hand_off_is_invisible(seed, capsys):
-    # engine.join_now runs a joined child in place when nothing else could run
+    # A kernel's join runs a joined child in place when nothing else could run
     # first. trace=True turns the hand-off off, so the same program run both
     # ways must log the same lines in the same order and end the same way.
     logs, passes = [], []
@@ -1941,7 +1941,7 @@ def test_a_kernels_tasks_are_tasks_whose_join_is_the_kernels():
 def test_a_join_does_not_hand_off_to_a_child_of_the_running_batch():
     # main wakes the parent and spawns the child in one step, so the next
     # batch is [parent, child]: when the parent joins, the child is still due
-    # in that batch and the loop must step it there, not join_now.
+    # in that batch and the loop must step it there, not the join.
     log = []
 
     async def main():

@@ -112,7 +112,7 @@ class KernelState:
 
 
 class _InPlace:
-    """What a joiner is parked in (``_wait_obj``) while ``join_now`` steps its
+    """What a joiner is parked in (``_wait_obj``) while its ``join`` steps its
     child: no list, so a cancellation's unblock has nothing to remove it from."""
     __slots__ = ()
 
@@ -125,7 +125,7 @@ class _InPlace:
 
 @types.coroutine
 def in_place_first(task, coro):
-    """A joined child's first step, run in place by ``join_now`` as
+    """A joined child's first step, run in place by a kernel's ``join`` as
     ``next(in_place_first(task, coro), sentinel)``. A coroutine's return
     reaches a ``yield from`` without an exception, and a generator that
     returns leaves ``next()`` nothing to raise, so a child that ends at once
@@ -202,11 +202,11 @@ def build_scheduler(rt) -> None:
     fdmap = rt.fdmap
     sleeping = rt.sleeping
     monotonic = rt.monotonic
-    # A join may run the child in place (join_now) only where that is
+    # A join may run the child in place (join, below) only where that is
     # invisible: no trace to show the nesting, no eager spawn whose parent is
     # still half-way through its own step.
     handoff = trace is None and not eager
-    in_place = _InPlace()   # what a joiner waits in while join_now steps its child
+    in_place = _InPlace()   # what a joiner waits in while join steps its child
 
     def reschedule(task, value):
         task._wait = 0

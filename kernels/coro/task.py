@@ -49,7 +49,7 @@ class Task:
         "_joiners",     # list of tasks blocked in join()/cancel(), or None
         "_callbacks",   # on_done callables, or None
         "_born",        # the kernel's send count when spawned, -1 if its coroutine
-                        # is not a coroutine object (engine.join_now)
+                        # is not a coroutine object (the hand-off in engine's join)
     )
     # Set later: when the task first blocks, sleeps, is traced or ends.
     LATER = ("_wait_obj", "_timer", "_flow", "_result", "_exception",
