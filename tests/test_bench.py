@@ -674,7 +674,7 @@ def test_opcodes_charges_each_echo_request_and_each_spawn_join_to_its_functions(
     assert "SocketStream.receive_some" not in {name for (_, name) in callback}
     assert 20 < sum(callback.values()) < sum(coro.values())
     spawn = opcodes.micro_opcodes("spawn_join", "coro", small=50, large=150)
-    assert any(name.endswith("join_now") for (_, name) in spawn)
+    assert any(name.endswith("build_scheduler.<locals>.join") for (_, name) in spawn)
     assert 50 < sum(spawn.values()) < 2000
     assert "total" in opcodes.table(spawn, 3)[-1]
 

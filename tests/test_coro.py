@@ -1712,6 +1712,56 @@ def test_spawn_and_join_from_a_thread_without_a_kernel_are_refused():
         assert "needs a running coro kernel in this thread" in str(outcome[what])
 
 
+def test_receive_some_that_must_wait_outside_a_kernel_is_refused():
+    # receive_some yields its socket's read trap itself (no read_wait frame
+    # under it): outside any kernel it must still refuse to, as read_wait does.
+    a, b = socket.socketpair()
+    try:
+        stream = c.SocketStream(c.Socket(a))
+        waiting = stream.receive_some()
+        with pytest.raises(RuntimeError, match=r"read_wait\(\) needs a running coro kernel"):
+            waiting.send(None)
+        b.send(b"x")
+        again = stream.receive_some()       # not left busy by the refused call
+        with pytest.raises(StopIteration) as got:
+            again.send(None)
+        assert got.value.value == b"x"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_child_that_blocks_in_a_handed_off_join_keeps_its_name_and_result(capsys):
+    # The hand-off runs the child's first step inside engine.in_place_first; a
+    # child that blocks there is stepped through it from then on, and must
+    # still be itself: its name, its return value, its crash report.
+    names = {}
+
+    async def sleeper(value):
+        await c.sleep(0.001)
+        return value
+
+    async def crasher():
+        await c.sleep(0.001)
+        raise ValueError("boom")
+
+    async def main():
+        t = await c.spawn(sleeper, 42)
+        assert t.name.endswith("sleeper")
+        got = await t.join()
+        names["sleeper"] = t.name
+        u = await c.spawn(crasher)
+        with pytest.raises(c.TaskError) as err:
+            await u.join()
+        names["crasher"] = u.name
+        return got, type(err.value.__cause__)
+
+    with c.Kernel() as k:
+        assert k.run(main) == (42, ValueError)
+    assert names["sleeper"].endswith("sleeper") and names["crasher"].endswith("crasher")
+    assert "crasher" in capsys.readouterr().err
+
+
 def test_kernel_takes_its_poller_waker_clock_and_sockets_from_the_io_seam():
     from kernels.io import SocketWaker
     made = []
@@ -1833,7 +1883,7 @@ def _handoff_program(seed, log):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_join_hand_off_is_invisible(seed, capsys):
-    # engine.join_now runs a joined child in place when nothing else could run
+    # A kernel's join runs a joined child in place when nothing else could run
     # first. trace=True turns the hand-off off, so the same program run both
     # ways must log the same lines in the same order and end the same way.
     logs, passes = [], []
@@ -1868,10 +1918,30 @@ def test_spawn_sets_the_slots_task_says_it_sets():
     c.run(main)
 
 
+def test_a_kernels_tasks_are_tasks_whose_join_is_the_kernels():
+    # Each kernel makes its tasks from its own Task subclass, whose join runs
+    # the hand-off over the scheduler's cells; they are still Tasks, slotted,
+    # and the general Task.join (the join trap, never a hand-off) agrees.
+    async def child(x):
+        return x * 2
+
+    async def main():
+        t = await c.spawn(child, 21)
+        u = await c.spawn(child, 5)
+        assert isinstance(t, c.Task) and type(t) is not c.Task
+        assert not hasattr(t, "__dict__")
+        return await t.join(), await c.Task.join(u)
+
+    with c.Kernel() as k1, c.Kernel() as k2:
+        assert k1.run(main) == (42, 10)
+        assert k2.run(main) == (42, 10)
+        assert k1._rt.task_class is not k2._rt.task_class
+
+
 def test_a_join_does_not_hand_off_to_a_child_of_the_running_batch():
     # main wakes the parent and spawns the child in one step, so the next
     # batch is [parent, child]: when the parent joins, the child is still due
-    # in that batch and the loop must step it there, not join_now.
+    # in that batch and the loop must step it there, not the join.
     log = []
 
     async def main():

@@ -27,8 +27,9 @@ The state (all in ``KernelState``):
   finish leaves it alone (a dict insert and delete by id cost a measured 600
   instructions of a spawn+join). ``live_tasks()`` is the live ones;
 * ``run``      -- a ``RunState``: the stop flag, a pending interrupt and the
-  dead-timer count; the run() phase, the main task and the live non-daemon
-  count are cells of the scheduler, set through ``set_phase``.
+  dead-timer count; the run() phase, the main task and, after main, the
+  count of tasks the phase waits for are cells of the scheduler, set through
+  ``set_phase``.
 
 A task runs until it *blocks*: non-blocking traps (spawn, current_task,
 entering a timeout block) are answered at once and the same task is stepped
@@ -55,15 +56,18 @@ import heapq
 import itertools
 import random
 import sys
+import types
 from collections import deque
 from types import CoroutineType
 
 from .. import choice as _choice
 from .. import io as _io
-from .errors import Cancelled, TaskTimeout, flavour
+from .errors import Cancelled, TaskError, TaskTimeout, flavour
 from .handlers import POLL_MASK
 from .task import Task, _checked_coro, _instantiate
 from .traps import OPCODES, W_PARK, W_READ, W_SHIELDED, W_SLEEP, W_WRITE
+from .traps import _JOIN as JOIN, _PARKED_TRAP as PARKED
+from .traps import _join_here as join_here, join as general_join
 
 # run() phases: what makes the loop stop.
 UNTIL_MAIN, UNTIL_NONDAEMON, UNTIL_EMPTY = range(3)
@@ -71,8 +75,8 @@ UNTIL_MAIN, UNTIL_NONDAEMON, UNTIL_EMPTY = range(3)
 
 class RunState:
     """The scalars the builders' closures share with each other and with
-    ``Kernel.run``. (The phase, the main task and the count of live non-daemon
-    tasks are the scheduler's own cells: see ``build_scheduler``.)"""
+    ``Kernel.run``. (The phase, the main task and the count of tasks the
+    phase waits for are the scheduler's own cells: see ``build_scheduler``.)"""
     __slots__ = ("stop", "interrupt", "stale")
 
     def __init__(self):
@@ -108,7 +112,7 @@ class KernelState:
 
 
 class _InPlace:
-    """What a joiner is parked in (``_wait_obj``) while ``join_now`` steps its
+    """What a joiner is parked in (``_wait_obj``) while its ``join`` steps its
     child: no list, so a cancellation's unblock has nothing to remove it from."""
     __slots__ = ()
 
@@ -117,6 +121,22 @@ class _InPlace:
 
     def __repr__(self):
         return "<a join stepping its child in place>"
+
+
+@types.coroutine
+def in_place_first(task, coro):
+    """A joined child's first step, run in place by a kernel's ``join`` as
+    ``next(in_place_first(task, coro), sentinel)``. A coroutine's return
+    reaches a ``yield from`` without an exception, and a generator that
+    returns leaves ``next()`` nothing to raise, so a child that ends at once
+    costs no ``StopIteration`` (raising and catching one is about 1,900
+    instructions, a spawn+join's largest single cost). Its result is left in
+    ``task._result``. A child that yields a trap instead stays suspended
+    inside this generator, which from then on is what the kernel steps (one
+    more frame a step for such a task; ``send`` and ``throw`` pass through
+    to the child, and its return value is this generator's)."""
+    result = task._result = yield from coro
+    return result
 
 
 def trap_table(handlers: dict) -> tuple:
@@ -174,19 +194,19 @@ def build_scheduler(rt) -> None:
     counted_switches = 0    # switches when probe.task_switches was
     traps = ()
     phase = UNTIL_MAIN      # what makes the loop stop (Kernel.run sets it)
-    doomed_at_birth = False  # phase == UNTIL_EMPTY, read by every spawn
+    doomed_at_birth = False  # phase == UNTIL_EMPTY
+    counting = False        # phase != UNTIL_MAIN: spawn and finish keep `waiting`
+    waiting = 0             # the live tasks the phase waits for (see set_phase)
     main_task = None
-    nondaemon = 0           # live non-daemon tasks
-    live = 0                # live tasks
     compact_at = 64         # the task id at which `tasks` drops its finished tasks
     fdmap = rt.fdmap
     sleeping = rt.sleeping
     monotonic = rt.monotonic
-    # A join may run the child in place (join_now) only where that is
+    # A join may run the child in place (join, below) only where that is
     # invisible: no trace to show the nesting, no eager spawn whose parent is
     # still half-way through its own step.
     handoff = trace is None and not eager
-    in_place = _InPlace()   # what a joiner waits in while join_now steps its child
+    in_place = _InPlace()   # what a joiner waits in while join steps its child
 
     def reschedule(task, value):
         task._wait = 0
@@ -214,17 +234,26 @@ def build_scheduler(rt) -> None:
         traps = table
 
     def set_phase(new_phase, new_main=None):
-        nonlocal phase, main_task, doomed_at_birth
+        # UNTIL_MAIN stops on main's end and counts nothing: while main runs
+        # (every spawn+join of a benchmark) neither spawn nor finish keeps a
+        # count. The later phases count once here what they wait for -- the
+        # live non-daemon tasks, then all live tasks -- and from then on
+        # spawn and finish keep that count (`waiting`).
+        nonlocal phase, main_task, doomed_at_birth, counting, waiting
         phase = new_phase
         doomed_at_birth = new_phase == UNTIL_EMPTY
+        counting = new_phase != UNTIL_MAIN
         if new_phase == UNTIL_MAIN:
             main_task = new_main
+        else:
+            waiting = len([t for t in tasks
+                           if not t._done and (doomed_at_birth or not t.daemon)])
 
     def get_phase():
         return phase
 
     def live_nondaemon():
-        return nondaemon
+        return len([t for t in tasks if not t._done and not t.daemon])
 
     def live_tasks():
         return [t for t in tasks if not t._done]
@@ -232,40 +261,42 @@ def build_scheduler(rt) -> None:
     def spawn_task(fn, args, daemon, on_done):
         # Make a task and queue it (or, with spawn="eager" inside a task,
         # step it now).
-        nonlocal nondaemon, live, last_id, compact_at
+        nonlocal waiting, last_id, compact_at
+        born = switches
         try:
             coro = fn(*args)               # the common case: an async function
         except TypeError:
             if callable(fn):
                 raise
             coro = _instantiate(fn, args)  # a coroutine object, or an error
-        else:
-            if type(coro) is not CoroutineType:
-                coro = _checked_coro(fn, coro)
+        if type(coro) is not CoroutineType:
+            coro = _checked_coro(fn, coro)
+            born = -1                      # not a coroutine: no join hand-off
         tid = last_id = last_id + 1
         # Task has no __init__: calling the class is the cheapest way to make
         # one, and its slots are set here, once (Task.AT_SPAWN names them).
-        task = Task()
+        task = task_class()
         task.id = tid
         task.coro = coro
         task.daemon = True if daemon else False
         task._value = task._exc = task._scopes = task._joiners = task._callbacks = None
         task._wait = task._cancel = 0
         task._pending = task._done = False
-        task._born = switches
+        task._born = born
         if on_done is not None:
             task.add_done_callback(on_done)
         tasks_append(task)
-        live += 1
         if tid >= compact_at:
             # Amortised: the list holds at most twice the live tasks plus 64.
             tasks[:] = [t for t in tasks if not t._done]
             compact_at = tid + len(tasks) + 64
-        if not daemon:
-            nondaemon += 1
-        if doomed_at_birth:            # spawned during teardown
-            task._cancel = 3
-            task._pending = True
+        if counting:                   # spawned after main ended (see set_phase)
+            if doomed_at_birth:        # during teardown: counted, and cancelled
+                waiting += 1
+                task._cancel = 3
+                task._pending = True
+            elif not daemon:
+                waiting += 1
         if trace is not None:
             trace.track(task.id, task.name)
             parent = current.id if current is not None else 0
@@ -278,14 +309,11 @@ def build_scheduler(rt) -> None:
         return task
 
     def finish(task, result, exc):
-        nonlocal nondaemon, live
+        nonlocal waiting
         task._done = True
         task._result = result
         task._exception = exc
         task._value = None
-        live -= 1
-        if not task.daemon:
-            nondaemon -= 1
         if task._scopes:       # left without exiting its blocks (a broken coroutine)
             for scope in task._scopes:
                 scope._active = False
@@ -312,14 +340,13 @@ def build_scheduler(rt) -> None:
                 ready_append(joiner)
                 if trace is not None:
                     joiner._flow = trace.flow_start(task.id)
-        if phase == UNTIL_MAIN:
+        if not counting:
             if task is main_task:
                 run.stop = True
-        elif phase == UNTIL_NONDAEMON:
-            if not nondaemon:
+        elif doomed_at_birth or not task.daemon:    # one `waiting` counts
+            waiting -= 1
+            if not waiting:
                 run.stop = True
-        elif not live:
-            run.stop = True
 
     def report_error(task, exc, joiners, callbacks):
         if trace is not None:
@@ -336,8 +363,11 @@ def build_scheduler(rt) -> None:
             # joined or not (its "Task Crash" log); join() still raises TaskError.
             print(f"coro: task {task.id} {task.name!r} crashed: {exc!r}", file=sys.stderr)
 
-    def join_now(target):
-        # ``await task.join()`` on a child that has not finished. When the
+    @types.coroutine
+    def join(target):
+        # ``await task.join()`` on this kernel's tasks (the class made below
+        # has it as its ``join``): ``traps.join`` with the hand-off inline, a
+        # Python call less a join. On a child that has not finished: when the
         # child is the one task ready and nothing else could run before the
         # joiner resumes -- no batch left, no fd to poll, no timer due, no stop
         # -- the loop's next two passes would step the child and then the
@@ -346,78 +376,94 @@ def build_scheduler(rt) -> None:
         # is not part of the batch being stepped, and with it the only task
         # ready, nothing of the batch is left.) Do exactly that here, in
         # place: park the joiner, step the child, and if it finished and made
-        # nothing else ready, carry on.
+        # nothing else ready, carry on without yielding.
         # While the child runs the joiner is parked in no list (`in_place`),
         # so a child that finishes never wakes it (a wake and an unwake
         # saved); a child that cancels it reschedules it, exactly as from the
         # child's joiners list.
-        # 0: not taken (yield the join trap); 1: the child finished, the join
-        # is over; 2: the joiner is parked or already rescheduled, so it must
-        # yield without asking anything (the PARKED trap).
-        nonlocal current, switches, nondaemon, live
-        task = current
-        if (len(ready) != 1 or ready[0] is not target or target._born != switches
-                or fdmap or run.stop or task is None or task._pending):
-            return 0
-        now = 0.0
-        if sleeping:
-            now = monotonic()
-            if sleeping[0][0] <= now:
-                return 0
-        task._wait = W_PARK
-        task._wait_obj = in_place
-        ready_popleft()
-        # step(target), with its first send inlined: the child usually ends
-        # there, and a frame less is a measurable share of a spawn+join. A
-        # task that has never been stepped has nothing to throw (a
-        # cancellation waits in _pending for its first blocking trap).
-        current = target
-        switches += 1
-        try:
-            trap = target.coro.send(None)
-        except StopIteration as e:
-            if (target._callbacks is None and target._joiners is None
-                    and target._scopes is None and phase == UNTIL_MAIN):
-                # finish(target, e.value, None) for the usual child, inline:
-                # nobody else to tell, no block left open, and (the child
-                # is not main) no stop to decide.
-                target._done = True
-                target._result = e.value
-                target._exception = None
-                live -= 1
-                if not target.daemon:
-                    nondaemon -= 1
+        nonlocal current, switches
+        if not target._done:
+            if join_here() is not join:
+                # Awaited in a thread where this kernel is not running: the
+                # general join (refused where no kernel runs at all).
+                return (yield from general_join(target))
+            task = current
+            now = 0.0
+            # `_born == switches`: spawned since the running send began, so
+            # the child is still in `ready` (only a step takes a task out, and
+            # every step counts a send); with `len(ready) == 1` it is all of
+            # `ready`. A task whose coroutine in_place_first can't run is born
+            # at -1.
+            if (target._born != switches or len(ready) != 1 or fdmap or run.stop
+                    or task is None or task._pending
+                    or sleeping and sleeping[0][0] <= (now := monotonic())):
+                yield (JOIN, target)
             else:
-                finish(target, e.value, None)
-        except BaseException as e:
-            finish(target, None, e)
-        else:
-            answer(target, trap)
-        current = task
-        if task._wait != W_PARK:        # the child cancelled it: already rescheduled
-            return 2
-        if target._done:
-            task._wait = 0
-            # The clock as read before the child ran: as if it had run in no
-            # time, which the loop can't tell from a fast child (and under a
-            # virtual clock, time does not move while a task runs).
-            if not ready and not run.stop and not fdmap and not (
-                    sleeping and sleeping[0][0] <= (now or monotonic())):
-                return 1
-            task._value = None          # where the child's finish would have put it
-            ready_append(task)
-            return 2
-        joiners = target._joiners       # the child blocked: wait for it as the trap does
-        if joiners is None:
-            target._joiners = joiners = [task]
-        else:
-            joiners.append(task)
-        task._wait_obj = joiners
-        return 2
+                task._wait = W_PARK
+                task._wait_obj = in_place
+                ready_popleft()
+                # step(target), with its first send inlined: the child usually
+                # ends there. A task that has never been stepped has nothing
+                # to throw (a cancellation waits in _pending for its first
+                # blocking trap). The send goes through in_place_first and
+                # next(): a child that returns at once comes back as next()'s
+                # default, with no StopIteration raised and caught here (~900
+                # instructions of a spawn+join).
+                current = target
+                switches += 1
+                runner = in_place_first(target, target.coro)
+                try:
+                    trap = next(runner, in_place)
+                except BaseException as e:
+                    finish(target, None, e)
+                else:
+                    if trap is not in_place:    # blocked inside the runner: step that
+                        target._inner = target.coro
+                        target.coro = runner
+                        answer(target, trap)
+                    elif (target._callbacks is None and target._joiners is None
+                            and target._scopes is None and not counting):
+                        # finish(target, target._result, None) for the usual
+                        # child, inline: nobody else to tell, no block left
+                        # open, and (the child is not main, nothing is
+                        # counted) no stop to decide.
+                        target._done = True
+                        target._exception = None
+                    else:
+                        finish(target, target._result, None)
+                current = task
+                if task._wait != W_PARK:
+                    # The child cancelled the joiner, which is rescheduled:
+                    # switch away without asking anything.
+                    yield PARKED
+                elif target._done:
+                    task._wait = 0
+                    # The clock as read before the child ran: as if it had
+                    # run in no time, which the loop can't tell from a fast
+                    # child (and under a virtual clock, time does not move
+                    # while a task runs).
+                    if ready or run.stop or fdmap or (
+                            sleeping and sleeping[0][0] <= (now or monotonic())):
+                        task._value = None      # where the child's finish would have put it
+                        ready_append(task)
+                        yield PARKED
+                else:
+                    joiners = target._joiners   # the child blocked: wait for it as the trap does
+                    if joiners is None:
+                        target._joiners = joiners = [task]
+                    else:
+                        joiners.append(task)
+                    task._wait_obj = joiners
+                    yield PARKED
+        if target._exception is not None:
+            raise TaskError(f"task {target.id} {target.name!r} crashed") from target._exception
+        return target._result
 
-    if not handoff:
-        def join_now(target):           # noqa: F811 -- chosen once, here
-            return 0
+    # This kernel's tasks: a Task whose join is the one above (the hand-off
+    # needs the scheduler's cells). Where the hand-off could be seen (a
+    # trace, an eager spawn) their join is the general one.
+    task_class = type("Task", (Task,), {"__slots__": (), "__module__": Task.__module__,
+                                        "join": join if handoff else general_join})
 
     def answer(task, trap):
         # What step does with a trap `task` yielded, then the rest of its step.
@@ -488,7 +534,8 @@ def build_scheduler(rt) -> None:
     rt.spawn_task = spawn_task
     rt.live_tasks = live_tasks
     rt.step = step
-    rt.join_now = join_now
+    rt.join = join
+    rt.task_class = task_class
 
 
 # --------------------------------------------------------------------------
@@ -619,6 +666,7 @@ def build_loop(rt) -> None:
     shuffle = random.Random(seed).shuffle if seed is not None else None
     chooser = rt.chooser
     READY = _choice.READY
+    task_class = rt.task_class
 
     def run_loop():
         # Wait for I/O (without waiting if anything is ready), fire timers, then
@@ -722,7 +770,7 @@ def build_loop(rt) -> None:
             owner._timer = None
             if trace is not None:
                 trace.instant("timer", 0)
-            if owner.__class__ is Task:
+            if owner.__class__ is task_class:
                 reschedule(owner, None)
             else:
                 if not owner._cancel_called:

@@ -179,7 +179,7 @@ def build_task_handlers(rt) -> dict:
         task._wait_obj = joiners
         return True
 
-    def trap_parked(task, trap):                       # blocks: join_now parked it
+    def trap_parked(task, trap):                       # blocks: the join parked it
         return True
 
     def trap_join(task, trap):                         # blocks unless target is done

@@ -197,7 +197,7 @@ class Kernel:
         # The synchronous entry points of traps.py call these.
         self._reschedule = rt.reschedule
         self._spawn = rt.spawn_task
-        self._join_now = rt.join_now
+        self._join = rt.join
         self._cancel_task = rt.cancel_task
         self._scope_cancelled = rt.scope_cancelled
 

@@ -48,15 +48,19 @@ class Task:
         "_done",
         "_joiners",     # list of tasks blocked in join()/cancel(), or None
         "_callbacks",   # on_done callables, or None
-        "_born",        # the kernel's send count when spawned (engine.join_now)
+        "_born",        # the kernel's send count when spawned, -1 if its coroutine
+                        # is not a coroutine object (the hand-off in engine's join)
     )
     # Set later: when the task first blocks, sleeps, is traced or ends.
-    LATER = ("_wait_obj", "_timer", "_flow", "_result", "_exception")
+    LATER = ("_wait_obj", "_timer", "_flow", "_result", "_exception",
+             "_inner")      # the task's own coroutine when ``coro`` is the runner
+                            # around it (engine.in_place_first)
     __slots__ = AT_SPAWN + LATER + ("__weakref__",)
 
     @property
     def name(self) -> str:
-        return getattr(self.coro, "__qualname__", type(self.coro).__name__)
+        coro = getattr(self, "_inner", self.coro)
+        return getattr(coro, "__qualname__", type(coro).__name__)
 
     def done(self) -> bool:
         return self._done

@@ -1,7 +1,9 @@
 """These are the only functions that ever yield to the coro kernel: the traps.
 
 A task asks the kernel for something by yielding a small tuple ``(opcode,
-arg, ...)`` from one of the generator-based coroutines below; the kernel looks
+arg, ...)`` from one of the generator-based coroutines below (or a tuple made
+below: ``SocketStream.receive_some`` yields its socket's ``read_trap`` itself,
+a generator less on every read that waits); the kernel looks
 the opcode up in its handler table (built by name from the ``trap_<name>``
 handlers in ``handlers.py``, one per entry of ``OPCODES``) and answers with
 ``coro.send(value)`` or ``coro.throw(exc)``. Nothing else crosses the line,
@@ -51,7 +53,7 @@ _spawn_var = contextvars.ContextVar("looplab.coro spawn", default=None)
 _join_var = contextvars.ContextVar("looplab.coro join", default=None)
 running_kernel = _kernel_var.get    # the kernel running in this thread, or None
 _spawn_here = _spawn_var.get        # its spawn_task(fn, args, daemon, on_done), or None
-_join_here = _join_var.get          # its join_now(target), or None
+_join_here = _join_var.get          # its tasks' join (engine.build_scheduler), or None
 _lock = threading.Lock()
 _live = 0               # coro kernels running in this process, any thread
 _checkpointing = 0      # of those, how many have io_schedule_point=True
@@ -65,7 +67,7 @@ def _enter(kernel, checkpoint: bool) -> tuple:
         _live += 1
         _checkpointing += checkpoint
     return (_kernel_var.set(kernel), _spawn_var.set(kernel._spawn),
-            _join_var.set(kernel._join_now))
+            _join_var.set(kernel._join))
 
 
 def _leave(tokens: tuple, checkpoint: bool) -> None:
@@ -180,6 +182,15 @@ def read_wait(fileobj):
     yield (_IO_WAIT, fileobj, W_READ)
 
 
+def read_trap(fileobj) -> tuple:
+    """What ``read_wait(fileobj)`` yields, made once for a socket: a
+    generator-based coroutine at the bottom of an await chain may yield it
+    itself instead of awaiting ``read_wait``, a generator less per wait
+    (``SocketStream.receive_some`` does, on the echo hot path). It must test
+    ``_live`` first, as ``read_wait`` does."""
+    return (_IO_WAIT, fileobj, W_READ)
+
+
 @types.coroutine
 def write_wait(fileobj):
     """Block until ``fileobj`` is writable. One writer per fd."""
@@ -201,22 +212,18 @@ def io_release(fileobj):
 # join and wait are Task methods (``Task.join = traps.join``): generator-based
 # coroutines that yield the trap themselves, one frame per call instead of an
 # async def around a trap generator (spawn+join is a benchmarked hot path).
+# A kernel's own tasks have its ``join`` instead (``engine.build_scheduler``),
+# which runs a child in place where that is invisible and comes here when it
+# is awaited in a thread where its kernel is not running.
 
 @types.coroutine
 def join(task):
     """Wait for the task to finish; return its result, or raise ``TaskError``
-    chained from the exception it ended with (curio).
-
-    A join on a child that is the only task ready may run the child in place
-    (``join_now`` in ``engine.py``, where it is invisible): then nothing is
-    yielded, or only the PARKED trap if the child blocked."""
+    chained from the exception it ended with (curio)."""
     if not task._done:
-        join_now = _join_here()
-        if join_now is None:
+        if _join_here() is None:
             _running_kernel("Task.join()")
-        how = join_now(task)
-        if how != 1:
-            yield (_JOIN, task) if how == 0 else _PARKED_TRAP
+        yield (_JOIN, task)
     if task._exception is not None:
         raise TaskError(f"task {task.id} {task.name!r} crashed") from task._exception
     return task._result
