@@ -9,6 +9,8 @@ when no other interpreter is found. A missing loop package is a skip, never a cr
 """
 from __future__ import annotations
 
+import ast
+import asyncio
 import importlib.util
 import json
 import os
@@ -120,6 +122,43 @@ def test_every_loop_probe_has_a_standalone_repro_within_the_line_limit():
         assert "upstream: " in header and ("asyncio docs 3.12.1 (" in header
                                            or "de-facto: " in header), n
         compile(text, n, "exec")
+
+
+def _names(tree):
+    """(the _-prefixed names a script reads, the names it defines or binds)."""
+    read, bound = set(), set(dir(__builtins__))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load) and node.id.startswith("_"):
+                read.add(node.id)
+            else:
+                bound.add(node.id)
+    return read, bound
+
+
+def test_every_helper_a_repro_calls_is_in_it_with_the_helpers_it_calls():
+    # the probes call helpers that call helpers (loopproc: _signalled -> _sleeper ->
+    # _spawn -> _create -> _raised); the script must carry the whole chain
+    for n in LOOP_PROBES:
+        read, bound = _names(ast.parse(observatory.reproduction(n, "asyncio-streams")))
+        assert read <= bound, (n, sorted(read - bound))
+
+
+def test_a_repro_whose_helpers_call_helpers_runs_alone_and_prints_the_probe(tmp_path):
+    name = "lp_proc_terminate"
+    text = observatory.reproduction(name, "asyncio-streams")
+    for helper in ("_signalled", "_sleeper", "_spawn", "_create", "_reap", "_raised"):
+        assert f"def {helper}(" in text, helper
+    script = tmp_path / f"{name}.py"
+    script.write_text(text)
+    out = _run_script(script)
+    assert out.returncode == 0, out.stderr[-800:]
+    probe = observatory._probes()[name].fn
+    assert out.stdout.strip() == str(asyncio.run(probe(asyncio)))
 
 
 def _run_script(path, timeout=60):

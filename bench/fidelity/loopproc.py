@@ -20,15 +20,39 @@ _SIGNALLED = doc("subprocess", "asyncio.subprocess.Process.returncode",
                  "only).")
 
 
+async def _create(make, key="create"):
+    """(what awaiting ``make()`` gives, None), or (None, {key: what it raised}) for the
+    probe to return: a loop refusing to start a child or connect a pipe is observed too."""
+    try:
+        return await make(), None
+    except Exception as exc:
+        return None, {key: _raised(exc)}
+
+
+async def _spawn(a, code, **kw):
+    """create_subprocess_exec() of this interpreter running ``code``: (proc, failed)."""
+    return await _create(lambda: a.create_subprocess_exec(sys.executable, "-c", code, **kw))
+
+
 async def _sleeper(a):
-    return await a.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(5)",
-                                          stdin=a.subprocess.DEVNULL)
+    return await _spawn(a, "import time; time.sleep(5)", stdin=a.subprocess.DEVNULL)
 
 
 async def _reap(a, proc):
     if proc.returncode is None:
         proc.kill()
     await a.wait_for(proc.wait(), 5)
+
+
+async def _signalled(a, how, *args):
+    """A sleeping child, then ``proc.<how>(*args)``: what the call gives, what wait() gives."""
+    proc, failed = await _sleeper(a)
+    if failed:
+        return failed
+    out = {how: _call(lambda: getattr(proc, how)(*args))}
+    out["wait"] = await _wait(a, proc.wait(), 5)
+    await _reap(a, proc)
+    return out
 
 
 # --- processes -----------------------------------------------------------------------------
@@ -38,12 +62,10 @@ async def _reap(a, proc):
 async def lp_proc_communicate(a):
     """create_subprocess_exec() with stdout and stderr piped: communicate() returns both,
     and the return code."""
-    try:
-        proc = await a.create_subprocess_exec(
-            sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)",
-            stdout=a.subprocess.PIPE, stderr=a.subprocess.PIPE)
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _spawn(a, "import sys; print('out'); print('err', file=sys.stderr)",
+                                stdout=a.subprocess.PIPE, stderr=a.subprocess.PIPE)
+    if failed:
+        return failed
     out, err = await a.wait_for(proc.communicate(), 5)
     return {"stdout": out.decode().strip(), "stderr": err.decode().strip(), "returncode": proc.returncode}
 
@@ -53,12 +75,10 @@ async def lp_proc_communicate(a):
                         "to the child process."))
 async def lp_proc_communicate_input(a):
     """communicate(input=...) to a child that echoes its stdin."""
-    try:
-        proc = await a.create_subprocess_exec(
-            sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.read().upper())",
-            stdin=a.subprocess.PIPE, stdout=a.subprocess.PIPE)
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _spawn(a, "import sys; sys.stdout.write(sys.stdin.read().upper())",
+                                stdin=a.subprocess.PIPE, stdout=a.subprocess.PIPE)
+    if failed:
+        return failed
     out, _ = await a.wait_for(proc.communicate(b"hello"), 5)
     return {"stdout": out.decode()}
 
@@ -69,12 +89,10 @@ async def lp_proc_communicate_input(a):
 async def lp_proc_communicate_closes_stdin(a):
     """communicate() without input to a child that reads stdin to its end (3.12 closes
     stdin; 3.11 left it open, and the child waits)."""
-    try:
-        proc = await a.create_subprocess_exec(
-            sys.executable, "-c", "import sys; print(len(sys.stdin.read()))",
-            stdin=a.subprocess.PIPE, stdout=a.subprocess.PIPE)
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _spawn(a, "import sys; print(len(sys.stdin.read()))",
+                                stdin=a.subprocess.PIPE, stdout=a.subprocess.PIPE)
+    if failed:
+        return failed
     try:
         out, _ = await a.wait_for(proc.communicate(), 1)
         res = out.decode().strip()
@@ -88,10 +106,9 @@ async def lp_proc_communicate_closes_stdin(a):
                         "A None value indicates that the process has not terminated yet."))
 async def lp_proc_returncode_running(a):
     """returncode while the child runs, then after wait()."""
-    try:
-        proc = await _sleeper(a)
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _sleeper(a)
+    if failed:
+        return failed
     out = {"running": proc.returncode}
     proc.kill()
     await a.wait_for(proc.wait(), 5)
@@ -102,30 +119,27 @@ async def lp_proc_returncode_running(a):
                         "Wait for the child process to terminate."))
 async def lp_proc_wait(a):
     """wait() returns the exit code of sys.exit(3), and sets returncode."""
-    try:
-        proc = await a.create_subprocess_exec(sys.executable, "-c", "raise SystemExit(3)")
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _spawn(a, "raise SystemExit(3)")
+    if failed:
+        return failed
     return {"wait": await _wait(a, proc.wait(), 5), "returncode": proc.returncode}
 
 
 @loop_probe()
 async def lp_proc_wait_twice(a):
     """wait() again after the child was reaped."""
-    try:
-        proc = await a.create_subprocess_exec(sys.executable, "-c", "pass")
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _spawn(a, "pass")
+    if failed:
+        return failed
     return {"first": await _wait(a, proc.wait(), 5), "second": await _wait(a, proc.wait(), 5)}
 
 
 @loop_probe(promise=_SIGNALLED)
 async def lp_proc_kill(a):
     """kill(): the return code is -SIGKILL."""
-    try:
-        proc = await _sleeper(a)
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _sleeper(a)
+    if failed:
+        return failed
     out = {"kill": _call(lambda: proc.kill())}
     return {**out, "wait": await _wait(a, proc.wait(), 5)}
 
@@ -133,37 +147,22 @@ async def lp_proc_kill(a):
 @loop_probe(promise=_SIGNALLED)
 async def lp_proc_terminate(a):
     """terminate(): the return code is -SIGTERM."""
-    try:
-        proc = await _sleeper(a)
-    except Exception as exc:
-        return {"create": _raised(exc)}
-    out = {"terminate": _call(lambda: proc.terminate())}
-    out["wait"] = await _wait(a, proc.wait(), 5)
-    await _reap(a, proc)
-    return out
+    return await _signalled(a, "terminate")
 
 
 @loop_probe(promise=doc("subprocess", "asyncio.subprocess.Process.send_signal",
                         "Sends the signal signal to the child process."))
 async def lp_proc_send_signal(a):
     """send_signal(SIGUSR1) to a child without a handler: the return code is -SIGUSR1."""
-    try:
-        proc = await _sleeper(a)
-    except Exception as exc:
-        return {"create": _raised(exc)}
-    out = {"send_signal": _call(lambda: proc.send_signal(signal.SIGUSR1))}
-    out["wait"] = await _wait(a, proc.wait(), 5)
-    await _reap(a, proc)
-    return out
+    return await _signalled(a, "send_signal", signal.SIGUSR1)
 
 
 @loop_probe()
 async def lp_proc_kill_after_exit(a):
     """kill() after the child exited and was reaped."""
-    try:
-        proc = await a.create_subprocess_exec(sys.executable, "-c", "pass")
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _spawn(a, "pass")
+    if failed:
+        return failed
     await a.wait_for(proc.wait(), 5)
     return {"kill": _call(lambda: proc.kill())}
 
@@ -172,11 +171,9 @@ async def lp_proc_kill_after_exit(a):
                         "Process identification number (PID)."))
 async def lp_proc_pid(a):
     """pid is the child's own os.getpid()."""
-    try:
-        proc = await a.create_subprocess_exec(sys.executable, "-c", "import os; print(os.getpid())",
-                                              stdout=a.subprocess.PIPE)
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _spawn(a, "import os; print(os.getpid())", stdout=a.subprocess.PIPE)
+    if failed:
+        return failed
     out, _ = await a.wait_for(proc.communicate(), 5)
     return {"same": int(out) == proc.pid}
 
@@ -186,12 +183,10 @@ async def lp_proc_pid(a):
                         "point to a StreamWriter instance."))
 async def lp_proc_stdin_writer(a):
     """stdin=PIPE: a StreamWriter; write(), drain() and close() reach the child."""
-    try:
-        proc = await a.create_subprocess_exec(
-            sys.executable, "-c", "import sys; print(sys.stdin.read()[::-1])",
-            stdin=a.subprocess.PIPE, stdout=a.subprocess.PIPE)
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _spawn(a, "import sys; print(sys.stdin.read()[::-1])",
+                                stdin=a.subprocess.PIPE, stdout=a.subprocess.PIPE)
+    if failed:
+        return failed
     out = {"is_writer": isinstance(proc.stdin, a.StreamWriter)}
     proc.stdin.write(b"abc")
     out["drain"] = await _wait(a, proc.stdin.drain())
@@ -206,12 +201,10 @@ async def lp_proc_stdin_writer(a):
                         "standard error should be redirected into standard output."))
 async def lp_proc_stderr_to_stdout(a):
     """stderr=STDOUT: what the child writes to stderr comes out of stdout."""
-    try:
-        proc = await a.create_subprocess_exec(
-            sys.executable, "-c", "import sys; print('e', file=sys.stderr, flush=True)",
-            stdout=a.subprocess.PIPE, stderr=a.subprocess.STDOUT)
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _spawn(a, "import sys; print('e', file=sys.stderr, flush=True)",
+                                stdout=a.subprocess.PIPE, stderr=a.subprocess.STDOUT)
+    if failed:
+        return failed
     out, err = await a.wait_for(proc.communicate(), 5)
     return {"stdout": out.decode().strip(), "stderr": err}
 
@@ -219,11 +212,9 @@ async def lp_proc_stderr_to_stdout(a):
 @loop_probe()
 async def lp_proc_devnull(a):
     """stdout=DEVNULL: proc.stdout is None, and the child runs to its end."""
-    try:
-        proc = await a.create_subprocess_exec(sys.executable, "-c", "print('x')",
-                                              stdout=a.subprocess.DEVNULL)
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _spawn(a, "print('x')", stdout=a.subprocess.DEVNULL)
+    if failed:
+        return failed
     return {"stdout": proc.stdout, "wait": await _wait(a, proc.wait(), 5)}
 
 
@@ -231,10 +222,10 @@ async def lp_proc_devnull(a):
                         "Run the cmd shell command."))
 async def lp_proc_shell(a):
     """create_subprocess_shell('echo hi; exit 4'): the output and the return code."""
-    try:
-        proc = await a.create_subprocess_shell("echo hi; exit 4", stdout=a.subprocess.PIPE)
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _create(lambda: a.create_subprocess_shell("echo hi; exit 4",
+                                                                   stdout=a.subprocess.PIPE))
+    if failed:
+        return failed
     out, _ = await a.wait_for(proc.communicate(), 5)
     return {"stdout": out.decode().strip(), "returncode": proc.returncode}
 
@@ -242,10 +233,9 @@ async def lp_proc_shell(a):
 @loop_probe()
 async def lp_proc_not_found(a):
     """create_subprocess_exec() of a program that does not exist."""
-    try:
-        proc = await a.create_subprocess_exec("/nonexistent/no-such-program")
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _create(lambda: a.create_subprocess_exec("/nonexistent/no-such-program"))
+    if failed:
+        return failed
     await _reap(a, proc)
     return {"create": "created"}
 
@@ -253,10 +243,9 @@ async def lp_proc_not_found(a):
 @loop_probe()
 async def lp_proc_text_mode(a):
     """create_subprocess_exec(text=True) (the docs: "should not be specified at all")."""
-    try:
-        proc = await a.create_subprocess_exec(sys.executable, "-c", "pass", text=True)
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _spawn(a, "pass", text=True)
+    if failed:
+        return failed
     await _reap(a, proc)
     return {"create": "created"}
 
@@ -268,13 +257,11 @@ async def lp_proc_text_mode(a):
 async def lp_proc_cwd_and_env(a):
     """cwd= and env= reach the child (passed to subprocess.Popen)."""
     d = tempfile.mkdtemp()
-    try:
-        proc = await a.create_subprocess_exec(
-            sys.executable, "-c", "import os; print(os.getcwd(), os.environ.get('PROBE'))",
-            stdout=a.subprocess.PIPE, cwd=d, env={"PROBE": "yes"})
-    except Exception as exc:
+    proc, failed = await _spawn(a, "import os; print(os.getcwd(), os.environ.get('PROBE'))",
+                                stdout=a.subprocess.PIPE, cwd=d, env={"PROBE": "yes"})
+    if failed:
         os.rmdir(d)
-        return {"create": _raised(exc)}
+        return failed
     out, _ = await a.wait_for(proc.communicate(), 5)
     cwd, env = out.decode().split()
     os.rmdir(d)
@@ -284,10 +271,9 @@ async def lp_proc_cwd_and_env(a):
 @loop_probe()
 async def lp_proc_write_after_exit(a):
     """The child exited without reading: write() and drain() on its stdin."""
-    try:
-        proc = await a.create_subprocess_exec(sys.executable, "-c", "pass", stdin=a.subprocess.PIPE)
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    proc, failed = await _spawn(a, "pass", stdin=a.subprocess.PIPE)
+    if failed:
+        return failed
     await a.wait_for(proc.wait(), 5)
     await a.sleep(0.02)
     out = {"write": _call(lambda: proc.stdin.write(b"x" * 100_000)), "drain": await _wait(a, proc.stdin.drain())}
@@ -298,11 +284,12 @@ async def lp_proc_write_after_exit(a):
 @loop_probe()
 async def lp_proc_concurrent(a):
     """Four children at once, each exiting with its own code: every wait() gets its own."""
-    try:
-        procs = [await a.create_subprocess_exec(sys.executable, "-c", f"raise SystemExit({i})")
-                 for i in range(4)]
-    except Exception as exc:
-        return {"create": _raised(exc)}
+    async def four():
+        return [await a.create_subprocess_exec(sys.executable, "-c", f"raise SystemExit({i})")
+                for i in range(4)]
+    procs, failed = await _create(four)
+    if failed:
+        return failed
     return {"codes": await a.wait_for(a.gather(*(p.wait() for p in procs)), 5)}
 
 
@@ -316,21 +303,32 @@ def _proc_proto(a, events):
     return P
 
 
+async def _exec(a, events, code, **kw):
+    """loop.subprocess_exec() of this interpreter running ``code``, its protocol recording
+    into ``events``: (transport, failed)."""
+    made, failed = await _create(lambda: a.get_running_loop().subprocess_exec(
+        _proc_proto(a, events), sys.executable, "-c", code, **kw), "subprocess_exec")
+    return made[0] if made else None, failed
+
+
+async def _exited(a, events, pipes=0):
+    """Polls (1 s at most) until process_exited() has come, and the loss of ``pipes`` pipes."""
+    for _ in range(100):
+        if ["exited"] in events and (not pipes or sum(e[0] == "pipe_lost" for e in events) == pipes):
+            break
+        await a.sleep(0.01)
+
+
 @loop_probe(promise=doc("protocol", "asyncio.SubprocessProtocol.pipe_data_received",
                         "Called when the child process writes data into its stdout or stderr pipe."))
 async def lp_proc_protocol_data(a):
     """loop.subprocess_exec(): pipe_data_received(1, ...) for stdout and (2, ...) for stderr."""
     events = []
-    try:
-        t, _ = await a.get_running_loop().subprocess_exec(
-            _proc_proto(a, events), sys.executable, "-c",
-            "import sys; sys.stdout.write('o'); sys.stdout.flush(); sys.stderr.write('e')", stdin=None)
-    except Exception as exc:
-        return {"subprocess_exec": _raised(exc)}
-    for _ in range(100):
-        if ["exited"] in events and sum(e[0] == "pipe_lost" for e in events) == 2:
-            break
-        await a.sleep(0.01)
+    t, failed = await _exec(a, events, "import sys; sys.stdout.write('o'); sys.stdout.flush(); "
+                            "sys.stderr.write('e')", stdin=None)
+    if failed:
+        return failed
+    await _exited(a, events, pipes=2)
     t.close()
     return {"data": sorted(e[1:] for e in events if e[0] == "data")}
 
@@ -340,15 +338,10 @@ async def lp_proc_protocol_data(a):
 async def lp_proc_protocol_exited(a):
     """process_exited() is called once, and both pipes report their loss."""
     events = []
-    try:
-        t, _ = await a.get_running_loop().subprocess_exec(
-            _proc_proto(a, events), sys.executable, "-c", "pass", stdin=None)
-    except Exception as exc:
-        return {"subprocess_exec": _raised(exc)}
-    for _ in range(100):
-        if ["exited"] in events and sum(e[0] == "pipe_lost" for e in events) == 2:
-            break
-        await a.sleep(0.01)
+    t, failed = await _exec(a, events, "pass", stdin=None)
+    if failed:
+        return failed
+    await _exited(a, events, pipes=2)
     t.close()
     return {"exited": events.count(["exited"]), "pipes_lost": sorted(e[1] for e in events if e[0] == "pipe_lost")}
 
@@ -360,17 +353,12 @@ async def lp_proc_transport_returncode(a):
     """SubprocessTransport: get_pid() is an int, get_returncode() None while it runs, then
     the exit code."""
     events = []
-    try:
-        t, _ = await a.get_running_loop().subprocess_exec(
-            _proc_proto(a, events), sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(5)")
-    except Exception as exc:
-        return {"subprocess_exec": _raised(exc)}
+    t, failed = await _exec(a, events, "import sys; sys.stdin.read(); sys.exit(5)")
+    if failed:
+        return failed
     out = {"pid_int": isinstance(t.get_pid(), int), "running": _call(lambda: t.get_returncode())}
     t.get_pipe_transport(0).close()
-    for _ in range(100):
-        if ["exited"] in events:
-            break
-        await a.sleep(0.01)
+    await _exited(a, events)
     out["exited"] = _call(lambda: t.get_returncode())
     t.close()
     return out
@@ -382,20 +370,15 @@ async def lp_proc_transport_returncode(a):
 async def lp_proc_pipe_transports(a):
     """get_pipe_transport(0/1/2): a write transport, two read transports; 3: None."""
     events = []
-    try:
-        t, _ = await a.get_running_loop().subprocess_exec(
-            _proc_proto(a, events), sys.executable, "-c", "import sys; sys.stdin.read()")
-    except Exception as exc:
-        return {"subprocess_exec": _raised(exc)}
+    t, failed = await _exec(a, events, "import sys; sys.stdin.read()")
+    if failed:
+        return failed
     out = {"stdin_writes": hasattr(t.get_pipe_transport(0), "write"),
            "stdout_reads": hasattr(t.get_pipe_transport(1), "pause_reading"),
            "stderr_reads": hasattr(t.get_pipe_transport(2), "pause_reading"),
            "fd3": _call(lambda: t.get_pipe_transport(3))}
     t.kill()
-    for _ in range(100):
-        if ["exited"] in events:
-            break
-        await a.sleep(0.01)
+    await _exited(a, events)
     t.close()
     return out
 
@@ -410,17 +393,26 @@ def _pipe_proto(a, events):
     return P
 
 
+async def _pipe(a, proto, end="read"):
+    """os.pipe() with its ``end`` ("read" or "write") connected to the loop by
+    connect_{end}_pipe(): (transport, r, w, failed); when it failed, r and w are closed."""
+    r, w = os.pipe()
+    fd, mode, how = (r, "rb", "connect_read_pipe") if end == "read" else (w, "wb", "connect_write_pipe")
+    made, failed = await _create(lambda: getattr(a.get_running_loop(), how)(proto, os.fdopen(fd, mode, 0)), how)
+    if failed:
+        os.close(r), os.close(w)
+    return made[0] if made else None, r, w, failed
+
+
 @loop_probe(promise=doc("eventloop", "asyncio.loop.connect_read_pipe",
                         "Register the read end of pipe in the event loop."))
 async def lp_pipe_read(a):
     """connect_read_pipe() on os.pipe(): the data, then EOF and connection_lost(None)
     when the write end closes."""
-    events, (r, w) = [], os.pipe()
-    try:
-        t, _ = await a.get_running_loop().connect_read_pipe(_pipe_proto(a, events), os.fdopen(r, "rb", 0))
-    except Exception as exc:
-        os.close(r), os.close(w)
-        return {"connect_read_pipe": _raised(exc)}
+    events = []
+    t, r, w, failed = await _pipe(a, _pipe_proto(a, events))
+    if failed:
+        return failed
     os.write(w, b"abc")
     os.close(w)
     await a.sleep(0.05)
@@ -432,12 +424,9 @@ async def lp_pipe_read(a):
                         "Register the write end of pipe in the event loop."))
 async def lp_pipe_write(a):
     """connect_write_pipe(): written bytes reach the read end; close() gives it EOF."""
-    r, w = os.pipe()
-    try:
-        t, _ = await a.get_running_loop().connect_write_pipe(a.Protocol, os.fdopen(w, "wb", 0))
-    except Exception as exc:
-        os.close(r), os.close(w)
-        return {"connect_write_pipe": _raised(exc)}
+    t, r, w, failed = await _pipe(a, a.Protocol, end="write")
+    if failed:
+        return failed
     out = {"write": _call(lambda: t.write(b"piped"))}
     t.close()
     await a.sleep(0.02)
@@ -450,12 +439,10 @@ async def lp_pipe_write(a):
 @loop_probe()
 async def lp_pipe_write_reader_closed(a):
     """Writing to a pipe whose read end is closed: connection_lost()'s exception."""
-    events, (r, w) = [], os.pipe()
-    try:
-        t, _ = await a.get_running_loop().connect_write_pipe(_pipe_proto(a, events), os.fdopen(w, "wb", 0))
-    except Exception as exc:
-        os.close(r), os.close(w)
-        return {"connect_write_pipe": _raised(exc)}
+    events = []
+    t, r, w, failed = await _pipe(a, _pipe_proto(a, events), end="write")
+    if failed:
+        return failed
     os.close(r)
     await a.sleep(0.02)
     out = {"write": _call(lambda: t.write(b"x" * 10))}
@@ -469,12 +456,10 @@ async def lp_pipe_write_reader_closed(a):
                         "method until resume_reading() is called."))
 async def lp_pipe_pause_reading(a):
     """A read pipe paused: nothing arrives until resume_reading()."""
-    events, (r, w) = [], os.pipe()
-    try:
-        t, _ = await a.get_running_loop().connect_read_pipe(_pipe_proto(a, events), os.fdopen(r, "rb", 0))
-    except Exception as exc:
-        os.close(r), os.close(w)
-        return {"connect_read_pipe": _raised(exc)}
+    events = []
+    t, r, w, failed = await _pipe(a, _pipe_proto(a, events))
+    if failed:
+        return failed
     t.pause_reading()
     os.write(w, b"held")
     await a.sleep(0.03)
@@ -492,12 +477,9 @@ async def lp_pipe_pause_reading(a):
                         "flushed asynchronously."))
 async def lp_pipe_write_close_flushes(a):
     """1 MB written to a pipe nobody reads yet, then close(): the reader still gets it all."""
-    r, w = os.pipe()
-    try:
-        t, _ = await a.get_running_loop().connect_write_pipe(a.Protocol, os.fdopen(w, "wb", 0))
-    except Exception as exc:
-        os.close(r), os.close(w)
-        return {"connect_write_pipe": _raised(exc)}
+    t, r, w, failed = await _pipe(a, a.Protocol, end="write")
+    if failed:
+        return failed
     t.write(b"x" * 1_000_000)
     t.close()
     got, f = 0, os.fdopen(r, "rb", 0)

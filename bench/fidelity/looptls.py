@@ -38,20 +38,43 @@ async def _echo_server(a, server_ctx):
     return await a.get_running_loop().create_server(Echo, "127.0.0.1", 0, ssl=server_ctx)
 
 
+async def _tls_echo(a):
+    """A TLS echo server, and the client context that trusts it: (srv, client_ctx)."""
+    server_ctx, client_ctx = _tls()
+    return await _echo_server(a, server_ctx), client_ctx
+
+
+async def _tls_stream(a):
+    """A TLS stream connected to a TLS echo server: (srv, r, w, client_ctx)."""
+    server_ctx, client_ctx = _tls()
+    srv = await _echo_server(a, server_ctx)
+    r, w = await a.wait_for(a.open_connection(*srv.sockets[0].getsockname(), ssl=client_ctx,
+                                              server_hostname="localhost"), 2)
+    return srv, r, w, client_ctx
+
+
+async def _tls_connect(a, proto, srv, client_ctx):
+    """A TLS transport of ``proto`` connected to ``srv``."""
+    t, _ = await a.wait_for(a.get_running_loop().create_connection(
+        proto, *srv.sockets[0].getsockname(), ssl=client_ctx, server_hostname="localhost"), 2)
+    return t
+
+
+async def _close(a, w, srv):
+    w.close()
+    await _wait(a, w.wait_closed())
+    srv.close()
+
+
 @loop_probe(promise=doc("eventloop", "asyncio.loop.create_connection",
                         "ssl: if given and not false, a SSL/TLS transport is created (by default "
                         "a plain TCP transport is created)."))
 async def lp_tls_echo(a):
     """open_connection(ssl=) to a TLS start_server(): 100 kB echoed back."""
-    server_ctx, client_ctx = _tls()
-    srv = await _echo_server(a, server_ctx)
-    r, w = await a.wait_for(a.open_connection(*srv.sockets[0].getsockname(), ssl=client_ctx,
-                                              server_hostname="localhost"), 2)
+    srv, r, w, _ = await _tls_stream(a)
     w.write(b"t" * 100_000)
     got = await _wait(a, r.readexactly(100_000), 2)
-    w.close()
-    await _wait(a, w.wait_closed())
-    srv.close()
+    await _close(a, w, srv)
     return {"echoed": got == repr(b"t" * 100_000)}
 
 
@@ -59,18 +82,13 @@ async def lp_tls_echo(a):
                         "'ssl_object': ssl.SSLObject or ssl.SSLSocket instance"))
 async def lp_tls_extra_info(a):
     """A TLS client transport's extra info: ssl_object, peercert, cipher, sslcontext."""
-    server_ctx, client_ctx = _tls()
-    srv = await _echo_server(a, server_ctx)
-    r, w = await a.wait_for(a.open_connection(*srv.sockets[0].getsockname(), ssl=client_ctx,
-                                              server_hostname="localhost"), 2)
+    srv, r, w, client_ctx = await _tls_stream(a)
     obj = w.get_extra_info("ssl_object")
     out = {"ssl_object": isinstance(obj, (ssl.SSLObject, ssl.SSLSocket)),
            "peercert_cn": dict(x[0] for x in (w.get_extra_info("peercert") or {}).get("subject", ())).get("commonName"),
            "cipher_tuple": len(w.get_extra_info("cipher") or ()) == 3,
            "sslcontext": w.get_extra_info("sslcontext") is client_ctx}
-    w.close()
-    await _wait(a, w.wait_closed())
-    srv.close()
+    await _close(a, w, srv)
     return out
 
 
@@ -79,8 +97,7 @@ async def lp_tls_extra_info(a):
 async def lp_tls_start_tls_client(a):
     """loop.start_tls() on a plain client connection to a TLS server: a new transport
     that carries data."""
-    server_ctx, client_ctx = _tls()
-    srv = await _echo_server(a, server_ctx)
+    srv, client_ctx = await _tls_echo(a)
     got = []
 
     class P(a.Protocol):
@@ -137,8 +154,7 @@ async def lp_tls_start_tls_server(a):
                         "Upgrade an existing stream-based connection to TLS."))
 async def lp_tls_stream_start_tls(a):
     """StreamWriter.start_tls() (3.11) on a plain stream to a TLS server, then an echo."""
-    server_ctx, client_ctx = _tls()
-    srv = await _echo_server(a, server_ctx)
+    srv, client_ctx = await _tls_echo(a)
     r, w = await a.open_connection(*srv.sockets[0].getsockname())
     out = {"start_tls": await _wait(a, w.start_tls(client_ctx, server_hostname="localhost"), 2)}
     w.write(b"stream")
@@ -255,8 +271,7 @@ async def lp_tls_server_hostname_without_ssl(a):
 @loop_probe()
 async def lp_tls_bad_certificate(a):
     """A client that does not trust the server's certificate: what open_connection() raises."""
-    server_ctx, _ = _tls()
-    srv = await _echo_server(a, server_ctx)
+    srv, _ = await _tls_echo(a)
     try:
         r, w = await a.wait_for(a.open_connection(*srv.sockets[0].getsockname(),
                                                   ssl=ssl.create_default_context(),
@@ -284,14 +299,9 @@ async def lp_tls_start_tls_not_a_context(a):
 @loop_probe()
 async def lp_tls_can_write_eof(a):
     """A TLS transport's can_write_eof(), and write_eof() on it."""
-    server_ctx, client_ctx = _tls()
-    srv = await _echo_server(a, server_ctx)
-    r, w = await a.wait_for(a.open_connection(*srv.sockets[0].getsockname(), ssl=client_ctx,
-                                              server_hostname="localhost"), 2)
+    srv, r, w, _ = await _tls_stream(a)
     out = {"can_write_eof": _call(lambda: w.can_write_eof()), "write_eof": _call(lambda: w.write_eof())}
-    w.close()
-    await _wait(a, w.wait_closed())
-    srv.close()
+    await _close(a, w, srv)
     return out
 
 
@@ -329,8 +339,7 @@ async def lp_tls_pause_reading(a):
 
     class P(a.Protocol):
         data_received = lambda self, d: got.append(d)  # noqa: E731
-    t, _ = await a.wait_for(a.get_running_loop().create_connection(
-        P, *srv.sockets[0].getsockname(), ssl=client_ctx, server_hostname="localhost"), 2)
+    t = await _tls_connect(a, P, srv, client_ctx)
     t.pause_reading()
     t.write(b"g")
     await a.sleep(0.1)
@@ -347,14 +356,12 @@ async def lp_tls_pause_reading(a):
                         "called with None as its argument."))
 async def lp_tls_abort(a):
     """abort() on a TLS client transport: connection_lost(None)."""
-    server_ctx, client_ctx = _tls()
-    srv = await _echo_server(a, server_ctx)
+    srv, client_ctx = await _tls_echo(a)
     lost = a.get_running_loop().create_future()
 
     class P(a.Protocol):
         connection_lost = lambda self, e: lost.done() or lost.set_result(type(e).__name__ if e else None)  # noqa: E731
-    t, _ = await a.wait_for(a.get_running_loop().create_connection(
-        P, *srv.sockets[0].getsockname(), ssl=client_ctx, server_hostname="localhost"), 2)
+    t = await _tls_connect(a, P, srv, client_ctx)
     t.abort()
     out = {"connection_lost": await _wait(a, lost)}
     srv.close()
@@ -364,10 +371,8 @@ async def lp_tls_abort(a):
 @loop_probe()
 async def lp_tls_write_after_close(a):
     """write() on a TLS transport after close()."""
-    server_ctx, client_ctx = _tls()
-    srv = await _echo_server(a, server_ctx)
-    t, _ = await a.wait_for(a.get_running_loop().create_connection(
-        a.Protocol, *srv.sockets[0].getsockname(), ssl=client_ctx, server_hostname="localhost"), 2)
+    srv, client_ctx = await _tls_echo(a)
+    t = await _tls_connect(a, a.Protocol, srv, client_ctx)
     t.close()
     out = {"write": _call(lambda: t.write(b"x"))}
     await a.sleep(0.02)
@@ -389,8 +394,7 @@ async def lp_tls_eof_received_true(a):
     class P(a.Protocol):
         eof_received = lambda self: events.append("eof") or True  # noqa: E731
         connection_lost = lambda self, e: events.append("lost")  # noqa: E731
-    t, _ = await a.wait_for(a.get_running_loop().create_connection(
-        P, *srv.sockets[0].getsockname(), ssl=client_ctx, server_hostname="localhost"), 2)
+    t = await _tls_connect(a, P, srv, client_ctx)
     await a.sleep(0.1)
     out = {"events": events, "is_closing": _call(lambda: t.is_closing())}
     t.close()
@@ -402,10 +406,7 @@ async def lp_tls_eof_received_true(a):
                         "Return the current size of the output buffer used by the transport."))
 async def lp_tls_write_buffer_size(a):
     """A TLS transport's get_write_buffer_size() is an int, 0 once the echo has come back."""
-    server_ctx, client_ctx = _tls()
-    srv = await _echo_server(a, server_ctx)
-    r, w = await a.wait_for(a.open_connection(*srv.sockets[0].getsockname(), ssl=client_ctx,
-                                              server_hostname="localhost"), 2)
+    srv, r, w, _ = await _tls_stream(a)
     w.write(b"q" * 1000)
     await _wait(a, r.readexactly(1000))
     out = {"size": _call(lambda: w.transport.get_write_buffer_size())}

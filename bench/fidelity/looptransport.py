@@ -19,6 +19,20 @@ def _recorder(a, events, keep_open):
     return Rec
 
 
+async def _connect(a, proto):
+    """A listener on 127.0.0.1 and a ``proto`` transport connected to it: (t, lsn)."""
+    lsn = socket.create_server(("127.0.0.1", 0))
+    t, _ = await a.get_running_loop().create_connection(proto, *lsn.getsockname())
+    return t, lsn
+
+
+async def _accepted(a, proto):
+    """_connect(), and the listener's end of the connection: (t, peer, lsn)."""
+    t, lsn = await _connect(a, proto)
+    peer, _ = lsn.accept()
+    return t, peer, lsn
+
+
 # --- reading paused around EOF ---------------------------------------------------------
 
 @loop_probe(promise=doc("protocol", "asyncio.ReadTransport.pause_reading",
@@ -27,10 +41,8 @@ def _recorder(a, events, keep_open):
             twin_of=("cb_pause_resume_after_eof",))
 async def lp_pause_reading_around_eof(a):
     """Data then EOF arrive while reading is paused: nothing until resume_reading()."""
-    events, lsn = [], socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(
-        _recorder(a, events, True), *lsn.getsockname())
-    peer, _ = lsn.accept()
+    events = []
+    t, peer, lsn = await _accepted(a, _recorder(a, events, True))
     t.pause_reading()
     peer.sendall(b"abc")
     peer.shutdown(socket.SHUT_WR)
@@ -46,8 +58,7 @@ async def lp_pause_reading_around_eof(a):
                         "Return True if the transport is receiving new data."))
 async def lp_is_reading_paused(a):
     """is_reading(): true when connected, false after pause_reading(), true after resume."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(a.Protocol, *lsn.getsockname())
+    t, lsn = await _connect(a, a.Protocol)
     out = {"connected": _call(lambda: t.is_reading())}
     t.pause_reading()
     out["paused"] = _call(lambda: t.is_reading())
@@ -61,10 +72,8 @@ async def lp_is_reading_paused(a):
 async def lp_is_reading_after_eof(a):
     """is_reading() after EOF with eof_received() returning True (the docs say only
     "receiving new data")."""
-    events, lsn = [], socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(
-        _recorder(a, events, True), *lsn.getsockname())
-    peer, _ = lsn.accept()
+    events = []
+    t, peer, lsn = await _accepted(a, _recorder(a, events, True))
     peer.shutdown(socket.SHUT_WR)
     await a.sleep(0.05)
     out = {"events": list(events), "is_reading": _call(lambda: t.is_reading()), "is_closing": _call(lambda: t.is_closing())}
@@ -75,10 +84,8 @@ async def lp_is_reading_after_eof(a):
 @loop_probe()
 async def lp_resume_reading_after_eof(a):
     """resume_reading() after EOF with eof_received() returning True."""
-    events, lsn = [], socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(
-        _recorder(a, events, True), *lsn.getsockname())
-    peer, _ = lsn.accept()
+    events = []
+    t, peer, lsn = await _accepted(a, _recorder(a, events, True))
     peer.shutdown(socket.SHUT_WR)
     await a.sleep(0.05)
     out = {"resume": _call(lambda: t.resume_reading())}
@@ -91,8 +98,7 @@ async def lp_resume_reading_after_eof(a):
                         "already paused or closed."))
 async def lp_pause_reading_idempotent(a):
     """pause_reading() twice, then once after close() (3.7+: no-ops)."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(a.Protocol, *lsn.getsockname())
+    t, lsn = await _connect(a, a.Protocol)
     out = {"first": _call(lambda: t.pause_reading()), "second": _call(lambda: t.pause_reading())}
     t.close()
     out["after_close"] = _call(lambda: t.pause_reading())
@@ -106,8 +112,7 @@ async def lp_pause_reading_idempotent(a):
                         "already reading."))
 async def lp_resume_reading_idempotent(a):
     """resume_reading() on a transport that is reading, twice."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(a.Protocol, *lsn.getsockname())
+    t, lsn = await _connect(a, a.Protocol)
     out = {"first": _call(lambda: t.resume_reading()), "second": _call(lambda: t.resume_reading())}
     t.close(), lsn.close()
     return out
@@ -116,8 +121,7 @@ async def lp_resume_reading_idempotent(a):
 @loop_probe()
 async def lp_resume_reading_after_close(a):
     """resume_reading() after close() (the docs call only pause_reading() safe then)."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(a.Protocol, *lsn.getsockname())
+    t, lsn = await _connect(a, a.Protocol)
     t.pause_reading()
     t.close()
     out = {"resume": _call(lambda: t.resume_reading())}
@@ -131,8 +135,7 @@ async def lp_resume_reading_after_close(a):
 @loop_probe(twin_of=("cb_default_buffer_limits",))
 async def lp_write_buffer_limits(a):
     """get_write_buffer_limits() by default ("The defaults are implementation-specific")."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(a.Protocol, *lsn.getsockname())
+    t, lsn = await _connect(a, a.Protocol)
     out = {"default": _call(lambda: list(t.get_write_buffer_limits()))}
     t.close(), lsn.close()
     return out
@@ -141,8 +144,7 @@ async def lp_write_buffer_limits(a):
 @loop_probe()
 async def lp_write_buffer_limits_set(a):
     """get_write_buffer_limits() after set_write_buffer_limits(high=1000), then low=10."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(a.Protocol, *lsn.getsockname())
+    t, lsn = await _connect(a, a.Protocol)
     t.set_write_buffer_limits(high=1000)
     out = {"high_1000": _call(lambda: list(t.get_write_buffer_limits()))}
     t.set_write_buffer_limits(low=10)
@@ -156,8 +158,7 @@ async def lp_write_buffer_limits_set(a):
                         "implementation-specific value less than or equal to the high watermark."))
 async def lp_write_buffer_limits_high_only(a):
     """set_write_buffer_limits(high=1000): low <= high."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(a.Protocol, *lsn.getsockname())
+    t, lsn = await _connect(a, a.Protocol)
     t.set_write_buffer_limits(high=1000)
     low, high = t.get_write_buffer_limits()
     t.close(), lsn.close()
@@ -169,8 +170,7 @@ async def lp_write_buffer_limits_high_only(a):
                         "pause_writing() to be called whenever the buffer becomes non-empty."))
 async def lp_write_buffer_limits_high_zero(a):
     """set_write_buffer_limits(high=0): the limits read (0, 0)."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(a.Protocol, *lsn.getsockname())
+    t, lsn = await _connect(a, a.Protocol)
     out = {"set": _call(lambda: t.set_write_buffer_limits(high=0)),
            "limits": _call(lambda: list(t.get_write_buffer_limits()))}
     t.close(), lsn.close()
@@ -182,13 +182,12 @@ async def lp_write_buffer_limits_high_zero(a):
 async def lp_pause_writing_above_high(a):
     """high=1000 and 1 MB written to a peer that does not read: pause_writing() called
     once, resume_writing() once the peer drains it."""
-    events, lsn = [], socket.create_server(("127.0.0.1", 0))
+    events = []
 
     class P(a.Protocol):
         pause_writing = lambda self: events.append("pause")  # noqa: E731
         resume_writing = lambda self: events.append("resume")  # noqa: E731
-    t, _ = await a.get_running_loop().create_connection(P, *lsn.getsockname())
-    peer, _ = lsn.accept()
+    t, peer, lsn = await _accepted(a, P)
     t.set_write_buffer_limits(high=1000)
     t.write(b"x" * 1_000_000)
     await a.sleep(0.02)
@@ -208,8 +207,7 @@ async def lp_pause_writing_above_high(a):
 @loop_probe(twin_of=("cb_bad_buffer_limits",))
 async def lp_bad_buffer_limits(a):
     """set_write_buffer_limits(high=10, low=20) and high=-1 (asyncio: ValueError)."""
-    lsn = socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(a.Protocol, *lsn.getsockname())
+    t, lsn = await _connect(a, a.Protocol)
     out = {"low_above_high": _call(lambda: t.set_write_buffer_limits(high=10, low=20)),
            "negative_high": _call(lambda: t.set_write_buffer_limits(high=-1))}
     t.close(), lsn.close()
@@ -222,11 +220,11 @@ async def lp_bad_buffer_limits(a):
                         "The transport argument is the transport representing the connection."))
 async def lp_connection_made_transport(a):
     """connection_made() gets the transport create_connection() returns, before it returns."""
-    seen, lsn = [], socket.create_server(("127.0.0.1", 0))
+    seen = []
 
     class P(a.Protocol):
         connection_made = lambda self, tr: seen.append(tr)  # noqa: E731
-    t, _ = await a.get_running_loop().create_connection(P, *lsn.getsockname())
+    t, lsn = await _connect(a, P)
     out = {"calls": len(seen), "same": bool(seen) and seen[0] is t}
     t.close(), lsn.close()
     return out
@@ -237,14 +235,13 @@ async def lp_connection_made_transport(a):
                         "containing the incoming data."))
 async def lp_data_received_type(a):
     """data_received()'s argument: its type, non-empty, and all of it arrives."""
-    kinds, got, lsn = set(), [], socket.create_server(("127.0.0.1", 0))
+    kinds, got = set(), []
 
     class P(a.Protocol):
         def data_received(self, data):
             kinds.add(type(data).__name__)
             got.append(bytes(data))
-    t, _ = await a.get_running_loop().create_connection(P, *lsn.getsockname())
-    peer, _ = lsn.accept()
+    t, peer, lsn = await _accepted(a, P)
     peer.sendall(b"x" * 100_000)
     await a.sleep(0.05)
     t.close(), peer.close(), lsn.close()
@@ -256,12 +253,11 @@ async def lp_data_received_type(a):
                         "connection_lost -> end"))
 async def lp_protocol_state_machine(a):
     """Data, EOF, then our close(): the callbacks in the documented order, each once."""
-    events, lsn = [], socket.create_server(("127.0.0.1", 0))
+    events = []
 
     class P(_recorder(a, events, True)):
         connection_made = lambda self, tr: events.append("made")  # noqa: E731
-    t, _ = await a.get_running_loop().create_connection(P, *lsn.getsockname())
-    peer, _ = lsn.accept()
+    t, peer, lsn = await _accepted(a, P)
     peer.sendall(b"abc")
     peer.shutdown(socket.SHUT_WR)
     await a.sleep(0.05)
@@ -276,10 +272,8 @@ async def lp_protocol_state_machine(a):
                         "the transport will close itself."))
 async def lp_eof_received_false_closes(a):
     """eof_received() returns None: the transport closes itself (events, is_closing)."""
-    events, lsn = [], socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(
-        _recorder(a, events, None), *lsn.getsockname())
-    peer, _ = lsn.accept()
+    events = []
+    t, peer, lsn = await _accepted(a, _recorder(a, events, None))
     peer.sendall(b"x")
     peer.shutdown(socket.SHUT_WR)
     await a.sleep(0.05)
@@ -290,10 +284,8 @@ async def lp_eof_received_false_closes(a):
 @loop_probe()
 async def lp_eof_received_true_keeps_open(a):
     """eof_received() returns True: the transport stays open and can still write."""
-    events, lsn = [], socket.create_server(("127.0.0.1", 0))
-    t, _ = await a.get_running_loop().create_connection(
-        _recorder(a, events, True), *lsn.getsockname())
-    peer, _ = lsn.accept()
+    events = []
+    t, peer, lsn = await _accepted(a, _recorder(a, events, True))
     peer.shutdown(socket.SHUT_WR)
     await a.sleep(0.05)
     out = {"events": list(events), "is_closing": _call(lambda: t.is_closing()), "write": _call(lambda: t.write(b"ok"))}
@@ -307,15 +299,14 @@ async def lp_eof_received_true_keeps_open(a):
                         "Called when the buffer was updated with the received data."))
 async def lp_buffered_protocol(a):
     """A BufferedProtocol gets 100 kB through get_buffer()/buffer_updated(), then EOF."""
-    got, events, lsn = bytearray(), [], socket.create_server(("127.0.0.1", 0))
+    got, events = bytearray(), []
 
     class P(a.BufferedProtocol):
         buf = bytearray(65536)
         get_buffer = lambda self, hint: self.buf  # noqa: E731
         buffer_updated = lambda self, n: got.extend(self.buf[:n])  # noqa: E731
         eof_received = lambda self: events.append("eof")  # noqa: E731
-    t, _ = await a.get_running_loop().create_connection(P, *lsn.getsockname())
-    peer, _ = lsn.accept()
+    t, peer, lsn = await _accepted(a, P)
     peer.sendall(b"y" * 100_000)
     peer.shutdown(socket.SHUT_WR)
     await a.sleep(0.05)
@@ -351,17 +342,22 @@ def _lost_recorder(a, lost):
     return Rec
 
 
+async def _lost_after(a, how):
+    """close() or abort() (``how``) on a connected transport: what connection_lost() got."""
+    lost = []
+    t, lsn = await _connect(a, _lost_recorder(a, lost))
+    getattr(t, how)()
+    await a.sleep(0.02)
+    lsn.close()
+    return {"lost": lost}
+
+
 @loop_probe(promise=doc("protocol", "asyncio.BaseTransport.close",
                         "After all buffered data is flushed, the protocol's protocol."
                         "connection_lost() method will be called with None as its argument."))
 async def lp_connection_lost_after_close(a):
     """close(): connection_lost(None) is called, once."""
-    lsn, lost = socket.create_server(("127.0.0.1", 0)), []
-    t, _ = await a.get_running_loop().create_connection(_lost_recorder(a, lost), *lsn.getsockname())
-    t.close()
-    await a.sleep(0.02)
-    lsn.close()
-    return {"lost": lost}
+    return await _lost_after(a, "close")
 
 
 @loop_probe(promise=doc("protocol", "asyncio.WriteTransport.abort",
@@ -369,12 +365,7 @@ async def lp_connection_lost_after_close(a):
                         "called with None as its argument."))
 async def lp_connection_lost_after_abort(a):
     """abort(): connection_lost(None) is called, once."""
-    lsn, lost = socket.create_server(("127.0.0.1", 0)), []
-    t, _ = await a.get_running_loop().create_connection(_lost_recorder(a, lost), *lsn.getsockname())
-    t.abort()
-    await a.sleep(0.02)
-    lsn.close()
-    return {"lost": lost}
+    return await _lost_after(a, "abort")
 
 
 @loop_probe(twin_of=("cb_close_is_deferred", "cb_abort_with_buffer"))
@@ -399,10 +390,8 @@ async def lp_connection_lost_is_deferred(a):
             twin_of=("cb_peer_reset_while_reading", "cb_peer_reset_while_buffered"))
 async def lp_peer_reset_connection_lost(a):
     """The peer resets an idle connection: connection_lost() and with which exception."""
-    lsn, lost = socket.create_server(("127.0.0.1", 0)), []
-    t, _ = await a.get_running_loop().create_connection(_lost_recorder(a, lost),
-                                                         *lsn.getsockname())
-    peer, _ = lsn.accept()
+    lost = []
+    t, peer, lsn = await _accepted(a, _lost_recorder(a, lost))
     peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
     peer.close()
     await a.sleep(0.1)
@@ -416,10 +405,8 @@ async def lp_peer_reset_connection_lost(a):
                         "this side of the connection."))
 async def lp_write_to_closed_peer(a):
     """Writes to a peer that has closed its socket: connection_lost()'s exception."""
-    lsn, lost = socket.create_server(("127.0.0.1", 0)), []
-    t, _ = await a.get_running_loop().create_connection(_lost_recorder(a, lost),
-                                                         *lsn.getsockname())
-    peer, _ = lsn.accept()
+    lost = []
+    t, peer, lsn = await _accepted(a, _lost_recorder(a, lost))
     peer.close()
     for _ in range(20):
         if not t.is_closing():
