@@ -40,8 +40,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--fail", action="store_true",
                    help="exit 1 while any undeclared difference from a primary reference remains")
     p.add_argument("--repro", metavar="PROBE",
-                   help="write a standalone reproduction (<= 30 lines, needing only the loop's "
-                        "package) of PROBE on --runtime's loop: to stdout, or into --out DIR")
+                   help=f"write a standalone reproduction (at most {observatory.REPRO_MAX_LINES} "
+                        "lines, needing only the loop's package) of PROBE on --runtime's loop: to stdout, or into --out DIR")
     p.add_argument("--runtime", metavar="SPEC",
                    help="with --repro: the runtime whose loop runs it, e.g. "
                         "asyncio-streams@3.12:loop=rloop")
