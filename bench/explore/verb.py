@@ -261,22 +261,78 @@ def _unit_results(shards: list, jobs: int):
             yield _merge([s], [_run_unit(s)])[0]
         return
     import multiprocessing
-    pool = multiprocessing.get_context("fork").Pool(min(jobs, len(shards)),
-                                                    initializer=_worker_signals)
+    done: dict = {}
+    want = {}
+    for s in shards:
+        want[s["unit"]] = want.get(s["unit"], 0) + 1
+    if len(shards) <= jobs:
+        # a process a shard, each with its own pipe: no pool. A pool's terminate()
+        # takes its task queue's lock, which a worker still waiting for its first
+        # task holds: an interrupt at that moment hung the verb (seen twice under load)
+        results = _in_processes(shards)
+    else:
+        pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_worker_signals)
+        results = _pooled(pool, shards)
+    for s, r in zip(shards, results):
+        done.setdefault(s["unit"], []).append((s, r))
+        if len(done[s["unit"]]) == want[s["unit"]]:
+            pairs = done.pop(s["unit"])
+            yield _merge([p[0] for p in pairs], [p[1] for p in pairs])[0]
+
+
+def _pooled(pool, shards):
     try:
-        done: dict = {}
-        want = {}
-        for s in shards:
-            want[s["unit"]] = want.get(s["unit"], 0) + 1
-        for s, r in zip(shards, pool.imap(_run_unit, shards)):
-            done.setdefault(s["unit"], []).append((s, r))
-            if len(done[s["unit"]]) == want[s["unit"]]:
-                pairs = done.pop(s["unit"])
-                yield _merge([p[0] for p in pairs], [p[1] for p in pairs])[0]
+        yield from pool.imap(_run_unit, shards)
         pool.close()
     finally:
         pool.terminate()        # an interrupt: the workers' unfinished units are dropped
         pool.join()
+
+
+def _in_processes(shards):
+    """Each shard's result, in order, from a forked process of its own; on an
+    interrupt (or any exit) every process still running is ended with SIGTERM."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    running = []
+    try:
+        for s in shards:
+            reader, writer = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_shard_process, args=(s, writer), daemon=True)
+            proc.start()
+            writer.close()
+            running.append((proc, reader))
+        for proc, reader in running:
+            try:
+                ok, value = reader.recv()
+            except EOFError:
+                raise RuntimeError(f"an exploration process ended without its result "
+                                   f"(exit {proc.exitcode})") from None
+            if not ok:
+                raise value
+            yield value
+    finally:
+        for proc, reader in running:
+            if proc.is_alive():
+                proc.terminate()
+        for proc, reader in running:
+            proc.join()
+            reader.close()
+
+
+def _shard_process(shard, writer) -> None:
+    _worker_signals()
+    try:
+        try:
+            out = (True, _run_unit(shard))
+        except Exception as exc:            # raised again in the parent, as a pool does
+            out = (False, exc)
+        try:
+            writer.send(out)
+        except Exception as exc:            # an exception that does not pickle
+            writer.send((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+    finally:
+        writer.close()
 
 
 def _worker_signals() -> None:
