@@ -951,6 +951,34 @@ def test_linux_sends_take_whole_skbs_sized_by_half_the_peer_window():
     s.close()
 
 
+
+def test_linux_send_from_a_bytearray_leaves_it_resizable_and_the_bytes_intact():
+    """The model reads a send's bytes through a view (no copy per slice); the
+    view is let go before send returns, also when the send would block, so a
+    transport may grow or cut its buffer after it, as real sockets allow."""
+    world = lx_world()
+    c, s = pinned_pair(world)
+    data = bytearray(i % 251 for i in range(300_000))
+    expect = bytes(data)
+    sent = c.send(data)
+    assert 0 < sent < len(data)
+    del data[:sent]                  # BufferError if a view were still held
+    try:
+        c.send(data)                 # full: would block
+    except BlockingIOError as exc:
+        blocked = exc                # kept with its traceback, as a handler may keep it
+    else:
+        pytest.fail("a full socket took more bytes")
+    data += b"tail"
+    assert blocked.__traceback__ is not None
+    got = bytearray()
+    while len(got) < sent:
+        settle(world)
+        got += s.recv(1 << 20)
+    assert bytes(got) == expect[:sent]
+    c.close()
+    s.close()
+
 def test_linux_acks_the_first_segment_at_once_and_the_rest_after_the_delayed_ack():
     world = lx_world()
     c, s = pinned_pair(world)

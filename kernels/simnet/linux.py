@@ -123,28 +123,35 @@ class LinuxModel(TcpModel):
         over = s._world.params["skb_overhead"]
         peer = s._peer
         wq = self.wq
-        view = data if isinstance(data, (bytes, bytearray)) else memoryview(data).cast("B")
+        # A view's slices are not copies: each chunk is copied once, into the
+        # send queue (a slice of bytes or a bytearray would be copied twice).
+        # Released before returning: a view left on the caller's bytearray
+        # (a transport's buffer) would forbid resizing it.
+        view = memoryview(data).cast("B")
         taken = 0
-        while taken < n:
-            if wq and wq[-1] < goal:
-                copy = min(goal - wq[-1], n - taken)
-                wq[-1] += copy
-            elif self.wmem >= s.sndbuf:
-                break
-            else:
-                copy = min(goal, n - taken)
-                wq.append(copy)
-                self.wmem += over
-            self.wmem += copy
-            s._unsent += view[taken:taken + copy]
-            taken += copy
-            if taken < n and wq[-1] >= goal:
-                write_seq = s._sent_total + len(s._unsent)
-                if write_seq > self.pushed_seq + (self.max_window >> 1):
-                    self.pushed_seq = write_seq
-                    self.pump(peer)
-                elif len(wq) == 1:
-                    self.pump(peer, push_one=True)
+        try:
+            while taken < n:
+                if wq and wq[-1] < goal:
+                    copy = min(goal - wq[-1], n - taken)
+                    wq[-1] += copy
+                elif self.wmem >= s.sndbuf:
+                    break
+                else:
+                    copy = min(goal, n - taken)
+                    wq.append(copy)
+                    self.wmem += over
+                self.wmem += copy
+                s._unsent += view[taken:taken + copy]
+                taken += copy
+                if taken < n and wq[-1] >= goal:
+                    write_seq = s._sent_total + len(s._unsent)
+                    if write_seq > self.pushed_seq + (self.max_window >> 1):
+                        self.pushed_seq = write_seq
+                        self.pump(peer)
+                    elif len(wq) == 1:
+                        self.pump(peer, push_one=True)
+        finally:
+            view.release()
         if not taken:
             s._would_block("send")
         self.pushed_seq = s._sent_total + len(s._unsent)

@@ -186,7 +186,9 @@ class SimSocket:
         world = self._world
         world._gen += 1
         wake = self._wake
-        if wake:
+        # with nothing awaited (``_asleep``) no edge can rise; the slow fault's
+        # expiry, which a look at readiness clears, is left to the look as before
+        if wake and (self._asleep or self._slow_rate is not None):
             self._wake_edges(world, wake)
         m = self.poll_marks
         if m is not None:
