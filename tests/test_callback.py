@@ -958,6 +958,26 @@ def test_a_failing_data_received_is_the_transports_fatal_error(loop):
         c.close()
 
 
+def test_an_empty_write_does_not_touch_the_socket(loop):
+    # asyncio returns on b"" before the socket: a reset waiting on it surfaces at
+    # the next read, not in the empty write
+    import time
+    s, c = tcp_pair()
+    try:
+        proto = Recorder()
+        transport, _ = loop.connect_accepted_socket(lambda: proto, s)
+        loop.call_soon(loop.stop)
+        run(loop)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()                                   # RST
+        time.sleep(0.05)
+        transport.write(b"")
+        assert not transport.is_closing() and proto.lost == []
+        transport.abort()
+    finally:
+        c.close()
+
+
 def test_the_pass_reads_a_plain_transport_and_forgets_it_when_reading_stops():
     # the stream slot follows the reader: set by the transport's registration,
     # cleared by pause_reading (remove_reader) and by any other reader on the fd

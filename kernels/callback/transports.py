@@ -414,9 +414,10 @@ class SocketTransport(Aborting):
         nothing buffered, ``abort()`` or a lost connection: dropped and counted."""
         if data.__class__ is self._direct:
             # the common case, one test: bytes, on an open transport that sends at
-            # once, nothing buffered, no trace, not paused (see _update_direct).
-            # b"" needs no test of its own: the socket takes all 0 bytes.
+            # once, nothing buffered, no trace, not paused (see _update_direct)
             n = len(data)
+            if not n:
+                return          # as asyncio: the socket is not touched (its error waits)
             send = self._send
             try:
                 sent = send(data)
