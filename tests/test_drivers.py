@@ -519,6 +519,34 @@ def upstream():
     up.close()
 
 
+@pytest.mark.skipif(not HAVE["trio"], reason="trio not installed")
+def test_trio_interrupt_lands_at_a_checkpoint():
+    """A Ctrl-C (or serve's SIGTERM) on a trio cell is raised at a checkpoint of
+    the main task, never between two statements of a task: one landing between a
+    nursery's __aenter__ and its `async with` abandoned the nursery half-open
+    (trio: "Nursery stack corrupted"), and serve exited 1 instead of 130."""
+    from bench import runtimes as rtmod
+    port = rtmod.parse("trio").open()
+    after = []
+
+    async def child():
+        os.kill(os.getpid(), signal.SIGINT)
+        after.append("ran on")          # no checkpoint since the signal
+        await port.sleep(5)
+
+    async def main(port):
+        async with port.open_nursery() as n:
+            await n.spawn(child)
+    try:
+        with pytest.raises(BaseExceptionGroup) as info:
+            port.run(main)
+    finally:
+        port.close()
+    assert after == ["ran on"]
+    assert info.value.subgroup(KeyboardInterrupt) is not None
+    assert info.value.subgroup(lambda e: not isinstance(e, (KeyboardInterrupt, BaseExceptionGroup))) is None
+
+
 @pytest.mark.parametrize("two_way", [False, True], ids=["one-way", "two-way"])
 def test_proxy_client_half_close_gets_eof_back(runtime, two_way, upstream, tmp_path):
     """Issue 12: a request, a half-close, then reading until EOF -- the proxy
