@@ -2,13 +2,17 @@
 
 Every test runs under ``no_leaks``: after it, the process's open file
 descriptors, threads and child processes must be back to what they were before
-(a kernel that stops releases its selector, wake-up socketpair and sockets).
+(a kernel that stops releases its selector, wake-up socketpair and sockets),
+and so must the signal dispositions and mask: a SIGINT left ignored is
+inherited by every process the worker starts later, which then cannot be
+interrupted.
 Once per session, nothing new may sit at the top of the checkout.
 """
 from __future__ import annotations
 
 import gc
 import os
+import signal
 import threading
 import time
 
@@ -81,14 +85,42 @@ def _open_process_wide_resources() -> None:
 _open_process_wide_resources()
 
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGCHLD, signal.SIGALRM)
+
+
+def _signal_state() -> tuple:
+    """What a child started now would inherit (dispositions and mask), and what
+    a Ctrl-C in this process would run."""
+    if threading.current_thread() is not threading.main_thread():
+        return ()
+    return (tuple(signal.getsignal(s) for s in _SIGNALS),
+            frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+
+
+def _signal_changes(before: tuple) -> list[str]:
+    after = _signal_state()
+    if after == before:
+        return []
+    changed = [f"{s.name} {b!r} -> {a!r}" for s, b, a in zip(_SIGNALS, before[0], after[0])
+               if a != b]
+    if before[1] != after[1]:
+        changed.append(f"blocked {sorted(before[1])} -> {sorted(after[1])}")
+        signal.pthread_sigmask(signal.SIG_SETMASK, before[1])
+    for s, b in zip(_SIGNALS, before[0]):
+        if b is not None:
+            signal.signal(s, b)       # put back, so one culprit does not fail the rest
+    return ["signal state: " + ", ".join(changed)]
+
+
 @pytest.fixture(autouse=True)
 def no_leaks(request):
     if request.node.get_closest_marker("allow_leaks"):
         yield
         return
     fds, threads, children = _fds(), set(threading.enumerate()), _children()
+    signals = _signal_state()
     yield
-    problems = leaks_since(fds, threads, children)
+    problems = leaks_since(fds, threads, children) + (_signal_changes(signals) if signals else [])
     if problems:
         pytest.fail("leaked after the test: " + "; ".join(problems), pytrace=False)
 
