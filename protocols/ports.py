@@ -202,6 +202,12 @@ def _signals_as_loop_events(loop, on_signal):
                     print(f"looplab: {type(loop).__module__}.{type(loop).__name__}."
                           f"remove_signal_handler({sig.name}) raised {type(exc).__name__}: {exc}; "
                           "restored the handler with signal.signal", file=sys.stderr)
+        for sig in sigs:
+            # uvloop 0.23 forgets handlers added before run_forever once it stops:
+            # remove_signal_handler then returns False and leaves its own handler in
+            # place, and a later Ctrl-C in this process went to a stopped loop
+            if signal.getsignal(sig) is not before[sig] and before[sig] is not None:
+                signal.signal(sig, before[sig])
     return undo
 
 

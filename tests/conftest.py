@@ -85,7 +85,15 @@ def _open_process_wide_resources() -> None:
 _open_process_wide_resources()
 
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGCHLD, signal.SIGALRM)
+# SIGALRM is pytest-timeout's while a test runs
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGCHLD)
+
+# A suite started from a background job (`pytest &`, nohup) inherits SIGINT
+# ignored, and so would every verb it starts; the walk's Ctrl-C rows would then
+# pass or fail by test order. The suite's processes take Ctrl-C as a terminal's do.
+if (threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _signal_state() -> tuple:
