@@ -112,9 +112,11 @@ class TrioPort(TaskPortBase):
         # trio raises KeyboardInterrupt at whatever unprotected frame runs: a Ctrl-C
         # (or serve's SIGTERM) landing in a task between a nursery's __aenter__ and
         # its `async with` abandoned the nursery half-open, and trio reported
-        # "Nursery stack corrupted" and exit 1, not 130 (1 run in 40; trio#638 names
-        # the hazard). Restricted, it is raised in the main task at a checkpoint,
-        # and the nursery cancels the rest cleanly.
+        # "Nursery stack corrupted" and exit 1, not 130 (1 run in 40). trio's own
+        # option raises it at a checkpoint of the main task instead, "like a
+        # Cancelled exception" (trio.run's docs), and the nursery cancels the rest.
+        # The price, as its docs say: a task that never checkpoints cannot be
+        # interrupted; every app here awaits I/O.
         return self._trio.run(main, self, *args, instruments=self._instruments,
                               restrict_keyboard_interrupt_to_checkpoints=True)
 
