@@ -196,9 +196,8 @@ def _signals_as_loop_events(loop, on_signal):
                     loop.remove_signal_handler(sig)
                 except Exception as exc:
                     # A loop whose remove_signal_handler is broken (rloop 0.5.0 calls a
-                    # method it never defines): put the handler back ourselves and say so,
+                    # method it never defines): say so; the handler is put back below,
                     # so the cell measures the loop's I/O rather than dying on its exit path.
-                    signal.signal(sig, before[sig])
                     print(f"looplab: {type(loop).__module__}.{type(loop).__name__}."
                           f"remove_signal_handler({sig.name}) raised {type(exc).__name__}: {exc}; "
                           "restored the handler with signal.signal", file=sys.stderr)
